@@ -1,0 +1,68 @@
+"""The exception hierarchy: every error a user can cause is an `RlxError`.
+
+Messages are one line and name the thing at fault (file, node, op, input) and what was
+expected. `assert` is kept for rlx's own invariants; an `AssertionError` is a bug.
+"""
+
+from __future__ import annotations
+
+
+class RlxError(Exception):
+    """Base of every error rlx raises on purpose."""
+
+
+class GraphError(RlxError):
+    """A graph is malformed: bad node reference, duplicate name, unknown op, cycle."""
+
+
+class ShapeError(GraphError):
+    """Shapes or dtypes of a node's inputs do not fit its op."""
+
+
+class UnsupportedOpError(RlxError):
+    """The model uses ops rlx cannot run; `op_types` lists all of them at once."""
+
+    def __init__(self, op_types: list[str] | tuple[str, ...] | set[str], where: str = ""):
+        self.op_types = sorted(set(op_types))
+        place = f" in {where}" if where else ""
+        super().__init__(f"unsupported op type(s){place}: {', '.join(self.op_types)}")
+
+
+class InputError(RlxError):
+    """Feeds given to `CompiledGraph.run` do not match the graph's inputs."""
+
+
+class KernelError(RlxError):
+    """A kernel failed on the values it was given (names the node)."""
+
+
+class BakeError(RlxError):
+    """The bake pipeline cannot proceed with the given graph, bindings or options."""
+
+
+class BindingError(BakeError):
+    """A weight binding does not fit its `Param` (length, dtype or shape)."""
+
+
+class WeightError(RlxError):
+    """A weight file is missing, of an unknown kind, or inconsistent with itself."""
+
+
+class ModelImportError(RlxError):
+    """A model file (ONNX, graph JSON, bundle) cannot be read into an rlx graph."""
+
+
+class ArtifactError(RlxError):
+    """A `*.rlx` file is unreadable, malformed or refused."""
+
+
+class IntegrityError(ArtifactError):
+    """A checksum does not match: the file was changed after it was written."""
+
+
+class EncryptedFileError(ArtifactError):
+    """The file is encrypted and no password was given."""
+
+
+class DecryptError(ArtifactError):
+    """Decryption failed: wrong password or a corrupt/tampered file."""

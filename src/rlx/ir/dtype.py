@@ -1,0 +1,81 @@
+"""Element types of tensors and their numpy counterparts."""
+
+from __future__ import annotations
+
+import enum
+
+import ml_dtypes
+import numpy as np
+
+from rlx.errors import GraphError
+
+
+class DType(enum.Enum):
+    """Closed set of tensor element types, named like the seed (`f32`, `u8`, `bool`)."""
+
+    F32 = "f32"
+    F16 = "f16"
+    BF16 = "bf16"
+    F64 = "f64"
+    I8 = "i8"
+    I16 = "i16"
+    I32 = "i32"
+    I64 = "i64"
+    U8 = "u8"
+    U16 = "u16"
+    U32 = "u32"
+    U64 = "u64"
+    BOOL = "bool"
+
+    @property
+    def numpy(self) -> np.dtype:
+        return _TO_NUMPY[self]
+
+    @property
+    def itemsize(self) -> int:
+        return _TO_NUMPY[self].itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.F32, DType.F16, DType.BF16, DType.F64)
+
+    @property
+    def is_int(self) -> bool:
+        return not self.is_float and self is not DType.BOOL
+
+    @classmethod
+    def from_numpy(cls, dtype: np.dtype | type) -> DType:
+        dt = np.dtype(dtype)
+        try:
+            return _FROM_NUMPY[dt]
+        except KeyError:
+            raise GraphError(f"numpy dtype {dt} has no rlx DType") from None
+
+    @classmethod
+    def parse(cls, text: str) -> DType:
+        try:
+            return cls(text.strip().lower())
+        except ValueError:
+            names = ", ".join(d.value for d in cls)
+            raise GraphError(f"unknown dtype {text!r}; expected one of {names}") from None
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_TO_NUMPY: dict[DType, np.dtype] = {
+    DType.F32: np.dtype("<f4"),
+    DType.F16: np.dtype("<f2"),
+    DType.BF16: np.dtype(ml_dtypes.bfloat16),
+    DType.F64: np.dtype("<f8"),
+    DType.I8: np.dtype("i1"),
+    DType.I16: np.dtype("<i2"),
+    DType.I32: np.dtype("<i4"),
+    DType.I64: np.dtype("<i8"),
+    DType.U8: np.dtype("u1"),
+    DType.U16: np.dtype("<u2"),
+    DType.U32: np.dtype("<u4"),
+    DType.U64: np.dtype("<u8"),
+    DType.BOOL: np.dtype("bool"),
+}
+_FROM_NUMPY: dict[np.dtype, DType] = {v: k for k, v in _TO_NUMPY.items()}

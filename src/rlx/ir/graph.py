@@ -1,0 +1,182 @@
+"""`Node` and `Graph`: an append-only SSA list of ops in topological order.
+
+A node's id is its index and never changes; its inputs are ids of earlier nodes. Passes never
+edit a graph: they build a new one (see `rlx.ir.rewrite`). Builder methods infer the output
+shape when it is not given and check the inputs against the op as they go.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence, Union
+
+import numpy as np
+
+from rlx.errors import GraphError, ShapeError
+from rlx.ir.dtype import DType
+from rlx.ir.ops.base import Op, OutShape
+from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Unary
+from rlx.ir.ops.linalg import MatMul
+from rlx.ir.ops.multi import TupleGet
+from rlx.ir.ops.sources import Constant, Input, Param
+from rlx.ir.shape import Shape
+
+ShapeLike = Union[Shape, tuple[Shape, ...]]
+
+
+@dataclass(frozen=True)
+class Node:
+    id: int
+    op: Op
+    inputs: tuple[int, ...]
+    shape: ShapeLike
+    name: str | None = None
+
+    @property
+    def is_tuple(self) -> bool:
+        return isinstance(self.shape, tuple)
+
+    @property
+    def label(self) -> str:
+        """How messages refer to this node: `%3 'name' (Conv)`."""
+        name = f" {self.name!r}" if self.name else ""
+        return f"%{self.id}{name} ({type(self.op).__name__})"
+
+
+class Graph:
+    """A named list of nodes plus the ids of its outputs."""
+
+    def __init__(self, name: str = "graph"):
+        self.name = name
+        self._nodes: list[Node] = []
+        self._by_name: dict[str, int] = {}
+        self.outputs: list[int] = []
+
+    # -- reading ---------------------------------------------------------------------------
+    def nodes(self) -> Sequence[Node]:
+        return tuple(self._nodes)
+
+    def node(self, node_id: int) -> Node:
+        try:
+            return self._nodes[node_id]
+        except (IndexError, TypeError):
+            raise GraphError(f"graph {self.name!r} has no node %{node_id}") from None
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __iter__(self):
+        return iter(self._nodes)
+
+    def find(self, name: str) -> Node | None:
+        """The node with this name, or None."""
+        node_id = self._by_name.get(name)
+        return None if node_id is None else self._nodes[node_id]
+
+    def inputs(self) -> list[Node]:
+        return [n for n in self._nodes if isinstance(n.op, Input)]
+
+    def params(self) -> list[Node]:
+        return [n for n in self._nodes if isinstance(n.op, Param)]
+
+    def users(self) -> list[list[int]]:
+        """For each node id, the ids of the nodes that read it (in order, with repeats)."""
+        users: list[list[int]] = [[] for _ in self._nodes]
+        for node in self._nodes:
+            for i in node.inputs:
+                users[i].append(node.id)
+        return users
+
+    # -- building --------------------------------------------------------------------------
+    def add_node(
+        self,
+        op: Op,
+        inputs: Iterable[int] = (),
+        shape: ShapeLike | None = None,
+        name: str | None = None,
+    ) -> int:
+        """Append `op` applied to `inputs`; infer `shape` when omitted. Returns the new id."""
+        inputs = tuple(int(i) for i in inputs)
+        for i in inputs:
+            if not 0 <= i < len(self._nodes):
+                raise GraphError(
+                    f"{type(op).__name__} node %{len(self._nodes)} reads %{i}, which is not an "
+                    "earlier node (nodes must be added in topological order)"
+                )
+        lo, hi = op.arity
+        if len(inputs) < lo or (hi is not None and len(inputs) > hi):
+            want = f"{lo}" if lo == hi else f"{lo}..{'' if hi is None else hi}"
+            raise GraphError(f"{type(op).__name__} takes {want} inputs, got {len(inputs)}")
+        if shape is None:
+            shape = self.infer(op, inputs)
+        if name is not None:
+            if name in self._by_name:
+                raise GraphError(f"graph {self.name!r}: duplicate node name {name!r}")
+            self._by_name[name] = len(self._nodes)
+        node = Node(len(self._nodes), op, inputs, shape, name)
+        self._nodes.append(node)
+        return node.id
+
+    def infer(self, op: Op, inputs: Sequence[int]) -> OutShape:
+        """Output shape of `op` applied to existing nodes, raising `ShapeError` with context."""
+        in_shapes = [self._nodes[i].shape for i in inputs]
+        if any(isinstance(s, tuple) for s in in_shapes) and not isinstance(op, TupleGet):
+            raise ShapeError(f"{type(op).__name__}: reads a tuple-valued node; use TupleGet")
+        try:
+            return op.infer(in_shapes)
+        except ShapeError as err:
+            where = f"graph {self.name!r} node %{len(self._nodes)}"
+            raise ShapeError(f"{where}: {err}") from None
+        except NotImplementedError:
+            raise ShapeError(f"{type(op).__name__}: shape must be given (cannot be inferred)")
+
+    def set_outputs(self, outputs: Iterable[int]) -> None:
+        outputs = [int(o) for o in outputs]
+        for o in outputs:
+            self.node(o)
+        self.outputs = outputs
+
+    # -- builder shorthands ----------------------------------------------------------------
+    def input(self, name: str, shape: Shape) -> int:
+        return self.add_node(Input(name), (), shape, name=name)
+
+    def param(self, name: str, shape: Shape) -> int:
+        return self.add_node(Param(name), (), shape, name=name)
+
+    def constant(
+        self, value, shape: Shape | None = None, name: str | None = None
+    ) -> int:
+        """A constant from an array (shape taken from it) or raw bytes (`shape` required)."""
+        if shape is None:
+            if isinstance(value, (bytes, bytearray, memoryview)):
+                raise GraphError("constant from raw bytes needs a shape")
+            value = np.asarray(value)
+            shape = Shape(value.shape, DType.from_numpy(value.dtype))
+        elif isinstance(value, np.ndarray) and value.dtype != shape.dtype.numpy:
+            value = value.astype(shape.dtype.numpy)
+        op = Constant(value)
+        if shape.nbytes is not None and op.nbytes not in (0, shape.nbytes):
+            raise ShapeError(
+                f"constant {name or ''!s}: {op.nbytes} bytes do not fill shape {shape}"
+            )
+        return self.add_node(op, (), shape, name=name)
+
+    def binary(self, op: BinaryOp, a: int, b: int, shape: Shape | None = None) -> int:
+        return self.add_node(Binary(op), (a, b), shape)
+
+    def unary(self, kind: Activation, x: int, shape: Shape | None = None) -> int:
+        return self.add_node(Unary(kind), (x,), shape)
+
+    def matmul(self, a: int, b: int, shape: Shape | None = None) -> int:
+        return self.add_node(MatMul(), (a, b), shape)
+
+    def unpack(self, node_id: int) -> list[int]:
+        """`TupleGet` nodes for every output of a tuple-valued node."""
+        shape = self.node(node_id).shape
+        if not isinstance(shape, tuple):
+            raise GraphError(f"node %{node_id} is not tuple-valued")
+        return [self.add_node(TupleGet(i), (node_id,)) for i in range(len(shape))]
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}, {len(self._nodes)} nodes, outputs={self.outputs})"
+

@@ -1,0 +1,58 @@
+"""The op base class and the registry of op types by name.
+
+Every op is a small frozen dataclass. Its class name is its serialised name, so files stay
+readable when ops are added (never an enum position). An op knows its arity and how to infer
+its output shape; kernels live in `rlx.runtime`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, ClassVar, Sequence, Union
+
+from rlx.errors import ShapeError
+from rlx.ir.shape import Shape
+
+if TYPE_CHECKING:
+    from rlx.ir.graph import Graph
+
+OutShape = Union[Shape, tuple[Shape, ...]]
+
+OPS: dict[str, type[Op]] = {}
+"""Registry of every op type by its serialised name, filled at import."""
+
+__all__ = ["Op", "OPS", "OutShape"]
+
+
+@dataclass(frozen=True)
+class Op:
+    """Base of all ops. Subclasses set `arity` (min, max inputs; max None = unbounded)."""
+
+    arity: ClassVar[tuple[int, int | None]] = (1, 1)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        OPS[cls.__name__] = cls
+
+    @property
+    def op_name(self) -> str:
+        return type(self).__name__
+
+    def infer(self, inputs: Sequence[Shape]) -> OutShape:
+        raise NotImplementedError(type(self).__name__)
+
+    def subgraphs(self) -> tuple[Graph, ...]:
+        """Graphs held as attributes (control flow); empty for ordinary ops."""
+        return ()
+
+    def attrs(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def expect_dtype(op: Op, shapes: Sequence[Shape], *, same: bool = True, floating: bool = False):
+    """Shared dtype checks: inputs agree with each other and/or are floating point."""
+    if same and len({s.dtype for s in shapes}) > 1:
+        got = ", ".join(str(s.dtype) for s in shapes)
+        raise ShapeError(f"{op.op_name}: inputs must share a dtype, got {got}")
+    if floating and any(not s.dtype.is_float for s in shapes):
+        raise ShapeError(f"{op.op_name}: needs floating-point inputs, got {shapes[0].dtype}")

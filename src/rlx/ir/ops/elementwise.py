@@ -1,0 +1,213 @@
+"""Elementwise ops: activations, binary arithmetic, comparisons, logic, select, cast, clamp.
+
+All of them broadcast like NumPy. `Activation`, `BinaryOp`, `CompareOp` and `LogicalOp` are
+the closed sets of kinds; `Unary`, `Binary`, `Compare`, `Logical` are the ops that carry them.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
+
+from rlx.errors import ShapeError
+from rlx.ir.dtype import DType
+from rlx.ir.ops.base import Op, expect_dtype
+from rlx.ir.shape import Shape, broadcast_dims
+
+__all__ = ["Activation", "BinaryOp", "CompareOp", "LogicalOp", "Unary", "Binary", "Compare", "Logical", "Not", "Where", "Cast", "Clamp", "Identity"]
+
+
+class Activation(enum.Enum):
+    RELU = "relu"
+    GELU = "gelu"
+    GELU_APPROX = "gelu_approx"
+    SILU = "silu"
+    SIGMOID = "sigmoid"
+    TANH = "tanh"
+    EXP = "exp"
+    LOG = "log"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    NEG = "neg"
+    ABS = "abs"
+    SIN = "sin"
+    COS = "cos"
+    TAN = "tan"
+    ASIN = "asin"
+    ACOS = "acos"
+    ATAN = "atan"
+    SINH = "sinh"
+    COSH = "cosh"
+    ASINH = "asinh"
+    ACOSH = "acosh"
+    ATANH = "atanh"
+    RECIP = "recip"
+    ROUND = "round"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    SIGN = "sign"
+    SOFTPLUS = "softplus"
+    SOFTSIGN = "softsign"
+    ELU = "elu"
+    SELU = "selu"
+    CELU = "celu"
+    LEAKY_RELU = "leaky_relu"
+    THRESHOLDED_RELU = "thresholded_relu"
+    ERF = "erf"
+    HARD_SWISH = "hard_swish"
+    HARD_SIGMOID = "hard_sigmoid"
+    MISH = "mish"
+    LOG_SIGMOID = "log_sigmoid"
+    IS_NAN = "is_nan"
+    IS_INF = "is_inf"
+    IS_POS_INF = "is_pos_inf"
+    IS_NEG_INF = "is_neg_inf"
+    BIT_NOT = "bit_not"
+
+
+_PREDICATES = {Activation.IS_NAN, Activation.IS_INF, Activation.IS_POS_INF, Activation.IS_NEG_INF}
+_INT_OK = {Activation.RELU, Activation.NEG, Activation.ABS, Activation.SIGN, Activation.BIT_NOT}
+
+
+class BinaryOp(enum.Enum):
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    MAX = "max"
+    MIN = "min"
+    POW = "pow"
+    MOD = "mod"  # sign follows the divisor (Python / ONNX Mod fmod=0)
+    FMOD = "fmod"  # sign follows the dividend (C fmod, ONNX Mod fmod=1)
+    BIT_AND = "bit_and"
+    BIT_OR = "bit_or"
+    BIT_XOR = "bit_xor"
+    SHL = "shl"
+    SHR = "shr"
+    ATAN2 = "atan2"
+
+
+class CompareOp(enum.Enum):
+    EQ = "eq"
+    NE = "ne"
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+
+
+class LogicalOp(enum.Enum):
+    AND = "and"
+    OR = "or"
+    XOR = "xor"
+
+
+def _broadcast(op: Op, inputs: Sequence[Shape], dtype: DType) -> Shape:
+    try:
+        return Shape(broadcast_dims(*(s.dims for s in inputs)), dtype)
+    except ShapeError as err:
+        raise ShapeError(f"{op.op_name}: {err}") from None
+
+
+@dataclass(frozen=True)
+class Unary(Op):
+    """An activation or other one-input elementwise function.
+
+    `alpha`/`beta` parameterise the kinds that take them (Elu, Selu, Celu, LeakyRelu,
+    ThresholdedRelu, HardSigmoid: `alpha * x + beta`), with ONNX's defaults when None.
+    """
+
+    kind: Activation
+    alpha: float | None = None
+    beta: float | None = None
+
+    def infer(self, inputs):
+        (x,) = inputs
+        if self.kind in _PREDICATES:
+            return x.with_dtype(DType.BOOL)
+        if not x.dtype.is_float and self.kind not in _INT_OK:
+            raise ShapeError(f"Unary {self.kind.value}: needs floating point, got {x.dtype}")
+        return x
+
+
+@dataclass(frozen=True)
+class Binary(Op):
+    op: BinaryOp
+    arity: ClassVar = (2, 2)
+
+    def infer(self, inputs):
+        expect_dtype(self, inputs)
+        return _broadcast(self, inputs, inputs[0].dtype)
+
+
+@dataclass(frozen=True)
+class Compare(Op):
+    op: CompareOp
+    arity: ClassVar = (2, 2)
+
+    def infer(self, inputs):
+        expect_dtype(self, inputs)
+        return _broadcast(self, inputs, DType.BOOL)
+
+
+@dataclass(frozen=True)
+class Logical(Op):
+    """Boolean and / or / xor."""
+
+    op: LogicalOp
+    arity: ClassVar = (2, 2)
+
+    def infer(self, inputs):
+        if any(s.dtype is not DType.BOOL for s in inputs):
+            raise ShapeError(f"Logical {self.op.value}: needs bool inputs")
+        return _broadcast(self, inputs, DType.BOOL)
+
+
+@dataclass(frozen=True)
+class Not(Op):
+    def infer(self, inputs):
+        if inputs[0].dtype is not DType.BOOL:
+            raise ShapeError(f"Not: needs a bool input, got {inputs[0].dtype}")
+        return inputs[0]
+
+
+@dataclass(frozen=True)
+class Where(Op):
+    """`Where(cond, a, b)`: a where cond else b."""
+
+    arity: ClassVar = (3, 3)
+
+    def infer(self, inputs):
+        cond, a, b = inputs
+        if cond.dtype is not DType.BOOL:
+            raise ShapeError(f"Where: condition must be bool, got {cond.dtype}")
+        expect_dtype(self, [a, b])
+        return _broadcast(self, inputs, a.dtype)
+
+
+@dataclass(frozen=True)
+class Cast(Op):
+    to: DType
+
+    def infer(self, inputs):
+        return inputs[0].with_dtype(self.to)
+
+
+@dataclass(frozen=True)
+class Clamp(Op):
+    """Clip to [min, max]; a bound of None is open."""
+
+    min: float | None = None
+    max: float | None = None
+
+    def infer(self, inputs):
+        return inputs[0]
+
+
+@dataclass(frozen=True)
+class Identity(Op):
+    """Pass the input through (kept where a subgraph returns an outer value)."""
+
+    def infer(self, inputs):
+        return inputs[0]

@@ -1,0 +1,79 @@
+"""Leaf ops: graph inputs, unbound weights (`Param`) and constants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from rlx.errors import ShapeError
+from rlx.ir.ops.base import Op
+from rlx.ir.shape import Shape
+
+__all__ = ["Input", "Param", "Constant", "as_byte_array"]
+
+
+@dataclass(frozen=True)
+class Input(Op):
+    """A value fed at run time, by name."""
+
+    name: str
+    arity: ClassVar = (0, 0)
+
+
+@dataclass(frozen=True)
+class Param(Op):
+    """A named weight whose value is bound later (by `bake` or at compile)."""
+
+    name: str
+    arity: ClassVar = (0, 0)
+
+
+def as_byte_array(data) -> np.ndarray:
+    """View any buffer (bytes, memoryview, mmap, numpy array) as flat uint8, without copying."""
+    if isinstance(data, np.ndarray):
+        arr = np.ascontiguousarray(data)
+        if arr.dtype.byteorder == ">":
+            arr = arr.astype(arr.dtype.newbyteorder("<"))
+        return arr.reshape(-1).view(np.uint8)
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+@dataclass(frozen=True, eq=False)
+class Constant(Op):
+    """Raw little-endian bytes in the node's dtype, laid out row-major.
+
+    `data` is kept as a flat uint8 view of whatever buffer it came from, so a constant can
+    point into a memory-mapped file. An empty payload means the bytes were stripped from
+    the graph (compact memory mode) and must be materialised before running.
+    """
+
+    data: np.ndarray = field(repr=False)
+    arity: ClassVar = (0, 0)
+
+    def __post_init__(self):
+        object.__setattr__(self, "data", as_byte_array(self.data))
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+    @property
+    def is_stripped(self) -> bool:
+        return self.data.nbytes == 0
+
+    def array(self, shape: Shape) -> np.ndarray:
+        """The payload as a read-only array of `shape` (a view, never a copy)."""
+        if not shape.is_static:
+            raise ShapeError(f"constant with symbolic shape {shape}")
+        if self.nbytes != shape.nbytes:
+            raise ShapeError(
+                f"constant payload is {self.nbytes} bytes, shape {shape} needs {shape.nbytes}"
+            )
+        arr = self.data.view(shape.dtype.numpy).reshape(shape.dims)
+        arr.flags.writeable = False
+        return arr
+
+    def __repr__(self) -> str:
+        return f"Constant(<{self.nbytes} bytes>)"

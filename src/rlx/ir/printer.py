@@ -1,0 +1,49 @@
+"""A stable, readable text form of a graph (one line per node), for logs, diffs and tests."""
+
+from __future__ import annotations
+
+from rlx.ir.graph import Graph, Node
+from rlx.ir.ops.sources import Constant
+from rlx.ir.serialize import enum_text
+
+
+def format_node(node: Node) -> str:
+    op = node.op
+    if isinstance(op, Constant):
+        body = f"Constant(<{op.nbytes} bytes{', stripped' if op.is_stripped else ''}>)"
+    else:
+        attrs = ", ".join(f"{k}={_render(v)}" for k, v in op.attrs().items() if v is not None)
+        body = f"{type(op).__name__}({attrs})" if attrs else type(op).__name__
+    args = ", ".join(f"%{i}" for i in node.inputs)
+    name = f"  # {node.name}" if node.name is not None else ""
+    shape = _shape_text(node.shape)
+    return f"%{node.id}: {shape} = {body}({args}){name}" if args else \
+        f"%{node.id}: {shape} = {body}{name}"
+
+
+def format_graph(graph: Graph, indent: str = "") -> str:
+    lines = [f"{indent}graph {graph.name!r} {{"]
+    for node in graph.nodes():
+        lines.append(f"{indent}  {format_node(node)}")
+        for sub in node.op.subgraphs():
+            lines.append(format_graph(sub, indent + "    "))
+    outs = ", ".join(f"%{o}" for o in graph.outputs)
+    lines.append(f"{indent}  return {outs}")
+    lines.append(f"{indent}}}")
+    return "\n".join(lines)
+
+
+def _shape_text(shape) -> str:
+    if isinstance(shape, tuple):
+        return "(" + ", ".join(str(s) for s in shape) + ")"
+    return str(shape)
+
+
+def _render(value) -> str:
+    if isinstance(value, Graph):
+        return f"<graph {value.name!r}>"
+    if hasattr(value, "value") and hasattr(type(value), "__members__"):
+        return enum_text(value)
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_render(v) for v in value) + "]"
+    return repr(value)

@@ -1,0 +1,207 @@
+"""Graph <-> JSON-ready dicts, with ops by name and attributes by field name.
+
+Enum attributes are written as their value strings, tuples as lists, subgraphs as nested
+graph dicts. Constant payloads go through `encode_constant`/`decode_constant`, so the
+artifact writer can replace them with blob references; the default is base64 text, which
+makes a self-contained graph JSON file.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import enum
+import functools
+import json
+import types
+import typing
+from typing import Any, Callable
+
+from rlx.errors import GraphError
+from rlx.ir.dtype import DType
+from rlx.ir.graph import Graph, Node
+from rlx.ir.ops.base import OPS, Op
+from rlx.ir.ops.sources import Constant
+from rlx.ir.shape import Shape
+
+GRAPH_JSON_FORMAT = "rlx-graph"
+GRAPH_JSON_VERSION = 1
+
+ConstantEncoder = Callable[[Node], Any]
+ConstantDecoder = Callable[[Any, Shape], Any]
+
+
+def _base64_encode(node: Node) -> str:
+    return base64.b64encode(node.op.data.tobytes()).decode("ascii")
+
+
+def _base64_decode(value: Any, shape: Shape) -> bytes:
+    if not isinstance(value, str):
+        raise GraphError("constant payload must be base64 text")
+    return base64.b64decode(value.encode("ascii"), validate=True)
+
+
+# -- encoding ------------------------------------------------------------------------------
+def enum_text(member: enum.Enum) -> str:
+    """The stable text of an enum member: its `label` if it has one, else its value."""
+    return getattr(member, "label", None) or str(member.value)
+
+
+def shape_to_json(shape) -> Any:
+    if isinstance(shape, tuple):
+        return {"tuple": [shape_to_json(s) for s in shape]}
+    return {"dims": list(shape.dims), "dtype": shape.dtype.value}
+
+
+def _attr_to_json(value: Any, encode: ConstantEncoder) -> Any:
+    if isinstance(value, Graph):
+        return graph_to_dict(value, encode)
+    if isinstance(value, enum.Enum):
+        return enum_text(value)
+    if isinstance(value, (tuple, list)):
+        return [_attr_to_json(v, encode) for v in value]
+    return value
+
+
+def graph_to_dict(graph: Graph, encode_constant: ConstantEncoder = _base64_encode) -> dict:
+    nodes = []
+    for node in graph.nodes():
+        entry: dict[str, Any] = {"op": type(node.op).__name__}
+        if isinstance(node.op, Constant):
+            entry["data"] = encode_constant(node)
+        else:
+            attrs = {k: _attr_to_json(v, encode_constant) for k, v in node.op.attrs().items()}
+            if attrs:
+                entry["attrs"] = attrs
+        if node.inputs:
+            entry["inputs"] = list(node.inputs)
+        entry["shape"] = shape_to_json(node.shape)
+        if node.name is not None:
+            entry["name"] = node.name
+        nodes.append(entry)
+    return {"name": graph.name, "nodes": nodes, "outputs": list(graph.outputs)}
+
+
+def graph_to_json(graph: Graph, *, indent: int | None = None) -> str:
+    body = {"format": GRAPH_JSON_FORMAT, "version": GRAPH_JSON_VERSION,
+            "graph": graph_to_dict(graph)}
+    return json.dumps(body, indent=indent, sort_keys=False)
+
+
+# -- decoding ------------------------------------------------------------------------------
+def shape_from_json(value: Any):
+    if not isinstance(value, dict):
+        raise GraphError(f"shape must be an object, got {type(value).__name__}")
+    if "tuple" in value:
+        return tuple(shape_from_json(v) for v in _list(value["tuple"], "shape tuple"))
+    dims = _list(value.get("dims"), "shape dims")
+    for d in dims:
+        if not (isinstance(d, str) or (isinstance(d, int) and not isinstance(d, bool))):
+            raise GraphError(f"shape dim must be an int or a name, got {d!r}")
+    return Shape(dims, DType.parse(str(value.get("dtype"))))
+
+
+def _list(value: Any, what: str) -> list:
+    if not isinstance(value, list):
+        raise GraphError(f"{what} must be a list")
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _attr_from_json(value: Any, hint: Any, decode: ConstantDecoder, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        last_error: Exception | None = None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _attr_from_json(value, arg, decode, where)
+            except GraphError as err:
+                last_error = err
+        raise last_error or GraphError(f"{where}: bad value {value!r}")
+    if origin is tuple:
+        items = _list(value, where)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_attr_from_json(v, args[0], decode, where) for v in items)
+        if len(items) != len(args):
+            raise GraphError(f"{where}: expected {len(args)} items")
+        return tuple(_attr_from_json(v, a, decode, where) for v, a in zip(items, args))
+    if hint is Graph:
+        return graph_from_dict(value, decode)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        for member in hint:
+            if value in (enum_text(member), member.name):
+                return member
+        raise GraphError(f"{where}: unknown {hint.__name__} {value!r}")
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, str, bool) and type(value) is hint:
+        return value
+    if hint is Any:
+        return value
+    raise GraphError(f"{where}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
+
+
+def op_from_json(entry: dict, shape, decode: ConstantDecoder) -> Op:
+    name = entry.get("op")
+    cls = OPS.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise GraphError(f"unknown op {name!r}")
+    if cls is Constant:
+        return Constant(decode(entry.get("data"), shape))
+    attrs = entry.get("attrs", {})
+    if not isinstance(attrs, dict):
+        raise GraphError(f"{name}: attrs must be an object")
+    hints = _field_types(cls)
+    unknown = set(attrs) - set(hints)
+    if unknown:
+        raise GraphError(f"{name}: unknown attribute(s) {sorted(unknown)}")
+    kwargs = {k: _attr_from_json(v, hints[k], decode, f"{name}.{k}") for k, v in attrs.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as err:
+        raise GraphError(f"{name}: {err}") from None
+
+
+def graph_from_dict(body: Any, decode_constant: ConstantDecoder = _base64_decode) -> Graph:
+    if not isinstance(body, dict):
+        raise GraphError("graph must be a JSON object")
+    graph = Graph(str(body.get("name", "graph")))
+    for position, entry in enumerate(_list(body.get("nodes"), "graph nodes")):
+        if not isinstance(entry, dict):
+            raise GraphError(f"node {position} must be an object")
+        shape = shape_from_json(entry.get("shape"))
+        op = op_from_json(entry, shape, decode_constant)
+        name = entry.get("name")
+        if name is not None and not isinstance(name, str):
+            raise GraphError(f"node {position}: name must be a string")
+        inputs = _list(entry.get("inputs", []), f"node {position} inputs")
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in inputs):
+            raise GraphError(f"node {position}: inputs must be node ids")
+        graph.add_node(op, inputs, shape, name=name)
+    outputs = _list(body.get("outputs", []), "graph outputs")
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in outputs):
+        raise GraphError("graph outputs must be node ids")
+    graph.set_outputs(outputs)
+    return graph
+
+
+def graph_from_json(text: str | bytes) -> Graph:
+    try:
+        body = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise GraphError(f"graph JSON is not valid JSON: {err}") from None
+    if isinstance(body, dict) and body.get("format") == GRAPH_JSON_FORMAT:
+        if body.get("version") != GRAPH_JSON_VERSION:
+            raise GraphError(f"graph JSON version {body.get('version')!r} is not supported "
+                             f"(this rlx reads version {GRAPH_JSON_VERSION})")
+        body = body.get("graph")
+    return graph_from_dict(body)
+

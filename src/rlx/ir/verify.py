@@ -1,0 +1,90 @@
+"""`verify(graph)`: the well-formedness check every pass's output must pass.
+
+Checks topological order, known ops and arity, unique names, tuple-valued nodes read only
+through `TupleGet`, outputs that exist, and that each node's declared shape agrees with what
+inference derives from its inputs. Subgraphs are verified recursively.
+"""
+
+from __future__ import annotations
+
+from rlx.errors import GraphError, ShapeError
+from rlx.ir.graph import Graph
+from rlx.ir.ops.base import OPS
+from rlx.ir.ops.multi import TupleGet
+from rlx.ir.ops.sources import Constant
+from rlx.ir.shape import Shape
+
+
+def verify(graph: Graph) -> None:
+    """Raise `GraphError` (or `ShapeError`) naming the first node at fault."""
+    names: set[str] = set()
+    for position, node in enumerate(graph.nodes()):
+        where = f"graph {graph.name!r} node {node.label}"
+        if node.id != position:
+            raise GraphError(f"{where}: id {node.id} at position {position}")
+        if OPS.get(type(node.op).__name__) is not type(node.op):
+            raise GraphError(f"{where}: unknown op {type(node.op).__name__}")
+        for i in node.inputs:
+            if not 0 <= i < node.id:
+                raise GraphError(f"{where}: input %{i} is not an earlier node (topological order)")
+            if graph.node(i).is_tuple and not isinstance(node.op, TupleGet):
+                raise GraphError(f"{where}: reads tuple-valued %{i} without TupleGet")
+        lo, hi = node.op.arity
+        if len(node.inputs) < lo or (hi is not None and len(node.inputs) > hi):
+            raise GraphError(f"{where}: {len(node.inputs)} inputs, op takes {lo}..{hi}")
+        if node.name is not None:
+            if node.name in names:
+                raise GraphError(f"{where}: duplicate name {node.name!r}")
+            names.add(node.name)
+        _check_shape(graph, node, where)
+        for sub in node.op.subgraphs():
+            verify(sub)
+    for o in graph.outputs:
+        if not 0 <= o < len(graph):
+            raise GraphError(f"graph {graph.name!r}: output %{o} does not exist")
+
+
+def _check_shape(graph: Graph, node, where: str) -> None:
+    if isinstance(node.op, Constant):
+        nbytes = node.shape.nbytes
+        if not node.op.is_stripped and nbytes is not None and node.op.nbytes != nbytes:
+            raise ShapeError(f"{where}: payload {node.op.nbytes} bytes, shape {node.shape} "
+                             f"needs {nbytes}")
+        return
+    if node.op.arity == (0, 0):
+        return  # leaves declare their shape
+    try:
+        inferred = graph.infer(node.op, node.inputs)
+    except ShapeError as err:
+        raise ShapeError(f"{where}: {err}") from None
+    if not _agrees(node.shape, inferred):
+        raise ShapeError(f"{where}: declared {_fmt(node.shape)}, inference gives {_fmt(inferred)}")
+
+
+def _agrees(declared, inferred) -> bool:
+    if isinstance(declared, tuple) or isinstance(inferred, tuple):
+        return (
+            isinstance(declared, tuple)
+            and isinstance(inferred, tuple)
+            and len(declared) == len(inferred)
+            and all(_agrees(d, i) for d, i in zip(declared, inferred))
+        )
+    return _compatible(declared, inferred)
+
+
+def _compatible(declared: Shape, inferred: Shape) -> bool:
+    """Same dtype and rank; a symbolic dim on either side may stand for any size."""
+    return (
+        declared.dtype == inferred.dtype
+        and declared.rank == inferred.rank
+        and all(
+            d == i or isinstance(d, str) or isinstance(i, str)
+            for d, i in zip(declared.dims, inferred.dims)
+        )
+    )
+
+
+def _fmt(shape) -> str:
+    if isinstance(shape, tuple):
+        return "(" + ", ".join(str(s) for s in shape) + ")"
+    return str(shape)

@@ -1,0 +1,3 @@
+"""control kernels."""
+
+from __future__ import annotations

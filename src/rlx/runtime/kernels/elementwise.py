@@ -1,0 +1,205 @@
+"""Elementwise kernels. Results keep the input dtype (NumPy would promote some of them)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlx.ir.ops.elementwise import (
+    Activation, Binary, BinaryOp, Cast, Clamp, Compare, CompareOp, Identity, Logical,
+    LogicalOp, Not, Unary, Where,
+)
+from rlx.runtime.kernels.registry import kernel
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Error function, vectorised, accurate to float32 rounding.
+
+    |x| < 0.5: its Maclaurin series (next term < 1e-9). Elsewhere: 1 - erfc(|x|) with the
+    Numerical Recipes Chebyshev fit of erfc (relative error < 1.2e-7).
+    """
+    z = np.abs(x.astype(np.float64))
+    z2 = z * z
+    series = z * (1 + z2 * (-1 / 3 + z2 * (1 / 10 + z2 * (-1 / 42 + z2 * (
+        1 / 216 + z2 * (-1 / 1320 + z2 / 9360)))))) * (2 / np.sqrt(np.pi))
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = -z2 - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
+        -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (
+            -0.82215223 + t * 0.17087277))))))))
+    tail = 1.0 - t * np.exp(poly)
+    return (np.sign(x) * np.where(z < 0.5, series, tail)).astype(x.dtype)
+
+
+def _sigmoid(x):
+    # exp of a negative magnitude only: no overflow warnings for large |x|
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
+
+
+def _softplus(x):
+    return (np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))).astype(x.dtype)
+
+
+def _a(op, default):
+    return default if op.alpha is None else op.alpha
+
+
+def _b(op, default):
+    return default if op.beta is None else op.beta
+
+
+_SELU_ALPHA = 1.67326319217681884765625
+_SELU_GAMMA = 1.05070102214813232421875
+
+_UNARY = {
+    Activation.RELU: lambda x, op: np.maximum(x, x.dtype.type(0)),
+    Activation.GELU: lambda x, op: 0.5 * x * (1 + erf(x / np.sqrt(2).astype(x.dtype))),
+    Activation.GELU_APPROX: lambda x, op: 0.5 * x * (
+        1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))),
+    Activation.SILU: lambda x, op: x * _sigmoid(x),
+    Activation.SIGMOID: lambda x, op: _sigmoid(x),
+    Activation.TANH: lambda x, op: np.tanh(x),
+    Activation.EXP: lambda x, op: np.exp(x),
+    Activation.LOG: lambda x, op: np.log(x),
+    Activation.SQRT: lambda x, op: np.sqrt(x),
+    Activation.RSQRT: lambda x, op: 1 / np.sqrt(x),
+    Activation.NEG: lambda x, op: np.negative(x),
+    Activation.ABS: lambda x, op: np.abs(x),
+    Activation.SIN: lambda x, op: np.sin(x),
+    Activation.COS: lambda x, op: np.cos(x),
+    Activation.TAN: lambda x, op: np.tan(x),
+    Activation.ASIN: lambda x, op: np.arcsin(x),
+    Activation.ACOS: lambda x, op: np.arccos(x),
+    Activation.ATAN: lambda x, op: np.arctan(x),
+    Activation.SINH: lambda x, op: np.sinh(x),
+    Activation.COSH: lambda x, op: np.cosh(x),
+    Activation.ASINH: lambda x, op: np.arcsinh(x),
+    Activation.ACOSH: lambda x, op: np.arccosh(x),
+    Activation.ATANH: lambda x, op: np.arctanh(x),
+    Activation.RECIP: lambda x, op: np.reciprocal(x),
+    Activation.ROUND: lambda x, op: np.round(x),  # half to even, as ONNX Round
+    Activation.FLOOR: lambda x, op: np.floor(x),
+    Activation.CEIL: lambda x, op: np.ceil(x),
+    Activation.SIGN: lambda x, op: np.sign(x),
+    Activation.SOFTPLUS: lambda x, op: _softplus(x),
+    Activation.SOFTSIGN: lambda x, op: x / (1 + np.abs(x)),
+    Activation.ELU: lambda x, op: np.where(x > 0, x, _a(op, 1.0) * np.expm1(np.minimum(x, 0))),
+    Activation.SELU: lambda x, op: _b(op, _SELU_GAMMA) * np.where(
+        x > 0, x, _a(op, _SELU_ALPHA) * np.expm1(np.minimum(x, 0))),
+    Activation.CELU: lambda x, op: np.maximum(x, 0) + np.minimum(
+        0, _a(op, 1.0) * np.expm1(np.minimum(x, 0) / _a(op, 1.0))),
+    Activation.LEAKY_RELU: lambda x, op: np.where(x >= 0, x, _a(op, 0.01) * x),
+    Activation.THRESHOLDED_RELU: lambda x, op: np.where(x > _a(op, 1.0), x, 0),
+    Activation.ERF: lambda x, op: erf(x),
+    Activation.HARD_SWISH: lambda x, op: x * np.clip(x / 6 + 0.5, 0, 1),
+    Activation.HARD_SIGMOID: lambda x, op: np.clip(_a(op, 0.2) * x + _b(op, 0.5), 0, 1),
+    Activation.MISH: lambda x, op: x * np.tanh(_softplus(x)),
+    Activation.LOG_SIGMOID: lambda x, op: -_softplus(-x),
+    Activation.IS_NAN: lambda x, op: np.isnan(x),
+    Activation.IS_INF: lambda x, op: np.isinf(x),
+    Activation.IS_POS_INF: lambda x, op: np.isposinf(x),
+    Activation.IS_NEG_INF: lambda x, op: np.isneginf(x),
+    Activation.BIT_NOT: lambda x, op: np.invert(x),
+}
+
+
+@kernel(Unary)
+def unary(node, x):
+    with np.errstate(all="ignore"):
+        out = _UNARY[node.op.kind](x, node.op)
+    return np.asarray(out, dtype=node.shape.dtype.numpy)
+
+
+def _pow(a, b):
+    if np.issubdtype(a.dtype, np.integer):
+        return np.power(a.astype(np.float64), b).astype(a.dtype)
+    return np.power(a, b)
+
+
+def _int_div(a, b):
+    # integer division truncates toward zero (C / ONNX), not toward -inf as NumPy's //
+    q = np.abs(a) // np.where(b == 0, 1, np.abs(b))
+    return (np.sign(a) * np.sign(b) * q).astype(a.dtype)
+
+
+_BINARY = {
+    BinaryOp.ADD: np.add,
+    BinaryOp.SUB: np.subtract,
+    BinaryOp.MUL: np.multiply,
+    BinaryOp.DIV: lambda a, b: _int_div(a, b) if a.dtype.kind in "iu" else np.divide(a, b),
+    BinaryOp.MAX: np.maximum,
+    BinaryOp.MIN: np.minimum,
+    BinaryOp.POW: _pow,
+    BinaryOp.MOD: np.mod,
+    BinaryOp.FMOD: np.fmod,
+    BinaryOp.BIT_AND: np.bitwise_and,
+    BinaryOp.BIT_OR: np.bitwise_or,
+    BinaryOp.BIT_XOR: np.bitwise_xor,
+    BinaryOp.SHL: np.left_shift,
+    BinaryOp.SHR: np.right_shift,
+    BinaryOp.ATAN2: np.arctan2,
+}
+
+
+@kernel(Binary)
+def binary(node, a, b):
+    with np.errstate(all="ignore"):
+        out = _BINARY[node.op.op](a, b)
+    return np.asarray(out, dtype=node.shape.dtype.numpy)
+
+
+_COMPARE = {
+    CompareOp.EQ: np.equal,
+    CompareOp.NE: np.not_equal,
+    CompareOp.LT: np.less,
+    CompareOp.LE: np.less_equal,
+    CompareOp.GT: np.greater,
+    CompareOp.GE: np.greater_equal,
+}
+
+
+@kernel(Compare)
+def compare(node, a, b):
+    return np.asarray(_COMPARE[node.op.op](a, b))
+
+
+_LOGICAL = {LogicalOp.AND: np.logical_and, LogicalOp.OR: np.logical_or,
+            LogicalOp.XOR: np.logical_xor}
+
+
+@kernel(Logical)
+def logical(node, a, b):
+    return np.asarray(_LOGICAL[node.op.op](a, b))
+
+
+@kernel(Not)
+def logical_not(node, x):
+    return np.logical_not(x)
+
+
+@kernel(Where)
+def where(node, cond, a, b):
+    return np.where(cond, a, b)
+
+
+@kernel(Cast)
+def cast(node, x):
+    to = node.op.to.numpy
+    if x.dtype.kind == "f" and to.kind in "iub" and to.kind != "b":
+        with np.errstate(invalid="ignore"):
+            return np.trunc(x).astype(to)  # float -> int truncates toward zero
+    return x.astype(to)
+
+
+@kernel(Clamp)
+def clamp(node, x):
+    lo, hi = node.op.min, node.op.max
+    out = x
+    if lo is not None:
+        out = np.maximum(out, np.asarray(lo).astype(x.dtype))
+    if hi is not None:
+        out = np.minimum(out, np.asarray(hi).astype(x.dtype))
+    return np.asarray(out, dtype=x.dtype)
+
+
+@kernel(Identity)
+def identity(node, x):
+    return x

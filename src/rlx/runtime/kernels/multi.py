@@ -1,0 +1,11 @@
+"""The projection of one output out of a tuple-valued node."""
+
+from __future__ import annotations
+
+from rlx.ir.ops.multi import TupleGet
+from rlx.runtime.kernels.registry import kernel
+
+
+@kernel(TupleGet)
+def tuple_get(node, parts):
+    return parts[node.op.index]

@@ -1,0 +1,43 @@
+"""The kernel registry: one numpy implementation per op type, filled at import.
+
+A *kernel* is `fn(node, *inputs) -> array | tuple[array, ...]`; it reads its attributes from
+`node.op` and may use `node.shape` for the output dtype. A *builder* is for ops that need
+work at compile time (subgraphs, weight layouts): `build(node, compile) -> step`, where
+`step(*inputs)` is what runs and `compile(graph)` compiles a subgraph.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rlx.ir.ops.base import Op
+
+Kernel = Callable[..., Any]
+Builder = Callable[..., Callable[..., Any]]
+
+KERNELS: dict[type[Op], Kernel] = {}
+BUILDERS: dict[type[Op], Builder] = {}
+
+
+def kernel(*op_types: type[Op]) -> Callable[[Kernel], Kernel]:
+    def register(fn: Kernel) -> Kernel:
+        for op_type in op_types:
+            assert op_type not in KERNELS and op_type not in BUILDERS, op_type
+            KERNELS[op_type] = fn
+        return fn
+
+    return register
+
+
+def builder(*op_types: type[Op]) -> Callable[[Builder], Builder]:
+    def register(fn: Builder) -> Builder:
+        for op_type in op_types:
+            assert op_type not in KERNELS and op_type not in BUILDERS, op_type
+            BUILDERS[op_type] = fn
+        return fn
+
+    return register
+
+
+def has_kernel(op_type: type[Op]) -> bool:
+    return op_type in KERNELS or op_type in BUILDERS

@@ -1,0 +1,3 @@
+"""shaping kernels."""
+
+from __future__ import annotations

@@ -1,0 +1,183 @@
+"""`Session` and `CompiledGraph`: run a graph on the CPU with the numpy kernels.
+
+Compiling resolves every node to a step once, binds constants, and plans when each value
+dies, so a run is one tight loop over steps that frees values after their last use. A run
+keeps all its state in local variables: one `CompiledGraph` may run from many threads.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from rlx.errors import GraphError, InputError, KernelError, RlxError, UnsupportedOpError
+from rlx.ir.dtype import DType
+from rlx.ir.graph import Graph, Node
+from rlx.ir.ops.sources import Constant, Input, Param
+from rlx.ir.shape import Shape
+from rlx.ir.verify import verify
+from rlx.runtime.kernels import BUILDERS, KERNELS, has_kernel
+
+DEVICES = ("cpu",)
+
+
+class Session:
+    """Entry point of the runtime: `Session("cpu").compile(graph).run(feeds)`."""
+
+    def __init__(self, device: str = "cpu"):
+        if device not in DEVICES:
+            raise GraphError(f"unknown device {device!r}; rlx runs on: {', '.join(DEVICES)}")
+        self.device = device
+
+    def compile(self, graph: Graph) -> CompiledGraph:
+        return CompiledGraph(graph)
+
+
+@dataclass(frozen=True)
+class _Step:
+    node: Node
+    run: Callable[..., Any]
+    inputs: tuple[int, ...]
+    frees: tuple[int, ...]  # values whose last reader is this step
+
+
+class CompiledGraph:
+    """A graph ready to run. `run(feeds)` returns the outputs in graph order."""
+
+    def __init__(self, graph: Graph):
+        verify(graph)
+        _check_runnable(graph)
+        self.graph = graph
+        self._inputs = graph.inputs()
+        self._input_ids = [n.id for n in self._inputs]
+        self._constants: dict[int, np.ndarray] = {}
+        steps: list[tuple[Node, Callable]] = []
+        for node in graph.nodes():
+            if isinstance(node.op, Constant):
+                self._constants[node.id] = node.op.array(node.shape)
+            elif not isinstance(node.op, Input):
+                steps.append((node, self._resolve(node)))
+        self._steps = _plan(graph, steps, keep=set(graph.outputs) | set(self._constants))
+
+    @staticmethod
+    def _resolve(node: Node) -> Callable:
+        build = BUILDERS.get(type(node.op))
+        if build is not None:
+            return build(node, CompiledGraph)
+        return functools.partial(KERNELS[type(node.op)], node)
+
+    @property
+    def input_names(self) -> list[str]:
+        return [n.op.name for n in self._inputs]
+
+    @property
+    def input_shapes(self) -> dict[str, Shape]:
+        return {n.op.name: n.shape for n in self._inputs}
+
+    @property
+    def output_names(self) -> list[str]:
+        return [self.graph.node(o).name or f"out{o}" for o in self.graph.outputs]
+
+    def run(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
+        """Check `feeds` against the graph's inputs, run, return outputs in graph order."""
+        return self._execute(self._check_feeds(feeds))
+
+    def call(self, *args: np.ndarray) -> list[np.ndarray]:
+        """Run with inputs given positionally in graph order (subgraphs; no feed checks)."""
+        return self._execute(dict(zip(self._input_ids, args)))
+
+    def _execute(self, values: dict[int, Any]) -> list[np.ndarray]:
+        values.update(self._constants)
+        for step in self._steps:
+            args = [values[i] for i in step.inputs]
+            try:
+                values[step.node.id] = step.run(*args)
+            except RlxError:
+                raise
+            except Exception as err:
+                raise KernelError(f"while running {step.node.label}: {err}") from err
+            for i in step.frees:
+                del values[i]
+        return [values[o] for o in self.graph.outputs]
+
+    def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[int, np.ndarray]:
+        names = set(self.input_names)
+        unknown = sorted(set(feeds) - names)
+        missing = [n for n in self.input_names if n not in feeds]
+        if unknown or missing:
+            parts = []
+            if missing:
+                parts.append(f"missing input(s) {', '.join(map(repr, missing))}")
+            if unknown:
+                parts.append(f"unknown input(s) {', '.join(map(repr, unknown))}")
+            raise InputError(f"{'; '.join(parts)}; graph inputs are {sorted(names)}")
+        bound: dict[str, int] = {}
+        values: dict[int, np.ndarray] = {}
+        for node in self._inputs:
+            values[node.id] = _check_feed(node, feeds[node.op.name], bound)
+        return values
+
+    def __repr__(self) -> str:
+        return f"CompiledGraph({self.graph.name!r}, {len(self._steps)} steps)"
+
+
+def _check_feed(node: Node, value: Any, bound: dict[str, int]) -> np.ndarray:
+    shape: Shape = node.shape
+    want = shape.dtype.numpy
+    if not isinstance(value, np.ndarray):
+        value = np.asarray(value, dtype=want)  # Python scalars and lists take the declared type
+    name = node.op.name
+    expected = f"expected {shape}"
+    got = f"got {DType.from_numpy(value.dtype) if value.dtype in _KNOWN else value.dtype}" \
+          f"[{', '.join(map(str, value.shape))}]"
+    if value.dtype != want or value.ndim != shape.rank:
+        raise InputError(f"input {name!r}: {expected}, {got}")
+    for axis, (dim, size) in enumerate(zip(shape.dims, value.shape)):
+        if isinstance(dim, int):
+            if dim != size:
+                raise InputError(f"input {name!r}: {expected}, {got} (axis {axis})")
+        elif dim != "?":
+            if bound.setdefault(dim, size) != size:
+                raise InputError(
+                    f"input {name!r}: {expected}, {got}: dim {dim!r} is {bound[dim]} elsewhere"
+                )
+    return value
+
+
+_KNOWN = {d.numpy for d in DType}
+
+
+def _check_runnable(graph: Graph) -> None:
+    missing = {
+        type(n.op).__name__ for n in graph.nodes()
+        if not isinstance(n.op, (Input, Constant, Param)) and not has_kernel(type(n.op))
+    }
+    if missing:
+        raise UnsupportedOpError(missing, where=f"graph {graph.name!r}")
+    for node in graph.nodes():
+        if isinstance(node.op, Param):
+            raise GraphError(
+                f"param {node.op.name!r} has no value: bake the graph with its weights first"
+            )
+        if isinstance(node.op, Constant) and node.op.is_stripped and node.shape.numel != 0:
+            raise GraphError(
+                f"constant {node.label} has no bytes (a compact artifact): "
+                "call ensure_runtime_ready() or into_runtime_graph() before compile"
+            )
+
+
+def _plan(graph: Graph, steps: Sequence[tuple[Node, Callable]], keep: set[int]) -> list[_Step]:
+    last_use: dict[int, int] = {}
+    for position, (node, _) in enumerate(steps):
+        for i in node.inputs:
+            last_use[i] = position
+    frees: list[list[int]] = [[] for _ in steps]
+    for value, position in last_use.items():
+        if value not in keep:
+            frees[position].append(value)
+    return [
+        _Step(node, run, node.inputs, tuple(frees[p])) for p, (node, run) in enumerate(steps)
+    ]
