@@ -109,7 +109,8 @@ def _list(value: Any, what: str) -> list:
 
 @functools.lru_cache(maxsize=None)
 def _field_types(cls: type) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls)
+    # ops that hold subgraphs name `Graph` only under TYPE_CHECKING (import cycle)
+    hints = typing.get_type_hints(cls, localns={"Graph": Graph})
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
