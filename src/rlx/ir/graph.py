@@ -8,7 +8,7 @@ shape when it is not given and check the inputs against the op as they go.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence, Union
+from typing import Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -176,6 +176,21 @@ class Graph:
         if not isinstance(shape, tuple):
             raise GraphError(f"node %{node_id} is not tuple-valued")
         return [self.add_node(TupleGet(i), (node_id,)) for i in range(len(shape))]
+
+    def replace_ops(self, ops: Mapping[int, Op]) -> Graph:
+        """A copy whose nodes `ops` keys get new ops (same id, inputs, shape and name).
+
+        For swapping payloads of Constants (stripping, materialising weights) in O(nodes)
+        without re-inferring anything; the original graph is left as it was.
+        """
+        out = Graph(self.name)
+        out._nodes = [
+            Node(n.id, ops[n.id], n.inputs, n.shape, n.name) if n.id in ops else n
+            for n in self._nodes
+        ]
+        out._by_name = dict(self._by_name)
+        out.outputs = list(self.outputs)
+        return out
 
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, {len(self._nodes)} nodes, outputs={self.outputs})"

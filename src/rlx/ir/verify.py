@@ -42,6 +42,9 @@ def verify(graph: Graph) -> None:
     for o in graph.outputs:
         if not 0 <= o < len(graph):
             raise GraphError(f"graph {graph.name!r}: output %{o} does not exist")
+        if graph.node(o).is_tuple:
+            raise GraphError(f"graph {graph.name!r}: output %{o} is tuple-valued; "
+                             "output its parts through TupleGet")
 
 
 def _check_shape(graph: Graph, node, where: str) -> None:

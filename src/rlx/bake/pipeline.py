@@ -1,0 +1,189 @@
+"""`bake` and `bake_bundle`: the reference's pipeline, in its order, without its bugs.
+
+specialize -> skip-zero -> ternary (TQ2_0) -> quant (Q8_0) -> simplify -> DCE -> fold -> DCE
+-> dedupe -> weight table (unfold + binding rows) -> memory layout.
+
+Node names and ids travel with the nodes through every pass, so the table links each row to
+its Constant by id; nothing is renamed after the fact by matching payload bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from rlx import passes
+from rlx.bake.memory import MemoryStats
+from rlx.bake.profile import BakeOptions
+from rlx.bake.rlxfile import RlxFile, RlxWeight
+from rlx.errors import BakeError
+from rlx.ir.dtype import DType
+from rlx.ir.graph import Graph, Node
+from rlx.ir.ops.linalg import DequantMatMul, QuantScheme
+from rlx.ir.ops.sources import Constant, Param
+from rlx.ir.verify import verify
+from rlx.weights.bundle import WeightBundle
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class OptimizeStats:
+    skipped_zero_matmuls: int = 0
+    ternary_packed: int = 0
+    quant_packed: int = 0
+    weights_unfolded: int = 0  # table rows found by unfold (not the final table size)
+    simplified: int = 0
+    dead_removed: int = 0
+    constants_folded: int = 0
+    not_packed: dict[str, int] = field(default_factory=dict)  # reason -> weights left dense
+
+
+@dataclass
+class BakeReport:
+    nodes_before: int = 0
+    nodes_after: int = 0
+    params_baked: int = 0  # params turned into constants (whether or not later folded)
+    params_remaining: list[str] = field(default_factory=list)
+    unused_bindings: list[str] = field(default_factory=list)  # bindings matching no param
+    constant_bytes: int = 0  # Constant payload bytes left in the graph
+    weight_count: int = 0
+    weight_bytes: int = 0
+    bytes_by_encoding: dict[str, int] = field(default_factory=dict)
+    optimize: OptimizeStats = field(default_factory=OptimizeStats)
+    memory: MemoryStats = field(default_factory=MemoryStats)
+
+
+def bake(graph: Graph, bindings: Mapping[str, np.ndarray],
+         opts: BakeOptions | None = None) -> tuple[RlxFile, BakeReport]:
+    """Bake `graph` with weights given as arrays by param name."""
+    return bake_bundle(graph, WeightBundle(tensors=dict(bindings)), opts)
+
+
+def bake_bundle(graph: Graph, bundle: WeightBundle,
+                opts: BakeOptions | None = None) -> tuple[RlxFile, BakeReport]:
+    """Bake `graph` with a loaded `WeightBundle` (dense tensors and packed rows)."""
+    opts = opts or BakeOptions()
+    verify(graph)
+    report = BakeReport(nodes_before=len(graph))
+    stats = report.optimize
+    param_names = {n.op.name for n in graph.params()}
+    report.unused_bindings = sorted(set(bundle.tensors) - param_names
+                                    - {w.name for w in bundle.packed})
+    if report.unused_bindings:
+        log.warning("bindings matching no param: %s", ", ".join(report.unused_bindings))
+
+    g, report.params_baked = passes.specialize(graph, bundle.tensors)
+    g, packed_bound = _bind_packed(g, bundle)
+    report.params_baked += packed_bound
+    if opts.skip_zero:
+        g, stats.skipped_zero_matmuls = passes.skip_zero_matmul(g)
+    for enabled, scheme, attr in ((opts.ternary, QuantScheme.GGUF_TQ2_0, "ternary_packed"),
+                                  (opts.quant, QuantScheme.GGUF_Q8_0, "quant_packed")):
+        if enabled:
+            require_ternary = scheme is QuantScheme.GGUF_TQ2_0
+            for _, reason in passes.packing_candidates(g, scheme.block_size, require_ternary):
+                if reason is not None:
+                    stats.not_packed[reason] = stats.not_packed.get(reason, 0) + 1
+            pack = passes.pack_ternary if require_ternary else passes.pack_quant
+            g, count = pack(g)
+            setattr(stats, attr, count)
+    if opts.algebraic_simplify:
+        g, stats.simplified = passes.algebraic_simplify(g)
+    if opts.dce:
+        g, stats.dead_removed = passes.eliminate_dead_code(g)
+    if opts.constant_folding:
+        g, stats.constants_folded = passes.fold_constants(g)
+        if opts.dce and stats.constants_folded:
+            g, removed = passes.eliminate_dead_code(g)
+            stats.dead_removed += removed
+    deduped = 0
+    if opts.dedupe_constants:
+        g, deduped = passes.dedupe_identical_constants(g)
+    verify(g)
+
+    rows = _weight_table(g, bundle, opts, stats, report)
+    file = RlxFile.from_baked(
+        g, rows, params_baked=report.params_baked,
+        skipped_zero_matmuls=stats.skipped_zero_matmuls,
+        ternary_packed=stats.ternary_packed, quant_packed=stats.quant_packed,
+        profile=opts.profile.value,
+    )
+    dropped = report.memory.folded_bindings_dropped
+    report.memory = file.apply_memory_mode(opts.memory)
+    report.memory.constants_deduped = deduped
+    report.memory.folded_bindings_dropped = dropped
+    report.nodes_after = file.meta.nodes
+    report.params_remaining = file.meta.params_remaining
+    report.constant_bytes = file.meta.constant_bytes
+    report.weight_count = file.meta.weight_count
+    report.weight_bytes = file.meta.weight_bytes
+    for w in file.weights:
+        report.bytes_by_encoding[w.encoding] = report.bytes_by_encoding.get(w.encoding, 0) \
+            + w.nbytes
+    log.info("baked %r: %d -> %d nodes, %d weights, %d bytes", graph.name,
+             report.nodes_before, report.nodes_after, report.weight_count, report.weight_bytes)
+    return file, report
+
+
+def _bind_packed(graph: Graph, bundle: WeightBundle) -> tuple[Graph, int]:
+    """Bind packed source rows (e.g. GGUF Q8_0 tensors) to the MatMuls whose weight they are.
+
+    A packed row named like a Param that is the right operand of MatMuls of shape [K, N]
+    becomes a u8 Constant, and those MatMuls become DequantMatMul. A row whose encoding is
+    not a DequantMatMul scheme, or whose Param has another use, is refused (not guessed).
+    """
+    if not bundle.packed:
+        return graph, 0
+    raise BakeError("packed weight rows are bound by the weight loaders (not yet supported)")
+
+
+def _weight_table(g: Graph, bundle: WeightBundle, opts: BakeOptions, stats: OptimizeStats,
+                  report: BakeReport) -> list[RlxWeight]:
+    """Rows for matmul/conv weights (unfold) then for every other binding (binding rows)."""
+    rows: dict[str, RlxWeight] = {}
+    used_names = {n.name for n in g.nodes() if n.name}
+    if opts.unfold:
+        unfolded = passes.unfold_weights(g)
+        stats.weights_unfolded = len(unfolded)
+        for row in unfolded:
+            node = g.node(row.node_id)
+            name = node.name or _fresh_name(f"w{node.id}", used_names)
+            rows[name] = RlxWeight(
+                name, tuple(row.shape), row.dtype, row.encoding, node.op.data,
+                note=row.note, layout=row.layout, node_id=node.id, row_aligned=row.row_aligned,
+            )
+    linked = {r.node_id for r in rows.values()}
+    for name in sorted(bundle.tensors):
+        if name in rows or name in report.unused_bindings:
+            continue
+        node = g.find(name)
+        if node is not None and isinstance(node.op, Constant) and node.id not in linked:
+            rows[name] = _dense_row(name, node, "baked from live constant")
+        elif node is None and opts.keep_folded_bindings:
+            value = np.ascontiguousarray(bundle.tensors[name])
+            rows[name] = RlxWeight(name, value.shape, _dtype_name(value), _dtype_name(value),
+                                   value, note="source binding (folded away in the graph)")
+        elif node is None:
+            report.memory.folded_bindings_dropped += 1
+    return [rows[k] for k in sorted(rows)]
+
+
+def _dense_row(name: str, node: Node, note: str) -> RlxWeight:
+    return RlxWeight(name, tuple(node.shape.dims), node.shape.dtype.value,
+                     node.shape.dtype.value, node.op.data, note=note, node_id=node.id)
+
+
+def _dtype_name(value: np.ndarray) -> str:
+    return DType.from_numpy(value.dtype).value
+
+
+def _fresh_name(base: str, used: set[str]) -> str:
+    name, k = base, 1
+    while name in used:
+        name, k = f"{base}_{k}", k + 1
+    used.add(name)
+    return name

@@ -1,0 +1,98 @@
+"""Bake profiles and the options they expand to (the reference's profile table)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+
+from rlx.bake.memory import MemoryMode
+from rlx.errors import BakeError
+
+
+class BakeProfile(enum.Enum):
+    MERGE = "merge"
+    FOLD = "fold"
+    EXACT = "exact"
+    SIZE = "size"
+
+    @classmethod
+    def parse(cls, text: str) -> BakeProfile:
+        key = text.strip().lower()
+        for profile in cls:
+            if key == profile.value or key in _ALIASES[profile]:
+                return profile
+        raise BakeError(f"unknown bake profile {text!r}; expected one of "
+                        f"{', '.join(cls.all_names())}")
+
+    @classmethod
+    def all_names(cls) -> list[str]:
+        """Canonical names first, then aliases."""
+        return [p.value for p in cls] + [a for p in cls for a in _ALIASES[p]]
+
+    @property
+    def description(self) -> str:
+        return _DESCRIPTIONS[self]
+
+    def options(self) -> BakeOptions:
+        return BakeOptions.from_profile(self)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_ALIASES = {
+    BakeProfile.MERGE: ("none", "raw"),
+    BakeProfile.FOLD: ("cleanup",),
+    BakeProfile.EXACT: ("lossless", "default", "compute"),
+    BakeProfile.SIZE: ("compact", "quant"),
+}
+_DESCRIPTIONS = {
+    BakeProfile.MERGE: "package only: weights bound as constants, graph otherwise untouched",
+    BakeProfile.FOLD: "fold weight-only math and clean up, keep dense matmuls",
+    BakeProfile.EXACT: "lossless: skip zero matmuls, pack exact-ternary weights (TQ2_0), clean up",
+    BakeProfile.SIZE: "exact + Q8_0 on the remaining matmul weights (changes numerics slightly)",
+}
+
+
+@dataclass
+class BakeOptions:
+    """Every switch of the bake pipeline. The default is the exact profile."""
+
+    profile: BakeProfile = BakeProfile.EXACT
+    constant_folding: bool = True
+    dce: bool = True
+    algebraic_simplify: bool = True
+    skip_zero: bool = True
+    ternary: bool = True
+    quant: bool = False
+    unfold: bool = True
+    memory: MemoryMode = MemoryMode.COMPACT
+    dedupe_constants: bool = True
+    keep_folded_bindings: bool = False
+
+    @classmethod
+    def from_profile(cls, profile: BakeProfile | str) -> BakeOptions:
+        if isinstance(profile, str):
+            profile = BakeProfile.parse(profile)
+        return cls(profile=profile, **_TABLE[profile])
+
+    def replace(self, **changes) -> BakeOptions:
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise BakeError(f"unknown bake option(s): {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, **changes)
+
+
+def _row(fold, skip, ternary, quant, memory, dedupe, keep_folded):
+    return dict(constant_folding=fold, dce=fold, algebraic_simplify=fold, skip_zero=skip,
+                ternary=ternary, quant=quant, unfold=True, memory=memory,
+                dedupe_constants=dedupe, keep_folded_bindings=keep_folded)
+
+
+_TABLE = {
+    BakeProfile.MERGE: _row(False, False, False, False, MemoryMode.DUPLEX, False, True),
+    BakeProfile.FOLD: _row(True, False, False, False, MemoryMode.COMPACT, True, False),
+    BakeProfile.EXACT: _row(True, True, True, False, MemoryMode.COMPACT, True, False),
+    BakeProfile.SIZE: _row(True, True, True, True, MemoryMode.COMPACT, True, False),
+}

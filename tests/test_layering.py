@@ -1,0 +1,74 @@
+"""DESIGN.md section 2: which rlx module may import which. Parsed with `ast`, not executed."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "rlx"
+
+# module -> rlx modules it may import (itself always allowed)
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "ir": {"errors"},
+    "codecs": {"errors"},
+    "runtime": {"errors", "ir", "codecs"},
+    "passes": {"errors", "ir", "codecs", "runtime"},
+    "weights": {"errors", "codecs"},
+    "bake": {"errors", "ir", "codecs", "passes", "weights"},
+    "artifact": {"errors", "ir", "codecs", "bake"},
+    "frontends": {"errors", "ir"},
+    "cli": {"errors", "ir", "codecs", "runtime", "passes", "weights", "bake", "artifact",
+            "frontends", "demo", "__init__"},
+    "demo": {"errors", "ir", "codecs", "runtime", "passes", "weights", "bake", "artifact",
+             "frontends"},
+    "__main__": {"cli"},
+    "__init__": {"errors", "ir", "codecs", "runtime", "passes", "weights", "bake", "artifact",
+                 "frontends"},
+}
+ONNX_IMPORTERS = {"frontends"}
+
+
+def _module_of(path: Path) -> str:
+    rel = path.relative_to(SRC)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+SOURCES = sorted(SRC.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(SRC)))
+def test_imports_follow_the_layering(path: Path):
+    module = _module_of(path)
+    assert module in ALLOWED, f"{module} is not in the layering table: add it to DESIGN.md"
+    for name in _imports(path):
+        top, _, rest = name.partition(".")
+        if top == "onnx" or name.startswith("onnx."):
+            assert module in ONNX_IMPORTERS, f"{path.name}: only frontends may import onnx"
+        if top != "rlx" or not rest:
+            continue
+        target = rest.split(".")[0]
+        assert target == module or target in ALLOWED[module], (
+            f"{path.relative_to(SRC)} imports rlx.{target}; {module} may import only "
+            f"{sorted(ALLOWED[module])}"
+        )
+
+
+def test_nothing_imports_cli():
+    for path in SOURCES:
+        if _module_of(path) in ("cli", "__main__"):
+            continue
+        assert not any(n == "rlx.cli" for n in _imports(path)), f"{path} imports rlx.cli"
