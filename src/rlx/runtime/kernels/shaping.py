@@ -1,3 +1,234 @@
-"""shaping kernels."""
+"""Shape and indexing kernels (ONNX semantics), numpy only.
+
+Ops with a static and a dynamic form read their shape-like operand from the attribute, or
+from the extra input when the attribute is None. Pure re-layouts (Reshape, Transpose, Slice,
+Expand, Split) return numpy views where numpy gives them; kernels never write their inputs.
+"""
 
 from __future__ import annotations
+
+import numpy as np
+
+from rlx.ir.ops.shaping import (
+    Compress, Concat, DepthToSpace, DepthToSpaceMode, Expand, Fill, Flatten, Gather,
+    GatherElements, GatherND, NonZero, OneHot, Pad, PadMode, Range, Reshape, ScatterElements,
+    ScatterND, ScatterReduction, ShapeOf, Size, Slice, SpaceToDepth, Split, Squeeze, Tile,
+    Transpose, Trilu, Unsqueeze, onnx_slice, reshape_target, slice_plan,
+)
+from rlx.runtime.kernels.registry import kernel
+
+
+def _ints(attr: tuple[int, ...] | None, operand: np.ndarray | None) -> tuple[int, ...] | None:
+    """A shape-like operand: the static attribute, else the run-time tensor's values."""
+    if attr is not None:
+        return attr
+    return None if operand is None else tuple(int(v) for v in operand.reshape(-1))
+
+
+# -- re-layouts --------------------------------------------------------------------------------
+@kernel(Reshape)
+def reshape(node, x, shape=None):
+    op = node.op
+    return x.reshape(reshape_target(x.shape, _ints(op.shape, shape), op.allowzero))
+
+
+@kernel(Transpose)
+def transpose(node, x):
+    return x.transpose(node.op.resolved_perm(x.ndim))
+
+
+@kernel(Concat)
+def concat(node, *xs):
+    return np.concatenate(xs, axis=node.op.axis)
+
+
+@kernel(Expand)
+def expand(node, x, shape=None):
+    return np.broadcast_to(x, np.broadcast_shapes(x.shape, _ints(node.op.shape, shape)))
+
+
+@kernel(Tile)
+def tile(node, x, repeats=None):
+    return np.tile(x, _ints(node.op.repeats, repeats))
+
+
+@kernel(Flatten)
+def flatten(node, x):
+    axis = node.op.axis + x.ndim if node.op.axis < 0 else node.op.axis
+    return x.reshape(int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])))
+
+
+@kernel(Squeeze)
+def squeeze(node, x):
+    return np.squeeze(x, axis=node.op.axes)
+
+
+@kernel(Unsqueeze)
+def unsqueeze(node, x):
+    return np.expand_dims(x, node.op.axes)
+
+
+@kernel(Slice)
+def slice_(node, x, starts=None, ends=None, axes=None, steps=None):
+    op = node.op
+    plan = slice_plan(x.ndim, _ints(op.starts, starts), _ints(op.ends, ends),
+                      _ints(op.axes, axes), _ints(op.steps, steps))
+    index = [slice(None)] * x.ndim
+    for axis, start, end, step in plan:
+        index[axis] = onnx_slice(start, end, step, x.shape[axis])
+    return x[tuple(index)]
+
+
+@kernel(Split)
+def split(node, x):
+    return tuple(np.split(x, np.cumsum(node.op.sizes)[:-1], axis=node.op.axis))
+
+
+@kernel(Pad)
+def pad(node, x, pads=None, value=None):
+    op = node.op
+    pads = _ints(op.pads, pads)
+    begins, ends = pads[:x.ndim], pads[x.ndim:]
+    # negative pads crop first, so reflect/wrap see the cropped data (as ONNX Runtime does)
+    x = x[tuple(slice(max(-b, 0), x.shape[i] - max(-e, 0))
+                for i, (b, e) in enumerate(zip(begins, ends)))]
+    widths = [(max(b, 0), max(e, 0)) for b, e in zip(begins, ends)]
+    if op.mode is not PadMode.CONSTANT:
+        return np.pad(x, widths, mode=op.mode.value)  # numpy names the modes as ONNX does
+    fill = op.value if value is None else value
+    return np.pad(x, widths, constant_values=np.asarray(fill).astype(x.dtype))
+
+
+# -- gather and scatter ------------------------------------------------------------------------
+@kernel(Gather)
+def gather(node, data, indices):
+    return np.asarray(np.take(data, indices, axis=node.op.axis))  # a scalar take gives a 0-d
+
+
+def _element_index(indices: np.ndarray, axis: int) -> tuple[np.ndarray, ...]:
+    """A fancy index addressing, for each element of `indices`, the data element it names:
+    the element's own coordinates, with `indices` in place of the coordinate along `axis`."""
+    grid = list(np.indices(indices.shape, sparse=True))
+    grid[axis % indices.ndim] = indices
+    return tuple(grid)
+
+
+@kernel(GatherElements)
+def gather_elements(node, data, indices):
+    return data[_element_index(indices, node.op.axis)]
+
+
+@kernel(GatherND)
+def gather_nd(node, data, indices):
+    b = node.op.batch_dims
+    batch, count = int(np.prod(data.shape[:b])), int(np.prod(indices.shape[b:-1]))
+    m = indices.shape[-1]
+    flat = data.reshape(batch, *data.shape[b:])
+    tuples = indices.reshape(batch, count, m)
+    picked = flat[(np.arange(batch)[:, None], *np.moveaxis(tuples, -1, 0))]
+    return picked.reshape(*indices.shape[:-1], *data.shape[b + m:])
+
+
+_SCATTER_UFUNCS = {
+    ScatterReduction.ADD: np.add, ScatterReduction.MUL: np.multiply,
+    ScatterReduction.MAX: np.maximum, ScatterReduction.MIN: np.minimum,
+}
+
+
+def _scatter(data: np.ndarray, index: tuple, updates: np.ndarray,
+             reduction: ScatterReduction) -> np.ndarray:
+    """A copy of `data` with `updates` written at `index`, or combined unbuffered (`ufunc.at`,
+    so repeated indices all count)."""
+    out = data.copy()
+    if reduction is ScatterReduction.NONE:
+        out[index] = updates
+    else:
+        _SCATTER_UFUNCS[reduction].at(out, index, updates)
+    return out
+
+
+@kernel(ScatterND)
+def scatter_nd(node, data, indices, updates):
+    return _scatter(data, tuple(np.moveaxis(indices, -1, 0)), updates, node.op.reduction)
+
+
+@kernel(ScatterElements)
+def scatter_elements(node, data, indices, updates):
+    index = _element_index(indices, node.op.axis)
+    return _scatter(data, index, updates, node.op.reduction)
+
+
+# -- shape queries and generators --------------------------------------------------------------
+@kernel(ShapeOf)
+def shape_of(node, x):
+    return np.array(x.shape[node.op.start:node.op.end], dtype=np.int64)
+
+
+@kernel(Size)
+def size(node, x):
+    return np.array(x.size, dtype=np.int64)
+
+
+@kernel(Range)
+def range_(node, start, limit, delta):
+    if delta == 0:
+        raise ValueError("Range: delta is 0")
+    if np.issubdtype(start.dtype, np.integer):
+        # exact ceil division on Python ints: float64 would round large int64 bounds
+        count = -((int(start) - int(limit)) // int(delta))
+    else:
+        count = int(np.ceil((limit - start) / delta))
+    return start + np.arange(max(count, 0), dtype=start.dtype) * delta
+
+
+@kernel(Fill)
+def fill(node, shape=None):
+    op = node.op
+    return np.full(_ints(op.shape, shape), op.value, dtype=node.shape.dtype.numpy)
+
+
+@kernel(OneHot)
+def one_hot(node, indices, depth, values):
+    depth = int(depth.reshape(-1)[0])
+    axis = node.op.axis % (indices.ndim + 1)
+    idx = indices.astype(np.int64)
+    idx = np.expand_dims(np.where(idx < 0, idx + depth, idx), axis)
+    classes = np.arange(depth).reshape([-1 if i == axis else 1 for i in range(idx.ndim)])
+    return np.where(idx == classes, values[1], values[0])
+
+
+# -- layout ops on images and matrices ---------------------------------------------------------
+@kernel(DepthToSpace)
+def depth_to_space(node, x):
+    n, c, h, w = x.shape
+    b = node.op.blocksize
+    if node.op.mode is DepthToSpaceMode.DCR:
+        blocks = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        blocks = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return blocks.reshape(n, c // (b * b), h * b, w * b)
+
+
+@kernel(SpaceToDepth)
+def space_to_depth(node, x):
+    n, c, h, w = x.shape
+    b = node.op.blocksize
+    blocks = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+    return blocks.reshape(n, c * b * b, h // b, w // b)
+
+
+@kernel(Trilu)
+def trilu(node, x):
+    return (np.triu if node.op.upper else np.tril)(x, node.op.k)
+
+
+@kernel(NonZero)
+def non_zero(node, x):
+    if x.ndim == 0:  # numpy refuses nonzero() on a scalar: no coordinates, 0 or 1 hits
+        return np.zeros((0, int(bool(x))), dtype=np.int64)
+    return np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
+
+
+@kernel(Compress)
+def compress(node, x, cond):
+    return np.compress(cond, x, axis=node.op.axis)
