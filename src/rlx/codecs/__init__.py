@@ -1,0 +1,19 @@
+"""Weight encodings: plain floats (f32, f16, bf16) and GGUF block quantisers (Q8_0, TQ2_0).
+
+Byte-exact with the `gguf` package and little-endian on any host. Vectorised over whole
+streams of blocks. Depends only on numpy and ml_dtypes (never on `rlx.ir`), so readers and
+writers of weights can use it without the graph machinery. Bad lengths raise `BakeError`.
+"""
+
+from rlx.codecs.encodings import Encoding, decode, encode, encoded_nbytes
+from rlx.codecs.floats import (
+    decode_bf16, decode_f16, decode_f32, encode_bf16, encode_f16, encode_f32,
+)
+from rlx.codecs.q8_0 import dequantize_q8_0, quantize_q8_0
+from rlx.codecs.tq2_0 import dequantize_tq2_0, is_ternary, quantize_tq2_0
+
+__all__ = [
+    "Encoding", "encode", "decode", "encoded_nbytes",
+    "encode_f32", "decode_f32", "encode_f16", "decode_f16", "encode_bf16", "decode_bf16",
+    "quantize_q8_0", "dequantize_q8_0", "quantize_tq2_0", "dequantize_tq2_0", "is_ternary",
+]

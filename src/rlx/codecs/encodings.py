@@ -1,0 +1,90 @@
+"""The closed set of weight encodings, by the names files store, with their block layouts.
+
+`encode`/`decode` dispatch on an `Encoding`, so callers (bake, artifact readers, the runtime)
+never switch on encoding names themselves.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from rlx.codecs import floats, q8_0, tq2_0
+from rlx.codecs._blocks import Layout
+from rlx.errors import BakeError
+
+__all__ = ["Encoding", "encode", "decode", "encoded_nbytes"]
+
+
+class Encoding(enum.Enum):
+    """How a weight's values are stored; the value is the string files carry."""
+
+    F32 = "f32"
+    F16 = "f16"
+    BF16 = "bf16"
+    GGUF_Q8_0 = "gguf_q8_0"
+    GGUF_TQ2_0 = "gguf_tq2_0"
+
+    @classmethod
+    def parse(cls, text: str) -> Encoding:
+        try:
+            return cls(text)
+        except ValueError:
+            names = ", ".join(e.value for e in cls)
+            raise BakeError(f"unknown weight encoding {text!r}; expected one of {names}") from None
+
+    @property
+    def block_size(self) -> int:
+        """Values per block (1 for plain floats)."""
+        return _CODECS[self].layout.block_size
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes per block."""
+        return _CODECS[self].layout.block_bytes
+
+    @property
+    def is_block_quantized(self) -> bool:
+        return self.block_size > 1
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class _Codec:
+    layout: Layout
+    encode: Callable[[ArrayLike], np.ndarray]
+    decode: Callable[[object, int | None], np.ndarray]
+
+
+_CODECS: dict[Encoding, _Codec] = {
+    Encoding.F32: _Codec(floats.F32.layout, floats.encode_f32, floats.decode_f32),
+    Encoding.F16: _Codec(floats.F16.layout, floats.encode_f16, floats.decode_f16),
+    Encoding.BF16: _Codec(floats.BF16.layout, floats.encode_bf16, floats.decode_bf16),
+    Encoding.GGUF_Q8_0: _Codec(q8_0.LAYOUT, q8_0.quantize_q8_0, q8_0.dequantize_q8_0),
+    Encoding.GGUF_TQ2_0: _Codec(tq2_0.LAYOUT, tq2_0.quantize_tq2_0, tq2_0.dequantize_tq2_0),
+}
+
+
+def _codec(encoding: Encoding | str) -> _Codec:
+    return _CODECS[encoding if isinstance(encoding, Encoding) else Encoding.parse(encoding)]
+
+
+def encoded_nbytes(encoding: Encoding | str, count: int) -> int:
+    """Bytes that `count` values take in `encoding` (a whole number of blocks, or BakeError)."""
+    return _codec(encoding).layout.nbytes(count)
+
+
+def encode(encoding: Encoding | str, values: ArrayLike) -> np.ndarray:
+    """`values` flattened row-major and encoded, as flat uint8."""
+    return _codec(encoding).encode(values)
+
+
+def decode(encoding: Encoding | str, data: object, count: int | None = None) -> np.ndarray:
+    """The flat values of `data`: float32 for block encodings, the float's own dtype else."""
+    return _codec(encoding).decode(data, count)

@@ -1,0 +1,38 @@
+"""GGUF Q8_0: blocks of 32 values in 34 bytes, byte-identical to the `gguf` package.
+
+Block: the f16 scale `d` first, then 32 int8 codes. `d = max|x| / 127` in float32, codes are
+`x * (1/d)` (float32, reciprocal as the reference does) rounded half away from zero; the
+scale is rounded to f16 only when stored. Dequantised value = code * d.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from rlx.codecs._blocks import (
+    Layout, block_scale, f16_scale_bytes, f16_scale_values, inverse_scale, round_half_away,
+)
+
+__all__ = ["quantize_q8_0", "dequantize_q8_0"]
+
+LAYOUT = Layout("gguf_q8_0", 32, 34)
+
+
+def quantize_q8_0(values: ArrayLike) -> np.ndarray:
+    """`values` (any float array, flattened row-major, size a multiple of 32) as Q8_0 bytes."""
+    blocks = LAYOUT.value_blocks(values)
+    scale = block_scale(np.abs(blocks).max(axis=1), 127, LAYOUT.name)
+    codes = round_half_away(blocks * inverse_scale(scale)[:, None])
+    out = np.empty((len(blocks), LAYOUT.block_bytes), dtype=np.uint8)
+    out[:, :2] = f16_scale_bytes(scale)
+    out[:, 2:] = codes.astype(np.int8).view(np.uint8)  # |x * (1/d)| is 127 + rounding at most
+    return out.reshape(-1)
+
+
+def dequantize_q8_0(data: object, count: int | None = None) -> np.ndarray:
+    """Float32 values of a Q8_0 stream (exactly `count` of them when given)."""
+    blocks = LAYOUT.byte_blocks(data, count)
+    codes = blocks[:, 2:].view(np.int8).astype(np.float32)
+    codes *= f16_scale_values(blocks[:, :2])  # exact: 8-bit code x 11-bit scale fits float32
+    return codes.reshape(-1)
