@@ -11,6 +11,7 @@ materialising shares the table's buffer with the graph instead of copying it.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MemoryMode", "MemoryStats", "dedupe_identical_constants", "strip_graph_weight_bytes",
     "strip_table_weight_bytes", "materialize_weights", "drop_weight_table_data",
-    "into_runtime_graph", "apply_memory_mode", "ensure_runtime_ready", "needs_materialize",
+    "into_runtime_graph", "apply_memory_mode", "relayout", "ensure_runtime_ready", "needs_materialize",
 ]
 
 METADATA_ONLY = "[metadata-only]"
@@ -117,6 +118,7 @@ def materialize_weights(file: RlxFile) -> int:
     Returns the number of bytes made available to the graph. Rows without a graph node
     (biases that were folded, kept source bindings) are fine and skipped.
     """
+    file.check_integrity()
     ops, filled = {}, 0
     for row, node in _linked_constants(file.graph, file.weights):
         if row.nbytes and node.op.is_stripped:
@@ -135,6 +137,7 @@ def drop_weight_table_data(file: RlxFile) -> int:
 
 def ensure_runtime_ready(file: RlxFile) -> None:
     """Materialise a compact file; raise if some graph Constant is still without bytes."""
+    file.check_integrity()
     filled = materialize_weights(file) if needs_materialize(file) else 0
     empty = [n for n in file.graph.nodes()
              if isinstance(n.op, Constant) and n.op.is_stripped and n.shape.numel != 0]
@@ -149,6 +152,26 @@ def into_runtime_graph(file: RlxFile) -> Graph:
     """The graph, materialised if needed, ready for `Session.compile`."""
     ensure_runtime_ready(file)
     return file.graph
+
+
+def relayout(file: RlxFile, mode: MemoryMode) -> RlxFile:
+    """A copy of `file` laid out for `mode` without re-baking; weight buffers are shared."""
+    from rlx.bake.rlxfile import RlxFile
+
+    file.check_integrity()
+    ops, rows = {}, []
+    linked = {row.name: node for row, node in _linked_constants(file.graph, file.weights)}
+    for row in file.weights:
+        node = linked.get(row.name)
+        if node is not None and node.op.is_stripped and row.nbytes:
+            ops[node.id] = Constant(row.data)
+        if node is not None and not row.nbytes and not node.op.is_stripped:
+            note = row.note.replace(METADATA_ONLY, "").strip()
+            row = row.replace(data=node.op.data, note=note)
+        rows.append(row)
+    whole = RlxFile(dataclasses.replace(file.meta), file.graph.replace_ops(ops), rows)
+    whole.apply_memory_mode(mode)
+    return whole
 
 
 def apply_memory_mode(file: RlxFile, mode: MemoryMode) -> MemoryStats:

@@ -87,7 +87,8 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
             require_ternary = scheme is QuantScheme.GGUF_TQ2_0
             for _, reason in passes.packing_candidates(g, scheme.block_size, require_ternary):
                 if reason is not None:
-                    stats.not_packed[reason] = stats.not_packed.get(reason, 0) + 1
+                    key = f"{scheme.label}: {reason.value}"
+                    stats.not_packed[key] = stats.not_packed.get(key, 0) + 1
             pack = passes.pack_ternary if require_ternary else passes.pack_quant
             g, count = pack(g)
             setattr(stats, attr, count)
@@ -153,7 +154,7 @@ def _weight_table(g: Graph, bundle: WeightBundle, opts: BakeOptions, stats: Opti
             node = g.node(row.node_id)
             name = node.name or _fresh_name(f"w{node.id}", used_names)
             rows[name] = RlxWeight(
-                name, tuple(row.shape), row.dtype, row.encoding, node.op.data,
+                name, tuple(row.shape), row.dtype.value, row.encoding, node.op.data,
                 note=row.note, layout=row.layout, node_id=node.id, row_aligned=row.row_aligned,
             )
     linked = {r.node_id for r in rows.values()}

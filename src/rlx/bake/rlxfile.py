@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -78,9 +78,25 @@ class RlxMeta:
 
 @dataclass
 class RlxFile:
+    """A baked model: meta, graph and weight table.
+
+    `integrity_check`, when set (a file read with `verify="lazy"`), checks the weight bytes
+    against their checksums; it runs once, the first time the weights are used.
+    """
+
     meta: RlxMeta
     graph: Graph
     weights: list[RlxWeight] = field(default_factory=list)
+    integrity_check: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+
+    def check_integrity(self) -> None:
+        check, self.integrity_check = self.integrity_check, None
+        if check is not None:
+            try:
+                check()
+            except BaseException:
+                self.integrity_check = check  # still unverified: check again next time
+                raise
 
     @classmethod
     def from_baked(cls, graph: Graph, weights: Sequence[RlxWeight], **counters) -> RlxFile:

@@ -1,0 +1,300 @@
+"""`read_rlx`: validate a schema-3 file, then map it without copying.
+
+Everything the header claims is checked before a byte of data is used: sizes, offsets,
+alignment, overlaps, blob lengths against shapes and encodings, op names and attributes,
+the graph's well-formedness. Constants and table rows become numpy views into one read-only
+memory map (or into the decrypted buffer of an encrypted file).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import mmap
+import os
+from typing import Any
+
+import numpy as np
+
+from rlx.artifact.layout import (
+    ALIGN, MAGIC, MAX_HEADER_BYTES, MAX_JSON_DEPTH, PREAMBLE, REFERENCE_SCHEMAS,
+    SCHEMA_VERSION, align, checksum, header_digest,
+)
+from rlx.bake.rlxfile import RlxFile, RlxIo, RlxMeta, RlxWeight
+from rlx.codecs import encoded_nbytes
+from rlx.errors import ArtifactError, EncryptedFileError, IntegrityError, RlxError
+from rlx.ir.dtype import DType
+from rlx.ir.graph import Graph
+from rlx.ir.ops.sources import Constant
+from rlx.ir.serialize import graph_from_dict
+from rlx.ir.shape import Shape
+from rlx.ir.verify import verify as verify_graph
+
+ENCRYPTED_MAGIC = b"RLXENC01"
+VERIFY_MODES = ("full", "lazy", "none")
+
+
+def read_rlx(path: str | os.PathLike, *, password: str | bytes | None = None,
+             verify: str = "lazy", kdf_limits=None) -> RlxFile:
+    """Open a `.rlx` file (plain: memory-mapped; encrypted: decrypted chunk by chunk)."""
+    source = os.fspath(path)
+    try:
+        with open(source, "rb") as f:
+            head = f.read(len(ENCRYPTED_MAGIC))
+            if head == ENCRYPTED_MAGIC:
+                if password is None:
+                    raise EncryptedFileError(
+                        f"{source} is encrypted; pass a password (read_rlx(password=...), "
+                        "or --password-env / --password-file on the command line)")
+                from rlx.artifact import crypto
+
+                limits = {"limits": kdf_limits} if kdf_limits is not None else {}
+                buffer = crypto.decrypt_file(source, password, **limits)
+            elif len(head) < len(ENCRYPTED_MAGIC):
+                raise ArtifactError(f"{source}: too short to be an .rlx file ({len(head)} bytes)")
+            else:
+                buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as err:
+        raise ArtifactError(f"cannot read {source}: {err.strerror or err}") from None
+    return parse_rlx(buffer, verify=verify, source=source)
+
+
+def parse_rlx(buffer, *, verify: str = "lazy", source: str = "<buffer>") -> RlxFile:
+    """Validate and decode `.rlx` bytes held in any buffer (mmap, bytes, bytearray)."""
+    if verify not in VERIFY_MODES:
+        raise ArtifactError(f"verify must be one of {', '.join(VERIFY_MODES)}, got {verify!r}")
+    return _Reader(memoryview(buffer).cast("B"), source).read(verify)
+
+
+@dataclasses.dataclass
+class _Blob:
+    offset: int  # absolute, in the buffer
+    length: int
+    digest: str
+    used_by: str = ""
+
+
+class _Reader:
+    def __init__(self, buf: memoryview, source: str):
+        self.buf = buf
+        self.source = source
+        self.blobs: list[_Blob] = []
+
+    def fail(self, message: str, error: type[ArtifactError] = ArtifactError):
+        raise error(f"{self.source}: {message}")
+
+    # -- preamble and header ---------------------------------------------------------------
+    def read(self, verify: str) -> RlxFile:
+        header = self._header()
+        data_start = align(PREAMBLE.size + len(self._header_bytes))
+        self._blob_table(header.get("blobs"), data_start)
+        graph = self._graph(header.get("graph"))
+        weights = self._weights(header.get("weights"), graph)
+        unused = [i for i, b in enumerate(self.blobs) if not b.used_by]
+        if unused:
+            self.fail(f"blob {unused[0]} is not referenced by any constant or weight")
+        file = RlxFile(self._meta(header.get("meta")), graph, weights)
+        if verify == "full":
+            self.check_blobs()
+        elif verify == "lazy":
+            file.integrity_check = self.check_blobs
+        return file
+
+    def _header(self) -> dict:
+        buf = self.buf
+        if bytes(buf[:8]) == ENCRYPTED_MAGIC:
+            self.fail("is encrypted; read it with a password", EncryptedFileError)
+        if len(buf) < PREAMBLE.size:
+            self.fail(f"too short to be an .rlx file ({len(buf)} bytes)")
+        magic, schema, flags, length, digest = PREAMBLE.unpack_from(buf)
+        if magic != MAGIC:
+            self.fail(f"bad magic (expected {MAGIC.decode()}, got {magic!r})")
+        if schema in REFERENCE_SCHEMAS:
+            self.fail(f"schema {schema} is the Rust reference's bincode format, which rlx does "
+                      f"not read; re-bake the model with rlx (schema {SCHEMA_VERSION})")
+        if schema != SCHEMA_VERSION:
+            self.fail(f"schema version {schema} is not supported (this rlx reads "
+                      f"{SCHEMA_VERSION})")
+        if flags:
+            self.fail(f"unknown flags {flags:#x}")
+        if length > MAX_HEADER_BYTES or PREAMBLE.size + length > len(buf):
+            self.fail(f"header length {length} exceeds the file ({len(buf)} bytes) or the "
+                      f"{MAX_HEADER_BYTES >> 20} MiB cap")
+        self._header_bytes = bytes(buf[PREAMBLE.size:PREAMBLE.size + length])
+        if header_digest(self._header_bytes) != digest:
+            self.fail("header checksum mismatch: the file is corrupt", IntegrityError)
+        try:
+            header = json.loads(self._header_bytes.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+            self.fail(f"header is not valid JSON: {str(err)[:200]}")
+        if not isinstance(header, dict):
+            self.fail("header is not a JSON object")
+        if _depth(header) > MAX_JSON_DEPTH:
+            self.fail(f"header nests deeper than {MAX_JSON_DEPTH} levels")
+        if header.get("format") != "rlx" or header.get("schema") != SCHEMA_VERSION:
+            self.fail("header does not describe an rlx schema-3 file")
+        return header
+
+    def _blob_table(self, table: Any, data_start: int) -> None:
+        if not isinstance(table, list):
+            self.fail("header 'blobs' must be a list")
+        end = 0
+        for i, entry in enumerate(table):
+            offset, length = _field(entry, "offset", int), _field(entry, "length", int)
+            digest = _field(entry, "xxh3", str)
+            if offset is None or length is None or digest is None or min(offset, length) < 0:
+                self.fail(f"blob {i}: needs non-negative integer offset and length and an xxh3")
+            if offset % ALIGN:
+                self.fail(f"blob {i}: offset {offset} is not a multiple of {ALIGN}")
+            if offset < end:
+                self.fail(f"blob {i}: overlaps the previous blob (offset {offset} < {end})")
+            end = offset + length
+            if data_start + end > len(self.buf):
+                self.fail(f"blob {i}: ends at {data_start + end}, past the end of the file "
+                          f"({len(self.buf)} bytes)")
+            self.blobs.append(_Blob(data_start + offset, length, digest))
+
+    def _take_blob(self, ref: Any, nbytes: int, user: str) -> np.ndarray:
+        if not isinstance(ref, dict) or "blob" not in ref:
+            self.fail(f"{user}: data must be {{'blob': index or null}}")
+        index = ref["blob"]
+        if index is None:
+            return np.empty(0, np.uint8)
+        if not isinstance(index, int) or isinstance(index, bool) \
+                or not 0 <= index < len(self.blobs):
+            self.fail(f"{user}: blob index {index!r} out of range")
+        blob = self.blobs[index]
+        if blob.used_by:
+            self.fail(f"{user}: blob {index} is already used by {blob.used_by}")
+        if blob.length != nbytes:
+            self.fail(f"{user}: blob {index} holds {blob.length} bytes, {nbytes} expected")
+        blob.used_by = user
+        return np.frombuffer(self.buf, np.uint8, count=blob.length, offset=blob.offset)
+
+    # -- graph, weights, meta --------------------------------------------------------------
+    def _graph(self, body: Any) -> Graph:
+        def decode(ref: Any, shape: Shape) -> np.ndarray:
+            if not shape.is_static:
+                self.fail(f"constant with symbolic shape {shape}")
+            return self._take_blob(ref, shape.nbytes, f"constant of shape {shape}")
+
+        try:
+            graph = graph_from_dict(body, decode)
+            verify_graph(graph)
+        except ArtifactError:
+            raise
+        except RlxError as err:
+            self.fail(f"graph: {err}")
+        except (RecursionError, OverflowError, ValueError, TypeError) as err:
+            self.fail(f"graph: malformed ({type(err).__name__}: {str(err)[:200]})")
+        return graph
+
+    def _weights(self, rows: Any, graph: Graph) -> list[RlxWeight]:
+        if not isinstance(rows, list):
+            self.fail("header 'weights' must be a list")
+        out = []
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                self.fail(f"weight {i} must be an object")
+            name = _field(row, "name", str)
+            shape = _field(row, "shape", list)
+            encoding = _field(row, "encoding", str)
+            if name is None or shape is None or encoding is None or not all(
+                    isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+                self.fail(f"weight {i}: needs a name, an encoding and a shape of sizes >= 0")
+            node_id = row.get("node_id")
+            if node_id is not None and (not isinstance(node_id, int) or isinstance(node_id, bool)
+                                        or not 0 <= node_id < len(graph)
+                                        or not isinstance(graph.node(node_id).op, Constant)):
+                self.fail(f"weight {name!r}: node_id {node_id!r} is not a constant of the graph")
+            try:
+                nbytes = _row_nbytes(encoding, shape)
+            except RlxError as err:
+                self.fail(f"weight {name!r}: {err}")
+            data = self._take_blob(row, nbytes, f"weight {name!r}")
+            out.append(RlxWeight(
+                name, tuple(shape), _text(row, "dtype", encoding), encoding, data,
+                note=_text(row, "note", ""), layout=_text(row, "layout", "row_major"),
+                node_id=node_id, row_aligned=bool(row.get("row_aligned", True)),
+            ))
+        return out
+
+    def _meta(self, body: Any) -> RlxMeta:
+        if not isinstance(body, dict):
+            self.fail("header 'meta' must be an object")
+        values = {}
+        for f in dataclasses.fields(RlxMeta):
+            if f.name not in body:
+                continue
+            value = body[f.name]
+            if f.name in ("inputs", "outputs"):
+                value = [self._io(v) for v in (value if isinstance(value, list) else [None])]
+            elif f.name == "params_remaining":
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    self.fail("meta.params_remaining must be a list of names")
+            elif not isinstance(value, int if f.type == "int" else str) \
+                    or isinstance(value, bool):
+                self.fail(f"meta.{f.name} has the wrong type")
+            values[f.name] = value
+        if not isinstance(values.get("name"), str):
+            self.fail("meta.name is missing")
+        return RlxMeta(**values)
+
+    def _io(self, value: Any) -> RlxIo:
+        if not isinstance(value, dict) or not isinstance(value.get("name"), str) \
+                or not isinstance(value.get("dtype"), str) \
+                or not isinstance(value.get("shape"), list):
+            self.fail("meta inputs/outputs entries need name, shape and dtype")
+        return RlxIo(value["name"], tuple(value["shape"]), value["dtype"])
+
+    # -- integrity -------------------------------------------------------------------------
+    def check_blobs(self) -> None:
+        for i, blob in enumerate(self.blobs):
+            data = self.buf[blob.offset:blob.offset + blob.length]
+            if checksum(data) != blob.digest:
+                self.fail(f"checksum mismatch in blob {i} ({blob.used_by}): the file is corrupt",
+                          IntegrityError)
+
+
+def _row_nbytes(encoding: str, shape: list[int]) -> int:
+    """Bytes a row of `shape` takes: numel x itemsize for dtypes, whole blocks for codecs."""
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    if encoding in _DTYPE_NAMES:
+        return numel * DType(encoding).itemsize
+    return encoded_nbytes(encoding, numel)
+
+
+_DTYPE_NAMES = {d.value for d in DType}
+
+
+def _field(entry: Any, key: str, kind: type) -> Any:
+    if not isinstance(entry, dict):
+        return None
+    value = entry.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        return None
+    return value
+
+
+def _text(row: dict, key: str, default: str) -> str:
+    value = row.get(key, default)
+    return value if isinstance(value, str) else default
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of decoded JSON, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
+
+
+__all__ = ["VERIFY_MODES", "parse_rlx", "read_rlx"]
+
