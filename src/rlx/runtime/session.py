@@ -151,10 +151,7 @@ _KNOWN = {d.numpy for d in DType}
 
 
 def _check_runnable(graph: Graph) -> None:
-    missing = {
-        type(n.op).__name__ for n in graph.nodes()
-        if not isinstance(n.op, (Input, Constant, Param)) and not has_kernel(type(n.op))
-    }
+    missing = _missing_kernels(graph)
     if missing:
         raise UnsupportedOpError(missing, where=f"graph {graph.name!r}")
     for node in graph.nodes():
@@ -167,6 +164,17 @@ def _check_runnable(graph: Graph) -> None:
                 f"constant {node.label} has no bytes (a compact artifact): "
                 "call ensure_runtime_ready() or into_runtime_graph() before compile"
             )
+
+
+def _missing_kernels(graph: Graph) -> set[str]:
+    """Op types without a kernel, in the graph and every subgraph (all reported at once)."""
+    missing: set[str] = set()
+    for node in graph.nodes():
+        if not isinstance(node.op, (Input, Constant, Param)) and not has_kernel(type(node.op)):
+            missing.add(type(node.op).__name__)
+        for sub in node.op.subgraphs():
+            missing |= _missing_kernels(sub)
+    return missing
 
 
 def _plan(graph: Graph, steps: Sequence[tuple[Node, Callable]], keep: set[int]) -> list[_Step]:
