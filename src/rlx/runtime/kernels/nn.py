@@ -1,3 +1,314 @@
-"""nn kernels."""
+"""Neural-network kernels: convolution, pooling, normalisation, softmax, resize.
+
+Sliding-window ops loop over kernel *taps*, never over positions: for one tap, the input
+elements it meets at every output position form one strided slice of the padded input
+(`_taps`). Convolution stacks those slices into an im2col matrix and does one batched GEMM
+over the groups; transposed convolution does the GEMM first and scatters (col2im) one tap
+at a time; pooling folds the slices with `maximum` / `add`.
+
+Half-precision inputs are computed in float32 (numpy has no fast f16 GEMM, and sums need
+the range), then cast back; float64 stays float64.
+"""
 
 from __future__ import annotations
+
+import math
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from rlx.ir.ops.nn import (
+    BatchNormInference, Conv, ConvTranspose, CoordinateMode, GlobalPool, InstanceNorm,
+    LayerNorm, LogSoftmax, NearestMode, Pool, PoolKind, PRelu, Resize, ResizeMode, Softmax,
+    Window,
+)
+from rlx.ir.shape import normalize_axis
+from rlx.runtime.kernels.registry import kernel
+
+
+def _compute_dtype(dtype: np.dtype) -> np.dtype:
+    """float64 for float64 and integers (resize), else float32."""
+    return np.dtype(np.float64 if dtype == np.float64 or dtype.kind in "iu" else np.float32)
+
+
+def _to_compute(x: np.ndarray) -> np.ndarray:
+    return x.astype(_compute_dtype(x.dtype), copy=False)
+
+
+def _pad(x: np.ndarray, begin: Sequence[int], end: Sequence[int], value) -> np.ndarray:
+    """Pad the trailing len(begin) axes with a constant (no copy when there is no padding)."""
+    if not any(begin) and not any(end):
+        return x
+    width = [(0, 0)] * (x.ndim - len(begin)) + list(zip(begin, end))
+    return np.pad(x, width, constant_values=value)
+
+
+def _taps(win: Window, out: Sequence[int]) -> Iterator[tuple[slice, ...]]:
+    """Per kernel tap (C order, as w's trailing dims): the slices of the padded spatial axes
+    holding that tap's input for each of the `out` positions."""
+    for tap in np.ndindex(*win.kernel):
+        yield tuple(
+            slice(t * d, t * d + max((o - 1) * s + 1, 0), s)
+            for t, d, s, o in zip(tap, win.dilations, win.strides, out)
+        )
+
+
+def _finish(y: np.ndarray, b: np.ndarray | None, node) -> np.ndarray:
+    """[M, N, *spatial] -> [N, M, *spatial] + bias, contiguous, in the node's dtype."""
+    if b is not None:
+        y = y + b.astype(y.dtype).reshape(-1, *[1] * (y.ndim - 1))
+    return np.ascontiguousarray(np.moveaxis(y, 1, 0), dtype=node.shape.dtype.numpy)
+
+
+@kernel(Conv)
+def conv(node, x, w, b=None):
+    win = node.op.window(w.shape[2:])
+    g = node.op.groups
+    n, c, *_ = x.shape
+    m = w.shape[0]
+    out = win.conv_sizes(x.shape[2:])
+    xp = _pad(_to_compute(x), win.begin, win.end, 0)
+    # [g, C/g, N, *padded]: each tap's slice is then already in GEMM-operand order
+    xg = np.moveaxis(xp.reshape(n, g, c // g, *xp.shape[2:]), 0, 2)
+    cols = np.stack([xg[(..., *sl)] for sl in _taps(win, out)], axis=2)  # [g, C/g, K, N, *out]
+    cols = cols.reshape(g, c // g * math.prod(win.kernel), n * math.prod(out))
+    y = np.matmul(w.astype(cols.dtype, copy=False).reshape(g, m // g, -1), cols)
+    return _finish(y.reshape(m, n, *out), b, node)
+
+
+@kernel(ConvTranspose)
+def conv_transpose(node, x, w, b=None):
+    op = node.op
+    win = op.window(w.shape[2:])
+    g = op.groups
+    n, c, *sizes = x.shape
+    m = w.shape[1] * g
+    taps, positions = math.prod(win.kernel), math.prod(sizes)
+    xg = np.moveaxis(_to_compute(x).reshape(n, g, c // g, positions), 0, 2)  # [g, C/g, N, P]
+    wg = w.astype(xg.dtype, copy=False).reshape(g, c // g, -1).transpose(0, 2, 1)
+    cols = np.matmul(wg, xg.reshape(g, c // g, n * positions)).reshape(m, taps, n, *sizes)
+    # col2im: scatter-add each tap's contribution into the uncropped output
+    extra = op.resolved_output_padding(len(sizes))
+    full = [(i - 1) * s + e + p for i, s, e, p in zip(sizes, win.strides, win.extent, extra)]
+    y = np.zeros((m, n, *full), cols.dtype)
+    for k, sl in enumerate(_taps(win, sizes)):
+        y[(..., *sl)] += cols[:, k]
+    crop = tuple(slice(bg, f - en) for bg, f, en in zip(win.begin, full, win.end))
+    return _finish(y[(..., *crop)], b, node)
+
+
+def _lowest(dtype: np.dtype):
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _fold(parts: Iterator[np.ndarray], ufunc: np.ufunc, dtype: np.dtype) -> np.ndarray:
+    """Reduce tap slices elementwise into a fresh array, in place after the first."""
+    acc = np.array(next(parts), dtype=dtype)
+    for part in parts:
+        ufunc(acc, part, out=acc)
+    return acc
+
+
+def _window_counts(win: Window, sizes: Sequence[int], out: Sequence[int], include_pad: bool):
+    """Elements each average window divides by, [*out]: per axis, the taps landing on the
+    input (or on the input and its explicit pads), multiplied across axes."""
+    count = np.ones((), np.int64)
+    for k, s, d, b, e, n, o in zip(win.kernel, win.strides, win.dilations, win.begin,
+                                   win.end, sizes, out):
+        pos = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d
+        lo, hi = (0, b + n + e) if include_pad else (b, b + n)
+        count = count[..., None] * ((pos >= lo) & (pos < hi)).sum(axis=1)
+    return count
+
+
+@kernel(Pool)
+def pool(node, x):
+    op = node.op
+    win = op.window(op.kernel)
+    sizes = x.shape[2:]
+    out = win.pool_sizes(sizes, op.ceil_mode)
+    # in ceil mode the last window may run past the end padding: pad that overhang too
+    end = [max(e, (o - 1) * s + ext - n - b)
+           for o, s, ext, n, b, e in zip(out, win.strides, win.extent, sizes, win.begin, win.end)]
+    if op.kind is PoolKind.MAX:
+        xp = _pad(x, win.begin, end, _lowest(x.dtype))
+        return _fold((xp[(..., *sl)] for sl in _taps(win, out)), np.maximum, x.dtype)
+    xp = _pad(_to_compute(x), win.begin, end, 0)
+    total = _fold((xp[(..., *sl)] for sl in _taps(win, out)), np.add, xp.dtype)
+    total /= _window_counts(win, sizes, out, op.count_include_pad)
+    return total.astype(x.dtype, copy=False)
+
+
+@kernel(GlobalPool)
+def global_pool(node, x):
+    axes = tuple(range(2, x.ndim))
+    if node.op.kind is PoolKind.MAX:
+        return x.max(axis=axes, keepdims=True)
+    return x.mean(axis=axes, keepdims=True, dtype=_compute_dtype(x.dtype)).astype(x.dtype)
+
+
+def _shifted(x: np.ndarray, axis: int) -> np.ndarray:
+    """x - max(x) along axis: exp of it cannot overflow (the usual stable softmax)."""
+    x = _to_compute(x)
+    return x - np.max(x, axis=axis, keepdims=True, initial=-np.inf)
+
+
+@kernel(Softmax)
+def softmax(node, x):
+    axis = normalize_axis(node.op.axis, x.ndim)
+    e = np.exp(_shifted(x, axis))
+    e /= e.sum(axis=axis, keepdims=True)
+    return e.astype(x.dtype, copy=False)
+
+
+@kernel(LogSoftmax)
+def log_softmax(node, x):
+    axis = normalize_axis(node.op.axis, x.ndim)
+    z = _shifted(x, axis)
+    # the sum is >= 1 (the max term is exp(0)) except over an empty axis, where log(0) is moot
+    with np.errstate(divide="ignore"):
+        log_sum = np.log(np.exp(z).sum(axis=axis, keepdims=True))
+    return (z - log_sum).astype(x.dtype, copy=False)
+
+
+def _standardize(x: np.ndarray, axes: tuple[int, ...], epsilon: float) -> np.ndarray:
+    """(x - mean) / sqrt(var + eps) over `axes`; two-pass variance (no cancellation)."""
+    x = _to_compute(x)
+    centered = x - x.mean(axis=axes, keepdims=True)
+    var = np.square(centered).mean(axis=axes, keepdims=True)
+    return centered / np.sqrt(var + epsilon)
+
+
+def _per_channel(v: np.ndarray, ndim: int, dtype: np.dtype) -> np.ndarray:
+    """A [C] parameter shaped to broadcast over axis 1 of a rank-`ndim` tensor."""
+    return v.astype(dtype, copy=False).reshape(-1, *[1] * (ndim - 2))
+
+
+@kernel(LayerNorm)
+def layer_norm(node, x, scale, bias=None):
+    axis = normalize_axis(node.op.axis, x.ndim)
+    y = _standardize(x, tuple(range(axis, x.ndim)), node.op.epsilon)
+    y *= scale.astype(y.dtype, copy=False)
+    if bias is not None:
+        y += bias.astype(y.dtype, copy=False)
+    return y.astype(x.dtype, copy=False)
+
+
+@kernel(BatchNormInference)
+def batch_norm(node, x, scale, bias, mean, var):
+    dt = _compute_dtype(x.dtype)
+    # folded into one multiply-add per element: y = x * a + (bias - mean * a)
+    a = scale.astype(dt) / np.sqrt(var.astype(dt) + node.op.epsilon)
+    shift = bias.astype(dt) - mean.astype(dt) * a
+    y = _to_compute(x) * _per_channel(a, x.ndim, dt) + _per_channel(shift, x.ndim, dt)
+    return y.astype(x.dtype, copy=False)
+
+
+@kernel(InstanceNorm)
+def instance_norm(node, x, scale, bias):
+    y = _standardize(x, tuple(range(2, x.ndim)), node.op.epsilon)
+    y = y * _per_channel(scale, x.ndim, y.dtype) + _per_channel(bias, x.ndim, y.dtype)
+    return y.astype(x.dtype, copy=False)
+
+
+@kernel(PRelu)
+def prelu(node, x, slope):
+    return np.where(x < 0, x * slope, x).astype(x.dtype, copy=False)
+
+
+# -- resize ---------------------------------------------------------------------------------
+def _source_coords(op: Resize, axis: int, size: int) -> np.ndarray:
+    """Input coordinate sampled by each output index on `axis` (float64), with ONNX's
+    formulas, written as its reference evaluator does so that nearest-rounding ties agree."""
+    new = op.sizes[axis]
+    scale = op.axis_scale(axis, size)
+    length = scale * size  # ONNX's fractional output length
+    y = np.arange(new, dtype=np.float64)
+    mode = op.coordinate_mode
+    if mode is CoordinateMode.ALIGN_CORNERS:
+        return np.zeros(new) if length == 1 else y * (size - 1) / (length - 1)
+    if mode is CoordinateMode.ASYMMETRIC:
+        return y / scale
+    if mode is CoordinateMode.PYTORCH_HALF_PIXEL:
+        return np.full(new, -0.5) if length == 1 else (y + 0.5) / scale - 0.5
+    if mode is CoordinateMode.HALF_PIXEL:
+        return (y + 0.5) / scale - 0.5
+    if mode is CoordinateMode.HALF_PIXEL_SYMMETRIC:
+        offset = size / 2 * (1 - new / length)
+        return offset + (y + 0.5) / scale - 0.5
+    start, stop = op.roi[axis::len(op.sizes)]
+    if length == 1:
+        return np.full(new, (stop - start) * (size - 1) / 2 + start * (size - 1))
+    return y * (stop - start) * (size - 1) / (length - 1) + start * (size - 1)
+
+
+def _nearest_index(coords: np.ndarray, mode: NearestMode) -> np.ndarray:
+    base = np.floor(coords)
+    frac = coords - base
+    up = {
+        NearestMode.ROUND_PREFER_FLOOR: frac > 0.5,
+        NearestMode.ROUND_PREFER_CEIL: frac >= 0.5,
+        NearestMode.FLOOR: np.zeros_like(frac, dtype=bool),
+        NearestMode.CEIL: frac > 0,
+    }[mode]
+    return (base + up).astype(np.int64)[:, None]
+
+
+def _interp_taps(op: Resize, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Input indices [out, taps] and their weights for linear (2 taps) or cubic (4 taps,
+    Keys kernel with a = cubic_coeff_a)."""
+    base = np.floor(coords)[:, None]
+    if op.mode is ResizeMode.LINEAR:
+        index = base + np.arange(2)
+        return index, 1 - np.abs(index - coords[:, None])
+    a = op.cubic_coeff_a
+    index = base + np.arange(-1, 3)
+    s = np.abs(index - coords[:, None])
+    near = ((a + 2) * s - (a + 3)) * s * s + 1
+    far = ((a * s - 5 * a) * s + 8 * a) * s - 4 * a
+    return index, np.where(s <= 1, near, far)
+
+
+def _resize_axis(op: Resize, data: np.ndarray, axis: int) -> np.ndarray:
+    size = data.shape[axis]
+    coords = _source_coords(op, axis, size)
+    if op.mode is ResizeMode.NEAREST:
+        index, weights = _nearest_index(coords, op.nearest_mode), None
+    else:
+        index, weights = _interp_taps(op, coords)
+        if op.exclude_outside:
+            weights = np.where((index >= 0) & (index < size), weights, 0.0)
+            total = weights.sum(axis=1, keepdims=True)
+            weights = weights / np.where(total == 0, 1.0, total)
+    # edge padding: taps outside the input read its border
+    index = np.clip(index, 0, size - 1).astype(np.intp)
+    bshape = [1] * data.ndim
+    bshape[axis] = -1
+    if weights is None:
+        out = np.take(data, index[:, 0], axis=axis)
+    else:
+        weights = weights.astype(data.dtype)
+        out = sum(np.take(data, index[:, j], axis=axis) * weights[:, j].reshape(bshape)
+                  for j in range(index.shape[1]))
+    if op.coordinate_mode is CoordinateMode.TF_CROP_AND_RESIZE:
+        outside = ((coords < 0) | (coords > size - 1)).reshape(bshape)
+        out = np.where(outside, np.asarray(op.extrapolation_value, out.dtype), out)
+    return out
+
+
+def _saturate(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Cast back; integers round (half to even) and clip, as ONNX's saturate_cast."""
+    if dtype.kind in "iu" and y.dtype.kind == "f":
+        info = np.iinfo(dtype)
+        y = np.clip(np.round(y), info.min, info.max)
+    return y.astype(dtype, copy=False)
+
+
+@kernel(Resize)
+def resize(node, x):
+    op = node.op
+    y = x if op.mode is ResizeMode.NEAREST else _to_compute(x)
+    for axis, size in enumerate(x.shape):
+        if not op.is_identity_axis(axis, size):
+            y = _resize_axis(op, y, axis)
+    return _saturate(y, x.dtype)
