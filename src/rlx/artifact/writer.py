@@ -108,8 +108,11 @@ def write_rlx(path: str | os.PathLike, file: RlxFile, *, password: str | bytes |
             from rlx.artifact import crypto
 
             options = {k: v for k, v in (("kdf", kdf), ("chunk_size", chunk_size)) if v}
-            reader = io.BufferedReader(_PieceReader(iter_rlx_bytes(file)), 1 << 20)
-            crypto.encrypt_stream(reader, out, password, **options)
+            pieces = list(iter_rlx_bytes(file))  # views of the weights, not copies
+            length = sum(memoryview(p).nbytes for p in pieces)
+            reader = io.BufferedReader(_PieceReader(iter(pieces)), 1 << 20)
+            crypto.encrypt_stream(reader, out, password, length=length, name=os.fspath(path),
+                                  **options)
 
 
 __all__ = ["ALIGN", "encode_rlx", "iter_rlx_bytes", "write_rlx"]
