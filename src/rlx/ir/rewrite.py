@@ -1,0 +1,141 @@
+"""Build a new graph from an old one, node by node, without touching the old one.
+
+Every pass follows the same pattern: walk the source graph in order and, for each node,
+either `copy` it (inputs remapped, same op, shape and name), `substitute` a new node for it
+(which takes over its name), `replace` it by a node already emitted, or `drop` it. `finish`
+remaps the outputs (a graph output keeps its position) and returns the SOURCE graph itself
+when nothing changed, so callers can test `new is old`.
+
+Names belong to nodes: a copied or substituted node keeps its name, a node replaced by an
+existing one or dropped takes its name with it. Node ids are positions and shift when nodes
+are dropped; names are the stable identities that survive passes.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from rlx.errors import GraphError
+from rlx.ir.graph import Graph, Node, ShapeLike
+from rlx.ir.ops.base import Op
+from rlx.ir.ops.sources import Constant
+
+__all__ = ["Rewriter", "Rule", "rewrite_nodes", "constant_value"]
+
+
+def constant_value(node: Node) -> np.ndarray | None:
+    """The read-only array of a Constant node, or None (not a Constant, or bytes stripped)."""
+    op = node.op
+    if not isinstance(op, Constant) or isinstance(node.shape, tuple):
+        return None
+    if not node.shape.is_static or (op.is_stripped and node.shape.nbytes != 0):
+        return None
+    return op.array(node.shape)
+
+
+class Rewriter:
+    """A new graph under construction plus the map from source node ids to new ids."""
+
+    def __init__(self, source: Graph):
+        self.source = source
+        self.target = Graph(source.name)
+        self._ids: dict[int, int | None] = {}
+        self.changed = False
+
+    # -- reading ----------------------------------------------------------------------------
+    def id(self, old_id: int) -> int:
+        """The new id standing for source node `old_id` (which must be mapped already)."""
+        try:
+            new_id = self._ids[old_id]
+        except KeyError:
+            raise GraphError(f"rewrite of {self.source.name!r}: %{old_id} not visited yet")
+        if new_id is None:
+            raise GraphError(f"rewrite of {self.source.name!r}: %{old_id} was dropped but is read")
+        return new_id
+
+    def node(self, old_id: int) -> Node:
+        """The node of the NEW graph standing for source node `old_id`.
+
+        Rules look at inputs through this, so they see earlier rewrites (chains compose).
+        """
+        return self.target.node(self.id(old_id))
+
+    def inputs(self, node: Node) -> tuple[int, ...]:
+        """New ids of a source node's inputs."""
+        return tuple(self.id(i) for i in node.inputs)
+
+    def fresh_name(self, base: str) -> str:
+        """`base`, or `base.1`, `base.2`, ...: a name used by no node of either graph."""
+        name, n = base, 0
+        while self.source.find(name) is not None or self.target.find(name) is not None:
+            n += 1
+            name = f"{base}.{n}"
+        return name
+
+    # -- building ---------------------------------------------------------------------------
+    def copy(self, node: Node) -> int:
+        """Re-emit a source node unchanged except for its remapped inputs."""
+        new_id = self.target.add_node(node.op, self.inputs(node), node.shape, node.name)
+        self._ids[node.id] = new_id
+        return new_id
+
+    def emit(self, op: Op, inputs: tuple[int, ...] | list[int], shape: ShapeLike | None = None,
+             name: str | None = None) -> int:
+        """A brand-new node over NEW ids (maps no source node)."""
+        self.changed = True
+        return self.target.add_node(op, inputs, shape, name)
+
+    def emit_constant(self, array: np.ndarray, name: str | None = None) -> int:
+        """A new Constant holding `array`'s bytes (a view when it is contiguous)."""
+        self.changed = True
+        return self.target.constant(array, name=name)
+
+    def replace(self, old_id: int, new_id: int) -> None:
+        """Let an already emitted node stand for source node `old_id` from now on."""
+        self.changed = True
+        self._ids[old_id] = new_id
+
+    def substitute(self, node: Node, op: Op, inputs: tuple[int, ...] | list[int],
+                   shape: ShapeLike | None = None) -> int:
+        """Emit `op` over NEW ids in place of `node`; the new node takes `node`'s name."""
+        new_id = self.emit(op, inputs, shape, node.name)
+        self._ids[node.id] = new_id
+        return new_id
+
+    def substitute_constant(self, node: Node, array: np.ndarray) -> int:
+        """A Constant holding `array` in place of `node`, under `node`'s name."""
+        new_id = self.emit_constant(array, node.name)
+        self._ids[node.id] = new_id
+        return new_id
+
+    def drop(self, old_id: int) -> None:
+        """Leave source node `old_id` out (reading it later is an error)."""
+        self.changed = True
+        self._ids[old_id] = None
+
+    def finish(self) -> Graph:
+        """The new graph with outputs remapped, or the source graph if nothing changed."""
+        assert len(self._ids) == len(self.source), "every source node must be visited"
+        if not self.changed:
+            return self.source
+        self.target.set_outputs(self.id(o) for o in self.source.outputs)
+        return self.target
+
+
+Rule = Callable[[Rewriter, Node], bool]
+"""Handle one source node: map it (substitute/replace/drop) and return True, or return False
+to have it copied unchanged."""
+
+
+def rewrite_nodes(graph: Graph, rule: Rule) -> tuple[Graph, int]:
+    """Apply `rule` to every node in order; returns (new graph, number of nodes it handled)."""
+    rw = Rewriter(graph)
+    count = 0
+    for node in graph.nodes():
+        if rule(rw, node):
+            count += 1
+        else:
+            rw.copy(node)
+    return rw.finish(), count

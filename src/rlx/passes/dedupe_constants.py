@@ -1,0 +1,51 @@
+"""Dedupe: constants with identical dtype, shape and bytes collapse into the first copy.
+
+The key is (dtype, dims, blake2b digest of the bytes), confirmed by a byte compare when
+digests match, so the pass reads each payload once or twice: O(total bytes), and no copy of
+any payload is held. The first copy keeps its node and name; later copies are left out and
+their readers (and graph outputs) point at the first (their names go with them). Stripped
+constants (no bytes) are never merged: their content is unknown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+import numpy as np
+
+from rlx.ir.graph import Graph, Node
+from rlx.ir.ops.sources import Constant
+from rlx.ir.rewrite import Rewriter
+
+__all__ = ["dedupe_identical_constants"]
+
+log = logging.getLogger(__name__)
+
+
+def dedupe_identical_constants(graph: Graph) -> tuple[Graph, int]:
+    """Point every duplicate constant's readers at its first copy; returns (graph, merged)."""
+    rw = Rewriter(graph)
+    kept: dict[tuple, list[int]] = {}  # key -> new ids of the distinct payloads with it
+    merged = 0
+    for node in graph.nodes():
+        op = node.op
+        if not isinstance(op, Constant) or op.is_stripped:
+            rw.copy(node)
+            continue
+        digest = hashlib.blake2b(op.data, digest_size=16).digest()
+        same_key = kept.setdefault((node.shape.dtype, node.shape.dims, digest), [])
+        original = next((k for k in same_key if _same_bytes(rw.target.node(k), node)), None)
+        if original is None:
+            same_key.append(rw.copy(node))  # a digest collision keeps both copies
+            continue
+        rw.replace(node.id, original)
+        merged += 1
+        log.debug("dedupe: %s has the bytes of %s; merged into it", node.label,
+                  rw.target.node(original).label)
+    log.info("dedupe %r: %d duplicate constant(s) merged", graph.name, merged)
+    return rw.finish(), merged
+
+
+def _same_bytes(a: Node, b: Node) -> bool:
+    return bool(np.array_equal(a.op.data, b.op.data))

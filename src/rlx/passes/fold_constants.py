@@ -1,0 +1,102 @@
+"""Constant folding: evaluate nodes whose inputs are all constants, at bake time.
+
+Each such node is run through its runtime kernel (`KERNELS[type(op)](node, *arrays)`) and
+replaced by a Constant of the result under the node's name. Folding proceeds in graph order
+on the graph being built, so whole constant subgraphs collapse in one pass. Not folded:
+
+- nodes with no inputs (leaves, generators) and nodes reading an Input or Param;
+- ops that only have compile-time builders (control flow, subgraphs);
+- `DequantMatMul`: folding it would decode a packed weight back to dense floats;
+- results that GROW: larger than the node's inputs combined and over `MAX_GROWN_ELEMENTS`
+  elements (an `Expand` or fill of a scalar would otherwise bloat the artifact);
+- nodes whose kernel fails (logged; the error will surface at run time instead).
+
+A tuple-valued node (Split, TopK, ...) is evaluated once and its `TupleGet` readers become
+constants; the node itself is kept for DCE to remove.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from rlx.ir.graph import Graph, Node
+from rlx.ir.ops.base import Op
+from rlx.ir.ops.linalg import DequantMatMul
+from rlx.ir.ops.multi import TupleGet
+from rlx.ir.rewrite import Rewriter, constant_value
+from rlx.runtime.kernels import KERNELS
+
+__all__ = ["fold_constants", "MAX_GROWN_ELEMENTS", "NEVER_FOLD"]
+
+log = logging.getLogger(__name__)
+
+MAX_GROWN_ELEMENTS = 256 * 1024
+"""A folded result larger than its inputs may have at most this many elements."""
+
+NEVER_FOLD: tuple[type[Op], ...] = (DequantMatMul,)
+"""Ops kept even over constant inputs."""
+
+
+def fold_constants(graph: Graph) -> tuple[Graph, int]:
+    """Replace constant-only computations by their values; returns (graph, nodes folded)."""
+    rw = Rewriter(graph)
+    tuples: dict[int, tuple[tuple[np.ndarray, ...], int]] = {}  # id -> (parts, input bytes)
+    folded = 0
+    for node in graph.nodes():
+        evaluated = _evaluate(rw, node, tuples)
+        if evaluated is None:
+            rw.copy(node)
+            continue
+        value, input_bytes = evaluated
+        if isinstance(value, tuple):
+            tuples[node.id] = (value, input_bytes)
+            rw.copy(node)
+        elif _fits(node, value, input_bytes):
+            rw.substitute_constant(node, value)
+            folded += 1
+            log.debug("fold: %s -> constant %s[%s]", node.label, node.shape.dtype,
+                      ", ".join(map(str, value.shape)))
+        else:
+            rw.copy(node)
+    log.info("fold %r: %d node(s) folded into constants", graph.name, folded)
+    return rw.finish(), folded
+
+
+def _evaluate(rw: Rewriter, node: Node, tuples: dict) -> tuple[Any, int] | None:
+    """(value, bytes of the constants it was computed from), or None if it is not foldable."""
+    if isinstance(node.op, TupleGet) and node.inputs[0] in tuples:
+        parts, input_bytes = tuples[node.inputs[0]]
+        return parts[node.op.index], input_bytes
+    kernel = KERNELS.get(type(node.op))
+    if kernel is None or not node.inputs or isinstance(node.op, NEVER_FOLD):
+        return None
+    arrays = [constant_value(rw.node(i)) for i in node.inputs]
+    if any(a is None for a in arrays):
+        return None
+    try:
+        with np.errstate(all="ignore"):  # the runtime would compute the same inf/NaN
+            value = kernel(node, *arrays)
+    except Exception as err:  # a bad constant subgraph fails at run time, not at bake time
+        log.warning("fold: %s not folded, its kernel failed: %s", node.label, err)
+        return None
+    value = tuple(value) if isinstance(value, (tuple, list)) else np.asarray(value)
+    return value, sum(a.nbytes for a in arrays)
+
+
+def _fits(node: Node, value: np.ndarray, input_bytes: int) -> bool:
+    """Whether `value` may replace `node`: the declared type, and not a blown-up fill."""
+    shape = node.shape
+    if value.dtype != shape.dtype.numpy or value.ndim != shape.rank or any(
+        isinstance(d, int) and d != s for d, s in zip(shape.dims, value.shape)
+    ):
+        log.warning("fold: %s not folded: kernel gave %s %s, declared %s", node.label,
+                    value.dtype, list(value.shape), shape)
+        return False
+    if value.nbytes > input_bytes and value.size > MAX_GROWN_ELEMENTS:
+        log.info("fold: %s not folded: %d elements (%d bytes) from %d input bytes would "
+                 "grow the graph", node.label, value.size, value.nbytes, input_bytes)
+        return False
+    return True

@@ -1,0 +1,102 @@
+"""Specialize: bind weight values to `Param`s, turning each bound one into a `Constant`.
+
+The Constant keeps the Param's node name and position, so the weight's identity survives
+every later pass. A binding must have the Param's dtype exactly (Python lists and scalars
+are converted to it) and either the Param's shape or, flat, its element count; anything else
+is a `BindingError` naming the Param. Symbolic dims of a Param are fixed by the binding's
+shape. Arrays that are already C-contiguous little-endian in the right dtype are used
+without copying (the Constant is a view). Bindings that name no Param are ignored here.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+import numpy as np
+
+from rlx.errors import BindingError, GraphError
+from rlx.ir.dtype import DType
+from rlx.ir.graph import Graph, Node
+from rlx.ir.ops.sources import Param
+from rlx.ir.rewrite import Rewriter, rewrite_nodes
+from rlx.ir.shape import UNKNOWN, Shape
+
+__all__ = ["specialize"]
+
+log = logging.getLogger(__name__)
+
+
+def specialize(graph: Graph, bindings: Mapping[str, Any]) -> tuple[Graph, int]:
+    """Replace every bound Param by a Constant of its value; returns (graph, params bound)."""
+
+    def bind(rw: Rewriter, node: Node) -> bool:
+        if not isinstance(node.op, Param) or node.op.name not in bindings:
+            return False
+        value = bound_value(node, bindings[node.op.name])
+        rw.substitute_constant(node, value)
+        log.debug("specialize: param %r bound to %s[%s]", node.op.name,
+                  node.shape.dtype, ", ".join(map(str, value.shape)))
+        return True
+
+    new, count = rewrite_nodes(graph, bind)
+    log.info("specialize %r: %d param(s) bound, %d left unbound", graph.name, count,
+             sum(isinstance(n.op, Param) for n in new.nodes()))
+    return new, count
+
+
+def bound_value(node: Node, value: Any) -> np.ndarray:
+    """`value` as an array of the Param's dtype and (concrete) shape, or a `BindingError`."""
+    shape: Shape = node.shape
+    want = shape.dtype.numpy
+    if not isinstance(value, np.ndarray):
+        try:
+            value = np.asarray(value, dtype=want)
+        except (TypeError, ValueError, OverflowError) as err:
+            raise BindingError(
+                f"binding for param {node.op.name!r}: cannot convert to {shape.dtype}: {err}"
+            ) from None
+    elif value.dtype != want and value.dtype.newbyteorder("<") == want.newbyteorder("<"):
+        value = value.astype(want)  # same type, big-endian: payloads are little-endian
+    if value.dtype != want:
+        raise _mismatch(node, value, f"dtype {_dtype_text(value.dtype)}")
+    dims = _concrete_dims(shape, value.shape)
+    if dims is None:
+        raise _mismatch(node, value, "shape")
+    return value.reshape(dims)
+
+
+def _concrete_dims(shape: Shape, got: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The Param's dims with symbols fixed by `got`, or None when `got` does not fit.
+
+    A flat `got` fits a static shape with the same element count.
+    """
+    if shape.is_static and len(got) == 1 and got[0] == shape.numel:
+        return tuple(shape.dims)  # type: ignore[arg-type]
+    if len(got) != shape.rank:
+        return None
+    symbols: dict[str, int] = {}
+    for dim, size in zip(shape.dims, got):
+        if isinstance(dim, int):
+            if dim != size:
+                return None
+        elif dim != UNKNOWN and symbols.setdefault(dim, size) != size:
+            return None
+    return got
+
+
+def _mismatch(node: Node, value: np.ndarray, what: str) -> BindingError:
+    shape: Shape = node.shape
+    count = "" if shape.numel is None else f" ({shape.numel} elements)"
+    got = f"{_dtype_text(value.dtype)}[{', '.join(map(str, value.shape))}] ({value.size} elements)"
+    return BindingError(
+        f"binding for param {node.op.name!r} does not fit ({what}): "
+        f"expected {shape}{count}, got {got}"
+    )
+
+
+def _dtype_text(dtype: np.dtype) -> str:
+    try:
+        return str(DType.from_numpy(dtype.newbyteorder("<")))
+    except GraphError:
+        return str(dtype)
