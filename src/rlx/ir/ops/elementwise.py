@@ -15,7 +15,10 @@ from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op, expect_dtype
 from rlx.ir.shape import Shape, broadcast_dims
 
-__all__ = ["Activation", "BinaryOp", "CompareOp", "LogicalOp", "Unary", "Binary", "Compare", "Logical", "Not", "Where", "Cast", "Clamp", "Identity"]
+__all__ = [
+    "Activation", "BinaryOp", "CompareOp", "LogicalOp", "Unary", "Binary", "Compare", "Logical",
+    "Not", "Where", "Cast", "Clamp", "Identity",
+]
 
 
 class Activation(enum.Enum):
@@ -67,7 +70,17 @@ class Activation(enum.Enum):
 
 
 _PREDICATES = {Activation.IS_NAN, Activation.IS_INF, Activation.IS_POS_INF, Activation.IS_NEG_INF}
-_INT_OK = {Activation.RELU, Activation.NEG, Activation.ABS, Activation.SIGN, Activation.BIT_NOT}
+_INT_OK = {Activation.RELU, Activation.NEG, Activation.ABS, Activation.SIGN}
+
+
+def _unary_accepts(kind: Activation, dtype: DType) -> bool:
+    if kind in _PREDICATES:
+        return True
+    if kind is Activation.BIT_NOT:
+        return not dtype.is_float
+    if kind in _INT_OK:
+        return dtype is not DType.BOOL
+    return dtype.is_float
 
 
 class BinaryOp(enum.Enum):
@@ -86,6 +99,10 @@ class BinaryOp(enum.Enum):
     SHL = "shl"
     SHR = "shr"
     ATAN2 = "atan2"
+
+
+_INTEGER_ONLY = {BinaryOp.BIT_AND, BinaryOp.BIT_OR, BinaryOp.BIT_XOR, BinaryOp.SHL, BinaryOp.SHR}
+_FLOAT_ONLY = {BinaryOp.ATAN2}
 
 
 class CompareOp(enum.Enum):
@@ -124,11 +141,9 @@ class Unary(Op):
 
     def infer(self, inputs):
         (x,) = inputs
-        if self.kind in _PREDICATES:
-            return x.with_dtype(DType.BOOL)
-        if not x.dtype.is_float and self.kind not in _INT_OK:
-            raise ShapeError(f"Unary {self.kind.value}: needs floating point, got {x.dtype}")
-        return x
+        if not _unary_accepts(self.kind, x.dtype):
+            raise ShapeError(f"Unary {self.kind.value}: does not take {x.dtype} input")
+        return x.with_dtype(DType.BOOL) if self.kind in _PREDICATES else x
 
 
 @dataclass(frozen=True)
@@ -138,7 +153,14 @@ class Binary(Op):
 
     def infer(self, inputs):
         expect_dtype(self, inputs)
-        return _broadcast(self, inputs, inputs[0].dtype)
+        dtype = inputs[0].dtype
+        if (
+            dtype is DType.BOOL
+            or (self.op in _INTEGER_ONLY and dtype.is_float)
+            or (self.op in _FLOAT_ONLY and not dtype.is_float)
+        ):
+            raise ShapeError(f"Binary {self.op.value}: does not take {dtype} inputs")
+        return _broadcast(self, inputs, dtype)
 
 
 @dataclass(frozen=True)

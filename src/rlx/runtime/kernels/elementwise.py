@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import math
+from typing import Callable
+
 import numpy as np
 
+from rlx.ir.dtype import DType
 from rlx.ir.ops.elementwise import (
     Activation, Binary, BinaryOp, Cast, Clamp, Compare, CompareOp, Identity, Logical,
     LogicalOp, Not, Unary, Where,
 )
 from rlx.runtime.kernels.registry import kernel
+
+_HALF = {DType.F16.numpy, DType.BF16.numpy}
+
+
+def widen_half(x: np.ndarray) -> np.ndarray:
+    """f16/bf16 as float32, other arrays unchanged: for kernels whose half-precision
+    intermediates would lose digits or overflow (sums, GEMM, composite formulas) or that
+    NumPy runs slowly (no BLAS) or not at all (bf16 einsum). Callers round back once."""
+    return x.astype(np.float32) if x.dtype in _HALF else x
+
 
 def erf(x: np.ndarray) -> np.ndarray:
     """Error function, vectorised, accurate to float32 rounding.
@@ -103,9 +117,11 @@ _UNARY = {
 
 @kernel(Unary)
 def unary(node, x):
-    with np.errstate(all="ignore"):
-        out = _UNARY[node.op.kind](x, node.op)
-    return np.asarray(out, dtype=node.shape.dtype.numpy)
+    # half precision is evaluated in float32 and rounded once: composite formulas (mish,
+    # gelu, softplus) would otherwise round at every step and overflow early (x ** 3)
+    with np.errstate(all="ignore"):  # overflow to inf and NaN outside the domain are results
+        return np.asarray(_UNARY[node.op.kind](widen_half(x), node.op),
+                          dtype=node.shape.dtype.numpy)
 
 
 def _pow(a, b):
@@ -172,7 +188,7 @@ def logical(node, a, b):
 
 @kernel(Not)
 def logical_not(node, x):
-    return np.logical_not(x)
+    return np.asarray(np.logical_not(x))  # a ufunc returns a NumPy scalar for rank 0
 
 
 @kernel(Where)
@@ -182,11 +198,19 @@ def where(node, cond, a, b):
 
 @kernel(Cast)
 def cast(node, x):
-    to = node.op.to.numpy
-    if x.dtype.kind == "f" and to.kind in "iub" and to.kind != "b":
-        with np.errstate(invalid="ignore"):
-            return np.trunc(x).astype(to)  # float -> int truncates toward zero
-    return x.astype(to)
+    # float -> int truncates toward zero (a C cast, as ONNX); NaN / out of range is undefined
+    with np.errstate(invalid="ignore", over="ignore"):
+        return x.astype(node.op.to.numpy)
+
+
+def _bound(value: float, dtype: np.dtype, to_int: Callable[[float], int]) -> np.ndarray:
+    """A clamp bound as a `dtype` scalar. Integer bounds are rounded inward (`to_int` is ceil
+    for a lower bound, floor for an upper one) and limited to the dtype's range: a plain
+    cast would truncate an upper bound of -1.5 to -1 and wrap -300 to an int8 of -44."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        value = to_int(min(max(value, info.min), info.max))
+    return np.asarray(value).astype(dtype)
 
 
 @kernel(Clamp)
@@ -194,9 +218,9 @@ def clamp(node, x):
     lo, hi = node.op.min, node.op.max
     out = x
     if lo is not None:
-        out = np.maximum(out, np.asarray(lo).astype(x.dtype))
+        out = np.maximum(out, _bound(lo, x.dtype, math.ceil))
     if hi is not None:
-        out = np.minimum(out, np.asarray(hi).astype(x.dtype))
+        out = np.minimum(out, _bound(hi, x.dtype, math.floor))
     return np.asarray(out, dtype=x.dtype)
 
 
