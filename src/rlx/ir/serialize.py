@@ -63,16 +63,22 @@ def _attr_to_json(value: Any, encode: ConstantEncoder) -> Any:
     return value
 
 
+def op_to_json(op: Op, encode_constant: ConstantEncoder = _base64_encode) -> dict[str, Any]:
+    """`{"op": name, "attrs": {...}}` for any op but Constant (whose data needs its node)."""
+    entry: dict[str, Any] = {"op": type(op).__name__}
+    attrs = {k: _attr_to_json(v, encode_constant) for k, v in op.attrs().items()}
+    if attrs:
+        entry["attrs"] = attrs
+    return entry
+
+
 def graph_to_dict(graph: Graph, encode_constant: ConstantEncoder = _base64_encode) -> dict:
     nodes = []
     for node in graph.nodes():
-        entry: dict[str, Any] = {"op": type(node.op).__name__}
         if isinstance(node.op, Constant):
-            entry["data"] = encode_constant(node)
+            entry: dict[str, Any] = {"op": "Constant", "data": encode_constant(node)}
         else:
-            attrs = {k: _attr_to_json(v, encode_constant) for k, v in node.op.attrs().items()}
-            if attrs:
-                entry["attrs"] = attrs
+            entry = op_to_json(node.op, encode_constant)
         if node.inputs:
             entry["inputs"] = list(node.inputs)
         entry["shape"] = shape_to_json(node.shape)

@@ -1,0 +1,128 @@
+"""JSON round trip of every op type and of whole graphs (ops by name, attributes by field)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rlx.errors import GraphError
+from rlx.ir import (
+    DType, Graph, Shape, format_graph, graph_from_json, graph_to_json, ops, verify,
+)
+from rlx.ir.ops.base import OPS
+from rlx.ir.serialize import op_from_json, op_to_json
+
+
+def _branch(name: str, kind) -> Graph:
+    g = Graph(name)
+    x = g.input("x", Shape([2]))
+    g.set_outputs([g.unary(kind, x)])
+    return g
+
+
+def _loop_body() -> Graph:
+    g = Graph("body")
+    g.input("i", Shape([], DType.I64))
+    cond = g.input("cond", Shape([], DType.BOOL))
+    acc = g.input("acc", Shape([2]))
+    g.set_outputs([cond, g.binary(ops.BinaryOp.ADD, acc, acc)])
+    return g
+
+
+# One instance per op type, with non-default values wherever an op has attributes.
+SAMPLES: dict[str, ops.Op] = {op.__class__.__name__: op for op in [
+    ops.Input("x"), ops.Param("w"), ops.TupleGet(1), ops.Identity(), ops.Not(), ops.Where(),
+    ops.Unary(ops.Activation.HARD_SIGMOID, alpha=0.25, beta=0.75),
+    ops.Binary(ops.BinaryOp.FMOD), ops.Compare(ops.CompareOp.LE),
+    ops.Logical(ops.LogicalOp.XOR), ops.Cast(DType.BF16), ops.Clamp(min=-1.5, max=None),
+    ops.MatMul(), ops.DequantMatMul(ops.QuantScheme.GGUF_TQ2_0, n=64),
+    ops.Einsum("bij,bjk->bik"),
+    ops.Conv(strides=(2, 1), pads=(1, 0, 1, 0), dilations=(1, 2), groups=4),
+    ops.ConvTranspose(strides=(2,), pads=(1, 1), dilations=(1,), groups=2, output_padding=(1,)),
+    ops.Pool(ops.PoolKind.AVG, kernel=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1),
+             dilations=(1, 1), ceil_mode=True, count_include_pad=True),
+    ops.GlobalPool(ops.PoolKind.MAX), ops.Softmax(axis=1), ops.LogSoftmax(axis=0),
+    ops.LayerNorm(axis=-2, epsilon=1e-6), ops.BatchNormInference(epsilon=1e-3),
+    ops.InstanceNorm(epsilon=1e-4), ops.PRelu(),
+    ops.Resize(sizes=(1, 3, 8, 8), scales=(1.0, 1.0, 2.0, 2.0), roi=None,
+               mode=ops.ResizeMode.CUBIC, coordinate_mode=ops.CoordinateMode.ALIGN_CORNERS,
+               nearest_mode=ops.NearestMode.CEIL, cubic_coeff_a=-0.5, exclude_outside=True,
+               extrapolation_value=1.0),
+    ops.Reduce(ops.ReduceOp.LOG_SUM_EXP, axes=(0, -1), keepdims=False),
+    ops.ArgMax(axis=-1, keepdims=False, select_last_index=True), ops.ArgMin(axis=1),
+    ops.CumSum(axis=1, exclusive=True, reverse=True),
+    ops.TopK(k=3, axis=0, largest=False, sorted=False),
+    ops.Reshape((0, -1), allowzero=True), ops.Transpose((1, 0, 2)), ops.Concat(-1),
+    ops.Slice(starts=(1,), ends=(-1,), axes=(0,), steps=(2,)), ops.Gather(axis=1),
+    ops.GatherElements(axis=-1), ops.GatherND(batch_dims=1),
+    ops.ScatterND(ops.ScatterReduction.ADD),
+    ops.ScatterElements(axis=1, reduction=ops.ScatterReduction.MAX), ops.Expand((2, 3)),
+    ops.Pad(ops.PadMode.REFLECT, pads=(1, 2, 1, 2), value=0.5), ops.Tile((2, 1)),
+    ops.Split(axis=1, sizes=(2, 3)), ops.Squeeze((0,)), ops.Unsqueeze((0, 3)),
+    ops.Flatten(axis=2), ops.ShapeOf(start=1, end=-1), ops.Size(), ops.Range(),
+    ops.Fill(2.5, DType.F16, shape=(3, 4)), ops.OneHot(axis=0),
+    ops.DepthToSpace(2, ops.DepthToSpaceMode.CRD), ops.SpaceToDepth(3),
+    ops.Trilu(upper=False, k=-1), ops.NonZero(), ops.Compress(axis=0),
+    ops.LSTM(hidden_size=8, direction=ops.RnnDirection.BIDIRECTIONAL,
+             activations=("Sigmoid", "Tanh", "Tanh") * 2, activation_alpha=(0.5,),
+             activation_beta=(0.25,), clip=3.0, layout=1, present=("B", "initial_h"),
+             input_forget=True),
+    ops.GRU(hidden_size=4, direction=ops.RnnDirection.REVERSE, linear_before_reset=True,
+            present=("B",)),
+    ops.RNN(hidden_size=4, activations=("Relu",), clip=None),
+    ops.If(_branch("then", ops.Activation.RELU), _branch("else", ops.Activation.NEG)),
+    ops.Loop(_loop_body(), n_carried=1),
+    ops.Scan(_branch("scan_body", ops.Activation.EXP), n_state=0, scan_input_axes=(0,),
+             scan_input_directions=(1,), scan_output_axes=(0,), scan_output_directions=(0,)),
+]}
+
+
+def test_every_op_type_has_a_sample():
+    assert set(OPS) - {"Constant"} == set(SAMPLES), "add a sample for each new op"
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_op_round_trips_through_json(name):
+    op = SAMPLES[name]
+    text = json.dumps(op_to_json(op))  # must be plain JSON
+    back = op_from_json(json.loads(text), Shape([1]), lambda value, shape: b"")
+    assert type(back) is type(op)
+    if op.subgraphs():
+        assert [format_graph(g) for g in back.subgraphs()] == \
+            [format_graph(g) for g in op.subgraphs()]
+    else:
+        assert back == op
+
+
+def test_whole_graph_round_trip_keeps_text_and_bytes():
+    g = Graph("m")
+    x = g.input("x", Shape(["batch", 4]))
+    w = g.constant(np.arange(12, dtype=np.float32).reshape(4, 3), name="w")
+    ids = g.constant(np.array([2, 0], np.int64))
+    y = g.add_node(ops.Gather(axis=1), [g.matmul(x, w), ids])
+    g.set_outputs([y])
+    back = graph_from_json(graph_to_json(g))
+    verify(back)
+    assert format_graph(back) == format_graph(g)
+    assert bytes(back.find("w").op.data) == bytes(g.find("w").op.data)
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"op": "Frobnicate"}, "unknown op 'Frobnicate'"),
+    ({"op": "Softmax", "attrs": {"axis": "one"}}, "Softmax.axis: expected int"),
+    ({"op": "Softmax", "attrs": {"axes": 1}}, "unknown attribute"),
+    ({"op": "Binary", "attrs": {"op": "frobnicate"}}, "unknown BinaryOp"),
+    ({"op": "Transpose", "attrs": {"perm": "012"}}, "must be a list"),
+])
+def test_bad_op_json_is_a_graph_error(entry, message):
+    with pytest.raises(GraphError, match=message):
+        op_from_json(entry, Shape([1]), lambda value, shape: b"")
+
+
+def test_bad_graph_json_is_a_graph_error():
+    with pytest.raises(GraphError, match="not valid JSON"):
+        graph_from_json("{")
+    with pytest.raises(GraphError, match="version 9"):
+        graph_from_json('{"format": "rlx-graph", "version": 9, "graph": {}}')
