@@ -1,0 +1,111 @@
+"""`load_weights`: a weights path -> `WeightBundle`, with the load policy applied.
+
+A file is read by its extension (.safetensors, .npz, .npy, .gguf); a directory is the union of
+the weight files directly inside it (e.g. sharded safetensors), a name in two files being an
+error. Readers only map and index; the verdict then decides about packed tensors: GO decodes
+them into `tensors` as float32, NO-GO keeps them in `packed`. Dense tensors keep their
+native dtype either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from rlx.errors import WeightError
+from rlx.weights.bundle import LoadedWeight, WeightBundle
+from rlx.weights.gguf_file import RUNNABLE_PACKS, decode_packed, read_gguf
+from rlx.weights.numpy_files import read_npy, read_npz
+from rlx.weights.policy import (
+    F32FirstVerdict, WeightLoadPolicy, WeightPathKind, WeightSourceInfo, f32_first_verdict,
+)
+from rlx.weights.safetensors_file import read_safetensors
+from rlx.weights.source import SourceTensors
+
+__all__ = ["load_weights", "load_weights_f32"]
+
+log = logging.getLogger(__name__)
+
+Reader = Callable[[Path], SourceTensors]
+_READERS: dict[str, tuple[WeightPathKind, Reader]] = {
+    ".safetensors": (WeightPathKind.SAFETENSORS, read_safetensors),
+    ".npz": (WeightPathKind.NPZ, read_npz),
+    ".npy": (WeightPathKind.NPY, read_npy),
+    ".gguf": (WeightPathKind.GGUF, read_gguf),
+}
+_EXPECTED = ".safetensors, .npz, .npy or .gguf"
+
+
+def load_weights(path: str | os.PathLike[str],
+                 policy: WeightLoadPolicy | str = WeightLoadPolicy.F32_FIRST,
+                 opts: Any = None) -> WeightBundle:
+    """Load a weights file or folder; `opts` (a `BakeOptions`) feeds the verdict."""
+    path = Path(path)
+    if isinstance(policy, str):
+        policy = WeightLoadPolicy.parse(policy)
+    if path.is_dir():
+        kind, source = WeightPathKind.DIRECTORY, _read_dir(path)
+    else:
+        kind, reader = _reader_for(path)
+        source = reader(path)
+    info = WeightSourceInfo(bool(source.packs), source.has_native_half, kind)
+    verdict = f32_first_verdict(policy, info, opts)
+    log.info("f32-first %s", verdict)
+    tensors, packed = _resolve(source, verdict, path)
+    log.info("loaded %d dense + %d packed tensors from %s", len(tensors), len(packed), path)
+    return WeightBundle(tensors, packed, str(path), verdict, info)
+
+
+def load_weights_f32(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """The f32-first bundle's tensors: packs decoded to float32, other tensors native."""
+    return load_weights(path).tensors
+
+
+def _reader_for(path: Path) -> tuple[WeightPathKind, Reader]:
+    if not path.exists():
+        raise WeightError(f"weights file {path} does not exist")
+    if not path.is_file():
+        raise WeightError(f"weights path {path} is not a file or directory")
+    if not path.suffix:
+        raise WeightError(f"weights path has no extension: {path}; expected {_EXPECTED}")
+    found = _READERS.get(path.suffix.lower())
+    if found is None:
+        raise WeightError(
+            f"unsupported weights extension {path.suffix} on {path}; expected {_EXPECTED}")
+    return found
+
+
+def _read_dir(path: Path) -> SourceTensors:
+    """Every weight file directly in `path`, in name order, merged; names must be unique."""
+    files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in _READERS)
+    if not files:
+        raise WeightError(f"no weights files ({_EXPECTED}) in directory {path}")
+    merged, origin = SourceTensors(), {}
+    for file in files:
+        part = _READERS[file.suffix.lower()][1](file)
+        for name in part.names():
+            if name in origin:
+                raise WeightError(f"tensor {name!r} is in both {origin[name]} and {file}")
+            origin[name] = file
+        merged.dense.update(part.dense)
+        merged.packs.extend(part.packs)
+    return merged
+
+
+def _resolve(source: SourceTensors, verdict: F32FirstVerdict,
+             path: Path) -> tuple[dict[str, np.ndarray], list[LoadedWeight]]:
+    """(tensors, packed) under the verdict; a name ends up in exactly one of them."""
+    if verdict.go:
+        tensors = dict(source.dense)
+        tensors.update((w.name, decode_packed(w, path)) for w in source.packs)
+        return tensors, []
+    foreign = sorted({w.encoding for w in source.packs if w.encoding not in RUNNABLE_PACKS})
+    if foreign:
+        raise WeightError(
+            f"{path}: tensors of type {', '.join(foreign)} cannot be kept packed (rlx runs "
+            f"{', '.join(RUNNABLE_PACKS)}); use --weights-policy f32 to decode them")
+    return dict(source.dense), list(source.packs)
