@@ -19,11 +19,10 @@ from rlx import passes
 from rlx.bake.memory import MemoryStats
 from rlx.bake.profile import BakeOptions
 from rlx.bake.rlxfile import RlxFile, RlxWeight
-from rlx.errors import BakeError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
-from rlx.ir.ops.linalg import DequantMatMul, QuantScheme
-from rlx.ir.ops.sources import Constant, Param
+from rlx.ir.ops.linalg import QuantScheme
+from rlx.ir.ops.sources import Constant
 from rlx.ir.verify import verify
 from rlx.weights.bundle import WeightBundle
 
@@ -71,13 +70,13 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     report = BakeReport(nodes_before=len(graph))
     stats = report.optimize
     param_names = {n.op.name for n in graph.params()}
-    report.unused_bindings = sorted(set(bundle.tensors) - param_names
-                                    - {w.name for w in bundle.packed})
+    report.unused_bindings = sorted(
+        (set(bundle.tensors) | {w.name for w in bundle.packed}) - param_names)
     if report.unused_bindings:
         log.warning("bindings matching no param: %s", ", ".join(report.unused_bindings))
 
     g, report.params_baked = passes.specialize(graph, bundle.tensors)
-    g, packed_bound = _bind_packed(g, bundle)
+    g, packed_bound = passes.bind_packed(g, bundle.packed)
     report.params_baked += packed_bound
     if opts.skip_zero:
         g, stats.skipped_zero_matmuls = passes.skip_zero_matmul(g)
@@ -128,18 +127,6 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     log.info("baked %r: %d -> %d nodes, %d weights, %d bytes", graph.name,
              report.nodes_before, report.nodes_after, report.weight_count, report.weight_bytes)
     return file, report
-
-
-def _bind_packed(graph: Graph, bundle: WeightBundle) -> tuple[Graph, int]:
-    """Bind packed source rows (e.g. GGUF Q8_0 tensors) to the MatMuls whose weight they are.
-
-    A packed row named like a Param that is the right operand of MatMuls of shape [K, N]
-    becomes a u8 Constant, and those MatMuls become DequantMatMul. A row whose encoding is
-    not a DequantMatMul scheme, or whose Param has another use, is refused (not guessed).
-    """
-    if not bundle.packed:
-        return graph, 0
-    raise BakeError("packed weight rows are bound by the weight loaders (not yet supported)")
 
 
 def _weight_table(g: Graph, bundle: WeightBundle, opts: BakeOptions, stats: OptimizeStats,

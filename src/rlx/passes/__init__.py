@@ -5,6 +5,7 @@ changed nothing. Node names (the stable identities of weights and outputs) survi
 pass; see `rlx.ir.rewrite` for the rules. `unfold_weights` only reads the graph.
 """
 
+from rlx.passes.bind_packed import bind_packed
 from rlx.passes.dce import eliminate_dead_code
 from rlx.passes.dedupe_constants import dedupe_identical_constants
 from rlx.passes.fold_constants import fold_constants
@@ -17,7 +18,7 @@ from rlx.passes.specialize import specialize
 from rlx.passes.unfold_weights import WeightRow, unfold_weights
 
 __all__ = [
-    "specialize", "skip_zero_matmul", "pack_ternary", "pack_quant", "packing_candidates",
+    "bind_packed", "specialize", "skip_zero_matmul", "pack_ternary", "pack_quant", "packing_candidates",
     "SkipReason", "unfold_weights", "WeightRow", "algebraic_simplify", "eliminate_dead_code",
     "fold_constants", "dedupe_identical_constants",
 ]

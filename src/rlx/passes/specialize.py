@@ -58,12 +58,20 @@ def bound_value(node: Node, value: Any) -> np.ndarray:
             ) from None
     elif value.dtype != want and value.dtype.newbyteorder("<") == want.newbyteorder("<"):
         value = value.astype(want)  # same type, big-endian: payloads are little-endian
+    elif _widens_losslessly(value.dtype, want):
+        value = value.astype(want)  # e.g. an f16 checkpoint for an f32 graph: exact
     if value.dtype != want:
         raise _mismatch(node, value, f"dtype {_dtype_text(value.dtype)}")
     dims = _concrete_dims(shape, value.shape)
     if dims is None:
         raise _mismatch(node, value, "shape")
     return value.reshape(dims)
+
+
+def _widens_losslessly(have: np.dtype, want: np.dtype) -> bool:
+    """Float to a wider float (f16/bf16 -> f32/f64, f32 -> f64): every value is kept."""
+    return have.kind in "fV" and want.kind == "f" and have.itemsize < want.itemsize \
+        and np.can_cast(have, want, "safe")
 
 
 def _concrete_dims(shape: Shape, got: tuple[int, ...]) -> tuple[int, ...] | None:

