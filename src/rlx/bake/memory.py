@@ -16,6 +16,7 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+from rlx.bake.names import lookup
 from rlx.errors import ArtifactError, BakeError
 from rlx.ir.graph import Graph
 from rlx.ir.ops.sources import Constant
@@ -41,11 +42,11 @@ class MemoryMode(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> MemoryMode:
-        key = text.strip().lower()
-        for mode in cls:
-            if key == mode.value or key in _ALIASES[mode]:
-                return mode
-        raise BakeError(f"unknown memory mode {key!r}; expected duplex, runtime, or compact")
+        found = lookup(cls, text, _ALIASES)
+        if found is not None:
+            return found
+        raise BakeError(f"unknown memory mode {text.strip().lower()!r}; "
+                        "expected duplex, runtime, or compact")
 
     @property
     def description(self) -> str:

@@ -7,6 +7,7 @@ import enum
 from dataclasses import dataclass
 
 from rlx.bake.memory import MemoryMode
+from rlx.bake.names import lookup
 from rlx.errors import BakeError
 
 
@@ -18,10 +19,9 @@ class BakeProfile(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> BakeProfile:
-        key = text.strip().lower()
-        for profile in cls:
-            if key == profile.value or key in _ALIASES[profile]:
-                return profile
+        found = lookup(cls, text, _ALIASES)
+        if found is not None:
+            return found
         raise BakeError(f"unknown bake profile {text!r}; expected one of "
                         f"{', '.join(cls.all_names())}")
 
