@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 __all__ = [
     "MemoryMode", "MemoryStats", "dedupe_identical_constants", "strip_graph_weight_bytes",
     "strip_table_weight_bytes", "materialize_weights", "drop_weight_table_data",
-    "into_runtime_graph", "apply_memory_mode", "relayout", "ensure_runtime_ready", "needs_materialize",
+    "into_runtime_graph", "apply_memory_mode", "relayout", "ensure_runtime_ready",
+    "needs_materialize",
 ]
 
 METADATA_ONLY = "[metadata-only]"

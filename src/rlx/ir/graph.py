@@ -128,7 +128,8 @@ class Graph:
             where = f"graph {self.name!r} node %{len(self._nodes)}"
             raise ShapeError(f"{where}: {err}") from None
         except NotImplementedError:
-            raise ShapeError(f"{type(op).__name__}: shape must be given (cannot be inferred)")
+            raise ShapeError(
+                f"{type(op).__name__}: shape must be given (cannot be inferred)") from None
 
     def set_outputs(self, outputs: Iterable[int]) -> None:
         outputs = [int(o) for o in outputs]

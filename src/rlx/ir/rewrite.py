@@ -50,7 +50,8 @@ class Rewriter:
         try:
             new_id = self._ids[old_id]
         except KeyError:
-            raise GraphError(f"rewrite of {self.source.name!r}: %{old_id} not visited yet")
+            raise GraphError(
+                f"rewrite of {self.source.name!r}: %{old_id} not visited yet") from None
         if new_id is None:
             raise GraphError(f"rewrite of {self.source.name!r}: %{old_id} was dropped but is read")
         return new_id

@@ -18,7 +18,8 @@ from rlx.passes.specialize import specialize
 from rlx.passes.unfold_weights import WeightRow, unfold_weights
 
 __all__ = [
-    "bind_packed", "specialize", "skip_zero_matmul", "pack_ternary", "pack_quant", "packing_candidates",
+    "bind_packed",
+    "specialize", "skip_zero_matmul", "pack_ternary", "pack_quant", "packing_candidates",
     "SkipReason", "unfold_weights", "WeightRow", "algebraic_simplify", "eliminate_dead_code",
     "fold_constants", "dedupe_identical_constants",
 ]

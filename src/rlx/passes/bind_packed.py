@@ -60,7 +60,8 @@ def bind_packed(graph: Graph, rows: Sequence[PackedRow]) -> tuple[Graph, int]:
     return rw.finish(), len(bound)
 
 
-def _check(graph: Graph, param: Node, row: PackedRow, readers: list[int]) -> tuple[QuantScheme, int]:
+def _check(graph: Graph, param: Node, row: PackedRow,
+           readers: list[int]) -> tuple[QuantScheme, int]:
     name = param.op.name
     try:
         scheme = QuantScheme.parse(row.encoding)

@@ -9,3 +9,10 @@ from rlx.ir.ops.nn import *  # noqa: F401,F403
 from rlx.ir.ops.reduce import *  # noqa: F401,F403
 from rlx.ir.ops.shaping import *  # noqa: F401,F403
 from rlx.ir.ops.sources import *  # noqa: F401,F403
+
+from rlx.ir.ops import (  # noqa: E402
+    base, control, elementwise, linalg, multi, nn, reduce, shaping, sources,
+)
+
+__all__ = [name for module in (base, control, elementwise, linalg, multi, nn, reduce, shaping,
+                               sources) for name in module.__all__]
