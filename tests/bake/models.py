@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlx.demo import mlp_graph, mlp_weights, ternarize  # noqa: F401  (re-exported)
+from rlx.models import mlp_graph, mlp_weights, ternarize  # noqa: F401  (re-exported)
 from rlx.ir import Activation, Binary, BinaryOp, Graph, Shape
 
 

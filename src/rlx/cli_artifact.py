@@ -1,0 +1,487 @@
+"""`rlx-bake` commands that make or reshape artifacts: bake, inspect, relayout, encrypt,
+decrypt. Each returns an `Outcome` (the JSON object and its renderer); see `cli_ui`."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlx.artifact import parse_rlx, read_rlx, write_rlx
+from rlx.artifact.atomic import atomic_write
+from rlx.artifact.crypto import (
+    ENC_MAGIC, EncryptionInfo, decrypt_file, encrypt_file, is_encrypted, read_encryption_info,
+)
+from rlx.artifact.layout import SCHEMA_VERSION
+from rlx.bake import BakeOptions, BakeProfile, MemoryMode, RlxFile, RlxWeight, bake_bundle
+from rlx.bake import relayout as relayout_file
+from rlx.cli_ui import (
+    CliError, Outcome, Ui, add_password_options, check_output, fmt_bytes, fmt_shape, parsed,
+    password_from,
+)
+from rlx.errors import IntegrityError
+from rlx.ir import Constant, Graph
+from rlx.weights import WeightBundle, WeightLoadPolicy, load_weights
+
+__all__ = ["add_commands", "bake_options"]
+
+_FORMATTER = argparse.RawDescriptionHelpFormatter
+
+
+def add_commands(sub, common: argparse.ArgumentParser) -> None:
+    for add in (_add_bake, _add_inspect, _add_relayout, _add_crypto_commands):
+        add(sub, common)
+
+
+# --- bake ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Switch:
+    on: str
+    off: str
+    option: str  # the BakeOptions field
+    help: str
+
+
+SWITCHES = (
+    _Switch("skip", "no-skip", "skip_zero", "replace matmuls by all-zero weights with zeros"),
+    _Switch("ternary", "no-ternary", "ternary", "pack exactly-ternary matmul weights as TQ2_0"),
+    _Switch("quant", "no-quant", "quant", "pack the other matmul weights as Q8_0 (lossy)"),
+    _Switch("fold", "no-fold", "constant_folding", "fold weight-only arithmetic"),
+    _Switch("dce", "no-dce", "dce", "remove nodes no output needs"),
+    _Switch("simplify", "no-simplify", "algebraic_simplify", "algebraic simplification"),
+    _Switch("unfold", "no-unfold", "unfold", "list matmul/conv weights in the weight table"),
+    _Switch("dedupe-constants", "no-dedupe-constants", "dedupe_constants",
+            "merge constants with identical bytes"),
+    _Switch("keep-folded-bindings", "no-folded-bindings", "keep_folded_bindings",
+            "keep weights folded away in the graph as table rows"),
+)
+_CLEANUP = ("constant_folding", "dce", "algebraic_simplify")
+
+_BAKE_EXAMPLES = """examples:
+  rlx-bake bake model.onnx -o model.rlx
+  rlx-bake bake model.onnx -o small.rlx --profile size --memory compact
+  rlx-bake bake graph.json --weights weights.safetensors -o model.rlx --no-quant
+  RLX_PASSWORD=... rlx-bake bake bundle/ -o model.rlx --password-env RLX_PASSWORD
+
+The profile sets every switch first; --memory, --no-cleanup and the switches then change it,
+in that order, wherever they are on the command line.
+"""
+
+
+def _add_bake(sub, common) -> None:
+    p = sub.add_parser("bake", parents=[common], formatter_class=_FORMATTER,
+                       help="bake a model (.onnx, graph JSON or bundle folder) into a .rlx file",
+                       description="Bind the weights into the graph, optimise it, pack the "
+                                   "weights and write one .rlx artifact.",
+                       epilog=_BAKE_EXAMPLES)
+    p.add_argument("input", help="an .onnx file, an rlx graph JSON file or a bundle folder")
+    p.add_argument("-o", "--output", required=True, help="the .rlx file to write")
+    p.add_argument("-w", "--weights", metavar="PATH",
+                   help="weights (.safetensors, .npz, .npy, .gguf or a folder of them); "
+                        "default: the bundle's weights.safetensors, or the ONNX initializers")
+    p.add_argument("--weights-policy", default=WeightLoadPolicy.F32_FIRST, metavar="POLICY",
+                   type=parsed(WeightLoadPolicy.parse, "weights policy"),
+                   help="f32 (decode packed tensors), packed (keep them) or auto; "
+                        "default f32")
+    names = ", ".join(BakeProfile.all_names())
+    p.add_argument("--profile", "--opt", default=BakeProfile.EXACT, metavar="NAME",
+                   type=parsed(BakeProfile.parse, "profile"),
+                   help=f"one of {names}; default exact")
+    p.add_argument("--memory", metavar="MODE", type=parsed(MemoryMode.parse, "memory mode"),
+                   help="duplex, runtime or compact (or an alias); default: the profile's")
+    switches = p.add_argument_group("switches (change the profile's settings)")
+    for s in SWITCHES:
+        switches.add_argument(f"--{s.on}", f"--{s.off}", dest=s.option, action=_Toggle,
+                              help=s.help)
+    switches.add_argument("--no-cleanup", dest="cleanup", action="store_false", default=None,
+                          help="no folding, DCE or simplification (a switch given too wins)")
+    add_password_options(p.add_argument_group("encryption (optional)"))
+    p.set_defaults(run=_bake)
+
+
+class _Toggle(argparse.Action):
+    """`--x` sets True and its `--no-...` spelling False; None when neither is given."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=None, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, not option_string.startswith("--no-"))
+
+    def format_usage(self) -> str:
+        return " | ".join(self.option_strings)
+
+
+def bake_options(args: argparse.Namespace) -> BakeOptions:
+    """The profile first, then --memory, --no-cleanup and the switches, whatever their
+    order on the command line (the reference's --opt discarded earlier switches: 9.13)."""
+    opts = BakeOptions.from_profile(args.profile)
+    if args.memory is not None:
+        opts = opts.replace(memory=args.memory)
+    if args.cleanup is False:
+        opts = opts.replace(**dict.fromkeys(_CLEANUP, False))
+    return opts.replace(**{s.option: getattr(args, s.option) for s in SWITCHES
+                           if getattr(args, s.option) is not None})
+
+
+@dataclass(frozen=True)
+class _Model:
+    graph: Graph
+    bindings: dict[str, np.ndarray]  # weights that came with the model (ONNX initializers)
+    default_weights: Path | None
+    source: str
+
+
+def _load_model(path: Path) -> _Model:
+    # Frontends are imported here, not at the top: importing onnx takes a good part of a
+    # second, which every other command would pay for nothing.
+    if path.suffix.lower() == ".onnx":
+        from rlx.frontends.onnx import import_onnx
+
+        graph, bindings = import_onnx(path)
+        return _Model(graph, dict(bindings), None, f"onnx:{path}")
+    from rlx.frontends.graph_loader import load_graph
+
+    loaded = load_graph(path)
+    return _Model(loaded.graph, {}, loaded.default_weights, loaded.source)
+
+
+def _bundle(model: _Model, args, opts: BakeOptions) -> tuple[WeightBundle, dict | None]:
+    """The model's own weights overlaid with the weights file (which wins on a name)."""
+    path = Path(args.weights) if args.weights else model.default_weights
+    if path is None:
+        return WeightBundle(dict(model.bindings), source=model.source), None
+    loaded = load_weights(path, args.weights_policy, opts)
+    names = set(loaded.tensors) | {w.name for w in loaded.packed}
+    params = {n.op.name for n in model.graph.params()}
+    if not names & params:
+        raise CliError(f"weights file {path} matches none of the graph's params (weights: "
+                       f"{_some(names)}; params: {_some(params)})")
+    packed = {w.name for w in loaded.packed}
+    tensors = {k: v for k, v in {**model.bindings, **loaded.tensors}.items() if k not in packed}
+    info = {"path": str(path), "dense": len(loaded.tensors), "packed": len(loaded.packed),
+            "verdict": str(loaded.verdict) if loaded.verdict else None}
+    return WeightBundle(tensors, list(loaded.packed), str(path)), info
+
+
+def _some(names: set[str], limit: int = 6) -> str:
+    shown = sorted(names)[:limit]
+    more = f", ... ({len(names)} in all)" if len(names) > limit else ""
+    return (", ".join(shown) + more) if names else "none"
+
+
+def _bake(args, ui: Ui) -> Outcome:
+    check_output(args.output)
+    opts = bake_options(args)
+    password = password_from(args, ui)  # before the long work: a bad source fails at once
+    with ui.step(f"loading {args.input}") as update:
+        model = _load_model(Path(args.input))
+        update("loading weights")
+        bundle, weights = _bundle(model, args, opts)
+    params = {n.op.name for n in model.graph.params()}
+    weights_in = sum(v.nbytes for k, v in bundle.tensors.items() if k in params) \
+        + sum(w.data.nbytes for w in bundle.packed if w.name in params)
+    with ui.step("baking"):
+        file, report = bake_bundle(model.graph, bundle, opts)
+    with ui.step("encrypting and writing" if password else "writing"):
+        write_rlx(args.output, file, password=password)
+    if report.params_remaining:
+        ui.warn(f"no weights for param(s) {_some(set(report.params_remaining))}: "
+                f"{args.output} cannot run until they are bound")
+    rows = [_row_info(file, w) for w in file.weights]
+    data = {
+        "command": "bake", "input": args.input, "source": model.source, "output": args.output,
+        "encrypted": password is not None, "file_bytes": Path(args.output).stat().st_size,
+        "options": dataclasses.asdict(opts), "weights": weights,
+        "report": dataclasses.asdict(report), "weights_in_bytes": weights_in,
+        "weights_out_bytes": sum(r["bytes"] for r in rows), "by_encoding": _by_encoding(rows),
+    }
+    return Outcome(data, _render_bake)
+
+
+def _not_packed(key: str, count: int) -> tuple[str, int]:
+    """A report key `<encoding>: <reason>` as a row label."""
+    encoding, _, reason = key.partition(": ")
+    return f"matmuls not packed as {encoding} ({reason})", count
+
+
+def _render_bake(d: dict, ui: Ui) -> None:
+    opts, report = d["options"], d["report"]
+    stats, memory = report["optimize"], report["memory"]
+    profile, mode = BakeProfile(opts["profile"]), MemoryMode(opts["memory"])
+    switches = " ".join(s.on if opts[s.option] else s.off for s in SWITCHES)
+    settings = [("profile", f"{profile} ({profile.description})"),
+                ("memory", f"{mode} ({mode.description})"),
+                ("switches", switches)]
+    if d["weights"]:
+        w = d["weights"]
+        settings.append(("weights", f"{w['path']}: {w['dense']} dense + {w['packed']} packed"
+                                    + (f" (f32-first {w['verdict']})" if w["verdict"] else "")))
+    ui.pairs(f"baked {d['input']} -> {d['output']}", settings)
+    saved = d["weights_in_bytes"] - d["weights_out_bytes"]
+    ratio = d["weights_in_bytes"] / d["weights_out_bytes"] if d["weights_out_bytes"] else None
+    steps = [
+        ("nodes", f"{report['nodes_before']} -> {report['nodes_after']}"),
+        ("params baked", report["params_baked"]),
+        ("params left unbound", ", ".join(report["params_remaining"]) or "none"),
+        ("zero matmuls skipped", stats["skipped_zero_matmuls"]),
+        ("matmuls packed as TQ2_0 (ternary)", stats["ternary_packed"]),
+        ("matmuls packed as Q8_0", stats["quant_packed"]),
+        *(_not_packed(key, n) for key, n in stats["not_packed"].items()),
+        ("nodes simplified", stats["simplified"]),
+        ("dead nodes removed", stats["dead_removed"]),
+        ("constants folded", stats["constants_folded"]),
+        ("constants deduped", memory["constants_deduped"]),
+        ("folded bindings dropped", memory["folded_bindings_dropped"]),
+        ("weight bytes in -> out", f"{fmt_bytes(d['weights_in_bytes'])} -> "
+                                   f"{fmt_bytes(d['weights_out_bytes'])}"),
+        ("bytes saved", f"{fmt_bytes(saved)}" + (f" ({ratio:.1f}x smaller)" if ratio else "")),
+    ]
+    if report["unused_bindings"]:
+        steps.append(("bindings matching no param", ", ".join(report["unused_bindings"])))
+    ui.pairs("what each step did", steps)
+    if d["by_encoding"]:
+        ui.table("weight table by encoding", ("encoding", "tensors", "bytes"),
+                 [(e["encoding"], e["tensors"], fmt_bytes(e["bytes"]))
+                  for e in d["by_encoding"]], numeric=("tensors", "bytes"))
+    ui.pairs(None, [("file", d["output"] + (" (encrypted)" if d["encrypted"] else "")),
+                    ("file size", f"{fmt_bytes(d['file_bytes'])} bytes (graph constants "
+                                  f"{fmt_bytes(report['constant_bytes'])}, weight table "
+                                  f"{fmt_bytes(report['weight_bytes'])})")])
+
+
+# --- what a file holds (shared by inspect and bake) ---------------------------------------
+
+
+def _linked_constant(graph: Graph, row: RlxWeight):
+    if row.node_id is not None and 0 <= row.node_id < len(graph):
+        node = graph.node(row.node_id)
+        if isinstance(node.op, Constant):
+            return node
+    return None
+
+
+def _row_info(file: RlxFile, row: RlxWeight) -> dict[str, Any]:
+    """One table row; `bytes` is its encoded size wherever the bytes live (table or graph)."""
+    node = _linked_constant(file.graph, row)
+    graph_bytes = node.op.nbytes if node is not None else 0
+    return {"name": row.name, "encoding": row.encoding, "shape": list(row.shape),
+            "layout": row.layout, "bytes": row.nbytes or graph_bytes,
+            "in_table": row.nbytes > 0, "in_graph": graph_bytes > 0, "note": row.note}
+
+
+def _by_encoding(rows: list[dict]) -> list[dict]:
+    tensors, nbytes = Counter(), Counter()
+    for r in rows:
+        tensors[r["encoding"]] += 1
+        nbytes[r["encoding"]] += r["bytes"]
+    return [{"encoding": e, "tensors": tensors[e], "bytes": nbytes[e]} for e in sorted(tensors)]
+
+
+def _op_counts(graph: Graph, counts: Counter) -> Counter:
+    for node in graph.nodes():
+        counts[type(node.op).__name__] += 1
+        for sub in node.op.subgraphs():
+            _op_counts(sub, counts)
+    return counts
+
+
+# --- inspect ------------------------------------------------------------------------------
+
+
+def _add_inspect(sub, common) -> None:
+    p = sub.add_parser("inspect", parents=[common], formatter_class=_FORMATTER,
+                       help="show what a .rlx file holds and check its checksums",
+                       description="Show meta, inputs/outputs, the weight table, the memory "
+                                   "layout and the ops of a .rlx file, and verify every "
+                                   "checksum (exit 1 when one fails). An encrypted file "
+                                   "without a password shows its encryption parameters.",
+                       epilog="examples:\n  rlx-bake inspect model.rlx\n"
+                              "  rlx-bake inspect secret.rlx --password-env RLX_PASSWORD --json")
+    p.add_argument("file", help="a .rlx file")
+    add_password_options(p.add_argument_group("encrypted files"))
+    p.set_defaults(run=_inspect)
+
+
+def _encryption(info: EncryptionInfo) -> dict[str, Any]:
+    return {"container": ENC_MAGIC.decode(), "version": info.version,
+            "kdf": {"algorithm": "argon2id", "m_cost_kib": info.kdf.m_cost,
+                    "t_cost": info.kdf.t_cost, "p_cost": info.kdf.p_cost},
+            "aead": "chacha20-poly1305, chunked (STREAM)", "chunk_size": info.chunk_size,
+            "chunks": info.chunk_count, "plaintext_bytes": info.plaintext_length,
+            "file_bytes": info.file_size}
+
+
+def _inspect(args, ui: Ui) -> Outcome:
+    password = password_from(args, ui)
+    path = Path(args.file)
+    encrypted = is_encrypted(path)
+    data: dict[str, Any] = {"command": "inspect", "file": args.file,
+                            "file_bytes": path.stat().st_size, "encrypted": encrypted,
+                            "encryption": _encryption(read_encryption_info(path))
+                            if encrypted else None}
+    if encrypted and password is None:
+        return Outcome({**data, "locked": True}, _render_locked)
+    with ui.step(f"reading {args.file}"):
+        file = read_rlx(path, password=password)
+    with ui.step("verifying checksums"):
+        try:
+            file.check_integrity()
+            checksums = {"ok": True, "error": None}
+        except IntegrityError as err:
+            checksums = {"ok": False, "error": str(err)}
+    rows = [_row_info(file, w) for w in file.weights]
+    data.update({
+        "locked": False, "schema": SCHEMA_VERSION, "meta": dataclasses.asdict(file.meta),
+        "weights": rows, "by_encoding": _by_encoding(rows),
+        "memory": {"mode": file.meta.memory_mode,
+                   "table_bytes": sum(w.nbytes for w in file.weights),
+                   "graph_constant_bytes": file.meta.constant_bytes,
+                   "needs_materialize": file.needs_materialize()},
+        "ops": dict(sorted(_op_counts(file.graph, Counter()).items())),
+        "checksums": checksums,
+    })
+    return Outcome(data, _render_inspect, 0 if checksums["ok"] else 1)
+
+
+def _render_locked(d: dict, ui: Ui) -> None:
+    e = d["encryption"]
+    kdf = e["kdf"]
+    ui.pairs(f"{d['file']}: encrypted (pass a password to see inside)", [
+        ("container", f"{e['container']} version {e['version']}"),
+        ("key derivation", f"{kdf['algorithm']}, memory {fmt_bytes(kdf['m_cost_kib'])} KiB, "
+                           f"{kdf['t_cost']} pass(es), {kdf['p_cost']} lane(s)"),
+        ("cipher", e["aead"]),
+        ("chunks", f"{e['chunks']} of up to {fmt_bytes(e['chunk_size'])} bytes"),
+        ("plaintext", f"{fmt_bytes(e['plaintext_bytes'])} bytes"),
+        ("file", f"{fmt_bytes(e['file_bytes'])} bytes"),
+    ])
+
+
+def _render_inspect(d: dict, ui: Ui) -> None:
+    meta, mem = d["meta"], d["memory"]
+    ui.pairs(f"{d['file']}: rlx schema {d['schema']}", [
+        ("graph", meta["name"]),
+        ("file size", f"{fmt_bytes(d['file_bytes'])} bytes"
+                      + (" (encrypted)" if d["encrypted"] else "")),
+        ("profile", meta["profile"] or "?"),
+        ("nodes", meta["nodes"]),
+        ("params baked", meta["params_baked"]),
+        ("params left unbound", ", ".join(meta["params_remaining"]) or "none"),
+        ("zero matmuls skipped", meta["skipped_zero_matmuls"]),
+        ("packed TQ2_0 / Q8_0", f"{meta['ternary_packed']} / {meta['quant_packed']}"),
+        ("memory mode", f"{mem['mode']} ({MemoryMode(mem['mode']).description})"),
+        ("bytes in weight table", fmt_bytes(mem["table_bytes"])),
+        ("bytes in graph constants", fmt_bytes(mem["graph_constant_bytes"])),
+        ("needs materialize", "yes" if mem["needs_materialize"] else "no"),
+        ("checksums", "OK" if d["checksums"]["ok"] else f"FAILED: {d['checksums']['error']}"),
+    ])
+    ui.table("inputs and outputs", ("", "name", "shape", "dtype"),
+             [(kind, io["name"], fmt_shape(io["shape"]), io["dtype"])
+              for kind in ("inputs", "outputs") for io in meta[kind]])
+    ui.table("weight table", ("name", "encoding", "shape", "layout", "stored in", "bytes", "note"),
+             [(w["name"], w["encoding"], fmt_shape(w["shape"]), w["layout"], _where(w),
+               fmt_bytes(w["bytes"]), w["note"]) for w in d["weights"]], numeric=("bytes",))
+    ui.table("ops (subgraphs included)", ("op", "count"), d["ops"].items(), numeric=("count",))
+
+
+def _where(row: dict) -> str:
+    places = [p for p, here in (("table", row["in_table"]), ("graph", row["in_graph"])) if here]
+    return "+".join(places) or "nowhere"
+
+
+# --- relayout, encrypt, decrypt -----------------------------------------------------------
+
+
+def _add_relayout(sub, common) -> None:
+    p = sub.add_parser("relayout", parents=[common], formatter_class=_FORMATTER,
+                       help="change a .rlx file's memory mode without re-baking",
+                       description="Rewrite a .rlx file in another memory mode. An encrypted "
+                                   "input gives an output encrypted with the same password.",
+                       epilog="example:\n  rlx-bake relayout model.rlx -o fast.rlx "
+                              "--memory runtime")
+    p.add_argument("input", help="a .rlx file")
+    p.add_argument("-o", "--output", required=True, help="the .rlx file to write")
+    p.add_argument("--memory", required=True, metavar="MODE",
+                   type=parsed(MemoryMode.parse, "memory mode"),
+                   help="duplex, runtime or compact (or an alias)")
+    add_password_options(p.add_argument_group("encrypted files"))
+    p.set_defaults(run=_relayout)
+
+
+def _relayout(args, ui: Ui) -> Outcome:
+    check_output(args.output)
+    password = password_from(args, ui)
+    with ui.step(f"reading {args.input}"):
+        file = read_rlx(args.input, password=password)
+    encrypted, size_before = is_encrypted(args.input), Path(args.input).stat().st_size
+    with ui.step("writing"):
+        write_rlx(args.output, relayout_file(file, args.memory),
+                  password=password if encrypted else None)
+    data = {"command": "relayout", "input": args.input, "output": args.output,
+            "memory_before": file.meta.memory_mode, "memory_after": args.memory.value,
+            "encrypted": encrypted, "bytes_before": size_before,
+            "bytes_after": Path(args.output).stat().st_size}
+    return Outcome(data, _render_relayout)
+
+
+def _render_relayout(d: dict, ui: Ui) -> None:
+    ui.line(f"{d['input']} ({d['memory_before']}, {fmt_bytes(d['bytes_before'])} bytes) -> "
+            f"{d['output']} ({d['memory_after']}, {fmt_bytes(d['bytes_after'])} bytes"
+            f"{', encrypted' if d['encrypted'] else ''})")
+
+
+def _add_crypto_commands(sub, common) -> None:
+    _add_crypto(sub, common, "encrypt", _encrypt,
+                "encrypt a .rlx file with a password (Argon2id + ChaCha20-Poly1305)")
+    _add_crypto(sub, common, "decrypt", _decrypt,
+                "decrypt an encrypted .rlx file (the output is checked before it is written)")
+
+
+def _add_crypto(sub, common, name: str, run, text: str) -> None:
+    p = sub.add_parser(name, parents=[common], formatter_class=_FORMATTER, help=text,
+                       description=text[0].upper() + text[1:] + ". Writes are atomic.",
+                       epilog=f"example:\n  RLX_PASSWORD=... rlx-bake {name} in.rlx -o out.rlx "
+                              "--password-env RLX_PASSWORD")
+    p.add_argument("input", help="the .rlx file to read")
+    p.add_argument("-o", "--output", required=True, help="the file to write")
+    add_password_options(p.add_argument_group("password (one is required)"), required=True)
+    p.set_defaults(run=run)
+
+
+def _encrypt(args, ui: Ui) -> Outcome:
+    check_output(args.output)
+    password = password_from(args, ui)
+    if is_encrypted(args.input):
+        raise CliError(f"{args.input} is already encrypted")
+    read_rlx(args.input, verify="full")  # never seal a corrupt file
+    with ui.step("encrypting"), atomic_write(args.output) as out:
+        info = encrypt_file(args.input, out, password)
+    data = {"command": "encrypt", "input": args.input, "output": args.output,
+            "encryption": _encryption(info)}
+    return Outcome(data, _render_crypto)
+
+
+def _decrypt(args, ui: Ui) -> Outcome:
+    check_output(args.output)
+    password = password_from(args, ui)
+    with ui.step("decrypting"):
+        plain = decrypt_file(args.input, password)
+        parse_rlx(plain, verify="full", source=args.input)  # never write out a corrupt file
+    with atomic_write(args.output) as out:
+        out.write(plain)
+    data = {"command": "decrypt", "input": args.input, "output": args.output,
+            "file_bytes": len(plain)}
+    return Outcome(data, _render_crypto)
+
+
+def _render_crypto(d: dict, ui: Ui) -> None:
+    size = d["encryption"]["file_bytes"] if d["command"] == "encrypt" else d["file_bytes"]
+    ui.line(f"{d['command']}ed {d['input']} -> {d['output']} ({fmt_bytes(size)} bytes)")

@@ -1,0 +1,147 @@
+"""`rlx-bake bake`: inputs (graph JSON, bundle folder, ONNX), options, summary, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from rlx.artifact import read_rlx
+from rlx.runtime import Session
+
+from tests.cli.conftest import PASSWORD, assert_error
+
+
+def run_file(path, x, password=None):
+    file = read_rlx(path, password=password)
+    return Session().compile(file.into_runtime_graph()).run({"x": x})[0]
+
+
+def test_bake_graph_json_with_weights(cli, files, tmp_path):
+    out = tmp_path / "m.rlx"
+    result = cli("bake", files.graph_json, "--weights", files.npz, "-o", out)
+    assert result.code == 0, result.err
+    for text in ("what each step did", "matmuls packed as TQ2_0", "weight table by encoding",
+                 "gguf_tq2_0", "file size"):
+        assert text in result.out
+    np.testing.assert_allclose(run_file(out, files.x), files.expected(), rtol=1e-4, atol=1e-4)
+
+
+def test_bake_json_summary(cli, files, tmp_path):
+    out = tmp_path / "m.rlx"
+    d = cli("bake", files.graph_json, "-w", files.npz, "-o", out, "--profile", "size",
+            "--json").json()
+    assert d["command"] == "bake" and d["output"] == str(out)
+    assert d["file_bytes"] == out.stat().st_size and not d["encrypted"]
+    report = d["report"]
+    assert report["nodes_before"] == 10 and report["params_baked"] == 4
+    assert report["optimize"]["ternary_packed"] == 1 and report["optimize"]["quant_packed"] == 1
+    encodings = {e["encoding"]: e for e in d["by_encoding"]}
+    assert encodings["gguf_tq2_0"]["bytes"] == 196 * 66  # 784 * 64 values in 256-blocks
+    assert encodings["gguf_q8_0"]["bytes"] == 20 * 34
+    assert d["weights_in_bytes"] == sum(w.nbytes for w in files.weights.values())
+    assert d["weights_out_bytes"] == sum(e["bytes"] for e in d["by_encoding"])
+
+
+@pytest.mark.parametrize("order", [
+    ["--no-ternary", "--profile", "size"],
+    ["--profile", "size", "--no-ternary"],
+])
+def test_profile_first_then_switches_whatever_the_order(cli, files, tmp_path, order):
+    d = cli("bake", files.graph_json, "-w", files.npz, "-o", tmp_path / "m.rlx", *order,
+            "--json").json()
+    assert d["options"]["profile"] == "size" and d["options"]["quant"] is True
+    assert d["options"]["ternary"] is False
+    assert d["report"]["optimize"]["ternary_packed"] == 0
+    assert d["report"]["optimize"]["quant_packed"] == 2
+
+
+def test_memory_alias_cleanup_and_switch(cli, files, tmp_path):
+    d = cli("bake", files.graph_json, "-w", files.npz, "-o", tmp_path / "m.rlx", "--memory",
+            "both", "--no-cleanup", "--dce", "--opt", "lossless", "--json").json()
+    opts = d["options"]
+    assert opts["memory"] == "duplex" and opts["profile"] == "exact"
+    assert (opts["constant_folding"], opts["algebraic_simplify"], opts["dce"]) == (False, False,
+                                                                                   True)
+
+
+def test_bundle_folder_uses_its_weights(cli, files, tmp_path):
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "model.json").write_text(files.graph_json.read_text())
+    save_file(files.weights, bundle / "weights.safetensors")
+    out = tmp_path / "m.rlx"
+    d = cli("bake", bundle, "-o", out, "--json").json()
+    assert d["source"] == f"bundle:{bundle}"
+    assert d["weights"]["path"] == str(bundle / "weights.safetensors")
+    assert d["report"]["params_remaining"] == []
+    np.testing.assert_allclose(run_file(out, files.x), files.expected(), rtol=1e-4, atol=1e-4)
+
+
+def test_bake_onnx(cli, files, tmp_path):
+    out = tmp_path / "m.rlx"
+    d = cli("bake", files.onnx, "-o", out, "--json").json()
+    assert d["source"].startswith("onnx:") and d["report"]["params_remaining"] == []
+    assert d["report"]["optimize"]["ternary_packed"] == 1  # w1 is exactly ternary
+    np.testing.assert_allclose(run_file(out, files.x), files.expected(), rtol=1e-4, atol=1e-4)
+
+
+def test_bake_encrypted_with_password_env(cli, files, tmp_path, monkeypatch):
+    monkeypatch.setenv("RLX_TEST_PASSWORD", PASSWORD)
+    out = tmp_path / "m.rlx"
+    d = cli("bake", files.graph_json, "-w", files.npz, "-o", out, "--password-env",
+            "RLX_TEST_PASSWORD", "--json").json()
+    assert d["encrypted"] and out.read_bytes()[:8] == b"RLXENC01"
+    np.testing.assert_allclose(run_file(out, files.x, PASSWORD), files.expected(), rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_unbound_params_warn(cli, files, tmp_path):
+    result = cli("bake", files.graph_json, "-o", tmp_path / "m.rlx", "--quiet")
+    assert result.code == 0 and result.out == ""
+    assert "warning: no weights for param(s) b1, b2, w1, w2" in result.err
+
+
+def test_weights_matching_no_param(cli, files, tmp_path):
+    other = tmp_path / "other.npz"
+    np.savez(other, a=np.zeros(3, np.float32))
+    assert_error(cli("bake", files.graph_json, "-w", other, "-o", tmp_path / "m.rlx"),
+                 r"weights file .*other\.npz matches none of the graph's params \(weights: a; "
+                 r"params: b1, b2, w1, w2\)")
+    assert not (tmp_path / "m.rlx").exists()
+
+
+@pytest.mark.parametrize("option, value, match", [
+    ("--profile", "fastest", r"unknown bake profile 'fastest'; expected one of merge"),
+    ("--memory", "ram", r"unknown memory mode 'ram'; expected duplex, runtime, or compact"),
+    ("--weights-policy", "int4", r"unknown --weights-policy int4"),
+])
+def test_unknown_option_values_are_usage_errors(cli, files, tmp_path, option, value, match):
+    assert_error(cli("bake", files.graph_json, "-o", tmp_path / "m.rlx", option, value), match,
+                 code=2)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda p: None, r"is not a file or directory"),
+    (lambda p: p.write_text("{not json"), r"m\.json"),
+])
+def test_bad_inputs(cli, tmp_path, make, match):
+    source = tmp_path / "m.json"
+    make(source)
+    assert_error(cli("bake", source, "-o", tmp_path / "m.rlx"), match)
+
+
+def test_missing_onnx_file(cli, tmp_path):
+    assert_error(cli("bake", tmp_path / "none.onnx", "-o", tmp_path / "m.rlx"),
+                 r"cannot read .*none\.onnx: No such file or directory")
+
+
+def test_missing_password_variable(cli, files, tmp_path, monkeypatch):
+    monkeypatch.delenv("RLX_UNSET_VARIABLE", raising=False)
+    assert_error(cli("bake", files.graph_json, "-o", tmp_path / "m.rlx", "--password-env",
+                     "RLX_UNSET_VARIABLE"), r"environment variable RLX_UNSET_VARIABLE is not set")
+
+
+def test_output_is_required(cli, files):
+    assert_error(cli("bake", files.graph_json), r"the following arguments are required: "
+                                                r"-o/--output", code=2)

@@ -1,0 +1,130 @@
+"""`rlx-bake run` and `rlx-bake verify` (against onnxruntime)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from tests.cli.conftest import PASSWORD, assert_error, mlp_onnx
+
+
+def test_run_npy_input_and_npz_output(cli, files, tmp_path):
+    out = tmp_path / "out.npz"
+    result = cli("run", files.rlx, "--input", f"x={files.x_npy}", "--output", out,
+                 "--repeat", "3")
+    assert result.code == 0, result.err
+    assert "logits" in result.out and "median of 3" in result.out
+    with np.load(out) as saved:
+        assert saved.files == ["logits"]
+        np.testing.assert_allclose(saved["logits"], files.expected(), rtol=1e-4, atol=1e-4)
+
+
+def test_run_json_summary(cli, files, tmp_path):
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, x=files.x)
+    d = cli("run", files.rlx, "--inputs", feeds, "--repeat", "2", "--json").json()
+    (out,) = d["outputs"]
+    expected = files.expected()
+    assert out["name"] == "logits" and out["shape"] == [32, 10] and out["dtype"] == "f32"
+    assert out["min"] == pytest.approx(expected.min(), rel=1e-4, abs=1e-4)
+    assert out["max"] == pytest.approx(expected.max(), rel=1e-4, abs=1e-4)
+    assert out["mean"] == pytest.approx(expected.mean(), rel=1e-3, abs=1e-4)
+    timing = d["timing"]
+    assert timing["repeat"] == 2 and 0 < timing["run_ms_min"] <= timing["run_ms_median"]
+    assert timing["load_ms"] > 0 and timing["compile_ms"] > 0
+
+
+def test_run_encrypted(cli, files, monkeypatch):
+    monkeypatch.setenv("RLX_TEST_PASSWORD", PASSWORD)
+    result = cli("run", files.encrypted, "--input", f"x={files.x_npy}", "--password-env",
+                 "RLX_TEST_PASSWORD", "--quiet")
+    assert result.code == 0 and result.out == ""
+
+
+def test_threads_without_threadpoolctl_warns(cli, files, monkeypatch):
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)  # as if not installed
+    result = cli("run", files.rlx, "--input", f"x={files.x_npy}", "--threads", "1", "--json")
+    assert result.code == 0 and result.json()["threads"] == 1
+    assert "warning: --threads 1 not applied: the threadpoolctl package is not installed" \
+        in result.err
+
+
+def test_unknown_input_name(cli, files):
+    assert_error(cli("run", files.rlx, "--input", f"y={files.x_npy}"),
+                 r"unknown input\(s\) 'y'; graph inputs are \['x'\]")
+
+
+def test_shape_mismatch(cli, files, tmp_path):
+    bad = tmp_path / "bad.npy"
+    np.save(bad, files.x[:3])
+    assert_error(cli("run", files.rlx, "--input", f"x={bad}"),
+                 r"input 'x': expected f32\[32, 784\], got f32\[3, 784\]")
+
+
+def test_input_file_errors(cli, files, tmp_path):
+    assert_error(cli("run", files.rlx, "--input", f"x={tmp_path / 'none.npy'}"),
+                 r"none\.npy: No such file")
+    assert_error(cli("run", files.rlx, "--input", f"x={files.graph_json}"),
+                 r"mlp\.json is not a \.npy or \.npz file")
+    assert_error(cli("run", files.rlx, "--input", "x"), r"expected NAME=PATH\.npy", code=2)
+    assert_error(cli("run", files.rlx, "--repeat", "0"), r"expected a positive integer",
+                 code=2)
+
+
+def test_run_encrypted_without_password(cli, files):
+    assert_error(cli("run", files.encrypted, "--input", f"x={files.x_npy}"),
+                 r"is encrypted; pass a password")
+
+
+def test_verify_within_tolerance(cli, files):
+    result = cli("verify", files.rlx, "--onnx", files.onnx)
+    assert result.code == 0, result.err
+    assert "OK: tolerance" in result.out
+    d = cli("verify", files.rlx, "--onnx", files.onnx, "--seed", "3", "--json").json()
+    (out,) = d["outputs"]
+    assert d["ok"] and out["ok"] and out["name"] == out["reference_name"] == "logits"
+    assert out["max_abs"] < 1e-3 and out["cosine"] == pytest.approx(1.0, abs=1e-6)
+    assert d["inputs"] == "random (seed 3)"
+
+
+def test_verify_out_of_tolerance_exits_1(cli, files, tmp_path):
+    other = tmp_path / "other.onnx"
+    onnx.save(mlp_onnx({k: v * 1.01 for k, v in files.weights.items()}), other)
+    result = cli("verify", files.rlx, "--onnx", other, "--json")
+    assert result.code == 1
+    d = result.json()
+    assert not d["ok"] and d["outputs"][0]["max_abs"] > 1e-3
+    loose = cli("verify", files.rlx, "--onnx", other, "--rtol", "0.05", "--atol", "0.05")
+    assert loose.code == 0, loose.out
+
+
+def test_verify_given_inputs(cli, files, tmp_path):
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, x=files.x)
+    d = cli("verify", files.rlx, "--onnx", files.onnx, "--inputs", feeds, "--json").json()
+    assert d["ok"] and d["inputs"] == str(feeds)
+
+
+def test_verify_input_mismatch(cli, files, tmp_path):
+    model = mlp_onnx(files.weights)
+    model.graph.input[0].name = "pixels"
+    for node in model.graph.node:
+        node.input[:] = ["pixels" if i == "x" else i for i in node.input]
+    other = tmp_path / "renamed.onnx"
+    onnx.save(model, other)
+    assert_error(cli("verify", files.rlx, "--onnx", other),
+                 r"input\(s\) x are not inputs of .*renamed\.onnx \(its inputs: pixels\)")
+
+
+def test_verify_bad_onnx_file(cli, files):
+    assert_error(cli("verify", files.rlx, "--onnx", files.npz),
+                 r"onnxruntime cannot load .*weights\.npz")
+
+
+def test_verify_without_onnxruntime(cli, files, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
+    assert_error(cli("verify", files.rlx, "--onnx", files.onnx),
+                 r"verify needs onnxruntime .*pip install onnxruntime")
