@@ -12,13 +12,14 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "rlx"
 # module -> rlx modules it may import (itself always allowed)
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
+    "version": set(),
     "ir": {"errors"},
     "codecs": {"errors"},
     "runtime": {"errors", "ir", "codecs"},
     "passes": {"errors", "ir", "codecs", "runtime"},
     "weights": {"errors", "codecs"},
     "bake": {"errors", "ir", "codecs", "passes", "weights"},
-    "artifact": {"errors", "ir", "codecs", "bake"},
+    "artifact": {"errors", "ir", "codecs", "bake", "version"},
     "frontends": {"errors", "ir"},
     "models": {"ir"},
     "demo": {"runtime", "bake", "artifact", "models"},
@@ -26,10 +27,10 @@ ALLOWED: dict[str, set[str]] = {
     "cli_ui": {"errors"},
     "cli_artifact": {"errors", "ir", "weights", "bake", "artifact", "frontends", "cli_ui"},
     "cli_run": {"ir", "runtime", "artifact", "demo", "cli_ui"},
-    "cli": {"errors", "__init__", "cli_ui", "cli_artifact", "cli_run"},
+    "cli": {"errors", "version", "cli_ui", "cli_artifact", "cli_run"},
     "__main__": {"cli"},
     "__init__": {"errors", "ir", "codecs", "runtime", "passes", "weights", "bake", "artifact",
-                 "frontends"},
+                 "frontends", "version"},
 }
 ONNX_IMPORTERS = {"frontends"}
 

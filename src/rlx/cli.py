@@ -14,7 +14,7 @@ import logging
 import sys
 from typing import Iterator
 
-from rlx import __version__
+from rlx.version import __version__
 from rlx.cli_artifact import add_commands as add_artifact_commands
 from rlx.cli_run import add_commands as add_run_commands
 from rlx.cli_ui import Ui, one_line

@@ -14,7 +14,6 @@ from typing import Iterator
 
 import numpy as np
 
-from rlx import __version__
 from rlx.artifact.atomic import atomic_write
 from rlx.artifact.layout import (
     ALIGN, MAGIC, PREAMBLE, SCHEMA_VERSION, align, checksum, header_digest,
@@ -22,6 +21,7 @@ from rlx.artifact.layout import (
 from rlx.bake.rlxfile import RlxFile
 from rlx.ir.graph import Node
 from rlx.ir.serialize import graph_to_dict
+from rlx.version import __version__
 
 
 def encode_rlx(file: RlxFile) -> tuple[bytes, list[np.ndarray]]:

@@ -1,0 +1,3 @@
+"""The rlx version (pyproject.toml reads it from here)."""
+
+__version__ = "0.1.0"
