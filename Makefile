@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test clean
+.PHONY: demo test bench fuzz clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,20 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# >= 100,000 fuzz cases on 2 processes plus the full crash-safety and bit-flip runs
+# (resumable; see docs/reliability.md); writes docs/fuzz-summary.json
+fuzz: $(STAMP)
+	$(BIN)/python scripts/fuzz.py
+
+# Benchmarks are not part of `test`: minutes long, and they need the `bench` extras.
+# `make bench BENCH_ARGS="--quick --models minilm-l3"` passes options through.
+$(VENV)/.installed-bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $@
+
+bench: $(VENV)/.installed-bench
+	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache

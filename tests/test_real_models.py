@@ -16,29 +16,11 @@ from rlx.bake import BakeOptions, BakeProfile, MemoryMode, bake
 from rlx.frontends.onnx import import_onnx
 from rlx.runtime import Session
 
-from tests.real_models import fetch
+from tests.real_models import FEEDS, fetch, minilm_feeds, ppocr_feeds
 
 pytestmark = pytest.mark.slow
 
 LOSSLESS = [BakeProfile.MERGE, BakeProfile.FOLD, BakeProfile.EXACT]
-
-
-def minilm_feeds(seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    ids = np.zeros((1, 64), np.int64)
-    n = 20
-    ids[0, 0], ids[0, 1:n - 1], ids[0, n - 1] = 101, rng.integers(1000, 30000, n - 2), 102
-    mask = np.full((1, 1, 1, 64), -30.0, np.float32)
-    mask[..., :n] = 0.0
-    return {"input_ids": ids, "attention_mask": mask}
-
-
-def ppocr_feeds(seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return {"x": rng.uniform(-1, 1, (1, 3, 48, 192)).astype(np.float32)}
-
-
-FEEDS = {"minilm-l3": minilm_feeds, "ppocr-cls": ppocr_feeds}
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
+import threadpoolctl
 
 from rlx.artifact import read_rlx
 from rlx.artifact.atomic import atomic_write
@@ -138,21 +139,15 @@ def _add_run(sub, common) -> None:
     p.add_argument("--repeat", type=positive_int, default=1, metavar="N",
                    help="run N times and report the median time (default 1)")
     p.add_argument("--threads", type=positive_int, metavar="N",
-                   help="limit BLAS threads to N (needs the threadpoolctl package)")
+                   help="limit BLAS threads to N")
     add_password_options(p.add_argument_group("encrypted files"))
     p.set_defaults(run=_run)
 
 
-def _thread_limit(threads: int | None, ui: Ui):
-    """Limit BLAS threads in this process. That needs threadpoolctl (BLAS reads the thread
-    environment variables only when numpy loads, before any option is parsed)."""
+def _thread_limit(threads: int | None):
+    """Limit BLAS threads in this process (BLAS reads its thread environment variables only
+    when numpy loads, long before options are parsed, so threadpoolctl does it live)."""
     if threads is None:
-        return contextlib.nullcontext()
-    try:
-        threadpoolctl = importlib.import_module("threadpoolctl")
-    except ImportError:
-        ui.warn(f"--threads {threads} not applied: the threadpoolctl package is not installed "
-                "(set OMP_NUM_THREADS and OPENBLAS_NUM_THREADS before starting instead)")
         return contextlib.nullcontext()
     return threadpoolctl.threadpool_limits(limits=threads)
 
@@ -164,7 +159,7 @@ def _run(args, ui: Ui) -> Outcome:
     feeds = _feeds(args)
     compiled, timing = _load_compiled(args.file, password, ui)
     times = []
-    with _thread_limit(args.threads, ui):
+    with _thread_limit(args.threads):
         for _ in ui.track(range(args.repeat), "running"):
             start = time.perf_counter()
             outputs = compiled.run(feeds)

@@ -44,12 +44,15 @@ def test_run_encrypted(cli, files, monkeypatch):
     assert result.code == 0 and result.out == ""
 
 
-def test_threads_without_threadpoolctl_warns(cli, files, monkeypatch):
-    monkeypatch.setitem(sys.modules, "threadpoolctl", None)  # as if not installed
+def test_threads_limit_blas_while_running(cli, files, monkeypatch):
+    import threadpoolctl
+
+    seen = []
+    real = threadpoolctl.threadpool_limits
+    monkeypatch.setattr(threadpoolctl, "threadpool_limits",
+                        lambda limits: seen.append(limits) or real(limits=limits))
     result = cli("run", files.rlx, "--input", f"x={files.x_npy}", "--threads", "1", "--json")
-    assert result.code == 0 and result.json()["threads"] == 1
-    assert "warning: --threads 1 not applied: the threadpoolctl package is not installed" \
-        in result.err
+    assert result.code == 0 and result.json()["threads"] == 1 and seen == [1]
 
 
 def test_unknown_input_name(cli, files):
