@@ -1,7 +1,12 @@
 """`bake` and `bake_bundle`: the reference's pipeline, in its order, without its bugs.
 
-specialize -> skip-zero -> ternary (TQ2_0) -> quant (Q8_0) -> simplify -> DCE -> fold -> DCE
--> dedupe -> weight table (unfold + binding rows) -> memory layout.
+specialize -> [fold: resolve shapes -> fold constants -> fold BatchNorm -> DCE] -> skip-zero
+-> ternary (TQ2_0) -> quant (Q8_0) -> simplify -> DCE -> fold -> DCE -> dedupe
+-> weight table (unfold + binding rows) -> memory layout.
+
+The bracketed early fold is ours: the reference folds only after packing, so a weight that
+reaches its MatMul through weight-only math (`Transpose(W)` from a PyTorch Linear, a
+BatchNorm to fold in) was never packed. Folding first hands the packers plain constants.
 
 Node names and ids travel with the nodes through every pass, so the table links each row to
 its Constant by id; nothing is renamed after the fact by matching payload bytes.
@@ -38,6 +43,8 @@ class OptimizeStats:
     simplified: int = 0
     dead_removed: int = 0
     constants_folded: int = 0
+    shapes_resolved: int = 0  # shape computations made constant, dynamic ops made static
+    batchnorms_folded: int = 0
     not_packed: dict[str, int] = field(default_factory=dict)  # reason -> weights left dense
 
 
@@ -78,6 +85,8 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     g, report.params_baked = passes.specialize(graph, bundle.tensors)
     g, packed_bound = passes.bind_packed(g, bundle.packed)
     report.params_baked += packed_bound
+    if opts.constant_folding:
+        g = _fold_weight_math(g, stats, opts.dce)
     if opts.skip_zero:
         g, stats.skipped_zero_matmuls = passes.skip_zero_matmul(g)
     for enabled, scheme, attr in ((opts.ternary, QuantScheme.GGUF_TQ2_0, "ternary_packed"),
@@ -94,10 +103,12 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     if opts.algebraic_simplify:
         g, stats.simplified = passes.algebraic_simplify(g)
     if opts.dce:
-        g, stats.dead_removed = passes.eliminate_dead_code(g)
+        g, removed = passes.eliminate_dead_code(g)
+        stats.dead_removed += removed
     if opts.constant_folding:
-        g, stats.constants_folded = passes.fold_constants(g)
-        if opts.dce and stats.constants_folded:
+        g, folded = passes.fold_constants(g)
+        stats.constants_folded += folded
+        if opts.dce and folded:
             g, removed = passes.eliminate_dead_code(g)
             stats.dead_removed += removed
     deduped = 0
@@ -127,6 +138,16 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     log.info("baked %r: %d -> %d nodes, %d weights, %d bytes", graph.name,
              report.nodes_before, report.nodes_after, report.weight_count, report.weight_bytes)
     return file, report
+
+
+def _fold_weight_math(g: Graph, stats: OptimizeStats, dce: bool) -> Graph:
+    """Resolve shape arithmetic, fold weight-only math and BatchNorms, before packing."""
+    g, stats.shapes_resolved = passes.resolve_shapes(g)
+    g, stats.constants_folded = passes.fold_constants(g)
+    g, stats.batchnorms_folded = passes.fold_batchnorm(g)
+    if dce:
+        g, stats.dead_removed = passes.eliminate_dead_code(g)
+    return g
 
 
 def _weight_table(g: Graph, bundle: WeightBundle, opts: BakeOptions, stats: OptimizeStats,

@@ -8,10 +8,12 @@ pass; see `rlx.ir.rewrite` for the rules. `unfold_weights` only reads the graph.
 from rlx.passes.bind_packed import bind_packed
 from rlx.passes.dce import eliminate_dead_code
 from rlx.passes.dedupe_constants import dedupe_identical_constants
+from rlx.passes.fold_batchnorm import fold_batchnorm
 from rlx.passes.fold_constants import fold_constants
 from rlx.passes.pack_quant import pack_quant
 from rlx.passes.pack_ternary import pack_ternary
 from rlx.passes.packing import SkipReason, packing_candidates
+from rlx.passes.resolve_shapes import resolve_shapes
 from rlx.passes.simplify import algebraic_simplify
 from rlx.passes.skip_zero_matmul import skip_zero_matmul
 from rlx.passes.specialize import specialize
@@ -21,5 +23,5 @@ __all__ = [
     "bind_packed",
     "specialize", "skip_zero_matmul", "pack_ternary", "pack_quant", "packing_candidates",
     "SkipReason", "unfold_weights", "WeightRow", "algebraic_simplify", "eliminate_dead_code",
-    "fold_constants", "dedupe_identical_constants",
+    "fold_constants", "dedupe_identical_constants", "fold_batchnorm", "resolve_shapes",
 ]

@@ -1,0 +1,234 @@
+"""Resolve shapes: turn run-time shape arithmetic into constants and static-form ops.
+
+Imported models compute shapes at run time (`Shape -> Gather -> Concat -> Reshape`). Once
+the graph's dims are known this is all constant, so in one forward sweep:
+
+- `ShapeOf` / `Size` of a value whose dims are static become Constants;
+- *shape arithmetic* - a node whose inputs are all Constants and whose result is an integer
+  or bool tensor of at most `MAX_SHAPE_ELEMENTS` elements - is evaluated with its runtime
+  kernel (the rest of constant folding is `fold_constants`' job);
+- dynamic-form ops whose shape-like operands are now Constants take their static form:
+  Reshape, Expand, Tile, Fill, Slice, Pad, Squeeze, Unsqueeze, Reduce, TopK, CumSum,
+  Resize (see `rlx.ir.ops.shaping`);
+- every node's shape is inferred again from its (possibly sharper) inputs, so the dims
+  that were UNKNOWN become static and the next `ShapeOf` down the graph resolves too.
+
+Subgraphs (If, Loop, Scan bodies) are resolved the same way. Run it before
+`fold_constants`. Names and node identities are kept as `rlx.ir.rewrite` describes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Callable, Sequence
+
+import numpy as np
+
+from rlx.errors import ShapeError
+from rlx.ir.graph import Graph, Node, ShapeLike
+from rlx.ir.ops.base import Op
+from rlx.ir.ops.nn import Resize
+from rlx.ir.ops.reduce import CumSum, Reduce, TopK
+from rlx.ir.ops.shaping import (
+    Expand, Fill, Pad, Reshape, ShapeOf, Size, Slice, Squeeze, Tile, Unsqueeze,
+)
+from rlx.ir.ops.sources import Constant, Input, Param
+from rlx.ir.rewrite import Rewriter, constant_value
+from rlx.ir.shape import Shape
+from rlx.runtime.kernels import KERNELS
+
+__all__ = ["resolve_shapes", "MAX_SHAPE_ELEMENTS"]
+
+log = logging.getLogger(__name__)
+
+MAX_SHAPE_ELEMENTS = 1024
+"""Largest integer result evaluated as shape arithmetic."""
+
+
+def resolve_shapes(graph: Graph) -> tuple[Graph, int]:
+    """One forward sweep (see the module doc); returns (graph, nodes resolved)."""
+    rw = Rewriter(graph)
+    resolved = 0
+    for node in graph.nodes():
+        if _resolve(rw, node):
+            resolved += 1
+    log.info("resolve_shapes %r: %d node(s) resolved", graph.name, resolved)
+    return rw.finish(), resolved
+
+
+def _resolve(rw: Rewriter, node: Node) -> bool:
+    """Map `node` into the new graph; True when it was resolved (not just copied)."""
+    op = node.op
+    if isinstance(op, (Input, Param, Constant)):
+        rw.copy(node)
+        return False
+    inputs = rw.inputs(node)
+    shapes = [rw.target.node(i).shape for i in inputs]
+    value = _known_value(rw, node, op, inputs, shapes)
+    if value is not None:
+        rw.substitute_constant(node, value)
+        log.debug("resolve_shapes: %s is the constant %s", node.label, value.tolist())
+        return True
+    static = _static_form(rw, op, inputs, shapes)
+    if static is not None:
+        new_op, kept = static
+        rw.substitute(node, new_op, kept, _sharper(rw, new_op, kept, node.shape))
+        log.debug("resolve_shapes: %s takes its static form %s", node.label, new_op)
+        return True
+    new_op = _with_resolved_subgraphs(op)
+    shape = _sharper(rw, new_op, inputs, node.shape)
+    if new_op is op and shape == node.shape:
+        rw.copy(node)
+        return False
+    rw.substitute(node, new_op, inputs, shape)  # dims (or a subgraph) got sharper
+    return True
+
+
+# -- constants ---------------------------------------------------------------------------------
+def _known_value(rw: Rewriter, node: Node, op: Op, inputs: Sequence[int],
+                 shapes: Sequence[ShapeLike]) -> np.ndarray | None:
+    """The node's value when the shapes it reads or the shape arithmetic it does is known."""
+    if isinstance(node.shape, tuple):
+        return None
+    if isinstance(op, ShapeOf) and shapes[0].is_static:
+        return np.array(shapes[0].dims[op.start:op.end], dtype=np.int64)
+    if isinstance(op, Size) and shapes[0].is_static:
+        return np.array(shapes[0].numel, dtype=np.int64)
+    if node.shape.dtype.is_float or not inputs:
+        return None
+    values = [constant_value(rw.target.node(i)) for i in inputs]
+    kernel = KERNELS.get(type(op))
+    if kernel is None or any(v is None or v.size > MAX_SHAPE_ELEMENTS for v in values):
+        return None
+    try:
+        with np.errstate(all="ignore"):
+            out = np.asarray(kernel(node, *values))
+    except Exception as err:  # a bad constant computation fails at run time, not here
+        log.debug("resolve_shapes: %s not evaluated: %s", node.label, err)
+        return None
+    ok = out.dtype == node.shape.dtype.numpy and out.size <= MAX_SHAPE_ELEMENTS and \
+        out.ndim == node.shape.rank
+    return out if ok else None
+
+
+# -- static forms ------------------------------------------------------------------------------
+def _ints(value: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(v) for v in value.reshape(-1))
+
+
+def _operands(rw: Rewriter, inputs: Sequence[int], first: int) -> list[np.ndarray] | None:
+    """Values of inputs[first:], or None unless all are Constants."""
+    values = [constant_value(rw.target.node(i)) for i in inputs[first:]]
+    return None if any(v is None for v in values) else values
+
+
+StaticForm = Callable[[Op, list[np.ndarray], Sequence[ShapeLike]], Op | None]
+
+
+def _shape_operand(field: str) -> StaticForm:
+    """Ops whose one dynamic operand (after x) becomes the attribute `field`."""
+    return lambda op, values, shapes: dataclasses.replace(op, **{field: _ints(values[0])})
+
+
+def _slice(op: Slice, values, shapes) -> Op:
+    starts, ends, *rest = (_ints(v) for v in values)
+    return Slice(starts, ends, *rest)
+
+
+def _pad(op: Pad, values, shapes) -> Op | None:
+    fill = op.value if len(values) == 1 else values[1].reshape(()).item()
+    if not np.isfinite(fill):
+        return None  # attributes stay JSON-clean: keep a non-finite fill as an input
+    return dataclasses.replace(op, pads=_ints(values[0]), value=float(fill))
+
+
+def _reduce(op: Reduce, values, shapes) -> Op:
+    axes = _ints(values[0])
+    if not axes:
+        return dataclasses.replace(op, axes=() if op.noop_with_empty_axes else None)
+    return dataclasses.replace(op, axes=axes)
+
+
+def _resize(op: Resize, values, shapes) -> Op | None:
+    x = shapes[0]
+    if not x.is_static:
+        return None
+    return op.resolved(x.dims, values)
+
+
+def _scalar_operand(field: str) -> StaticForm:
+    return lambda op, values, shapes: dataclasses.replace(
+        op, **{field: int(values[0].reshape(()))})
+
+
+_STATIC_FORMS: dict[type, StaticForm] = {
+    Reshape: _shape_operand("shape"),
+    Expand: _shape_operand("shape"),
+    Tile: _shape_operand("repeats"),
+    Squeeze: _shape_operand("axes"),
+    Unsqueeze: _shape_operand("axes"),
+    Slice: _slice,
+    Pad: _pad,
+    Reduce: _reduce,
+    TopK: _scalar_operand("k"),
+    CumSum: _scalar_operand("axis"),
+    Resize: _resize,
+}
+"""Ops whose dynamic form is the data input followed by shape-like operands."""
+
+
+def _static_form(rw: Rewriter, op: Op, inputs: Sequence[int],
+                 shapes: Sequence[ShapeLike]) -> tuple[Op, tuple[int, ...]] | None:
+    """(static op, its inputs) when a dynamic-form op's operands are all Constants."""
+    if isinstance(op, Fill):
+        values = _operands(rw, inputs, 0) if inputs else None
+        return None if values is None else (dataclasses.replace(op, shape=_ints(values[0])), ())
+    make = _STATIC_FORMS.get(type(op))
+    values = _operands(rw, inputs, 1) if make is not None and len(inputs) >= 2 else None
+    if values is None:
+        return None
+    new_op = make(op, values, shapes)
+    if new_op is None:
+        return None
+    try:
+        rw.target.infer(new_op, inputs[:1])
+    except ShapeError:
+        return None  # operands the op refuses: keep the dynamic form (it fails at run time)
+    return new_op, (inputs[0],)
+
+
+# -- shapes and subgraphs ----------------------------------------------------------------------
+def _sharper(rw: Rewriter, op: Op, inputs: Sequence[int], declared: ShapeLike) -> ShapeLike:
+    """The node's shape inferred again from its new inputs, keeping any dim that the old
+    declaration knew better (inference may not know a dim a leaf or a subgraph declared)."""
+    try:
+        inferred = rw.target.infer(op, inputs)
+    except ShapeError:
+        return declared
+    return _merge(declared, inferred)
+
+
+def _merge(declared: ShapeLike, inferred: ShapeLike) -> ShapeLike:
+    if isinstance(declared, tuple) or isinstance(inferred, tuple):
+        if not (isinstance(declared, tuple) and isinstance(inferred, tuple)):
+            return declared
+        return tuple(_merge(d, i) for d, i in zip(declared, inferred))
+    if declared.rank != inferred.rank or declared.dtype != inferred.dtype:
+        return declared
+    return Shape([i if isinstance(i, int) or not isinstance(d, int) else d
+                  for d, i in zip(declared.dims, inferred.dims)], declared.dtype)
+
+
+def _with_resolved_subgraphs(op: Op) -> Op:
+    """`op` with its subgraphs resolved (the same op when none changed)."""
+    if not op.subgraphs():
+        return op
+    changes = {}
+    for field in dataclasses.fields(op):
+        value = getattr(op, field.name)
+        if isinstance(value, Graph):
+            new, count = resolve_shapes(value)
+            if count:
+                changes[field.name] = new
+    return dataclasses.replace(op, **changes) if changes else op
