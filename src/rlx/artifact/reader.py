@@ -284,15 +284,15 @@ def _text(row: dict, key: str, default: str) -> str:
 
 
 def _depth(value: Any) -> int:
-    """Nesting depth of decoded JSON, without recursion."""
-    deepest, stack = 0, [(value, 1)]
+    """Nesting depth of the containers of decoded JSON, without recursion (scalars are not
+    visited: a header of mostly numbers is checked at the speed of its containers)."""
+    deepest, stack = 1, [(value, 1)]
     while stack:
         item, depth = stack.pop()
         deepest = max(deepest, depth)
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
     return deepest
 
 

@@ -15,6 +15,7 @@ from rlx.ir.dtype import DType
 
 Dim = Union[int, str]
 UNKNOWN = "?"
+MAX_RANK = 32  # the most dims numpy 1.x arrays can have (2.x: 64); kernels need arrays
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class Shape:
 
     def __init__(self, dims: Iterable[Dim], dtype: DType = DType.F32):
         dims = tuple(d if isinstance(d, str) else int(d) for d in dims)
+        if len(dims) > MAX_RANK:
+            raise ShapeError(f"shape of rank {len(dims)}: at most {MAX_RANK} dims")
         if any(isinstance(d, int) and d < 0 for d in dims):
             raise ShapeError(f"negative dim in shape {list(dims)}")
         object.__setattr__(self, "dims", dims)

@@ -210,10 +210,17 @@ class Where(Op):
 
 @dataclass(frozen=True)
 class Cast(Op):
+    """Convert values to `to`; with `bits`, reinterpret their bytes instead (ONNX BitCast:
+    same item size, little-endian)."""
+
     to: DType
+    bits: bool = False
 
     def infer(self, inputs):
-        return inputs[0].with_dtype(self.to)
+        x = inputs[0]
+        if self.bits and x.dtype.itemsize != self.to.itemsize:
+            raise ShapeError(f"Cast bits: {x.dtype} and {self.to} differ in size")
+        return x.with_dtype(self.to)
 
 
 @dataclass(frozen=True)

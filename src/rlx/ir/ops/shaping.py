@@ -307,12 +307,20 @@ class Flatten(Op):
 
 @dataclass(frozen=True)
 class Squeeze(Op):
-    """Drop size-1 axes: the listed ones, or every size-1 axis when `axes` is None."""
+    """Drop size-1 axes: the listed ones, or every size-1 axis when `axes` is None. Dynamic
+    form (axes None) `[x, axes]`: the output rank is known, its sizes are UNKNOWN."""
 
     axes: tuple[int, ...] | None = None
+    arity: ClassVar = (1, 2)
 
     def infer(self, inputs):
-        (x,) = inputs
+        x = inputs[0]
+        if self.axes is None and len(inputs) == 2:
+            count = _static_length(self, inputs[1], "axes")
+            if count > x.rank:
+                raise _fail(self, f"{count} axes for rank {x.rank}")
+            return x.with_dims([UNKNOWN] * (x.rank - count))
+        _is_dynamic(self, inputs, "axes", 1, (1, 2))
         if self.axes is None:
             if not x.is_static:
                 # a symbol might be 1 at run time: the output rank would not be known
@@ -327,12 +335,16 @@ class Squeeze(Op):
 
 @dataclass(frozen=True)
 class Unsqueeze(Op):
-    """Insert size-1 axes; `axes` index the output (ONNX rule)."""
+    """Insert size-1 axes; `axes` index the output (ONNX rule). Dynamic form (axes None)
+    `[x, axes]`: the output rank is known, its sizes are UNKNOWN."""
 
-    axes: tuple[int, ...]
+    axes: tuple[int, ...] | None
+    arity: ClassVar = (1, 2)
 
     def infer(self, inputs):
-        (x,) = inputs
+        x = inputs[0]
+        if _is_dynamic(self, inputs, "axes", 1, (2,)):
+            return x.with_dims([UNKNOWN] * (x.rank + _static_length(self, inputs[1], "axes")))
         rank = x.rank + len(self.axes)
         axes = set(_axes(self, self.axes, rank))
         rest = iter(x.dims)

@@ -71,7 +71,10 @@ class Constant(Op):
             raise ShapeError(
                 f"constant payload is {self.nbytes} bytes, shape {shape} needs {shape.nbytes}"
             )
-        arr = self.data.view(shape.dtype.numpy).reshape(shape.dims)
+        try:
+            arr = self.data.view(shape.dtype.numpy).reshape(shape.dims)
+        except ValueError as err:  # dims no array can have, e.g. [0, 2**64]
+            raise ShapeError(f"constant of shape {shape}: {err}") from None
         arr.flags.writeable = False
         return arr
 

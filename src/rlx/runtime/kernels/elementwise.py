@@ -206,6 +206,8 @@ def where(node, cond, a, b):
 
 @kernel(Cast)
 def cast(node, x):
+    if node.op.bits:  # same item size: a view of the same bytes (a rank-0 x stays rank 0)
+        return (x if x.flags.c_contiguous else x.copy()).view(node.op.to.numpy)
     # float -> int truncates toward zero (a C cast, as ONNX); NaN / out of range is undefined
     with np.errstate(invalid="ignore", over="ignore"):
         return x.astype(node.op.to.numpy)

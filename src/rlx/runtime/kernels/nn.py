@@ -254,19 +254,30 @@ def _nearest_index(coords: np.ndarray, mode: NearestMode) -> np.ndarray:
     return (base + up).astype(np.int64)[:, None]
 
 
-def _interp_taps(op: Resize, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _interp_taps(op: Resize, coords: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
     """Input indices [out, taps] and their weights for linear (2 taps) or cubic (4 taps,
-    Keys kernel with a = cubic_coeff_a)."""
-    base = np.floor(coords)[:, None]
+    Keys kernel with a = cubic_coeff_a).
+
+    Taps are counted from the left neighbour, an exact hit counting as ratio 1 (ONNX's
+    reference). With antialias a downsampling filter is stretched by 1 / scale over more
+    taps and its weights normalised."""
+    base = np.ceil(coords) - 1
+    ratio = coords - base  # in (0, 1]
+    stretch = min(scale, 1.0) if op.antialias else 1.0
+    reach = 1 if op.mode is ResizeMode.LINEAR else 2
+    start = math.floor(-reach / stretch) + 1
+    taps = np.arange(start, 2 - start)
+    s = np.abs(taps[None, :] - ratio[:, None]) * stretch
     if op.mode is ResizeMode.LINEAR:
-        index = base + np.arange(2)
-        return index, 1 - np.abs(index - coords[:, None])
-    a = op.cubic_coeff_a
-    index = base + np.arange(-1, 3)
-    s = np.abs(index - coords[:, None])
-    near = ((a + 2) * s - (a + 3)) * s * s + 1
-    far = ((a * s - 5 * a) * s + 8 * a) * s - 4 * a
-    return index, np.where(s <= 1, near, far)
+        weights = np.clip(1 - s, 0, 1)
+    else:
+        a = op.cubic_coeff_a
+        near = ((a + 2) * s - (a + 3)) * s * s + 1
+        far = ((a * s - 5 * a) * s + 8 * a) * s - 4 * a
+        weights = np.where(s <= 1, near, np.where(s < 2, far, 0.0))
+    if op.antialias:
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    return base[:, None] + taps, weights
 
 
 def _resize_axis(op: Resize, data: np.ndarray, axis: int) -> np.ndarray:
@@ -275,7 +286,7 @@ def _resize_axis(op: Resize, data: np.ndarray, axis: int) -> np.ndarray:
     if op.mode is ResizeMode.NEAREST:
         index, weights = _nearest_index(coords, op.nearest_mode), None
     else:
-        index, weights = _interp_taps(op, coords)
+        index, weights = _interp_taps(op, coords, op.axis_scale(axis, size))
         if op.exclude_outside:
             weights = np.where((index >= 0) & (index < size), weights, 0.0)
             total = weights.sum(axis=1, keepdims=True)
@@ -305,8 +316,8 @@ def _saturate(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 @kernel(Resize)
-def resize(node, x):
-    op = node.op
+def resize(node, x, *operands):
+    op = node.op.resolved(x.shape, operands) if operands else node.op
     y = x if op.mode is ResizeMode.NEAREST else _to_compute(x)
     for axis, size in enumerate(x.shape):
         if not op.is_identity_axis(axis, size):

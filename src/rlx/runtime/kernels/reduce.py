@@ -77,10 +77,11 @@ _REDUCERS = {
 
 
 @kernel(Reduce)
-def reduce(node, x):
+def reduce(node, x, axes=None):
     op = node.op
+    axes = op.normalized_axes(x.ndim) if axes is None else op.runtime_axes(axes, x.ndim)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        out = _REDUCERS[op.op](widen_half(x), op.normalized_axes(x.ndim), op.keepdims)
+        out = _REDUCERS[op.op](widen_half(x), axes, op.keepdims)
     return np.asarray(out, dtype=node.shape.dtype.numpy)
 
 
@@ -99,9 +100,9 @@ def arg_reduce(node, x):
 
 
 @kernel(CumSum)
-def cumsum(node, x):
+def cumsum(node, x, axis=None):
     op = node.op
-    axis = normalize_axis(op.axis, x.ndim)
+    axis = normalize_axis(op.axis if axis is None else int(axis), x.ndim)
     work = widen_half(x)
     if op.reverse:
         work = np.flip(work, axis)
@@ -119,12 +120,13 @@ def cumsum(node, x):
 
 
 @kernel(TopK)
-def top_k(node, x):
+def top_k(node, x, k=None):
     op = node.op
     axis = normalize_axis(op.axis, x.ndim)
     size = x.shape[axis]
-    if op.k > size:
-        raise ValueError(f"TopK: k={op.k} exceeds the size {size} of axis {op.axis}")
+    k = op.k if k is None else int(k)
+    if not 0 <= k <= size:
+        raise ValueError(f"TopK: k={k} is not in [0, {size}] for axis {op.axis}")
     work = widen_half(x)
     if op.largest:
         # A stable ascending sort keeps equal values in index order. Sorting the reversed
@@ -134,5 +136,5 @@ def top_k(node, x):
         order = size - 1 - np.flip(order, axis)
     else:
         order = np.argsort(work, axis=axis, kind="stable")
-    index = order[_along(axis, 0, op.k)]
+    index = order[_along(axis, 0, k)]
     return np.take_along_axis(x, index, axis), index.astype(np.int64)

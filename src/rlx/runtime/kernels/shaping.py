@@ -59,13 +59,13 @@ def flatten(node, x):
 
 
 @kernel(Squeeze)
-def squeeze(node, x):
-    return np.squeeze(x, axis=node.op.axes)
+def squeeze(node, x, axes=None):
+    return np.squeeze(x, axis=_ints(node.op.axes, axes))
 
 
 @kernel(Unsqueeze)
-def unsqueeze(node, x):
-    return np.expand_dims(x, node.op.axes)
+def unsqueeze(node, x, axes=None):
+    return np.expand_dims(x, _ints(node.op.axes, axes))
 
 
 @kernel(Slice)

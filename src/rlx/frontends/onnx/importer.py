@@ -1,0 +1,438 @@
+"""`import_onnx`: an ONNX model to an rlx `Graph` plus the bindings of its initializers.
+
+The importer reads the protobuf (external data through a checked memory map), checks that
+every op is one rlx can convert (listing all that are not, at once), orders the nodes, and
+hands each node to its converter (`rlx.frontends.onnx.ops`). Ops without a converter that
+ONNX defines as a function of other ops are expanded through that function body, as are
+the model's own functions. Graph inputs, outputs and initializers keep their ONNX names.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import onnx
+import onnx.defs
+from google.protobuf.message import DecodeError
+from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TypeProto, helper
+
+from rlx.errors import GraphError, ModelImportError, UnsupportedOpError
+from rlx.frontends.onnx import ops  # noqa: F401  (registers the converters)
+from rlx.frontends.onnx.external import ExternalData
+from rlx.frontends.onnx.node import NodeContext, node_label
+from rlx.frontends.onnx.registry import CONVERTERS, NEVER_EXPANDED
+from rlx.frontends.onnx.scope import Scope, finish_graph, free_variables, subgraph_attributes
+from rlx.frontends.onnx.tensors import dtype_of, onnx_elem_type, sparse_to_array, tensor_to_array
+from rlx.frontends.onnx.validate import check_model_text, check_node, check_text
+from rlx.ir import Graph, Shape, verify
+from rlx.ir.shape import UNKNOWN
+
+__all__ = ["import_onnx", "Importer", "MIN_OPSET", "MAX_OPSET"]
+
+MIN_OPSET = 7
+"""The oldest default-domain opset imported as such. Older models are accepted when every
+op they use is unchanged between their opset and this one (so it means the same)."""
+
+MAX_OPSET = onnx.defs.onnx_opset_version()
+"""The newest default-domain opset: the newest the installed `onnx` package knows."""
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+ModelSource = str | os.PathLike | bytes | bytearray | memoryview | ModelProto
+
+
+def import_onnx(model: ModelSource, *, base_dir: str | os.PathLike | None = None,
+                input_shapes: Mapping[str, Sequence[int | str]] | None = None,
+                ) -> tuple[Graph, dict[str, np.ndarray]]:
+    """Read an ONNX model (a path, serialized bytes or a `ModelProto`) into an rlx graph.
+
+    Returns `(graph, bindings)`: initializers become `Param`s named like them, with their
+    values (native dtypes, views into the file where possible) in `bindings`. External data
+    is read relative to the model's folder, or `base_dir` for a model given in memory.
+    `input_shapes` fixes the dims of graph inputs by name (ints, or names for symbolic
+    dims), for models that declare them unknown but branch on them.
+    """
+    proto, folder = _load(model, base_dir)
+    try:
+        return Importer(proto, folder, input_shapes).run()
+    except RecursionError:
+        raise ModelImportError("the model nests subgraphs or functions too deeply") from None
+
+
+def _load(model: ModelSource, base_dir) -> tuple[ModelProto, str | None]:
+    folder = None if base_dir is None else os.fspath(base_dir)
+    if isinstance(model, ModelProto):
+        return model, folder
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        data, where = bytes(model), "model bytes"
+    else:
+        where = os.fspath(model)
+        try:
+            with open(where, "rb") as f:
+                data = f.read()
+        except OSError as err:
+            raise ModelImportError(f"cannot read {where}: {err.strerror or err}") from None
+        folder = folder or os.path.dirname(os.path.abspath(where))
+    try:
+        proto = ModelProto.FromString(data)
+    except (DecodeError, ValueError, RuntimeError) as err:
+        raise ModelImportError(f"{where}: not an ONNX model (protobuf: {err})") from None
+    if not proto.HasField("graph"):
+        raise ModelImportError(f"{where}: not an ONNX model (it has no graph)")
+    return proto, folder
+
+
+class Importer:
+    """One model's conversion: opsets, functions, external data and the bindings."""
+
+    def __init__(self, model: ModelProto, base_dir: str | None,
+                 input_shapes: Mapping[str, Sequence[int | str]] | None = None):
+        self.model = model
+        self.input_shapes = dict(input_shapes or {})
+        self.external = ExternalData(base_dir)
+        self.bindings: dict[str, np.ndarray] = {}
+        check_model_text(model)
+        self.opsets = self._opsets(model)
+        self.functions = {(f.domain, f.name): f for f in model.functions}
+        self._fresh = itertools.count()
+
+    # -- driver ------------------------------------------------------------------------------
+    def run(self) -> tuple[Graph, dict[str, np.ndarray]]:
+        graph = self.model.graph
+        unsupported = sorted(set(self._unsupported(graph.node, self.opsets)))
+        if unsupported:
+            raise UnsupportedOpError(unsupported, where=f"ONNX model {graph.name!r}")
+        scope = Scope(self, graph.name or "model")
+        names = set()
+        for value in graph.input:
+            if value.name in names:
+                raise ModelImportError(f"graph input {value.name!r} is listed twice")
+            names.add(value.name)
+        initialized = {t.name for t in graph.initializer} | \
+            {t.values.name for t in graph.sparse_initializer}
+        unknown = sorted(set(self.input_shapes) - ({v.name for v in graph.input} - initialized))
+        if unknown:
+            raise ModelImportError(f"input_shapes names no graph input: {', '.join(unknown)}")
+        used_symbols: set[str] = set()
+        for value in graph.input:
+            if value.name not in initialized:  # an initialized input is a Param (IR >= 4)
+                shape = self.declared_shape(value, f"graph input {value.name!r}", used_symbols)
+                scope.define(value.name, scope.graph.input(value.name,
+                                                           self._fixed(value.name, shape)))
+        self.convert_graph_body(scope, graph)
+        outputs = [(o.name, scope.get(o.name)) for o in graph.output]
+        result = finish_graph(scope.graph, outputs)
+        used = {n.op.name for n in result.params()}
+        try:
+            verify(result)
+        except GraphError as err:
+            raise ModelImportError(f"imported graph does not verify: {err}") from None
+        return result, {k: v for k, v in self.bindings.items() if k in used}
+
+    def convert_graph_body(self, scope: Scope, graph: GraphProto) -> None:
+        """Initializers and nodes of `graph` (the model's or a subgraph) into `scope`."""
+        for tensor in graph.initializer:
+            scope.initializers[tensor.name] = tensor_to_array(tensor, self.external,
+                                                              "initializer")
+        for sparse in graph.sparse_initializer:
+            scope.initializers[sparse.values.name] = sparse_to_array(
+                sparse, self.external, f"sparse initializer {sparse.values.name!r}")
+        for node in _topological(graph, scope.visible()):
+            self.convert_node(scope, node, self.opsets)
+
+    def convert_node(self, scope: Scope, node: NodeProto, opsets: dict[str, int]) -> None:
+        label = node_label(node)
+        check_text(node, label)
+        domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
+        convert = CONVERTERS.get(node.op_type) if domain == "" else None
+        local = self.functions.get((node.domain, node.op_type))
+        if local is None and domain == "":
+            check_node(node, opsets[""], label)
+        try:
+            if local is not None:
+                self._expand(scope, node, local, {})
+                return
+            if convert is None:
+                found = self._schema_function(scope, node, opsets[""])
+                if found is None:
+                    raise UnsupportedOpError([node.op_type], where=node_label(node))
+                self._expand(scope, node, *found)
+                return
+            ctx = NodeContext(scope, node, opsets[""])
+            results = convert(ctx)
+        except GraphError as err:  # ShapeError is a GraphError
+            raise ModelImportError(f"{label}: {err}") from None
+        except (ValueError, IndexError, KeyError, TypeError, ArithmeticError) as err:
+            # a value the schema allows but the node cannot mean (pads that do not fit the
+            # axes, an axis past the rank): the model is malformed; the cause stays chained
+            raise ModelImportError(f"{label}: malformed node ({type(err).__name__}: "
+                                   f"{err})") from err
+        self._bind_outputs(scope, node, results)
+
+    def _bind_outputs(self, scope: Scope, node: NodeProto, results) -> None:
+        if isinstance(results, (int, np.integer)):
+            results = [int(results)]
+        for i, name in enumerate(node.output):
+            if not name:
+                continue
+            node_id = results[i] if i < len(results) else None
+            if node_id is None:
+                raise ModelImportError(f"{node_label(node)}: output {i} ({name!r}) is not "
+                                       "supported")
+            scope.define(name, node_id)
+
+    # -- functions ---------------------------------------------------------------------------
+    def _schema_function(self, scope: Scope, node: NodeProto, opset: int):
+        """The ONNX function body defining `node`'s op at `opset` and the op's attribute
+        defaults, or None when it has no body."""
+        if node.op_type in NEVER_EXPANDED:
+            return None
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opset, "")
+        except onnx.defs.SchemaError:
+            return None
+        body = b""
+        if schema.has_function:
+            body = schema.get_function_with_opset_version(opset) or b""
+        if not body and schema.has_context_dependent_function:
+            types = [self._type_proto(scope, name).SerializeToString() for name in node.input]
+            try:
+                body = schema.get_context_dependent_function_with_opset_version(
+                    opset, node.SerializeToString(), types) or b""
+            except Exception as err:  # onnx raises its own error kinds for bad nodes
+                raise ModelImportError(f"{node_label(node)}: cannot expand its ONNX function "
+                                       f"body: {err}") from None
+        if not body:
+            return None
+        defaults = {name: a.default_value for name, a in schema.attributes.items()
+                    if a.default_value.type != onnx.AttributeProto.UNDEFINED}
+        return FunctionProto.FromString(body), defaults
+
+    @staticmethod
+    def _type_proto(scope: Scope, name: str) -> TypeProto:
+        if not name:
+            return TypeProto()
+        shape = scope.shape(scope.get(name))
+        dims = [None if d == UNKNOWN else d for d in shape.dims]
+        return helper.make_tensor_type_proto(onnx_elem_type(shape.dtype), dims)
+
+    def _expand(self, scope: Scope, node: NodeProto, function: FunctionProto,
+                defaults: dict[str, onnx.AttributeProto]) -> None:
+        """Convert `node` as the nodes of its function body, names made private;
+        `defaults` are the op's attribute defaults (from its schema)."""
+        opsets = dict(self.opsets)
+        for entry in function.opset_import:
+            opsets["" if entry.domain in DEFAULT_DOMAINS else entry.domain] = entry.version
+        prefix = f"{node.output[0] if node.output else node.op_type}/{function.name}" \
+                 f"#{next(self._fresh)}/"
+        for inner in _inline(function, node, prefix, defaults):
+            self.convert_node(scope, inner, opsets)
+
+    # -- checks ------------------------------------------------------------------------------
+    def _opsets(self, model: ModelProto) -> dict[str, int]:
+        opsets = {}
+        for entry in model.opset_import:
+            opsets["" if entry.domain in DEFAULT_DOMAINS else entry.domain] = entry.version
+        version = opsets.get("")
+        if version is None:
+            if any(n.domain in DEFAULT_DOMAINS for n in model.graph.node):
+                raise ModelImportError("the model imports no default-domain opset")
+            opsets[""] = MAX_OPSET
+        elif version < 1:
+            raise ModelImportError(f"opset {version} is not an ONNX opset (they start at 1)")
+        elif version > MAX_OPSET:
+            raise ModelImportError(f"opset {version} is newer than {MAX_OPSET}, the newest "
+                                   f"the installed onnx {onnx.__version__} knows")
+        elif version < MIN_OPSET:
+            _check_old_opset(model.graph, version)
+        return opsets
+
+    def _unsupported(self, nodes: Iterable[NodeProto], opsets: dict[str, int]) -> list[str]:
+        """Op types (domain-qualified outside the default domain) nothing here converts."""
+        missing = []
+        for node in nodes:
+            for sub in subgraph_attributes(node):
+                missing += self._unsupported(sub.node, opsets)
+            local = self.functions.get((node.domain, node.op_type))
+            if local is not None:
+                missing += self._unsupported(local.node, opsets)
+            elif node.domain not in DEFAULT_DOMAINS:
+                missing.append(f"{node.domain}.{node.op_type}")
+            elif node.op_type not in CONVERTERS and not _has_function(node.op_type,
+                                                                       opsets[""]):
+                missing.append(node.op_type)
+        return missing
+
+    def declared_shape(self, value, what: str, used: set[str]) -> Shape:
+        """The rlx shape of a graph input's declared type; unknown dims get fresh names."""
+        kind = value.type.WhichOneof("value")
+        if kind != "tensor_type":
+            raise ModelImportError(f"{what}: {kind or 'untyped'} values are not supported "
+                                   "(rlx graphs carry plain tensors)")
+        tensor = value.type.tensor_type
+        dtype = dtype_of(tensor.elem_type, what)
+        if not tensor.HasField("shape"):
+            raise ModelImportError(f"{what}: its rank is not declared")
+        dims = []
+        for axis, dim in enumerate(tensor.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value >= 0:
+                dims.append(dim.dim_value)
+            elif dim.dim_param and dim.dim_param != UNKNOWN:
+                dims.append(dim.dim_param)
+                used.add(dim.dim_param)
+            else:  # unknown (or exported as -1 / "?"): a name of its own
+                dims.append(self._fresh_symbol(f"{value.name}_{axis}", used))
+        return Shape(dims, dtype)
+
+    def _fixed(self, name: str, declared: Shape) -> Shape:
+        """`declared` with the dims the caller gave in `input_shapes`."""
+        given = self.input_shapes.get(name)
+        if given is None:
+            return declared
+        dims = tuple(d if isinstance(d, str) else int(d) for d in given)
+        clash = [(a, b) for a, b in zip(declared.dims, dims)
+                 if isinstance(a, int) and isinstance(b, int) and a != b]
+        if len(dims) != declared.rank or clash:
+            raise ModelImportError(f"input_shapes[{name!r}] = {list(dims)} does not fit the "
+                                   f"declared shape {declared}")
+        return declared.with_dims(dims)
+
+    @staticmethod
+    def _fresh_symbol(base: str, used: set[str]) -> str:
+        name, k = base, 1
+        while name in used:
+            name, k = f"{base}_{k}", k + 1
+        used.add(name)
+        return name
+
+
+def _has_function(op_type: str, opset: int) -> bool:
+    if op_type in NEVER_EXPANDED:
+        return False
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return False
+    return bool(schema.has_function and schema.get_function_with_opset_version(opset)) or \
+        schema.has_context_dependent_function
+
+
+def _check_old_opset(graph: GraphProto, version: int) -> None:
+    """An opset older than MIN_OPSET is read as MIN_OPSET when no op used changed since."""
+    changed = set()
+    for node in _all_nodes(graph):
+        if node.domain not in DEFAULT_DOMAINS:
+            continue
+        try:
+            new = onnx.defs.get_schema(node.op_type, MIN_OPSET, "").since_version
+        except onnx.defs.SchemaError:
+            continue  # not in opset 7 either: an op rlx has a converter for, or unsupported
+        try:
+            old = onnx.defs.get_schema(node.op_type, version, "").since_version
+        except onnx.defs.SchemaError:
+            old = None  # the op did not exist yet
+        if old != new:
+            changed.add(node.op_type)
+    if changed:
+        raise ModelImportError(f"opset {version} is older than {MIN_OPSET} and these ops "
+                               f"changed since: {', '.join(sorted(changed))}")
+
+
+def _all_nodes(graph: GraphProto) -> Iterable[NodeProto]:
+    for node in graph.node:
+        yield node
+        for sub in subgraph_attributes(node):
+            yield from _all_nodes(sub)
+
+
+# -- node order --------------------------------------------------------------------------------
+def _topological(graph: GraphProto, available: set[str]) -> list[NodeProto]:
+    """`graph`'s nodes in an order where every value is made before it is read.
+
+    Models are usually sorted already (one pass); otherwise nodes wait for their inputs.
+    An input nobody makes, or a cycle, is a malformed model.
+    """
+    known = set(available) | {v.name for v in graph.input}
+    known |= {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
+    needs = [[n for n in (*node.input, *(v for g in subgraph_attributes(node)
+                                          for v in free_variables(g))) if n]
+             for node in graph.node]
+    made = {o for node in graph.node for o in node.output if o}
+    for node, names in zip(graph.node, needs):
+        missing = [n for n in names if n not in known and n not in made]
+        if missing:
+            raise ModelImportError(f"{node_label(node)}: input {missing[0]!r} is not defined "
+                                   "by any node, graph input or initializer")
+    order: list[NodeProto] = []
+    waiting = list(zip(graph.node, needs))
+    while waiting:
+        still = []
+        for node, names in waiting:
+            if all(n in known for n in names):
+                order.append(node)
+                known.update(o for o in node.output if o)
+            else:
+                still.append((node, names))
+        if len(still) == len(waiting):
+            raise ModelImportError(f"{node_label(still[0][0])}: its inputs depend on its own "
+                                   "outputs (the graph has a cycle)")
+        waiting = still
+    for value in graph.output:
+        if value.name not in known:
+            raise ModelImportError(f"graph output {value.name!r} is not defined by any node, "
+                                   "graph input or initializer")
+    return order
+
+
+# -- functions ---------------------------------------------------------------------------------
+def _inline(function: FunctionProto, node: NodeProto, prefix: str,
+            defaults: dict[str, onnx.AttributeProto]) -> list[NodeProto]:
+    """The body of `function` specialised to `node`: formal names -> the node's values,
+    private names prefixed, attribute references -> the node's attributes (or defaults)."""
+    rename = {formal: actual for formal, actual in
+              itertools.zip_longest(function.input, node.input[:len(function.input)],
+                                    fillvalue="") if formal}
+    rename.update((formal, actual) for formal, actual in zip(function.output, node.output))
+    given = {a.name: a for a in node.attribute}
+    defaults = {**defaults, **{a.name: a for a in function.attribute_proto}}
+
+    def name(value: str) -> str:
+        if not value:
+            return value
+        return rename.setdefault(value, prefix + value)
+
+    body = []
+    for inner in function.node:
+        new = NodeProto()
+        new.CopyFrom(inner)
+        del new.attribute[:]
+        for attr in inner.attribute:
+            if attr.ref_attr_name:
+                source = given.get(attr.ref_attr_name, defaults.get(attr.ref_attr_name))
+                if source is None:
+                    continue  # not given and no default: the op's own default applies
+                resolved = onnx.AttributeProto()
+                resolved.CopyFrom(source)
+                resolved.name = attr.name
+                new.attribute.append(resolved)
+            else:
+                new.attribute.append(attr)
+        new.input[:] = [name(v) for v in inner.input]
+        new.output[:] = [name(v) for v in inner.output]
+        for sub in subgraph_attributes(new):
+            _rename_free(sub, rename)
+        body.append(new)
+    return body
+
+
+def _rename_free(graph: GraphProto, rename: dict[str, str]) -> None:
+    """Point a nested graph's reads of the function's private names at their new names."""
+    for node in graph.node:
+        node.input[:] = [rename.get(v, v) for v in node.input]
+        for sub in subgraph_attributes(node):
+            _rename_free(sub, rename)
+    for value in graph.output:
+        value.name = rename.get(value.name, value.name)

@@ -1,0 +1,18 @@
+"""Converters, one module per op family; importing this package registers them all."""
+
+from rlx.frontends.onnx.ops import (  # noqa: F401
+    col2im,
+    control,
+    detection,
+    elementwise,
+    linalg,
+    nn,
+    quant,
+    reduce,
+    resize,
+    sampling,
+    shaping,
+    signal,
+    text,
+    unique,
+)

@@ -1,0 +1,186 @@
+"""Control flow (If, Loop, Scan) and the recurrences (LSTM, GRU, RNN).
+
+Subgraphs become child graphs whose outer reads are explicit captured inputs (see
+`rlx.frontends.onnx.scope.Subgraph`). Loop-carried and Scan state values may change shape
+from one iteration to the next; a body is converted with the initial shapes first and
+again with the dims that changed made unknown.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from rlx.frontends.onnx.node import NodeContext
+from rlx.frontends.onnx.registry import converter
+from rlx.frontends.onnx.scope import Subgraph, free_variables
+from rlx.ir import GRU, LSTM, RNN, DType, Graph, If, Loop, Reshape, RnnDirection, Scan, Shape
+from rlx.ir.shape import UNKNOWN
+
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+@converter("If")
+def if_(n: NodeContext):
+    branches = n.attr("then_branch"), n.attr("else_branch")
+    known = n.static(0)
+    if known is not None and known.size == 1:
+        taken = branches[0] if bool(known.reshape(())) else branches[1]
+        if not _defines(taken) & n.s.visible():
+            # a condition known at import: the taken branch, inline
+            n.s.importer.convert_graph_body(n.s, taken)
+            return [n.s.get(o.name) for o in taken.output]
+    free = list(dict.fromkeys(v for b in branches for v in free_variables(b)))
+    then, other = (Subgraph.convert(n.s, b, [], f"{n.label} {which}", free=free)
+                   for b, which in zip(branches, ("then", "else")))
+    _align_scalars(then.graph, other.graph)
+    node = n.s.emit(If(then.graph, other.graph), n.input(0), *then.captured)
+    return n.s.parts(node)
+
+
+def _align_scalars(a: Graph, b: Graph) -> None:
+    """Give one-element outputs the branches return with different ranks (ONNX allows
+    [] in one branch and [1] in the other) the larger rank in both."""
+    for k, (x, y) in enumerate(zip(a.outputs, b.outputs)):
+        sx, sy = a.node(x).shape, b.node(y).shape
+        if sx.rank == sy.rank or any(d != 1 for d in (*sx.dims, *sy.dims)):
+            continue
+        low, out = (a, x) if sx.rank < sy.rank else (b, y)
+        ones = (1,) * max(sx.rank, sy.rank)
+        outputs = list(low.outputs)
+        outputs[k] = low.add_node(Reshape(ones), (out,))
+        low.set_outputs(outputs)
+
+
+def _defines(graph) -> set[str]:
+    """Names a graph defines (its initializers and node outputs)."""
+    names = {t.name for t in graph.initializer}
+    return names | {o for node in graph.node for o in node.output if o}
+
+
+def _declared_flag(value, dtype: DType) -> Shape:
+    """iter_num / cond of a Loop body: the rank it declares (0 when it declares none)."""
+    tensor = value.type.tensor_type
+    rank = len(tensor.shape.dim) if tensor.HasField("shape") else 0
+    return Shape((1,) * rank, dtype)
+
+
+def _until_stable(convert: Callable[[list[Shape]], Subgraph], shapes: list[Shape],
+                  carried: slice, produced: Callable[[Subgraph], list[Shape]]) -> Subgraph:
+    """Convert a body; while a carried value comes out with other dims than it went in
+    with, make those dims unknown and convert again. Dims only ever widen to UNKNOWN, so
+    this ends (a value that changes rank or dtype is refused by the op itself)."""
+    while True:
+        body = convert(shapes)
+        wider = list(shapes)
+        for k, out in zip(range(carried.start, carried.stop), produced(body)):
+            if out.dtype == shapes[k].dtype and out.rank == shapes[k].rank:
+                wider[k] = out.with_dims(a if a == b else UNKNOWN
+                                         for a, b in zip(shapes[k].dims, out.dims))
+        if wider == shapes:
+            return body
+        shapes = wider
+
+
+@converter("Loop")
+def loop(n: NodeContext):
+    s = n.s
+    body_proto = n.attr("body")
+    max_trip = n.input(0) if n.has(0) else s.scalar(_INT64_MAX, DType.I64)
+    cond = n.input(1) if n.has(1) else s.scalar(True, DType.BOOL)
+    carried = [n.input(i) for i in range(2, len(n.inputs))]
+    count = len(carried)
+    if len(body_proto.input) != 2 + count:
+        raise n.fail(f"body takes {len(body_proto.input)} inputs, expected {2 + count}")
+    shapes = [_declared_flag(body_proto.input[0], DType.I64),
+              _declared_flag(body_proto.input[1], DType.BOOL), *(s.shape(c) for c in carried)]
+    body = _until_stable(
+        lambda sh: Subgraph.convert(s, body_proto, sh, f"{n.label} body"), shapes,
+        slice(2, 2 + count), lambda b: b.output_shapes()[1:1 + count])
+    node = s.emit(Loop(body.graph, count), max_trip, cond, *carried, *body.captured)
+    return s.parts(node)
+
+
+@converter("Scan")
+def scan(n: NodeContext):
+    if n.opset < 9:
+        raise n.fail("Scan before opset 9 (with a batch axis) is not supported")
+    s = n.s
+    body_proto = n.attr("body")
+    m = n.attr("num_scan_inputs")
+    values = n.all_inputs()
+    state, scanned = values[:len(values) - m], values[len(values) - m:]
+    count = len(state)
+    in_axes = tuple(n.attr("scan_input_axes") or (0,) * m)
+    shapes = [s.shape(v) for v in state]
+    for x, axis in zip(scanned, in_axes):
+        dims = list(s.shape(x).dims)
+        del dims[axis % len(dims)]
+        shapes.append(s.shape(x).with_dims(dims))
+
+    def convert(sh: list[Shape]) -> Subgraph:
+        # captured values ride along as extra state the body hands back unchanged
+        body = Subgraph.convert(s, body_proto, sh, f"{n.label} body", capture_at=count)
+        outs = list(body.graph.outputs)
+        body.graph.set_outputs(outs[:count] + body.capture_inputs + outs[count:])
+        return body
+
+    body = _until_stable(convert, shapes, slice(0, count),
+                         lambda b: b.output_shapes()[:count])
+    extra = len(body.captured)
+    op = Scan(body.graph, count + extra, in_axes,
+              tuple(n.attr("scan_input_directions") or ()),
+              tuple(n.attr("scan_output_axes") or ()),
+              tuple(n.attr("scan_output_directions") or ()))
+    node = s.emit(op, *state, *body.captured, *scanned)
+    parts = s.parts(node)
+    return parts[:count] + parts[count + extra:]
+
+
+# -- recurrences -------------------------------------------------------------------------------
+def _recurrent(n: NodeContext, cls, optional: Sequence[str], extra: dict) -> list[int]:
+    s = n.s
+    present = tuple(name for i, name in enumerate(optional, start=3) if n.has(i))
+    inputs = [n.input(i) for i in range(3)] + \
+        [n.input(i) for i, _ in enumerate(optional, start=3) if n.has(i)]
+    hidden = n.attr("hidden_size")
+    if hidden is None:
+        hidden = s.shape(inputs[2]).dims[-1]
+        if not isinstance(hidden, int):
+            raise n.fail("hidden_size is not given and R's last dim is not static")
+    try:
+        direction = RnnDirection(n.attr("direction", "forward"))
+    except ValueError:
+        raise n.fail(f"unknown direction {n.attr('direction')!r}") from None
+    clip = n.attr("clip")
+    op = cls(hidden_size=hidden, direction=direction,
+             activations=tuple(n.attr("activations") or ()),
+             activation_alpha=tuple(float(a) for a in n.attr("activation_alpha") or ()),
+             activation_beta=tuple(float(b) for b in n.attr("activation_beta") or ()),
+             clip=None if clip is None else float(clip), layout=n.attr("layout", 0),
+             present=present, **extra)
+    return s.parts(s.emit(op, *inputs))
+
+
+@converter("LSTM")
+def lstm(n: NodeContext):
+    return _recurrent(n, LSTM, LSTM.optional_inputs,
+                      {"input_forget": bool(n.attr("input_forget", 0))})
+
+
+@converter("GRU")
+def gru(n: NodeContext):
+    return _recurrent(n, GRU, GRU.optional_inputs,
+                      {"linear_before_reset": bool(n.attr("linear_before_reset", 0))})
+
+
+@converter("RNN")
+def rnn(n: NodeContext):
+    return _recurrent(n, RNN, RNN.optional_inputs, {})
+
+
+@converter("OptionalHasElement")
+def optional_has_element(n: NodeContext) -> int:
+    """On plain tensors: true when the input is given."""
+    return n.s.scalar(n.has(0), DType.BOOL)

@@ -1,0 +1,163 @@
+"""Quantisation ops, spelled out in IR arithmetic: QuantizeLinear, DequantizeLinear,
+QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger (DynamicQuantizeLinear expands
+through its ONNX function body into these).
+
+Scales and zero points are per tensor, per axis (1-D along `axis`) or blocked (`block_size`
+along `axis`, repeated to the input's size). Rounding is half to even and results saturate
+to the integer type's range, as ONNX specifies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlx.frontends.onnx.node import NodeContext
+from rlx.frontends.onnx.ops.nn import emit_conv
+from rlx.frontends.onnx.registry import converter
+from rlx.frontends.onnx.tensors import dtype_of
+from rlx.ir import Activation, Clamp, DType
+
+_COMPUTE = DType.F32
+
+
+def _broadcastable(n: NodeContext, param: int, x: int, axis: int, block: int) -> int:
+    """A scale or zero point shaped to broadcast against x (per tensor, axis or block)."""
+    s = n.s
+    rank, prank = s.rank(x), s.rank(param)
+    if prank == 0 or (prank == 1 and s.shape(param).dims[0] == 1 and not block):
+        return s.reshape(param, ()) if prank else param
+    axis %= rank
+    if block:
+        # blocked: repeat each entry `block` times along axis, then cut to x's length
+        index = np.arange(s.shape(x).dims[axis]) // block
+        return s.gather(param, s.const(index.astype(np.int64)), axis)
+    return s.reshape(param, [-1 if i == axis else 1 for i in range(rank)])
+
+
+def quantize(s, x: int, scale: int, zero: int | None, dtype: DType) -> int:
+    """saturate(round(x / scale) + zero) in `dtype`."""
+    info = np.iinfo(dtype.numpy)
+    y = s.unary(Activation.ROUND, s.div(s.cast(x, _COMPUTE), s.cast(scale, _COMPUTE)))
+    if zero is not None:
+        y = s.add(y, s.cast(zero, _COMPUTE))
+    return s.cast(s.emit(Clamp(float(info.min), float(info.max)), y), dtype)
+
+
+def dequantize(s, x: int, scale: int, zero: int | None, dtype: DType) -> int:
+    """(x - zero) * scale in `dtype`."""
+    y = s.cast(x, _COMPUTE)
+    if zero is not None:
+        y = s.sub(y, s.cast(zero, _COMPUTE))
+    return s.cast(s.mul(y, s.cast(scale, _COMPUTE)), dtype)
+
+
+def _quantized_type(n: NodeContext, zero_index: int) -> DType:
+    if n.has(zero_index):
+        return n.s.dtype(n.input(zero_index))
+    if "output_dtype" in n.attrs and n.attr("output_dtype"):
+        return dtype_of(n.attr("output_dtype"), f"{n.label} output_dtype")
+    return DType.U8
+
+
+def _check_integer(n: NodeContext, dtype: DType) -> None:
+    if dtype not in (DType.U8, DType.I8, DType.U16, DType.I16, DType.I32, DType.U32):
+        raise n.fail(f"quantised type {dtype} is not supported")
+
+
+@converter("QuantizeLinear")
+def quantize_linear(n: NodeContext) -> int:
+    s = n.s
+    x = n.input(0)
+    dtype = _quantized_type(n, 2)
+    _check_integer(n, dtype)
+    axis, block = n.attr("axis", 1), n.attr("block_size", 0)
+    scale = _broadcastable(n, n.input(1), x, axis, block)
+    zero = _broadcastable(n, n.input(2), x, axis, block) if n.has(2) else None
+    return quantize(s, x, scale, zero, dtype)
+
+
+@converter("DequantizeLinear")
+def dequantize_linear(n: NodeContext) -> int:
+    s = n.s
+    x = n.input(0)
+    _check_integer(n, s.dtype(x))
+    axis, block = n.attr("axis", 1), n.attr("block_size", 0)
+    scale = n.input(1)
+    out = dtype_of(n.attr("output_dtype"), n.label) if n.attr("output_dtype") else \
+        s.dtype(scale)
+    zero = _broadcastable(n, n.input(2), x, axis, block) if n.has(2) else None
+    return dequantize(s, x, _broadcastable(n, scale, x, axis, block), zero, out)
+
+
+def _integer_operand(n: NodeContext, index: int, zero_index: int, axis: int,
+                     dtype: DType = DType.I32) -> int:
+    """Input `index` minus its zero point (per tensor or along `axis`), in `dtype`."""
+    s = n.s
+    x = s.cast(n.input(index), dtype)
+    if not n.has(zero_index):
+        return x
+    zero = _scalar_or_vector(s, s.cast(n.input(zero_index), dtype), s.rank(x), axis)
+    return s.sub(x, zero)
+
+
+def _requantize(n: NodeContext, acc: int, scales: list[int], y_scale: int,
+                y_zero: int | None, out: DType) -> int:
+    """round(acc * prod(scales) / y_scale) + y_zero, saturated to `out` (float64 like
+    ONNX's reference; the scale ratio itself in the scales' type)."""
+    s = n.s
+    ratio = scales[0]
+    for other in scales[1:]:
+        ratio = s.mul(ratio, other)
+    ratio = s.div(ratio, y_scale)
+    y = s.mul(s.cast(acc, DType.F64), s.cast(ratio, DType.F64))
+    if y_zero is not None:
+        y = s.add(y, s.cast(y_zero, DType.F64))
+    info = np.iinfo(out.numpy)
+    y = s.emit(Clamp(float(info.min), float(info.max)), s.unary(Activation.ROUND, y))
+    return s.cast(y, out)
+
+
+def _scalar_or_vector(s, param: int, rank: int, axis: int) -> int:
+    """A per-tensor or per-channel parameter shaped to broadcast along `axis`."""
+    if s.rank(param) == 1 and s.shape(param).dims[0] != 1:
+        return s.reshape(param, [-1 if i == axis % rank else 1 for i in range(rank)])
+    return s.reshape(param, ()) if s.rank(param) else param
+
+
+@converter("QLinearMatMul")
+def qlinear_matmul(n: NodeContext) -> int:
+    s = n.s
+    ra, rb = s.rank(n.input(0)), s.rank(n.input(3))
+    acc = s.matmul(_integer_operand(n, 0, 2, ra - 2), _integer_operand(n, 3, 5, rb - 1))
+    scales = [_scalar_or_vector(s, n.input(1), ra, ra - 2),
+              _scalar_or_vector(s, n.input(4), rb, rb - 1)]
+    out = s.dtype(n.input(7)) if n.has(7) else s.dtype(n.input(0))
+    return _requantize(n, acc, scales, n.input(6), n.optional(7), out)
+
+
+@converter("QLinearConv")
+def qlinear_conv(n: NodeContext) -> int:
+    s = n.s
+    x = _integer_operand(n, 0, 2, 1, DType.F64)
+    w = _integer_operand(n, 3, 5, 0, DType.F64)
+    bias = s.cast(n.input(8), DType.F64) if n.has(8) else None
+    acc = emit_conv(n, x, w, bias)
+    rank = s.rank(acc)
+    scales = [_scalar_or_vector(s, n.input(1), rank, 1),
+              _scalar_or_vector(s, n.input(4), rank, 1)]
+    out = s.dtype(n.input(7)) if n.has(7) else s.dtype(n.input(0))
+    return _requantize(n, acc, scales, n.input(6), n.optional(7), out)
+
+
+@converter("MatMulInteger")
+def matmul_integer(n: NodeContext) -> int:
+    ra, rb = n.s.rank(n.input(0)), n.s.rank(n.input(1))
+    return n.s.matmul(_integer_operand(n, 0, 2, ra - 2), _integer_operand(n, 1, 3, rb - 1))
+
+
+@converter("ConvInteger")
+def conv_integer(n: NodeContext) -> int:
+    """Exact in float64 (products of 8-bit values summed far below 2^53), then int32."""
+    x = _integer_operand(n, 0, 2, 1, DType.F64)
+    w = _integer_operand(n, 1, 3, 0, DType.F64)
+    return n.s.cast(emit_conv(n, x, w, None), DType.I32)

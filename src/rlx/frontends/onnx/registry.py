@@ -1,0 +1,37 @@
+"""The converter table: ONNX op type (default domain) -> function emitting rlx IR.
+
+A converter takes a `NodeContext` and returns the node id of its single output, or a
+sequence with one entry per ONNX output (None where an output was not asked for). It
+resolves every opset and attribute quirk of its op, so the IR never sees opset versions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Sequence, Union
+
+if TYPE_CHECKING:
+    from rlx.frontends.onnx.node import NodeContext
+
+Outputs = Union[int, Sequence[Union[int, None]]]
+Converter = Callable[["NodeContext"], Outputs]
+
+CONVERTERS: dict[str, Converter] = {}
+
+NEVER_EXPANDED = frozenset({
+    "Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform",
+    "RandomUniformLike",
+})
+"""Ops not converted at all, not even through their ONNX function body: they draw random
+numbers, which a baked, deterministic graph cannot reproduce."""
+
+
+def converter(*op_types: str) -> Callable[[Converter], Converter]:
+    """Register a converter for one or more op types of the default ONNX domain."""
+
+    def register(fn: Converter) -> Converter:
+        for op_type in op_types:
+            assert op_type not in CONVERTERS, op_type
+            CONVERTERS[op_type] = fn
+        return fn
+
+    return register
