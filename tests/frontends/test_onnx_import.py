@@ -746,3 +746,29 @@ def test_opset_range():
     old = one_node("Relu", [("x", F, [2])], [("y", F, None)], 6)
     graph, _ = import_onnx(old)  # Relu is unchanged from opset 6 to 7
     assert isinstance(graph.node(0).op, Input) and not isinstance(graph.node(0).op, Param)
+
+
+def _if_with_a_branch_for_other_shapes() -> onnx.ModelProto:
+    """then: x reshaped to [4, -1], impossible for x of 6 values; else: x doubled."""
+    shape = const("shape", np.array([4, -1], np.int64))
+    then = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["r"]),
+         helper.make_node("ReduceSum", ["r"], ["y_then"], keepdims=0)],
+        "then", [], [value("y_then", TensorProto.FLOAT, None)], [shape])
+    other = helper.make_graph(
+        [helper.make_node("Add", ["x", "x"], ["y_else"])], "else", [],
+        [value("y_else", TensorProto.FLOAT, [6])])
+    return model([helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)],
+                 [value("cond", TensorProto.BOOL, []), value("x", TensorProto.FLOAT, [6])],
+                 [value("y", TensorProto.FLOAT, None)], 17)
+
+
+def test_a_branch_that_cannot_fit_fails_only_when_taken():
+    from rlx.errors import KernelError
+
+    proto = _if_with_a_branch_for_other_shapes()
+    x = np.arange(6, dtype=np.float32)
+    (y,) = run_rlx(proto, {"cond": np.array(False), "x": x})
+    np.testing.assert_array_equal(y, 2 * x)
+    with pytest.raises(KernelError, match="does not fit the graph's shapes"):
+        run_rlx(proto, {"cond": np.array(True), "x": x})

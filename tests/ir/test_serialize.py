@@ -33,7 +33,7 @@ def _loop_body() -> Graph:
 
 # One instance per op type, with non-default values wherever an op has attributes.
 SAMPLES: dict[str, ops.Op] = {op.__class__.__name__: op for op in [
-    ops.Input("x"), ops.Param("w"), ops.TupleGet(1), ops.Identity(), ops.Not(), ops.Where(),
+    ops.Input("x"), ops.Param("w"), ops.Fail("this branch is for 16 kHz input"), ops.TupleGet(1), ops.Identity(), ops.Not(), ops.Where(),
     ops.Unary(ops.Activation.HARD_SIGMOID, alpha=0.25, beta=0.75),
     ops.Binary(ops.BinaryOp.FMOD), ops.Compare(ops.CompareOp.LE),
     ops.Logical(ops.LogicalOp.XOR), ops.Cast(DType.BF16), ops.Clamp(min=-1.5, max=None),

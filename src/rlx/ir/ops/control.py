@@ -24,7 +24,20 @@ from rlx.ir.shape import UNKNOWN, Dim, Shape, normalize_axis
 if TYPE_CHECKING:
     from rlx.ir.graph import Graph
 
-__all__ = ["If", "Loop", "Scan", "RnnDirection", "RNN_ACTIVATIONS", "LSTM", "GRU", "RNN"]
+__all__ = ["Fail", "If", "Loop", "Scan", "RnnDirection", "RNN_ACTIVATIONS", "LSTM", "GRU", "RNN"]
+
+
+@dataclass(frozen=True)
+class Fail(Op):
+    """A value that cannot be computed: running it raises `message`.
+
+    It stands for the outputs of a branch that does not fit the graph's shapes (say an If
+    branch for another input length): the graph is valid as long as that branch is not
+    taken, and fails with a clear error when it is, as ONNX Runtime does.
+    """
+
+    message: str
+    arity: ClassVar = (0, 0)
 
 
 # -- subgraph binding ----------------------------------------------------------------------

@@ -15,9 +15,12 @@ from typing import Callable, Sequence, Union
 
 import numpy as np
 
-from rlx.ir.ops.control import GRU, LSTM, RNN, RNN_ACTIVATIONS, If, Loop, RnnDirection, Scan
+from rlx.errors import KernelError
+from rlx.ir.ops.control import (
+    GRU, LSTM, RNN, RNN_ACTIVATIONS, Fail, If, Loop, RnnDirection, Scan,
+)
 from rlx.ir.shape import Shape, normalize_axis
-from rlx.runtime.kernels.registry import builder
+from rlx.runtime.kernels.registry import builder, kernel
 
 
 # -- If / Loop / Scan ----------------------------------------------------------------------
@@ -326,3 +329,8 @@ def _unroll(step: Step, xw: np.ndarray, states: States,
             y[t] = np.where(live, new[0], 0)
         states = new
     return y, states
+
+
+@kernel(Fail)
+def fail(node):
+    raise KernelError(f"{node.label}: {node.op.message}")

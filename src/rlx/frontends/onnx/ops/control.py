@@ -15,7 +15,10 @@ import numpy as np
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.frontends.onnx.scope import Subgraph, free_variables
-from rlx.ir import GRU, LSTM, RNN, DType, Graph, If, Loop, Reshape, RnnDirection, Scan, Shape
+from rlx.errors import ModelImportError
+from rlx.ir import (
+    GRU, LSTM, RNN, DType, Fail, Graph, If, Loop, Reshape, RnnDirection, Scan, Shape,
+)
 from rlx.ir.shape import UNKNOWN
 
 _INT64_MAX = np.iinfo(np.int64).max
@@ -32,11 +35,41 @@ def if_(n: NodeContext):
             n.s.importer.convert_graph_body(n.s, taken)
             return [n.s.get(o.name) for o in taken.output]
     free = list(dict.fromkeys(v for b in branches for v in free_variables(b)))
-    then, other = (Subgraph.convert(n.s, b, [], f"{n.label} {which}", free=free)
-                   for b, which in zip(branches, ("then", "else")))
+    then, other = _branches(n, branches, free)
     _align_scalars(then.graph, other.graph)
     node = n.s.emit(If(then.graph, other.graph), n.input(0), *then.captured)
     return n.s.parts(node)
+
+
+def _branches(n: NodeContext, branches, free: list[str]) -> tuple[Subgraph, Subgraph]:
+    """Both branches converted; a branch that does not fit the known shapes (it is for other
+    inputs, e.g. another sample rate) becomes a branch of `Fail` nodes, so the model runs
+    as long as it is not taken, as in ONNX Runtime. Both failing is an import error."""
+    converted, errors = [], []
+    for branch, which in zip(branches, ("then", "else")):
+        try:
+            converted.append(Subgraph.convert(n.s, branch, [], f"{n.label} {which}", free=free))
+        except ModelImportError as err:
+            converted.append(None)
+            errors.append(err)
+    if len(errors) == 2:
+        raise errors[0]
+    if errors:
+        good = next(c for c in converted if c is not None)
+        failing = _failing_like(good, f"this branch of {n.label} does not fit the graph's "
+                                      f"shapes: {errors[0]}")
+        converted = [c if c is not None else failing for c in converted]
+    return converted[0], converted[1]
+
+
+def _failing_like(template: Subgraph, message: str) -> Subgraph:
+    """A subgraph with `template`'s inputs whose every output is a `Fail`."""
+    graph = Graph(f"{template.graph.name}.unreachable")
+    for node in template.graph.inputs():
+        graph.input(node.op.name, node.shape)
+    graph.set_outputs([graph.add_node(Fail(message), (), template.graph.node(o).shape)
+                       for o in template.graph.outputs])
+    return Subgraph(graph, template.captured, template.capture_inputs)
 
 
 def _align_scalars(a: Graph, b: Graph) -> None:
