@@ -46,8 +46,9 @@ def load_source(source: str):
 
         return mlp_graph(), mlp_weights()
     from rlx.frontends.onnx import import_onnx
+    from tests.real_models import import_kwargs
 
-    return import_onnx(source)
+    return import_onnx(source, **import_kwargs(source))
 
 
 def _elapsed(start: float) -> float:

