@@ -61,6 +61,7 @@ class CompiledGraph:
             elif not isinstance(node.op, Input):
                 steps.append((node, self._resolve(node)))
         self._steps = _plan(graph, steps, keep=set(graph.outputs) | set(self._constants))
+        self._loop = [(st.run, st.inputs, st.node.id, st.frees) for st in self._steps]
 
     @staticmethod
     def _resolve(node: Node) -> Callable:
@@ -91,15 +92,16 @@ class CompiledGraph:
 
     def _execute(self, values: dict[int, Any]) -> list[np.ndarray]:
         values.update(self._constants)
-        for step in self._steps:
-            args = [values[i] for i in step.inputs]
+        # the hot loop: plain tuples, no attribute lookups per step
+        for run, inputs, out, frees in self._loop:
             try:
-                values[step.node.id] = step.run(*args)
+                values[out] = run(*[values[i] for i in inputs])
             except RlxError:
                 raise
             except Exception as err:
-                raise KernelError(f"while running {step.node.label}: {err}") from err
-            for i in step.frees:
+                node = self.graph.node(out)
+                raise KernelError(f"while running {node.label}: {err}") from err
+            for i in frees:
                 del values[i]
         return [values[o] for o in self.graph.outputs]
 

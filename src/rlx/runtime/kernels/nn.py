@@ -2,9 +2,10 @@
 
 Sliding-window ops loop over kernel *taps*, never over positions: for one tap, the input
 elements it meets at every output position form one strided slice of the padded input
-(`_taps`). Convolution stacks those slices into an im2col matrix and does one batched GEMM
-over the groups; transposed convolution does the GEMM first and scatters (col2im) one tap
-at a time; pooling folds the slices with `maximum` / `add`.
+(`_taps`). Convolution reads all taps at once through one strided view of the padded
+input (im2col) and does one batched GEMM over the groups; transposed convolution does the
+GEMM first and scatters (col2im) one tap at a time; pooling folds the slices with
+`maximum` / `add`.
 
 Half-precision inputs are computed in float32 (numpy has no fast f16 GEMM, and sums need
 the range), then cast back; float64 stays float64.
@@ -13,6 +14,7 @@ the range), then cast back; float64 stays float64.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -23,7 +25,7 @@ from rlx.ir.ops.nn import (
     Window,
 )
 from rlx.ir.shape import normalize_axis
-from rlx.runtime.kernels.registry import kernel
+from rlx.runtime.kernels.registry import kernel, staged
 
 
 def _compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -60,20 +62,97 @@ def _finish(y: np.ndarray, b: np.ndarray | None, node) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(y, 1, 0), dtype=node.shape.dtype.numpy)
 
 
-@kernel(Conv)
-def conv(node, x, w, b=None):
-    win = node.op.window(w.shape[2:])
-    g = node.op.groups
-    n, c, *_ = x.shape
+@dataclass(frozen=True)
+class _ConvPlan:
+    """How one Conv node runs on one input shape, worked out once.
+
+    The padded input is a fresh C-contiguous buffer (or x itself, made contiguous), so the
+    window view's strides are known before the data is."""
+
+    padded: tuple[int, ...]
+    inner: tuple[slice, ...] | None  # where x lands in the padded buffer; None = no padding
+    view: tuple[tuple[int, ...], tuple[int, ...]]  # shape and byte strides
+    cols: tuple[int, ...]  # the view as im2col matrices: [N, g, C/g * K, P]
+    chunks: tuple[slice, ...]  # blocks of groups whose im2col matrices fit in cache
+    out: tuple[int, ...]  # [N, M, *out]
+
+
+# im2col blocks of up to this size are multiplied while still in (L2) cache: a depthwise
+# 5x5 convolution's full im2col matrix is 25x its input, and runs ~2x faster in blocks
+_IM2COL_BYTES = 1 << 18
+
+
+def _conv_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
+               itemsize: int) -> _ConvPlan:
+    win = op.window(w_shape[2:])
+    g = op.groups
+    n, c, *sizes = x_shape
+    out = win.conv_sizes(sizes)
+    padded = (n, c, *(s + b + e for s, b, e in zip(sizes, win.begin, win.end)))
+    inner = None
+    if any(win.begin) or any(win.end):
+        inner = (..., *(slice(b, b + s) for b, s in zip(win.begin, sizes)))
+    elems = [math.prod(padded[a + 1:]) for a in range(len(padded))]  # C-order strides
+    spatial = elems[2:]
+    # [N, g, C/g, *kernel, *out]: taps then positions, so that for each group the
+    # reshape to [C/g * K, P] is the im2col matrix
+    shape = (n, g, c // g, *win.kernel, *out)
+    strides = (elems[0], elems[1] * (c // g), elems[1],
+               *(d * e for d, e in zip(win.dilations, spatial)),
+               *(s * e for s, e in zip(win.strides, spatial)))
+    strides = tuple(s * itemsize for s in strides)
+    cols = (n, g, c // g * math.prod(win.kernel), math.prod(out))
+    per_group = max(n * cols[2] * cols[3] * itemsize, 1)
+    step = max(_IM2COL_BYTES // per_group, 1)
+    chunks = tuple(slice(i, min(i + step, g)) for i in range(0, g, step))
+    return _ConvPlan(padded, inner, (shape, strides), cols, chunks, (n, w_shape[0], *out))
+
+
+def _conv_weights(w: np.ndarray, b: np.ndarray | None, groups: int, dt: np.dtype):
+    """The weights in GEMM layout [g, M/g, C/g * K] and the bias shaped to add to
+    [N, M, *out], both in the compute dtype."""
     m = w.shape[0]
-    out = win.conv_sizes(x.shape[2:])
-    xp = _pad(_to_compute(x), win.begin, win.end, 0)
-    # [g, C/g, N, *padded]: each tap's slice is then already in GEMM-operand order
-    xg = np.moveaxis(xp.reshape(n, g, c // g, *xp.shape[2:]), 0, 2)
-    cols = np.stack([xg[(..., *sl)] for sl in _taps(win, out)], axis=2)  # [g, C/g, K, N, *out]
-    cols = cols.reshape(g, c // g * math.prod(win.kernel), n * math.prod(out))
-    y = np.matmul(w.astype(cols.dtype, copy=False).reshape(g, m // g, -1), cols)
-    return _finish(y.reshape(m, n, *out), b, node)
+    bias = None if b is None else b.astype(dt).reshape(m, *[1] * (w.ndim - 2))
+    return np.ascontiguousarray(w.astype(dt).reshape(groups, m // groups, -1)), bias
+
+
+@staged(Conv)
+def build_conv(node, compile):
+    """Conv as pad + one strided window view + batched GEMMs over blocks of groups
+    (im2col; depthwise too, where it beats a multiply-add per tap); a 1x1 unpadded
+    stride-1 convolution multiplies the input itself, without a copy.
+
+    Plans are cached per input shape and the weight layout per weight array (a constant
+    is the same array every run). The caches only ever receive complete entries, so
+    concurrent runs are safe and at worst redo the work."""
+    op = node.op
+    out_dtype = node.shape.dtype.numpy
+    dt = _compute_dtype(out_dtype)
+    plans: dict[tuple, _ConvPlan] = {}
+    weights: list[tuple] = [(None, None, None, None)]
+
+    def step(x, w, b=None):
+        key = (x.shape, w.shape)
+        plan = plans.get(key)
+        if plan is None:
+            plan = plans[key] = _conv_plan(op, x.shape, w.shape, dt.itemsize)
+        cached = weights[0]
+        if cached[0] is not w or cached[1] is not b:
+            cached = weights[0] = (w, b, *_conv_weights(w, b, op.groups, dt))
+        wk, bias = cached[2], cached[3]
+        if plan.inner is None:
+            xp = np.ascontiguousarray(x, dtype=dt)
+        else:
+            xp = np.zeros(plan.padded, dt)
+            xp[plan.inner] = x
+        # the window view, built directly: as_strided costs ~10x more per call
+        view = np.ndarray(plan.view[0], dt, xp, 0, plan.view[1])
+        y = _im2col_gemm(view, wk, plan).reshape(plan.out)
+        if bias is not None:
+            y += bias
+        return y.astype(out_dtype, copy=False)
+
+    return step
 
 
 @kernel(ConvTranspose)
@@ -139,12 +218,37 @@ def pool(node, x):
     return total.astype(x.dtype, copy=False)
 
 
-@kernel(GlobalPool)
-def global_pool(node, x):
-    axes = tuple(range(2, x.ndim))
-    if node.op.kind is PoolKind.MAX:
-        return x.max(axis=axes, keepdims=True)
-    return x.mean(axis=axes, keepdims=True, dtype=_compute_dtype(x.dtype)).astype(x.dtype)
+def _im2col_gemm(view: np.ndarray, wk: np.ndarray, plan: _ConvPlan) -> np.ndarray:
+    """[g, M/g, C/g * K] @ im2col(view) -> [N, g, M/g, P], one block of groups at a time.
+    The reshape of the view is the im2col copy (none for a 1x1, stride-1, unpadded conv)."""
+    n, _, k, p = plan.cols
+    if len(plan.chunks) == 1:
+        return np.matmul(wk, view.reshape(plan.cols))
+    y = np.empty((n, *wk.shape[:2], p), wk.dtype)
+    for block in plan.chunks:
+        cols = view[:, block].reshape(n, block.stop - block.start, k, p)
+        np.matmul(wk[block], cols, out=y[:, block])
+    return y
+
+
+@staged(GlobalPool)
+def build_global_pool(node, compile):
+    """One reduction over the flattened spatial axes (faster than numpy's multi-axis mean)."""
+    dtype = node.shape.dtype.numpy
+    dt = _compute_dtype(dtype)
+    is_max = node.op.kind is PoolKind.MAX
+
+    def step(x):
+        n, c, *spatial = x.shape
+        count = math.prod(spatial)
+        flat = x.reshape(n, c, count)
+        if is_max:
+            y = np.maximum.reduce(flat, axis=2)
+        else:
+            y = np.add.reduce(flat, axis=2, dtype=dt) / dt.type(count)
+        return y.astype(dtype, copy=False).reshape(n, c, *[1] * len(spatial))
+
+    return step
 
 
 def _shifted(x: np.ndarray, axis: int) -> np.ndarray:
@@ -156,7 +260,8 @@ def _shifted(x: np.ndarray, axis: int) -> np.ndarray:
 @kernel(Softmax)
 def softmax(node, x):
     axis = normalize_axis(node.op.axis, x.ndim)
-    e = np.exp(_shifted(x, axis))
+    e = _shifted(x, axis)  # a fresh array: exponentiate and normalise it in place
+    np.exp(e, out=e)
     e /= e.sum(axis=axis, keepdims=True)
     return e.astype(x.dtype, copy=False)
 
@@ -176,7 +281,8 @@ def _standardize(x: np.ndarray, axes: tuple[int, ...], epsilon: float) -> np.nda
     x = _to_compute(x)
     centered = x - x.mean(axis=axes, keepdims=True)
     var = np.square(centered).mean(axis=axes, keepdims=True)
-    return centered / np.sqrt(var + epsilon)
+    centered /= np.sqrt(var + epsilon)  # a fresh array: scaled in place
+    return centered
 
 
 def _per_channel(v: np.ndarray, ndim: int, dtype: np.dtype) -> np.ndarray:

@@ -3,11 +3,15 @@
 A *kernel* is `fn(node, *inputs) -> array | tuple[array, ...]`; it reads its attributes from
 `node.op` and may use `node.shape` for the output dtype. A *builder* is for ops that need
 work at compile time (subgraphs, weight layouts): `build(node, compile) -> step`, where
-`step(*inputs)` is what runs and `compile(graph)` compiles a subgraph.
+`step(*inputs)` is what runs and `compile(graph)` compiles a subgraph. A *staged* kernel
+is a builder that needs no `compile`: sessions build it once per node, and it is also
+registered as a kernel (building on each call) for one-shot callers such as constant
+folding, so a speed-up never hides an op from them.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from rlx.ir.ops.base import Op
@@ -37,6 +41,21 @@ def builder(*op_types: type[Op]) -> Callable[[Builder], Builder]:
         return fn
 
     return register
+
+
+def staged(*op_types: type[Op]) -> Callable[[Builder], Builder]:
+    def register(fn: Builder) -> Builder:
+        for op_type in op_types:
+            assert op_type not in KERNELS and op_type not in BUILDERS, op_type
+            BUILDERS[op_type] = fn
+            KERNELS[op_type] = functools.partial(_build_and_run, fn)
+        return fn
+
+    return register
+
+
+def _build_and_run(build: Builder, node, *inputs):
+    return build(node, None)(*inputs)
 
 
 def has_kernel(op_type: type[Op]) -> bool:

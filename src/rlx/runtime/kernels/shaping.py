@@ -15,7 +15,7 @@ from rlx.ir.ops.shaping import (
     ScatterND, ScatterReduction, ShapeOf, Size, Slice, SpaceToDepth, Split, Squeeze, Tile,
     Transpose, Trilu, Unsqueeze, onnx_slice, reshape_target, slice_plan,
 )
-from rlx.runtime.kernels.registry import kernel
+from rlx.runtime.kernels.registry import kernel, staged
 
 
 def _ints(attr: tuple[int, ...] | None, operand: np.ndarray | None) -> tuple[int, ...] | None:
@@ -32,9 +32,10 @@ def reshape(node, x, shape=None):
     return x.reshape(reshape_target(x.shape, _ints(op.shape, shape), op.allowzero))
 
 
-@kernel(Transpose)
-def transpose(node, x):
-    return x.transpose(node.op.resolved_perm(x.ndim))
+@staged(Transpose)
+def build_transpose(node, compile):
+    perm = node.op.resolved_perm(node.shape.rank)  # the output rank is the input's
+    return lambda x: x.transpose(perm)
 
 
 @kernel(Concat)

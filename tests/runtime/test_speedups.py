@@ -1,0 +1,177 @@
+"""The compile-time fast paths of the runtime: cached Conv plans and weight layouts, staged
+kernels (built once per node, still usable one-shot for constant folding), and the hot
+loop's behaviour across repeated and concurrent runs. References are ONNX's evaluator or
+float64 numpy, independent of the kernels."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from rlx.errors import KernelError
+from rlx.ir import DType, Graph, Shape
+from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Clamp, Unary
+from rlx.ir.ops.nn import Conv, GlobalPool, PoolKind
+from rlx.ir.ops.shaping import Transpose
+from rlx.runtime import Session
+from rlx.runtime.kernels import BUILDERS, KERNELS
+from tests.support import onnx_reference, run_op
+
+RTOL, ATOL = 1e-5, 1e-5
+
+
+_RNG = np.random.default_rng(0)
+DW = _RNG.standard_normal((4, 1, 3, 3)).astype(np.float32)
+PW = _RNG.standard_normal((6, 4, 1, 1)).astype(np.float32)
+BIAS = _RNG.standard_normal(6).astype(np.float32)
+
+
+def _conv_graph(weight_is_input: bool) -> Graph:
+    """x [batch, 4, h, 7] -> depthwise 3x3 pad 1 -> 1x1 with bias; batch and h symbolic."""
+    g = Graph("convs")
+    x = g.input("x", Shape(("batch", 4, "h", 7), DType.F32))
+    dw = g.input("dw", Shape(DW.shape, DType.F32)) if weight_is_input else g.constant(DW)
+    y = g.add_node(Conv(pads=(1, 1, 1, 1), groups=4), [x, dw])
+    g.set_outputs([g.add_node(Conv(), [y, g.constant(PW), g.constant(BIAS)])])
+    return g
+
+
+def _conv_reference(x: np.ndarray, dw: np.ndarray) -> np.ndarray:
+    (y,) = onnx_reference("Conv", [x, dw], pads=[1, 1, 1, 1], group=4)
+    return onnx_reference("Conv", [y, PW, BIAS])[0]
+
+
+def test_conv_plans_follow_the_input_shape():
+    compiled = Session().compile(_conv_graph(weight_is_input=False))
+    rng = np.random.default_rng(1)
+    for shape in [(1, 4, 5, 7), (3, 4, 2, 7), (1, 4, 5, 7), (0, 4, 3, 7)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        (got,) = compiled.run({"x": x})
+        np.testing.assert_allclose(got, _conv_reference(x, DW), rtol=RTOL, atol=ATOL)
+
+
+def test_conv_weights_fed_at_run_time_are_reread_each_run():
+    compiled = Session().compile(_conv_graph(weight_is_input=True))
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 4, 4, 7)).astype(np.float32)
+    for weights in (DW, DW * 2, DW):  # a new array, then the first one again
+        (got,) = compiled.run({"x": x, "dw": weights})
+        np.testing.assert_allclose(got, _conv_reference(x, weights), rtol=RTOL, atol=ATOL)
+
+
+def test_conv_does_not_modify_a_read_only_input_and_takes_strided_views():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 6, 10)).astype(np.float32)[..., ::2]  # not contiguous
+    w = rng.standard_normal((5, 3, 1, 1)).astype(np.float32)
+    before = x.copy()
+    x.setflags(write=False)
+    (got,) = run_op(Conv(), [x, w], constant=[False, True])
+    np.testing.assert_array_equal(x, before)
+    np.testing.assert_allclose(got, onnx_reference("Conv", [before, w])[0], rtol=RTOL,
+                               atol=ATOL)
+
+
+def test_conv_in_half_precision_rounds_once():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 2, 5, 5)).astype(np.float16)
+    w = rng.standard_normal((3, 2, 3, 3)).astype(np.float16)
+    b = rng.standard_normal(3).astype(np.float16)
+    (got,) = run_op(Conv(pads=(1, 1, 1, 1)), [x, w, b], constant=[False, True, True])
+    (want,) = onnx_reference("Conv", [x.astype(np.float32), w.astype(np.float32),
+                                      b.astype(np.float32)], pads=[1, 1, 1, 1])
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got, want.astype(np.float16), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("kind", [PoolKind.AVG, PoolKind.MAX])
+@pytest.mark.parametrize("shape, dtype", [((2, 3, 4, 5), np.float32),
+                                          ((1, 2, 3), np.float64),
+                                          ((0, 2, 3, 3), np.float32),
+                                          ((2, 2, 3, 2, 2), np.float16)])
+def test_global_pool(kind, shape, dtype):
+    x = np.random.default_rng(5).standard_normal(shape).astype(dtype)
+    (got,) = run_op(GlobalPool(kind), [x])
+    axes = tuple(range(2, x.ndim))
+    wide = x.astype(np.float64)
+    want = wide.max(axis=axes, keepdims=True) if kind is PoolKind.MAX and x.size else \
+        wide.mean(axis=axes, keepdims=True) if x.size else np.zeros(got.shape)
+    tol = 1e-3 if dtype == np.float16 else 1e-6
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("lo, hi", [(-0.5, 0.5), (None, 0.25), (-0.25, None), (None, None)])
+@pytest.mark.parametrize("shape", [(3, 4), ()])
+def test_clamp_float(lo, hi, shape):
+    x = np.asarray(np.random.default_rng(6).standard_normal(shape), dtype=np.float32)
+    (got,) = run_op(Clamp(lo, hi), [x])
+    want = np.clip(x.astype(np.float64), -np.inf if lo is None else lo,
+                   np.inf if hi is None else hi)
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+def test_clamp_integer_rounds_bounds_inward_and_keeps_nan():
+    (got,) = run_op(Clamp(-1.5, 2.5), [np.arange(-4, 5, dtype=np.int8)])
+    np.testing.assert_array_equal(got, np.clip(np.arange(-4, 5), -1, 2))
+    (got,) = run_op(Clamp(0.0, 1.0), [np.array([np.nan, 2.0], np.float32)])
+    assert np.isnan(got[0]) and got[1] == 1.0
+
+
+@pytest.mark.parametrize("op_type", [Conv, GlobalPool, Binary, Unary, Clamp, Transpose])
+def test_staged_kernels_are_also_one_shot_kernels(op_type):
+    """Constant folding and shape resolution call KERNELS directly."""
+    assert op_type in BUILDERS and op_type in KERNELS
+
+
+def test_staged_kernel_runs_one_shot():
+    g = Graph("one")
+    a = g.input("a", Shape((2, 3), DType.I64))
+    b = g.input("b", Shape((3,), DType.I64))
+    y = g.add_node(Binary(BinaryOp.DIV), [a, b])
+    node = g.node(y)
+    got = KERNELS[Binary](node, np.array([[7, -7, 9], [1, 2, 3]]), np.array([2, 2, -4]))
+    np.testing.assert_array_equal(got, [[3, -3, -2], [0, 1, 0]])  # toward zero
+
+
+def test_unary_rank0_and_transpose_negative_perm():
+    (got,) = run_op(Unary(Activation.RELU), [np.array(-2.0, np.float32)])
+    assert isinstance(got, np.ndarray) and got.shape == () and got == 0
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    (got,) = run_op(Transpose((-1, 0, 1)), [x])
+    np.testing.assert_array_equal(got, np.transpose(x, (2, 0, 1)))
+
+
+def test_concurrent_runs_agree():
+    compiled = Session().compile(_conv_graph(weight_is_input=False))
+    rng = np.random.default_rng(7)
+    xs = [rng.standard_normal((1 + i % 3, 4, 3 + i % 4, 7)).astype(np.float32)
+          for i in range(16)]
+    want = [compiled.run({"x": x})[0] for x in xs]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda x: compiled.run({"x": x})[0], xs))
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_kernel_errors_name_the_node():
+    g = Graph("bad")
+    x = g.input("x", Shape(("n",), DType.F32))
+    y = g.input("y", Shape(("m",), DType.F32))
+    g.set_outputs([g.add_node(Binary(BinaryOp.MUL), [x, y], name="boom")])
+    with pytest.raises(KernelError, match=r"'boom' \(Binary\)"):
+        Session().compile(g).run({"x": np.ones(2, np.float32), "y": np.ones(3, np.float32)})
+
+
+@pytest.mark.parametrize("xs, ws, groups", [
+    ((2, 64, 20, 20), (64, 1, 5, 5), 64),  # depthwise: im2col in blocks of groups
+    ((1, 48, 24, 24), (96, 2, 3, 3), 24),  # grouped, two filters per group, last block short
+])
+def test_large_grouped_conv_in_blocks(xs, ws, groups):
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    pads = [ws[2] // 2] * 4
+    (got,) = run_op(Conv(pads=tuple(pads), groups=groups), [x, w, b], constant=[False, True, True])
+    (want,) = onnx_reference("Conv", [x, w, b], pads=pads, group=groups)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
