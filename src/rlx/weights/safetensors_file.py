@@ -26,6 +26,8 @@ from rlx.weights.source import SourceTensors, reading
 __all__ = ["read_safetensors"]
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors package's own limit
+MAX_RANK = 32  # what every numpy (1.x: 32, 2.x: 64) can reshape to; and, even for an
+# empty tensor, the product of the other dims must fit numpy's index type
 
 # The safetensors dtypes rlx can hold; F8, F4 and complex tensors are refused.
 _DTYPES: dict[str, np.dtype] = {name: np.dtype(t) for name, t in {
@@ -107,6 +109,8 @@ def _entry(name: str, info: Any, path: Path) -> _Entry:
     shape, offsets, dtype_name = info.get("shape"), info.get("data_offsets"), info.get("dtype")
     if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
         raise _corrupt(path, f"tensor {name!r}: shape {shape!r} is not a list of sizes")
+    if len(shape) > MAX_RANK or math.prod(max(d, 1) for d in shape) >= 2**62:
+        raise _corrupt(path, f"tensor {name!r}: shape {shape} is more than an array can hold")
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_count, offsets))
             and offsets[0] <= offsets[1]):
         raise _corrupt(path, f"tensor {name!r}: bad data_offsets {offsets!r}")
