@@ -25,7 +25,7 @@ from rlx.bake.memory import MemoryStats
 from rlx.bake.profile import BakeOptions
 from rlx.bake.rlxfile import RlxFile, RlxWeight
 from rlx.ir.dtype import DType
-from rlx.ir.graph import Graph, Node
+from rlx.ir.graph import Graph, Node, unique_name
 from rlx.ir.ops.linalg import QuantScheme
 from rlx.ir.ops.sources import Constant
 from rlx.ir.verify import verify
@@ -160,7 +160,7 @@ def _weight_table(g: Graph, bundle: WeightBundle, opts: BakeOptions, stats: Opti
         stats.weights_unfolded = len(unfolded)
         for row in unfolded:
             node = g.node(row.node_id)
-            name = node.name or _fresh_name(f"w{node.id}", used_names)
+            name = node.name or unique_name(f"w{node.id}", used_names)
             rows[name] = RlxWeight(
                 name, tuple(row.shape), row.dtype.value, row.encoding, node.op.data,
                 note=row.note, layout=row.layout, node_id=node.id, row_aligned=row.row_aligned,
@@ -188,11 +188,3 @@ def _dense_row(name: str, node: Node, note: str) -> RlxWeight:
 
 def _dtype_name(value: np.ndarray) -> str:
     return DType.from_numpy(value.dtype).value
-
-
-def _fresh_name(base: str, used: set[str]) -> str:
-    name, k = base, 1
-    while name in used:
-        name, k = f"{base}_{k}", k + 1
-    used.add(name)
-    return name

@@ -196,3 +196,11 @@ class Graph:
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, {len(self._nodes)} nodes, outputs={self.outputs})"
 
+
+def unique_name(base: str, used: set[str]) -> str:
+    """`base`, or `base_1`, `base_2`, ...: the first not in `used`, which it is added to."""
+    name, k = base, 1
+    while name in used:
+        name, k = f"{base}_{k}", k + 1
+    used.add(name)
+    return name

@@ -58,7 +58,8 @@ class ExternalData:
             offset = int(entries.get("offset", 0))
             length = int(entries["length"]) if "length" in entries else None
         except ValueError:
-            raise ModelImportError(f"{what}: external data offset/length are not integers")
+            raise ModelImportError(
+                f"{what}: external data offset/length are not integers") from None
         nbytes = math.prod(shape) * dtype.itemsize  # Python ints: np.prod wraps at 2**63
         if length is not None and length != nbytes:
             raise ModelImportError(f"{what}: external data length is {length} bytes, "

@@ -28,6 +28,7 @@ from rlx.frontends.onnx.scope import Scope, finish_graph, free_variables, subgra
 from rlx.frontends.onnx.tensors import dtype_of, onnx_elem_type, sparse_to_array, tensor_to_array
 from rlx.frontends.onnx.validate import check_model_text, check_node, check_text
 from rlx.ir import Graph, Shape, verify
+from rlx.ir.graph import unique_name
 from rlx.ir.shape import UNKNOWN
 
 __all__ = ["import_onnx", "Importer", "MIN_OPSET", "MAX_OPSET"]
@@ -284,7 +285,7 @@ class Importer:
                 dims.append(dim.dim_param)
                 used.add(dim.dim_param)
             else:  # unknown (or exported as -1 / "?"): a name of its own
-                dims.append(self._fresh_symbol(f"{value.name}_{axis}", used))
+                dims.append(unique_name(f"{value.name}_{axis}", used))
         return Shape(dims, dtype)
 
     def _fixed(self, name: str, declared: Shape) -> Shape:
@@ -300,13 +301,6 @@ class Importer:
                                    f"declared shape {declared}")
         return declared.with_dims(dims)
 
-    @staticmethod
-    def _fresh_symbol(base: str, used: set[str]) -> str:
-        name, k = base, 1
-        while name in used:
-            name, k = f"{base}_{k}", k + 1
-        used.add(name)
-        return name
 
 
 def _has_function(op_type: str, opset: int) -> bool:
