@@ -4,8 +4,8 @@
    GGUF, safetensors, npz, npy), mutated from the seeds and the corpus, each judged by the
    contract in tests/hardening/harness.py, in parallel worker processes. Case i is a pure
    function of (seed, i) and of the worker's pool, so a run stopped half way resumes from
-   its checkpoints in .cache/fuzz/ (after a finished run, or with `--fresh`, it starts
-   over). A worker that dies (a crash the harness could not catch) is restarted past the
+   its checkpoints in .cache/fuzz/ (a finished run, a run of other settings, or `--fresh`
+   starts over). A worker that dies (a crash the harness could not catch) is restarted past the
    case that killed it, which is recorded.
 2. The full-size runs: crash safety (100 writers of a 200 MiB artifact killed at random),
    10,000 random bit flips of a 64 MiB artifact per verify mode, and each real model run
@@ -46,6 +46,7 @@ MARKERS = ("<!-- fuzz-summary:start -->", "<!-- fuzz-summary:end -->")
 # cases per 20: the artifact gets the most, ONNX and GGUF are the richest parsers after it
 SCHEDULE = ("rlx",) * 7 + ("onnx",) * 4 + ("gguf",) * 3 + ("safetensors",) * 2 + \
     ("npz",) * 2 + ("npy",) * 2
+FULL_RUN = 100_000  # cases; smaller runs leave docs/ alone
 CHECKPOINT_EVERY = 250
 MAX_KEPT_BYTES = 16 << 10  # corpus files stay small
 MAX_KEPT_PER_TARGET = 30
@@ -151,11 +152,10 @@ def fuzz(total: int, jobs: int, seed: int) -> dict:
     """Run the workers to the end, restarting any that die; returns their merged state."""
     run_file = STATE / "run.json"
     settings = {"cases": total, "jobs": jobs, "seed": seed}
-    if _finished(jobs, total):  # resume an interrupted run; after a finished one, start over
+    # resume an interrupted run of the same settings; otherwise start over
+    if run_file.exists() and (json.loads(run_file.read_text()) != settings
+                              or _finished(jobs, total)):
         shutil.rmtree(STATE)
-    if run_file.exists() and json.loads(run_file.read_text()) != settings:
-        raise SystemExit(f"{STATE} holds a run with other settings "
-                         f"({run_file.read_text()}); use --fresh")
     STATE.mkdir(parents=True, exist_ok=True)
     run_file.write_text(json.dumps(settings))
     started = time.monotonic()
@@ -303,15 +303,17 @@ def long_runs() -> dict:
 
 
 def write_summary(summary: dict) -> None:
-    SUMMARY.write_text(json.dumps(summary, indent=2) + "\n")
-    if not RELIABILITY.exists():
+    """A full run's summary goes to docs/ (JSON, and the section of reliability.md); a
+    smaller one (a smoke test) only to .cache/fuzz/summary.json."""
+    if summary["cases"] < FULL_RUN:
+        (STATE / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return
+    SUMMARY.write_text(json.dumps(summary, indent=2) + "\n")
     text = RELIABILITY.read_text()
     start, end = (text.find(m) for m in MARKERS)
-    if start < 0 or end < 0:
-        return
-    body = render(summary)
-    RELIABILITY.write_text(text[:start + len(MARKERS[0])] + "\n" + body + text[end:])
+    if start >= 0 and end >= 0:
+        RELIABILITY.write_text(text[:start + len(MARKERS[0])] + "\n" + render(summary)
+                               + text[end:])
 
 
 def render(s: dict) -> str:
@@ -358,7 +360,7 @@ def render(s: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", type=int, default=100_000)
+    parser.add_argument("--cases", type=int, default=FULL_RUN)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fresh", action="store_true", help="discard saved progress")
@@ -371,7 +373,7 @@ def main() -> None:
     if args.fresh:
         shutil.rmtree(STATE, ignore_errors=True)
     if args.long_only:
-        summary = json.loads(SUMMARY.read_text())
+        summary = json.loads(SUMMARY.read_text())  # the last full run's
     else:
         summary = {"date": time.strftime("%Y-%m-%d"), "seed": args.seed, "jobs": args.jobs,
                    **fuzz(args.cases, args.jobs, args.seed)}
