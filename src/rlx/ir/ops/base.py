@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, ClassVar, Sequence, Union
 
 from rlx.errors import ShapeError
-from rlx.ir.shape import Shape
+from rlx.ir.shape import Shape, normalize_axis
 
 if TYPE_CHECKING:
     from rlx.ir.graph import Graph
@@ -47,6 +47,15 @@ class Op:
 
     def attrs(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def op_axis(op: Op, axis: int, rank: int, what: str = "") -> int:
+    """`normalize_axis` whose error names the op (and `what` the axis belongs to)."""
+    try:
+        return normalize_axis(axis, rank)
+    except ShapeError as err:
+        where = f"{what}: " if what else ""
+        raise ShapeError(f"{op.op_name}: {where}{err}") from None
 
 
 def expect_dtype(op: Op, shapes: Sequence[Shape], *, same: bool = True, floating: bool = False):

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, ClassVar, Sequence
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
-from rlx.ir.ops.base import Op, expect_dtype
-from rlx.ir.shape import UNKNOWN, Dim, Shape, normalize_axis
+from rlx.ir.ops.base import Op, expect_dtype, op_axis
+from rlx.ir.shape import UNKNOWN, Dim, Shape
 
 if TYPE_CHECKING:
     from rlx.ir.graph import Graph
@@ -96,13 +96,6 @@ def _per_value(op: Op, values: tuple[int, ...], count: int, name: str) -> tuple[
     if len(values) != count:
         raise ShapeError(f"{op.op_name}: {name} has {len(values)} entries, expected {count}")
     return values
-
-
-def _axis(op: Op, axis: int, rank: int, what: str) -> int:
-    try:
-        return normalize_axis(axis, rank)
-    except ShapeError as err:
-        raise ShapeError(f"{op.op_name}: {what}: {err}") from None
 
 
 # -- If / Loop / Scan ----------------------------------------------------------------------
@@ -227,7 +220,7 @@ class Scan(Op):
         for k, (x, axis) in enumerate(zip(scanned, self.input_axes(len(scanned)))):
             if x.rank == 0:
                 raise ShapeError(f"Scan: scan input {k} is a scalar, it has no axis to scan")
-            a = _axis(self, axis, x.rank, f"scan input {k}")
+            a = op_axis(self, axis, x.rank, f"scan input {k}")
             length = self._same_length(length, x.dims[a])
             slices.append(x.with_dims(x.dims[:a] + x.dims[a + 1:]))
         outs = _outputs(self, self.body, _bind(self, self.body, [*state, *slices], "body"),
@@ -239,7 +232,7 @@ class Scan(Op):
         self.output_directions(len(scan_outs))
         stacked = []
         for k, (s, axis) in enumerate(zip(scan_outs, self.output_axes(len(scan_outs)))):
-            a = _axis(self, axis, s.rank + 1, f"scan output {k}")
+            a = op_axis(self, axis, s.rank + 1, f"scan output {k}")
             stacked.append(s.with_dims((*s.dims[:a], length, *s.dims[a:])))
         return (*final, *stacked)
 

@@ -17,8 +17,8 @@ from typing import Callable, ClassVar, Sequence
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
-from rlx.ir.ops.base import Op, expect_dtype
-from rlx.ir.shape import UNKNOWN, Dim, Shape, broadcast_dims, normalize_axis
+from rlx.ir.ops.base import Op, expect_dtype, op_axis
+from rlx.ir.shape import UNKNOWN, Dim, Shape, broadcast_dims
 
 __all__ = [
     "Conv", "ConvTranspose", "PoolKind", "Pool", "GlobalPool", "Softmax", "LogSoftmax",
@@ -276,7 +276,7 @@ def _infer_along_axis(op: Op, axis: int, inputs: Sequence[Shape]) -> Shape:
     expect_dtype(op, inputs, floating=True)
     if x.rank == 0:
         raise ShapeError(f"{op.op_name}: needs rank >= 1, got {x}")
-    normalize_axis(axis, x.rank)
+    op_axis(op, axis, x.rank)
     return x
 
 
@@ -312,7 +312,7 @@ class LayerNorm(Op):
     def infer(self, inputs):
         expect_dtype(self, inputs, floating=True)
         x = inputs[0]
-        normalize_axis(self.axis, x.rank)
+        op_axis(self, self.axis, x.rank)
         for what, p in zip(("scale", "bias"), inputs[1:]):
             _unidirectional(self, what, x, p)
         return x

@@ -14,7 +14,7 @@ from typing import ClassVar, Sequence
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
-from rlx.ir.ops.base import Op
+from rlx.ir.ops.base import Op, op_axis
 from rlx.ir.shape import UNKNOWN, Dim, Shape, normalize_axis
 
 __all__ = ["ReduceOp", "Reduce", "ArgMax", "ArgMin", "CumSum", "TopK"]
@@ -147,10 +147,7 @@ class _ArgReduce:
         name = type(self).__name__
         if x.rank == 0:
             raise ShapeError(f"{name}: needs rank >= 1, got a scalar")
-        try:
-            axis = normalize_axis(self.axis, x.rank)
-        except ShapeError as err:
-            raise ShapeError(f"{name}: {err}") from None
+        axis = op_axis(self, self.axis, x.rank)
         if x.dims[axis] == 0:
             raise ShapeError(f"{name}: axis {self.axis} of {x} is empty (no index to return)")
         return Shape(_reduced_dims(x.dims, (axis,), self.keepdims), DType.I64)
@@ -184,10 +181,7 @@ class CumSum(Op):
         if x.rank == 0 or x.dtype is DType.BOOL:
             raise ShapeError(f"CumSum: needs a numeric tensor of rank >= 1, got {x}")
         if not _operand(self, inputs, "axis", "axis", vector=False):
-            try:
-                normalize_axis(self.axis, x.rank)
-            except ShapeError as err:
-                raise ShapeError(f"CumSum: {err}") from None
+            op_axis(self, self.axis, x.rank)
         return x
 
 
@@ -210,10 +204,7 @@ class TopK(Op):
         x = inputs[0]
         if x.rank == 0:
             raise ShapeError(f"TopK: needs rank >= 1, got {x}")
-        try:
-            axis = normalize_axis(self.axis, x.rank)
-        except ShapeError as err:
-            raise ShapeError(f"TopK: {err}") from None
+        axis = op_axis(self, self.axis, x.rank)
         size = x.dims[axis]
         k: Dim = UNKNOWN if _operand(self, inputs, "k", "k", vector=False) else self.k
         if isinstance(k, int) and (k < 0 or isinstance(size, int) and k > size):

@@ -21,8 +21,8 @@ from typing import ClassVar, Sequence
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
-from rlx.ir.ops.base import Op, expect_dtype
-from rlx.ir.shape import UNKNOWN, Dim, Shape, broadcast_dims, normalize_axis
+from rlx.ir.ops.base import Op, expect_dtype, op_axis
+from rlx.ir.shape import UNKNOWN, Dim, Shape, broadcast_dims
 
 __all__ = [
     "PadMode", "ScatterReduction", "DepthToSpaceMode",
@@ -66,17 +66,9 @@ def _fail(op: Op, message: str) -> ShapeError:
     return ShapeError(f"{op.op_name}: {message}")
 
 
-def _axis(op: Op, axis: int, rank: int) -> int:
-    """`normalize_axis` with the op named in the error."""
-    try:
-        return normalize_axis(axis, rank)
-    except ShapeError as err:
-        raise _fail(op, str(err)) from None
-
-
 def _axes(op: Op, axes: Sequence[int], rank: int) -> list[int]:
     """Normalised, duplicate-free axes."""
-    out = [_axis(op, a, rank) for a in axes]
+    out = [op_axis(op, a, rank) for a in axes]
     if len(set(out)) != len(out):
         raise _fail(op, f"repeated axis in {tuple(axes)} for rank {rank}")
     return out
@@ -235,7 +227,7 @@ class Concat(Op):
         expect_dtype(self, inputs)
         first = inputs[0]
         _min_rank(self, first, 1)
-        axis = _axis(self, self.axis, first.rank)
+        axis = op_axis(self, self.axis, first.rank)
         dims = list(first.dims)
         for s in inputs[1:]:
             if s.rank != first.rank:
@@ -435,7 +427,7 @@ class Split(Op):
     def infer(self, inputs):
         (x,) = inputs
         _min_rank(self, x, 1)
-        axis = _axis(self, self.axis, x.rank)
+        axis = op_axis(self, self.axis, x.rank)
         if not self.sizes or any(s < 0 for s in self.sizes):
             raise _fail(self, f"sizes {self.sizes} must be one or more non-negative sizes")
         dim = x.dims[axis]
@@ -491,7 +483,7 @@ class Gather(Op):
         data, indices = inputs
         _min_rank(self, data, 1, "data")
         _index_dtype(self, indices)
-        axis = _axis(self, self.axis, data.rank)
+        axis = op_axis(self, self.axis, data.rank)
         return data.with_dims((*data.dims[:axis], *indices.dims, *data.dims[axis + 1:]))
 
 
@@ -499,7 +491,7 @@ def _elements_check(op: Op, data: Shape, indices: Shape, axis: int) -> int:
     """Shared checks of GatherElements / ScatterElements; returns the normalised axis."""
     _min_rank(op, data, 1, "data")
     _index_dtype(op, indices)
-    axis = _axis(op, axis, data.rank)
+    axis = op_axis(op, axis, data.rank)
     if indices.rank != data.rank:
         raise _fail(op, f"indices {indices} must have the rank of data {data}")
     for i, (d, n) in enumerate(zip(data.dims, indices.dims)):
@@ -657,7 +649,7 @@ class OneHot(Op):
             raise _fail(self, f"depth must hold one value, got {depth}")
         if values.rank != 1 or _mismatch(values.dims[0], 2):
             raise _fail(self, f"values must be [off, on], got {values}")
-        axis = _axis(self, self.axis, indices.rank + 1)
+        axis = op_axis(self, self.axis, indices.rank + 1)
         dims = list(indices.dims)
         dims.insert(axis, UNKNOWN)
         return Shape(dims, values.dtype)
@@ -746,5 +738,5 @@ class Compress(Op):
         if self.axis is None:
             return x.with_dims((UNKNOWN,))
         _min_rank(self, x, 1)
-        axis = _axis(self, self.axis, x.rank)
+        axis = op_axis(self, self.axis, x.rank)
         return x.with_dims((*x.dims[:axis], UNKNOWN, *x.dims[axis + 1:]))
