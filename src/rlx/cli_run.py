@@ -25,6 +25,7 @@ from rlx.cli_ui import (
 from rlx.demo import DEMO_KDF, DEMO_PASSWORD, run_demo
 from rlx.ir import DType, Shape
 from rlx.runtime import CompiledGraph, Session
+from rlx.runtime.profile import OpProfile, profile_ops
 
 __all__ = ["add_commands"]
 
@@ -129,7 +130,9 @@ def _add_run(sub, common) -> None:
                        description="Run a .rlx file on the CPU and summarise each output.",
                        epilog="examples:\n  rlx-bake run model.rlx --input x=x.npy\n"
                               "  rlx-bake run model.rlx --inputs feeds.npz --output out.npz "
-                              "--repeat 20")
+                              "--repeat 20\n"
+                              "  rlx-bake run model.rlx --inputs feeds.npz --profile-ops "
+                              "--repeat 20 --top 15")
     p.add_argument("file", help="a .rlx file")
     given = p.add_mutually_exclusive_group()
     given.add_argument("--input", action="append", type=_named_path, metavar="NAME=PATH.npy",
@@ -140,6 +143,13 @@ def _add_run(sub, common) -> None:
                    help="run N times and report the median time (default 1)")
     p.add_argument("--threads", type=positive_int, metavar="N",
                    help="limit BLAS threads to N")
+    profiling = p.add_argument_group("where the time goes")
+    profiling.add_argument("--profile-ops", action="store_true",
+                           help="time every node (median over --repeat runs, after one "
+                                "warm-up) and print the time per op type and the slowest "
+                                "nodes")
+    profiling.add_argument("--top", type=positive_int, default=10, metavar="K",
+                           help="how many of the slowest nodes to list (default 10)")
     add_password_options(p.add_argument_group("encrypted files"))
     p.set_defaults(run=_run)
 
@@ -164,6 +174,7 @@ def _run(args, ui: Ui) -> Outcome:
             start = time.perf_counter()
             outputs = compiled.run(feeds)
             times.append((time.perf_counter() - start) * 1e3)
+        profile = profile_ops(compiled, feeds, args.repeat) if args.profile_ops else None
     named = dict(zip(compiled.output_names, outputs))
     if args.output:
         _save_npz(args.output, named)
@@ -172,8 +183,21 @@ def _run(args, ui: Ui) -> Outcome:
     data = {"command": "run", "file": args.file,
             "inputs": [_summary(k, v) for k, v in feeds.items()],
             "outputs": [_summary(k, v) for k, v in named.items()],
-            "timing": timing, "threads": args.threads, "saved_to": args.output}
+            "timing": timing, "threads": args.threads, "saved_to": args.output,
+            "profile": None if profile is None else _profile_data(profile, args.top)}
     return Outcome(data, _render_run)
+
+
+def _profile_data(profile: OpProfile, top: int) -> dict[str, Any]:
+    total = profile.total_seconds
+    return {
+        "runs": profile.runs, "total_ms": total * 1e3,
+        "op_types": [{"op": r.op_type, "nodes": r.count, "ms": r.seconds * 1e3,
+                      "share": r.share(total)} for r in profile.by_op_type()],
+        "slowest": [{"node": n.label, "op": n.op, "ms": n.seconds * 1e3,
+                     "share": n.seconds / total if total else 0.0}
+                    for n in profile.slowest(top)],
+    }
 
 
 def _stats_rows(summaries: list[dict]) -> list[tuple]:
@@ -193,8 +217,20 @@ def _render_run(d: dict, ui: Ui) -> None:
                         ("compile (checksums, materialise, compile)", fmt_ms(t["compile_ms"])),
                         (f"run, median of {t['repeat']}", fmt_ms(t["run_ms_median"])),
                         ("run, fastest", fmt_ms(t["run_ms_min"]))])
+    if d["profile"]:
+        _render_profile(d["profile"], ui)
     if d["saved_to"]:
         ui.line(f"outputs saved to {d['saved_to']}")
+
+
+def _render_profile(prof: dict, ui: Ui) -> None:
+    runs = f"median of {prof['runs']} runs per node, {fmt_ms(prof['total_ms'])} in all"
+    ui.table(f"time per op type ({runs})", ("op", "nodes", "time", "share"),
+             [(r["op"], r["nodes"], fmt_ms(r["ms"]), f"{r['share']:.1%}")
+              for r in prof["op_types"]], numeric=("nodes", "time", "share"))
+    ui.table(f"slowest {len(prof['slowest'])} nodes", ("node", "op", "time", "share"),
+             [(r["node"], r["op"], fmt_ms(r["ms"]), f"{r['share']:.1%}")
+              for r in prof["slowest"]], numeric=("time", "share"))
 
 
 # --- verify -------------------------------------------------------------------------------

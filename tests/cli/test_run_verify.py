@@ -131,3 +131,22 @@ def test_verify_without_onnxruntime(cli, files, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
     assert_error(cli("verify", files.rlx, "--onnx", files.onnx),
                  r"verify needs onnxruntime .*pip install onnxruntime")
+
+
+def test_run_profile_ops(cli, files):
+    result = cli("run", files.rlx, "--input", f"x={files.x_npy}", "--profile-ops",
+                 "--repeat", "3", "--top", "2")
+    assert result.code == 0, result.err
+    assert "time per op type" in result.out and "slowest 2 nodes" in result.out
+    profile = cli("run", files.rlx, "--input", f"x={files.x_npy}", "--profile-ops",
+                  "--top", "50", "--json").json()["profile"]
+    # the baked MLP: its ternary first layer packed (DequantMatMul), the second a MatMul
+    ops = {r["op"]: r["nodes"] for r in profile["op_types"]}
+    assert ops == {"DequantMatMul": 1, "MatMul": 1, "Binary(add)": 2, "Unary(relu)": 1}
+    assert len(profile["slowest"]) == 5 and profile["runs"] == 1
+    assert abs(sum(r["share"] for r in profile["op_types"]) - 1) < 1e-9
+
+
+def test_run_without_profile_has_none(cli, files):
+    assert cli("run", files.rlx, "--input", f"x={files.x_npy}", "--json").json()["profile"] \
+        is None
