@@ -1,12 +1,14 @@
-"""`profile_ops` and `CompiledGraph.run_timed`: every step is timed once per run, the
-timed run computes what `run` computes, and the op-type table accounts for every node."""
+"""`profile_ops`: every node that runs is timed, subgraph nodes included and apart from
+their control-flow node, and the op-type table accounts for every node."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from rlx.ir import DType, Graph, Shape
-from rlx.ir.ops.elementwise import Activation, BinaryOp
+from rlx.ir.ops.control import If
+from rlx.ir.ops.elementwise import Activation, BinaryOp, Compare, CompareOp
+from rlx.ir.ops.reduce import Reduce, ReduceOp
 from rlx.runtime import Session
 from rlx.runtime.profile import profile_ops
 
@@ -25,14 +27,6 @@ def _mlp() -> Graph:
 FEEDS = {"x": np.arange(16, dtype=np.float32).reshape(2, 8) / 16}
 
 
-def test_run_timed_matches_run_and_times_each_step():
-    compiled = Session().compile(_mlp())
-    outputs, seconds = compiled.run_timed(FEEDS)
-    np.testing.assert_array_equal(outputs[0], compiled.run(FEEDS)[0])
-    assert len(seconds) == len(compiled.steps) == 5
-    assert all(s >= 0 for s in seconds)
-
-
 def test_profile_groups_nodes_by_op_kind():
     profile = profile_ops(Session().compile(_mlp()), FEEDS, repeat=3)
     assert profile.runs == 3 and len(profile.nodes) == 5
@@ -45,3 +39,36 @@ def test_profile_groups_nodes_by_op_kind():
     slowest = profile.slowest(2)
     assert len(slowest) == 2 and slowest[0].seconds >= slowest[1].seconds
     assert slowest[0].seconds == max(n.seconds for n in profile.nodes)
+
+
+def _if_graph() -> Graph:
+    """out = If(x.sum() > 0, then: relu(x) + 1, else: -x)."""
+    def branch(name: str, build) -> Graph:
+        b = Graph(name)
+        b.set_outputs([build(b, b.input("x", Shape((2, 8), DType.F32)))])
+        return b
+
+    then = branch("then", lambda b, x: b.binary(BinaryOp.ADD, b.unary(Activation.RELU, x),
+                                               b.constant(np.float32(1))))
+    other = branch("else", lambda b, x: b.unary(Activation.NEG, x))
+    g = Graph("branchy")
+    x = g.input("x", Shape((2, 8), DType.F32))
+    total = g.add_node(Reduce(ReduceOp.SUM, axes=(0, 1), keepdims=False), [x])
+    cond = g.add_node(Compare(CompareOp.GT), [total, g.constant(np.float32(0))])
+    (out,) = g.unpack(g.add_node(If(then, other), [cond, x]))
+    g.set_outputs([out])
+    return g
+
+
+def test_profile_descends_into_the_branch_taken():
+    compiled = Session().compile(_if_graph())
+    np.testing.assert_array_equal(compiled.run(FEEDS)[0], np.maximum(FEEDS["x"], 0) + 1)
+    profile = profile_ops(compiled, FEEDS, repeat=3)
+    labels = [n.label for n in profile.nodes]
+    ops = [n.op for n in profile.nodes]
+    # the then branch ran (x sums > 0): its two nodes are listed under its name
+    assert sum("then" in label for label in labels) == 2
+    assert not any("else" in label for label in labels)
+    assert {"Unary(relu)", "Binary(add)", "If", "Reduce(sum)", "Compare(gt)"} <= set(ops)
+    assert "Unary(neg)" not in ops
+    assert all(n.seconds >= 0 for n in profile.nodes)

@@ -1,28 +1,33 @@
-"""Where a run's time goes: per op type and per node, measured over repeated runs.
+"""Where a run's time goes: per op type and per node, subgraphs included.
 
 `profile_ops(compiled, feeds, repeat)` runs the graph `repeat` times with a clock around
-each step and keeps each step's median, so one slow run (a page fault, another process)
-does not decide the ranking.
+every step of every graph that runs (an If branch, a Loop body at each iteration) and
+keeps, per node, the median over the runs of its time in that run. Times are *exclusive*:
+a control-flow node's time is its own overhead, its subgraph's nodes are listed apart, so
+the per-type table adds up to the whole run. The median keeps one slow run (a page fault,
+another process) from deciding the ranking.
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
+import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from rlx.ir.graph import Node
-from rlx.runtime.session import CompiledGraph
+from rlx.runtime.session import STEP_TIMER, CompiledGraph
 
 __all__ = ["NodeTime", "OpProfile", "OpTypeTime", "profile_ops"]
 
 
 @dataclass(frozen=True)
 class NodeTime:
-    label: str  # the node's name and op, as errors print it
+    label: str  # the node as errors print it, after its subgraph's name when nested
     op: str  # the op type, with its kind where it has one (`Unary(relu)`)
-    seconds: float  # median over the runs
+    seconds: float  # exclusive time, median over the runs
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,7 @@ class OpTypeTime:
 @dataclass(frozen=True)
 class OpProfile:
     runs: int
-    nodes: tuple[NodeTime, ...]  # in run order
+    nodes: tuple[NodeTime, ...]  # in the order they first ran
 
     @property
     def total_seconds(self) -> float:
@@ -58,17 +63,59 @@ class OpProfile:
         return sorted(self.nodes, key=lambda n: -n.seconds)[:k]
 
 
+class _StepTimer:
+    """Installed in `STEP_TIMER` while a run is profiled: sums each step's exclusive
+    seconds, keyed by (compiled graph, step index). Timed loops are built once per graph
+    and kept across runs, so building them is not timed as the enclosing step's work."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[tuple[CompiledGraph, int], float] = defaultdict(float)
+        self._nested = [0.0]  # per open step: time spent in the steps it ran
+        self._loops: dict[int, list[tuple]] = {}
+
+    def loop(self, compiled: CompiledGraph) -> list[tuple]:
+        loop = self._loops.get(id(compiled))
+        if loop is None:
+            loop = self._loops[id(compiled)] = [
+                (functools.partial(self._timed, (compiled, i), run), *rest)
+                for i, (run, *rest) in enumerate(compiled.loop)]
+        return loop
+
+    def _timed(self, key: tuple[CompiledGraph, int], run: Callable, *args: Any) -> Any:
+        self._nested.append(0.0)
+        start = time.perf_counter()
+        try:
+            return run(*args)
+        finally:
+            spent = time.perf_counter() - start
+            self.seconds[key] += spent - self._nested.pop()
+            self._nested[-1] += spent
+
+
 def profile_ops(compiled: CompiledGraph, feeds: Mapping[str, Any], repeat: int = 10) -> OpProfile:
-    """Run `repeat` times (after one warm-up run) and return each step's median time."""
-    compiled.run(feeds)
-    per_step: list[list[float]] = [[] for _ in compiled.steps]
-    for _ in range(repeat):
-        _, seconds = compiled.run_timed(feeds)
-        for times, s in zip(per_step, seconds):
-            times.append(s)
-    nodes = tuple(NodeTime(node.label, _describe(node), statistics.median(times))
-                  for node, times in zip(compiled.steps, per_step))
+    """Run `repeat` times (after a warm-up run) and return each node's median time."""
+    timer = _StepTimer()
+    runs = []
+    for i in range(repeat + 1):  # the first run warms up caches, the timer's included
+        timer.seconds = defaultdict(float)
+        token = STEP_TIMER.set(timer)
+        try:
+            compiled.run(feeds)
+        finally:
+            STEP_TIMER.reset(token)
+        if i:
+            runs.append(timer.seconds)
+    order = list(dict.fromkeys(key for run in runs for key in run))  # first-run order
+    nodes = tuple(
+        NodeTime(_label(compiled, *key), _describe(key[0].steps[key[1]]),
+                 statistics.median(run.get(key, 0.0) for run in runs))
+        for key in order)
     return OpProfile(repeat, nodes)
+
+
+def _label(top: CompiledGraph, graph: CompiledGraph, index: int) -> str:
+    label = graph.steps[index].label
+    return label if graph is top else f"{graph.graph.name} / {label}"
 
 
 def _describe(node: Node) -> str:

@@ -8,7 +8,7 @@ keeps all its state in local variables: one `CompiledGraph` may run from many th
 from __future__ import annotations
 
 import functools
-import time
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -23,6 +23,10 @@ from rlx.ir.verify import verify
 from rlx.runtime.kernels import BUILDERS, KERNELS, has_kernel
 
 DEVICES = ("cpu",)
+
+STEP_TIMER: ContextVar[Any] = ContextVar("rlx_step_timer", default=None)
+"""While set (by `rlx.runtime.profile`), every graph run in this context, subgraphs
+included, runs `STEP_TIMER.get().loop(compiled)`: its steps wrapped in a clock."""
 
 
 class Session:
@@ -91,31 +95,21 @@ class CompiledGraph:
         """Run with inputs given positionally in graph order (subgraphs; no feed checks)."""
         return self._execute(dict(zip(self._input_ids, args)))
 
-    def run_timed(self, feeds: Mapping[str, Any]) -> tuple[list[np.ndarray], list[float]]:
-        """`run`, also returning each step's seconds in step order (see `steps`). The clock
-        read around each step costs about a microsecond, so use `run` to time whole runs."""
-        seconds: list[float] = []
-        clock = time.perf_counter
-
-        def timed(run: Callable, *args: Any) -> Any:
-            start = clock()
-            try:
-                return run(*args)
-            finally:
-                seconds.append(clock() - start)
-
-        loop = [(functools.partial(timed, run), *rest) for run, *rest in self._loop]
-        return self._execute(self._check_feeds(feeds), loop), seconds
-
     @property
     def steps(self) -> list[Node]:
         """The nodes that run, in run order (Inputs and Constants are not steps)."""
         return [st.node for st in self._steps]
 
-    def _execute(self, values: dict[int, Any], loop: list | None = None) -> list[np.ndarray]:
+    @property
+    def loop(self) -> list[tuple]:
+        """The run loop: `(run, input ids, output id, ids freed after)` per step."""
+        return self._loop
+
+    def _execute(self, values: dict[int, Any]) -> list[np.ndarray]:
         values.update(self._constants)
+        timer = STEP_TIMER.get()
         # the hot loop: plain tuples, no attribute lookups per step
-        for run, inputs, out, frees in self._loop if loop is None else loop:
+        for run, inputs, out, frees in self._loop if timer is None else timer.loop(self):
             try:
                 values[out] = run(*[values[i] for i in inputs])
             except RlxError:
