@@ -115,3 +115,25 @@ def test_silero_vad_carries_state_over_three_chunks(silero, tmp_path, profile, m
         assert np.max(np.abs(g_out - e_out)) <= 1e-4
         assert np.max(np.abs(ours - theirs)) <= 1e-4
 
+
+
+@pytest.mark.parametrize("sr", sorted(CHUNK))
+def test_silero_vad_weights_live_in_the_table(silero, tmp_path, sr):
+    """silero-vad's weights sit in If branches: the bake brings them out to the weight
+    table, so a compact graph holds no weight bytes and a duplex file holds them twice."""
+    graphs, _ = silero
+    files = {m: bake(*graphs[sr], BakeOptions.from_profile(BakeProfile.EXACT).replace(memory=m))[0]
+             for m in MemoryMode}
+
+    def graph_bytes(graph, at_least: int = 0) -> int:
+        own = sum(n.op.nbytes for n in graph.nodes()
+                  if n.op.op_name == "Constant" and n.op.nbytes >= at_least)
+        return own + sum(graph_bytes(s, at_least) for n in graph.nodes()
+                         for s in n.op.subgraphs())
+
+    table = sum(w.nbytes for w in files[MemoryMode.COMPACT].weights)
+    # the weights of the branch this chunk length takes (the other branch cannot run)
+    weights = graph_bytes(graphs[sr][0], at_least=1024)
+    assert 0.9 * weights <= table <= weights
+    assert graph_bytes(files[MemoryMode.COMPACT].graph) < 0.01 * table
+    assert graph_bytes(files[MemoryMode.DUPLEX].graph) >= table

@@ -45,6 +45,8 @@ class OptimizeStats:
     constants_folded: int = 0
     shapes_resolved: int = 0  # shape computations made constant, dynamic ops made static
     batchnorms_folded: int = 0
+    captures_sunk: int = 0  # constants moved into the subgraphs that read them
+    weights_hoisted: int = 0  # subgraph weights moved out to the top graph (the table)
     not_packed: dict[str, int] = field(default_factory=dict)  # reason -> weights left dense
 
 
@@ -86,6 +88,7 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     g, packed_bound = passes.bind_packed(g, bundle.packed)
     report.params_baked += packed_bound
     if opts.constant_folding:
+        g, stats.captures_sunk = passes.sink_constant_captures(g)
         g = _fold_weight_math(g, stats, opts.dce)
     if opts.skip_zero:
         g, stats.skipped_zero_matmuls = passes.skip_zero_matmul(g)
@@ -101,19 +104,21 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
             g, count = pack(g)
             setattr(stats, attr, count)
     if opts.algebraic_simplify:
-        g, stats.simplified = passes.algebraic_simplify(g)
+        g, stats.simplified = _simplify(g)
     if opts.dce:
-        g, removed = passes.eliminate_dead_code(g)
+        g, removed = _dce(g)
         stats.dead_removed += removed
     if opts.constant_folding:
-        g, folded = passes.fold_constants(g)
+        g, folded = _fold(g)
         stats.constants_folded += folded
         if opts.dce and folded:
-            g, removed = passes.eliminate_dead_code(g)
+            g, removed = _dce(g)
             stats.dead_removed += removed
+    if opts.unfold:
+        g, stats.weights_hoisted = passes.hoist_subgraph_weights(g)
     deduped = 0
     if opts.dedupe_constants:
-        g, deduped = passes.dedupe_identical_constants(g)
+        g, deduped = _dedupe(g)
     verify(g)
 
     rows = _weight_table(g, bundle, opts, stats, report)
@@ -142,12 +147,20 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
 
 def _fold_weight_math(g: Graph, stats: OptimizeStats, dce: bool) -> Graph:
     """Resolve shape arithmetic, fold weight-only math and BatchNorms, before packing."""
-    g, stats.shapes_resolved = passes.resolve_shapes(g)
-    g, stats.constants_folded = passes.fold_constants(g)
-    g, stats.batchnorms_folded = passes.fold_batchnorm(g)
+    g, stats.shapes_resolved = passes.resolve_shapes(g)  # recurses into subgraphs itself
+    g, stats.constants_folded = _fold(g)
+    g, stats.batchnorms_folded = _fold_batchnorm(g)
     if dce:
-        g, stats.dead_removed = passes.eliminate_dead_code(g)
+        g, stats.dead_removed = _dce(g)
     return g
+
+
+# the weight-independent clean-ups run inside subgraphs too (packing stays top-level)
+_fold = passes.in_subgraphs(passes.fold_constants)
+_fold_batchnorm = passes.in_subgraphs(passes.fold_batchnorm)
+_simplify = passes.in_subgraphs(passes.algebraic_simplify)
+_dce = passes.in_subgraphs(passes.eliminate_dead_code)
+_dedupe = passes.in_subgraphs(passes.dedupe_identical_constants)
 
 
 def _weight_table(g: Graph, bundle: WeightBundle, opts: BakeOptions, stats: OptimizeStats,

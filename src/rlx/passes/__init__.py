@@ -17,6 +17,9 @@ from rlx.passes.resolve_shapes import resolve_shapes
 from rlx.passes.simplify import algebraic_simplify
 from rlx.passes.skip_zero_matmul import skip_zero_matmul
 from rlx.passes.specialize import specialize
+from rlx.passes.subgraphs import (
+    HOIST_MIN_BYTES, captured_inputs, hoist_subgraph_weights, in_subgraphs, sink_constant_captures,
+)
 from rlx.passes.unfold_weights import WeightRow, unfold_weights
 
 __all__ = [
@@ -24,4 +27,6 @@ __all__ = [
     "specialize", "skip_zero_matmul", "pack_ternary", "pack_quant", "packing_candidates",
     "SkipReason", "unfold_weights", "WeightRow", "algebraic_simplify", "eliminate_dead_code",
     "fold_constants", "dedupe_identical_constants", "fold_batchnorm", "resolve_shapes",
+    "HOIST_MIN_BYTES", "captured_inputs", "hoist_subgraph_weights", "in_subgraphs",
+    "sink_constant_captures",
 ]

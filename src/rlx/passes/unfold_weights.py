@@ -1,6 +1,7 @@
 """Unfold weights: catalogue the constants that feed weight slots of matmuls and convolutions.
 
-Looks at input 1 of `MatMul`, `DequantMatMul`, `Conv` and `ConvTranspose` and lists each
+Looks at input 1 of `MatMul`, `DequantMatMul`, `Conv` and `ConvTranspose`, and at the
+captured inputs of control flow (subgraph weights, once hoisted), and lists each
 Constant found there once, in graph order, as a `WeightRow`: its LOGICAL shape, dtype,
 encoding and layout. A packed weight is described by the matrix it stands for (`[K, N]`,
 `bt_nk`), never by its byte length (the seed mixed both, inventory 9.7). The bake's weight
@@ -18,6 +19,7 @@ from rlx.ir.ops.linalg import DequantMatMul, MatMul
 from rlx.ir.ops.nn import Conv, ConvTranspose
 from rlx.ir.ops.sources import Constant
 from rlx.ir.shape import Dim
+from rlx.passes.subgraphs import captured_inputs
 
 __all__ = ["WeightRow", "unfold_weights", "WEIGHT_CONSUMERS"]
 
@@ -49,21 +51,24 @@ class WeightRow:
 
 
 def unfold_weights(graph: Graph) -> list[WeightRow]:
-    """A row for every constant read as the weight of a matmul or convolution."""
+    """A row for every constant read as the weight of a matmul or convolution, or captured
+    by control flow (the subgraph weights `hoist_subgraph_weights` brought out)."""
     rows: list[WeightRow] = []
     seen: set[int] = set()
     for node in graph.nodes():
-        if not isinstance(node.op, WEIGHT_CONSUMERS):
-            continue
-        weight = graph.node(node.inputs[1])
-        if not isinstance(weight.op, Constant) or weight.id in seen:
-            continue
-        seen.add(weight.id)
-        if isinstance(node.op, DequantMatMul):
-            rows.append(_packed_row(graph, node, weight))
+        if isinstance(node.op, WEIGHT_CONSUMERS):
+            weights = node.inputs[1:2]
         else:
-            rows.append(_dense_row(weight))
-        log.debug("unfold: %s", rows[-1])
+            weights = captured_inputs(node)
+        for weight in map(graph.node, weights):
+            if not isinstance(weight.op, Constant) or weight.id in seen:
+                continue
+            seen.add(weight.id)
+            if isinstance(node.op, DequantMatMul):
+                rows.append(_packed_row(graph, node, weight))
+            else:
+                rows.append(_dense_row(weight))
+            log.debug("unfold: %s", rows[-1])
     log.info("unfold %r: %d weight constant(s)", graph.name, len(rows))
     return rows
 
