@@ -41,6 +41,7 @@ class OptimizeStats:
     quant_packed: int = 0
     weights_unfolded: int = 0  # table rows found by unfold (not the final table size)
     simplified: int = 0
+    fused: int = 0  # op chains replaced by the one op they compute (HardSwish, GELU, bias)
     dead_removed: int = 0
     constants_folded: int = 0
     shapes_resolved: int = 0  # shape computations made constant, dynamic ops made static
@@ -105,6 +106,7 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
             setattr(stats, attr, count)
     if opts.algebraic_simplify:
         g, stats.simplified = _simplify(g)
+        g, stats.fused = _fuse(g)
     if opts.dce:
         g, removed = _dce(g)
         stats.dead_removed += removed
@@ -159,6 +161,7 @@ def _fold_weight_math(g: Graph, stats: OptimizeStats, dce: bool) -> Graph:
 _fold = passes.in_subgraphs(passes.fold_constants)
 _fold_batchnorm = passes.in_subgraphs(passes.fold_batchnorm)
 _simplify = passes.in_subgraphs(passes.algebraic_simplify)
+_fuse = passes.in_subgraphs(passes.fuse_patterns)
 _dce = passes.in_subgraphs(passes.eliminate_dead_code)
 _dedupe = passes.in_subgraphs(passes.dedupe_identical_constants)
 

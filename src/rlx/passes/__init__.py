@@ -10,6 +10,7 @@ from rlx.passes.dce import eliminate_dead_code
 from rlx.passes.dedupe_constants import dedupe_identical_constants
 from rlx.passes.fold_batchnorm import fold_batchnorm
 from rlx.passes.fold_constants import fold_constants
+from rlx.passes.fuse import fuse_patterns
 from rlx.passes.pack_quant import pack_quant
 from rlx.passes.pack_ternary import pack_ternary
 from rlx.passes.packing import SkipReason, packing_candidates
@@ -28,5 +29,5 @@ __all__ = [
     "SkipReason", "unfold_weights", "WeightRow", "algebraic_simplify", "eliminate_dead_code",
     "fold_constants", "dedupe_identical_constants", "fold_batchnorm", "resolve_shapes",
     "HOIST_MIN_BYTES", "captured_inputs", "hoist_subgraph_weights", "in_subgraphs",
-    "sink_constant_captures",
+    "sink_constant_captures", "fuse_patterns",
 ]

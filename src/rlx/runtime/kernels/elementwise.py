@@ -48,6 +48,29 @@ def _sigmoid(x):
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
 
 
+def _gelu_tanh(x):
+    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in place on one fresh buffer."""
+    c = math.sqrt(2 / math.pi)
+    t = np.multiply(x, x)
+    t *= 0.044715 * c
+    t += c
+    t *= x
+    np.tanh(t, out=t)
+    t += 1
+    t *= 0.5  # before x: (1 + tanh) x would overflow for x near the float max
+    t *= x
+    return t
+
+
+def _hard_swish(x):
+    """x * clip(x / 6 + 1/2, 0, 1), in place on one fresh buffer."""
+    t = np.multiply(x, 1 / 6)
+    t += 0.5
+    np.clip(t, 0, 1, out=t)
+    t *= x
+    return t
+
+
 def _softplus(x):
     return (np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))).astype(x.dtype)
 
@@ -66,8 +89,7 @@ _SELU_GAMMA = 1.05070102214813232421875
 _UNARY = {
     Activation.RELU: lambda x, op: np.maximum(x, x.dtype.type(0)),
     Activation.GELU: lambda x, op: 0.5 * x * (1 + erf(x / np.sqrt(2).astype(x.dtype))),
-    Activation.GELU_APPROX: lambda x, op: 0.5 * x * (
-        1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))),
+    Activation.GELU_APPROX: lambda x, op: _gelu_tanh(x),
     Activation.SILU: lambda x, op: x * _sigmoid(x),
     Activation.SIGMOID: lambda x, op: _sigmoid(x),
     Activation.TANH: lambda x, op: np.tanh(x),
@@ -103,7 +125,7 @@ _UNARY = {
     Activation.LEAKY_RELU: lambda x, op: np.where(x >= 0, x, _a(op, 0.01) * x),
     Activation.THRESHOLDED_RELU: lambda x, op: np.where(x > _a(op, 1.0), x, 0),
     Activation.ERF: lambda x, op: erf(x),
-    Activation.HARD_SWISH: lambda x, op: x * np.clip(x / 6 + 0.5, 0, 1),
+    Activation.HARD_SWISH: lambda x, op: _hard_swish(x),
     Activation.HARD_SIGMOID: lambda x, op: np.clip(_a(op, 0.2) * x + _b(op, 0.5), 0, 1),
     Activation.MISH: lambda x, op: x * np.tanh(_softplus(x)),
     Activation.LOG_SIGMOID: lambda x, op: -_softplus(-x),
