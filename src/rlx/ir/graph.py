@@ -51,6 +51,9 @@ class Graph:
         self._nodes: list[Node] = []
         self._by_name: dict[str, int] = {}
         self.outputs: list[int] = []
+        # set by rlx.ir.verify to what it checked, (node count, outputs); nodes are only
+        # ever appended, so a graph still matching it needs no second check
+        self.verified_as: tuple | None = None
 
     # -- reading ---------------------------------------------------------------------------
     def nodes(self) -> Sequence[Node]:
@@ -182,8 +185,8 @@ class Graph:
         """A copy whose nodes `ops` keys get new ops (same id, inputs, shape and name).
 
         For swapping payloads of Constants (stripping, materialising weights) in O(nodes)
-        without re-inferring anything; the original graph is left as it was.
-        """
+        without re-inferring anything; the original graph is left as it was. A graph whose
+        only changes are Constant payloads stays verified (see `verified_as`)."""
         out = Graph(self.name)
         out._nodes = [
             Node(n.id, ops[n.id], n.inputs, n.shape, n.name) if n.id in ops else n
@@ -191,6 +194,9 @@ class Graph:
         ]
         out._by_name = dict(self._by_name)
         out.outputs = list(self.outputs)
+        if all(isinstance(op, Constant) and isinstance(self._nodes[i].op, Constant)
+               for i, op in ops.items()):
+            out.verified_as = self.verified_as
         return out
 
     def __repr__(self) -> str:

@@ -113,47 +113,88 @@ def _list(value: Any, what: str) -> list:
     return value
 
 
+AttrDecoder = Callable[[Any, ConstantDecoder, str], Any]
+"""(JSON value, constant decoder, where for errors) -> attribute value."""
+
+
 @functools.lru_cache(maxsize=None)
-def _field_types(cls: type) -> dict[str, Any]:
+def _field_decoders(cls: type) -> dict[str, AttrDecoder]:
     # ops that hold subgraphs name `Graph` only under TYPE_CHECKING (import cycle)
     hints = typing.get_type_hints(cls, localns={"Graph": Graph})
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    return {f.name: _decoder(hints[f.name]) for f in dataclasses.fields(cls)}
 
 
-def _attr_from_json(value: Any, hint: Any, decode: ConstantDecoder, where: str) -> Any:
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
+@functools.lru_cache(maxsize=None)
+def _decoder(hint: Any) -> AttrDecoder:
+    """The decoder of one attribute type, worked out once per type (a file decodes the same
+    few types thousands of times)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
+        return _union_decoder(type(None) in args, [_decoder(a) for a in args
+                                                   if a is not type(None)])
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            item = _decoder(args[0])
+            return lambda value, decode, where: tuple(
+                item(v, decode, where) for v in _list(value, where))
+        items = [_decoder(a) for a in args]
+
+        def fixed(value: Any, decode: ConstantDecoder, where: str) -> tuple:
+            values = _list(value, where)
+            if len(values) != len(items):
+                raise GraphError(f"{where}: expected {len(items)} items")
+            return tuple(item(v, decode, where) for item, v in zip(items, values))
+
+        return fixed
+    if hint is Graph:
+        return lambda value, decode, where: graph_from_dict(value, decode)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return _enum_decoder(hint)
+    if hint is float:
+        return _scalar(hint, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+                       float)
+    if hint in (int, str, bool):
+        return _scalar(hint, lambda v: type(v) is hint, lambda v: v)
+    if hint is Any:
+        return lambda value, decode, where: value
+    raise TypeError(f"no JSON decoder for attribute type {hint!r}")
+
+
+def _union_decoder(optional: bool, options: list[AttrDecoder]) -> AttrDecoder:
+    def union(value: Any, decode: ConstantDecoder, where: str) -> Any:
+        if value is None and optional:
             return None
         last_error: Exception | None = None
-        for arg in (a for a in args if a is not type(None)):
+        for option in options:
             try:
-                return _attr_from_json(value, arg, decode, where)
+                return option(value, decode, where)
             except GraphError as err:
                 last_error = err
         raise last_error or GraphError(f"{where}: bad value {value!r}")
-    if origin is tuple:
-        items = _list(value, where)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_attr_from_json(v, args[0], decode, where) for v in items)
-        if len(items) != len(args):
-            raise GraphError(f"{where}: expected {len(args)} items")
-        return tuple(_attr_from_json(v, a, decode, where) for v, a in zip(items, args))
-    if hint is Graph:
-        return graph_from_dict(value, decode)
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        for member in hint:
-            if value in (enum_text(member), member.name):
-                return member
-        raise GraphError(f"{where}: unknown {hint.__name__} {value!r}")
-    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if hint in (int, str, bool) and type(value) is hint:
-        return value
-    if hint is Any:
-        return value
-    raise GraphError(f"{where}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
+
+    return union
+
+
+def _enum_decoder(cls: type[enum.Enum]) -> AttrDecoder:
+    members = {**{m.name: m for m in cls}, **{enum_text(m): m for m in cls}}
+
+    def member(value: Any, decode: ConstantDecoder, where: str) -> enum.Enum:
+        found = members.get(value) if isinstance(value, str) else None
+        if found is None:
+            raise GraphError(f"{where}: unknown {cls.__name__} {value!r}")
+        return found
+
+    return member
+
+
+def _scalar(hint: type, accepts: Callable[[Any], bool],
+            convert: Callable[[Any], Any]) -> AttrDecoder:
+    def scalar(value: Any, decode: ConstantDecoder, where: str) -> Any:
+        if not accepts(value):
+            raise GraphError(f"{where}: expected {hint.__name__}, got {value!r}")
+        return convert(value)
+
+    return scalar
 
 
 def op_from_json(entry: dict, shape, decode: ConstantDecoder) -> Op:
@@ -166,11 +207,11 @@ def op_from_json(entry: dict, shape, decode: ConstantDecoder) -> Op:
     attrs = entry.get("attrs", {})
     if not isinstance(attrs, dict):
         raise GraphError(f"{name}: attrs must be an object")
-    hints = _field_types(cls)
-    unknown = set(attrs) - set(hints)
+    decoders = _field_decoders(cls)
+    unknown = set(attrs) - set(decoders)
     if unknown:
         raise GraphError(f"{name}: unknown attribute(s) {sorted(unknown)}")
-    kwargs = {k: _attr_from_json(v, hints[k], decode, f"{name}.{k}") for k, v in attrs.items()}
+    kwargs = {k: decoders[k](v, decode, f"{name}.{k}") for k, v in attrs.items()}
     try:
         return cls(**kwargs)
     except TypeError as err:

@@ -16,7 +16,20 @@ from rlx.ir.shape import Shape
 
 
 def verify(graph: Graph) -> None:
-    """Raise `GraphError` (or `ShapeError`) naming the first node at fault."""
+    """Raise `GraphError` (or `ShapeError`) naming the first node at fault. A graph that
+    passed and has not changed since is not checked again (a file's graph is verified when
+    it is read, then compiled)."""
+    if graph.verified_as is not None and graph.verified_as == _stamp(graph):
+        return
+    _check(graph)
+    graph.verified_as = _stamp(graph)
+
+
+def _stamp(graph: Graph) -> tuple:
+    return len(graph), tuple(graph.outputs)
+
+
+def _check(graph: Graph) -> None:
     names: set[str] = set()
     for position, node in enumerate(graph.nodes()):
         where = f"graph {graph.name!r} node {node.label}"
