@@ -16,9 +16,9 @@ ALLOWED: dict[str, set[str]] = {
     "ir": {"errors"},
     "codecs": {"errors"},
     "runtime": {"errors", "ir", "codecs"},
-    "passes": {"errors", "ir", "codecs", "runtime"},
-    "weights": {"errors", "codecs"},
-    "bake": {"errors", "ir", "codecs", "passes", "weights"},
+    "passes": {"errors", "ir", "codecs", "runtime", "_lazy"},
+    "weights": {"errors", "codecs", "_lazy"},
+    "bake": {"errors", "ir", "codecs", "passes", "weights", "_lazy"},
     "artifact": {"errors", "ir", "codecs", "bake", "version"},
     "frontends": {"errors", "ir"},
     "models": {"ir"},
@@ -30,7 +30,8 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"errors", "version", "cli_ui", "cli_artifact", "cli_run"},
     "__main__": {"cli"},
     "__init__": {"errors", "ir", "codecs", "runtime", "passes", "weights", "bake", "artifact",
-                 "frontends", "version"},
+                 "frontends", "version", "_lazy"},
+    "_lazy": set(),
 }
 ONNX_IMPORTERS = {"frontends"}
 
@@ -41,6 +42,8 @@ def _module_of(path: Path) -> str:
 
 
 def _imports(path: Path) -> set[str]:
+    """Modules `path` imports: import statements, and the modules a lazy package's `_LAZY`
+    table names (rlx._lazy), which it imports on first use."""
     tree = ast.parse(path.read_text(), filename=str(path))
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -48,6 +51,11 @@ def _imports(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "_LAZY" for t in node.targets):
+            names.update(c.value for c in ast.walk(node.value)
+                         if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                         and c.value.startswith("rlx."))
     return names
 
 

@@ -3,31 +3,34 @@
 Every pass returns `(graph, rewrites)` and gives back the very same graph object when it
 changed nothing. Node names (the stable identities of weights and outputs) survive every
 pass; see `rlx.ir.rewrite` for the rules. `unfold_weights` only reads the graph.
+
+Names load on first use (`rlx._lazy`): the memory layouts need one pass, not all of them.
 """
 
-from rlx.passes.bind_packed import bind_packed
-from rlx.passes.dce import eliminate_dead_code
-from rlx.passes.dedupe_constants import dedupe_identical_constants
-from rlx.passes.fold_batchnorm import fold_batchnorm
-from rlx.passes.fold_constants import fold_constants
-from rlx.passes.fuse import fuse_patterns
-from rlx.passes.pack_quant import pack_quant
-from rlx.passes.pack_ternary import pack_ternary
-from rlx.passes.packing import SkipReason, packing_candidates
-from rlx.passes.resolve_shapes import resolve_shapes
-from rlx.passes.simplify import algebraic_simplify
-from rlx.passes.skip_zero_matmul import skip_zero_matmul
-from rlx.passes.specialize import specialize
-from rlx.passes.subgraphs import (
-    HOIST_MIN_BYTES, captured_inputs, hoist_subgraph_weights, in_subgraphs, sink_constant_captures,
-)
-from rlx.passes.unfold_weights import WeightRow, unfold_weights
+from rlx._lazy import lazy_exports
 
-__all__ = [
-    "bind_packed",
-    "specialize", "skip_zero_matmul", "pack_ternary", "pack_quant", "packing_candidates",
-    "SkipReason", "unfold_weights", "WeightRow", "algebraic_simplify", "eliminate_dead_code",
-    "fold_constants", "dedupe_identical_constants", "fold_batchnorm", "resolve_shapes",
-    "HOIST_MIN_BYTES", "captured_inputs", "hoist_subgraph_weights", "in_subgraphs",
-    "sink_constant_captures", "fuse_patterns",
-]
+_LAZY = {
+    "bind_packed": "rlx.passes.bind_packed",
+    "eliminate_dead_code": "rlx.passes.dce",
+    "dedupe_identical_constants": "rlx.passes.dedupe_constants",
+    "fold_batchnorm": "rlx.passes.fold_batchnorm",
+    "fold_constants": "rlx.passes.fold_constants",
+    "fuse_patterns": "rlx.passes.fuse",
+    "pack_quant": "rlx.passes.pack_quant",
+    "pack_ternary": "rlx.passes.pack_ternary",
+    "SkipReason": "rlx.passes.packing",
+    "packing_candidates": "rlx.passes.packing",
+    "resolve_shapes": "rlx.passes.resolve_shapes",
+    "algebraic_simplify": "rlx.passes.simplify",
+    "skip_zero_matmul": "rlx.passes.skip_zero_matmul",
+    "specialize": "rlx.passes.specialize",
+    "HOIST_MIN_BYTES": "rlx.passes.subgraphs",
+    "captured_inputs": "rlx.passes.subgraphs",
+    "hoist_subgraph_weights": "rlx.passes.subgraphs",
+    "in_subgraphs": "rlx.passes.subgraphs",
+    "sink_constant_captures": "rlx.passes.subgraphs",
+    "WeightRow": "rlx.passes.unfold_weights",
+    "unfold_weights": "rlx.passes.unfold_weights",
+}
+__all__ = sorted(_LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

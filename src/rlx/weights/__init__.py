@@ -1,12 +1,20 @@
-"""Weight files -> `WeightBundle`: safetensors, npz/npy and GGUF readers, and the load policy."""
+"""Weight files -> `WeightBundle`: safetensors, npz/npy and GGUF readers, and the load policy.
 
-from rlx.weights.bundle import LoadedWeight, WeightBundle
-from rlx.weights.load import load_weights, load_weights_f32
-from rlx.weights.policy import (
-    F32FirstVerdict, WeightLoadPolicy, WeightPathKind, WeightSourceInfo, f32_first_verdict,
-)
+Names load on first use (`rlx._lazy`), so gguf is imported only when weights are loaded.
+"""
 
-__all__ = [
-    "LoadedWeight", "WeightBundle", "load_weights", "load_weights_f32", "WeightLoadPolicy",
-    "WeightPathKind", "WeightSourceInfo", "F32FirstVerdict", "f32_first_verdict",
-]
+from rlx._lazy import lazy_exports
+
+_LAZY = {
+    "LoadedWeight": "rlx.weights.bundle",
+    "WeightBundle": "rlx.weights.bundle",
+    "load_weights": "rlx.weights.load",
+    "load_weights_f32": "rlx.weights.load",
+    "F32FirstVerdict": "rlx.weights.policy",
+    "WeightLoadPolicy": "rlx.weights.policy",
+    "WeightPathKind": "rlx.weights.policy",
+    "WeightSourceInfo": "rlx.weights.policy",
+    "f32_first_verdict": "rlx.weights.policy",
+}
+__all__ = sorted(_LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
