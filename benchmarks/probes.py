@@ -220,3 +220,22 @@ def latency(runtime: str, path: str, feeds: str, threads: int, warmup: int, min_
     np.savez(out, *(np.asarray(o) for o in outputs))
     return {**summarize_times(times), "times": times, "first_call_seconds": first,
             "threads": threads, "blas_limited": limited}
+
+
+@probe
+def profile(path: str, feeds: str, threads: int, repeat: int, top: int) -> dict:
+    """Where rlx's time goes on one artifact (`rlx.runtime.profile`): the `top` op types by
+    median time per run, with their node counts."""
+    from rlx.artifact import read_rlx
+    from rlx.runtime import Session
+    from rlx.runtime.profile import profile_ops
+
+    inputs = _feeds(feeds)
+    with blas_threads(threads) as limited:
+        compiled = Session().compile(read_rlx(path).into_runtime_graph())
+        result = profile_ops(compiled, inputs, repeat)
+    total = result.total_seconds
+    return {"threads": threads, "blas_limited": limited, "runs": repeat,
+            "total_seconds": total, "nodes": len(result.nodes),
+            "op_types": [{"op": r.op_type, "nodes": r.count, "seconds": r.seconds,
+                          "share": r.share(total)} for r in result.by_op_type()[:top]]}

@@ -220,6 +220,22 @@ def _latency_table(results: dict) -> list[str]:
                      "onnx.reference", "exact / unbaked", "exact / ORT", "rlx calls"], rows)]
 
 
+def _profile_table(results: dict) -> list[str]:
+    rows = []
+    for name, model in results["models"].items():
+        prof = model.get("profile")
+        if not prof or "error" in prof:
+            rows.append([name, "n/a", _failed(prof) if prof else "not measured"])
+            continue
+        parts = [f"{t['op']} x{t['nodes']} {t['share']:.0%}" for t in prof["op_types"]]
+        rows.append([name, _ms(prof["total_seconds"]), ", ".join(parts)])
+    return ["### Where rlx's time goes (exact artifact, 1 thread)", "",
+            ("`rlx-bake run FILE --profile-ops` on the same artifact and inputs: each node's "
+             "median over the runs, summed per op type (subgraph nodes included); the "
+             "largest op types with their node counts and share of the run."), "",
+            *_table(["model", "run ms (sum of node medians)", "largest op types"], rows)]
+
+
 def _load_table(results: dict) -> list[str]:
     rows = []
     for name, model in results["models"].items():
@@ -346,8 +362,8 @@ def markdown(results: dict, folder: Path, json_path: Path, chart: Path | None) -
     else:
         lines += ["(no chart: matplotlib is not installed)", ""]
     lines += _summary_tables(results) + ["## Details", ""]
-    for part in (_latency_table, _load_table, _bake_table, _quant_table, _agreement_table,
-                 _machine):
+    for part in (_latency_table, _profile_table, _load_table, _bake_table, _quant_table,
+                 _agreement_table, _machine):
         lines += part(results)
     return "\n".join(lines)
 

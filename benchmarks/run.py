@@ -43,6 +43,7 @@ PROFILES = ("merge", "fold", "exact", "size")
 MEMORIES = ("duplex", "runtime", "compact")
 CODECS = ("q8_0", "tq2_0")
 LATENCY_RUNS = ("rlx-exact", "onnxruntime", "rlx-merge", "onnx.reference")
+PROFILE_TOP = 6  # op types listed per model in "where the time goes"
 MAX_STORED_TIMES = 1000  # beyond this many calls, the JSON keeps percentiles 0..100
 
 
@@ -63,12 +64,13 @@ class Plan:
     quant_calls: int = 3
     quant_seconds: float = 1.0
     synthetic: int = 1 << 24  # values of the synthetic quantisation array (0: none)
+    profile_runs: int = 20  # runs of the per-op profile (medians per node)
 
     @classmethod
     def quick(cls) -> Plan:
         return cls(rounds=1, load_repeats=1, warmup=1, min_calls=5, min_seconds=0.2,
                    ref_calls=1, bake_calls=1, bake_seconds=0.0, quant_calls=1,
-                   quant_seconds=0.0, synthetic=1 << 20)
+                   quant_seconds=0.0, synthetic=1 << 20, profile_runs=5)
 
 
     def calls(self, slow: bool) -> dict[str, Any]:
@@ -157,6 +159,10 @@ class Bench:
         out["latency"] = {str(t): self.latency(model, folder, t, rlx_error)
                           for t in self.plan.threads}
         out["agreement"] = agreement(folder, out["latency"], self.plan.threads[0])
+        out["profile"] = {"error": rlx_error} if rlx_error else self.probe(
+            f"{model.name}: profile exact x1", "profile",
+            path=str(folder / "exact-compact.rlx"), feeds=str(model.feeds), threads=1,
+            repeat=self.plan.profile_runs, top=PROFILE_TOP)
         return out
 
     def bake(self, model: BenchModel, profile: str, folder: Path) -> dict:

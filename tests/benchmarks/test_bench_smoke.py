@@ -56,6 +56,17 @@ def test_json_holds_the_raw_numbers_and_the_machine(run):
             assert len(entry["time_percentiles"]) == 101
 
 
+def test_the_profile_says_where_the_time_goes(run):
+    results, out = run
+    prof = results["models"]["mlp"]["profile"]
+    assert prof["threads"] == 1 and prof["total_seconds"] > 0
+    # the baked MLP runs a DequantMatMul (TQ2_0 layer), a MatMul, two adds and a relu
+    ops = {t["op"]: t["nodes"] for t in prof["op_types"]}
+    assert ops == {"DequantMatMul": 1, "MatMul": 1, "Binary(add)": 2, "Unary(relu)": 1}
+    assert abs(sum(t["share"] for t in prof["op_types"]) - 1) < 1e-9
+    assert "### Where rlx's time goes" in (out / "RESULTS.md").read_text()
+
+
 def test_outputs_and_quantised_bytes_agree(run):
     results, _ = run
     assert all(diff <= 1e-4 for diff in results["models"]["mlp"]["agreement"].values())
