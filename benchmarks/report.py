@@ -392,9 +392,9 @@ def chart(results: dict, path: Path) -> Path | None:
     ax.set_xticks(range(len(names)), names)
     ax.set_ylabel("rlx / onnxruntime (log scale, < 1: rlx better)")
     ax.set_title(f"rlx vs onnxruntime, {results['meta']['date']}")
-    ax.legend(fontsize=8, ncols=2)
+    ax.legend(fontsize=8, ncols=3, loc="upper center", bbox_to_anchor=(0.5, -0.1))
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
     return path
 
