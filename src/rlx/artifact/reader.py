@@ -283,22 +283,28 @@ def _text(row: dict, key: str, default: str) -> str:
     return value if isinstance(value, str) else default
 
 
-def _depth(raw: bytes) -> int:
-    """Deepest nesting of `[`/`{` in JSON text outside strings, checked on the bytes before
-    parsing (walking the parsed header cost ~0.8 ms on a 240-node graph; this ~0.1 ms).
+def _depth(raw: bytes, limit: int = MAX_JSON_DEPTH) -> int:
+    """Deepest nesting of `[`/`{` in JSON text outside strings, up to `limit + 1`: checked on
+    the bytes before parsing, with a few C-speed bytes operations per level (walking the
+    parsed header cost ~0.8 ms on a 240-node graph; numpy's first calls ~0.4 ms).
 
     Escapes go first (`\\\\` pairs, then `\\"`: JSON pairs a backslash with the byte after
-    it), then every byte but quotes and brackets; a bracket counts when an even number of
-    quotes precede it."""
-    marks = raw.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_MARKS)
-    codes = np.frombuffer(marks, np.uint8)
-    outside = np.cumsum(codes == ord('"')) % 2 == 0
-    opens = (codes == ord("[")) | (codes == ord("{"))
-    closes = (codes == ord("]")) | (codes == ord("}"))
-    return int(np.cumsum((opens.astype(np.int32) - closes) * outside).max(initial=0))
+    it), then strings (every other piece between quotes), then all but brackets; each
+    round then strips the innermost pairs. Unbalanced brackets stop the count early:
+    the JSON parser rejects them anyway."""
+    text = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    brackets = b"".join(text.split(b'"')[::2]).translate(_SQUARE, _NOT_BRACKETS)
+    depth = 0
+    while brackets and depth <= limit:
+        inner = brackets.replace(b"[]", b"")
+        if inner == brackets:
+            break
+        brackets, depth = inner, depth + 1
+    return depth
 
 
-_NOT_MARKS = bytes(set(range(256)) - set(b'"[]{}'))
+_SQUARE = bytes.maketrans(b"{}", b"[]")  # the kind of bracket does not change the depth
+_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
 
 
 __all__ = ["VERIFY_MODES", "parse_rlx", "read_rlx"]
