@@ -73,6 +73,17 @@ def test_conv_does_not_modify_a_read_only_input_and_takes_strided_views():
                                atol=ATOL)
 
 
+def test_wide_depthwise_conv_runs_channels_last_in_half_precision():
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 64, 6, 7)).astype(np.float16)
+    w = rng.standard_normal((64, 1, 3, 3)).astype(np.float16)
+    (got,) = run_op(Conv(pads=(1, 1, 1, 1), groups=64), [x, w], constant=[False, True])
+    (want,) = onnx_reference("Conv", [x.astype(np.float64), w.astype(np.float64)],
+                             pads=[1, 1, 1, 1], group=64)
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+
+
 def test_conv_in_half_precision_rounds_once():
     rng = np.random.default_rng(4)
     x = rng.standard_normal((1, 2, 5, 5)).astype(np.float16)
@@ -164,7 +175,7 @@ def test_kernel_errors_name_the_node():
 
 
 @pytest.mark.parametrize("xs, ws, groups", [
-    ((2, 64, 20, 20), (64, 1, 5, 5), 64),  # depthwise: im2col in blocks of groups
+    ((2, 48, 20, 20), (48, 1, 5, 5), 48),  # depthwise: im2col in blocks of groups
     ((1, 48, 24, 24), (96, 2, 3, 3), 24),  # grouped, two filters per group, last block short
 ])
 def test_large_grouped_conv_in_blocks(xs, ws, groups):
