@@ -8,6 +8,7 @@ keeps all its state in local variables: one `CompiledGraph` may run from many th
 from __future__ import annotations
 
 import functools
+import operator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -66,7 +67,8 @@ class CompiledGraph:
             elif not isinstance(node.op, Input):
                 steps.append((node, self._resolve(node)))
         self._steps = _plan(graph, steps, keep=set(graph.outputs) | set(self._constants))
-        self._loop = [(st.run, st.inputs, st.node.id, st.frees) for st in self._steps]
+        self._loop = [(st.run, *_fetcher(st.inputs), st.node.id, st.frees)
+                      for st in self._steps]
 
     @staticmethod
     def _resolve(node: Node) -> Callable:
@@ -102,16 +104,17 @@ class CompiledGraph:
 
     @property
     def loop(self) -> list[tuple]:
-        """The run loop: `(run, input ids, output id, ids freed after)` per step."""
+        """The run loop: `(run, fetch, one input?, output id, ids freed after)` per step;
+        `fetch(values)` gives the input values (a tuple, or the value itself for one)."""
         return self._loop
 
     def _execute(self, values: dict[int, Any]) -> list[np.ndarray]:
         values.update(self._constants)
         timer = STEP_TIMER.get()
         # the hot loop: plain tuples, no attribute lookups per step
-        for run, inputs, out, frees in self._loop if timer is None else timer.loop(self):
+        for run, fetch, single, out, frees in self._loop if timer is None else timer.loop(self):
             try:
-                values[out] = run(*[values[i] for i in inputs])
+                values[out] = run(fetch(values)) if single else run(*fetch(values))
             except RlxError:
                 raise
             except Exception as err:
@@ -193,6 +196,14 @@ def _missing_kernels(graph: Graph) -> set[str]:
         for sub in node.op.subgraphs():
             missing |= _missing_kernels(sub)
     return missing
+
+
+def _fetcher(inputs: tuple[int, ...]) -> tuple[Callable[[dict], Any], bool]:
+    """(fetch, single): an itemgetter for the step's inputs, ~3x cheaper per step than
+    building the argument list in Python; with one key it returns the bare value."""
+    if not inputs:
+        return (lambda values: ()), False
+    return operator.itemgetter(*inputs), len(inputs) == 1
 
 
 def _plan(graph: Graph, steps: Sequence[tuple[Node, Callable]], keep: set[int]) -> list[_Step]:
