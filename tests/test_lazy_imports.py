@@ -46,3 +46,14 @@ def test_reading_and_running_does_not_import_the_bake_or_onnx():
     loaded = _imported_after("from rlx import read_rlx, Session")
     assert {"rlx.artifact.reader", "rlx.runtime.session"} <= loaded
     assert not loaded & HEAVY
+
+
+def test_a_submodule_named_like_an_export_does_not_hide_it():
+    """`rlx.bake` is the function though `rlx.bake` is also a package, and a pass keeps its
+    name once its module is imported: in any import order (a fresh interpreter)."""
+    code = ("import rlx, rlx.artifact, rlx.passes.fold_constants, rlx.passes\n"
+            "from rlx import bake\n"
+            "print(callable(rlx.bake), callable(bake), callable(rlx.passes.fold_constants))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["True", "True", "True"]

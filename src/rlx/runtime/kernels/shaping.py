@@ -7,6 +7,8 @@ Expand, Split) return numpy views where numpy gives them; kernels never write th
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
 from rlx.ir.ops.shaping import (
@@ -26,10 +28,35 @@ def _ints(attr: tuple[int, ...] | None, operand: np.ndarray | None) -> tuple[int
 
 
 # -- re-layouts --------------------------------------------------------------------------------
-@kernel(Reshape)
-def reshape(node, x, shape=None):
+def _per_shape(static: bool, plan: Callable[..., Any]) -> Callable[..., Any]:
+    """`plan(x_shape, *operands)`, cached per input shape when the op's operands are static
+    attributes (a view op then costs a dict lookup and a reshape or index, not numpy's
+    argument handling); computed each time for the dynamic form."""
+    if not static:
+        return plan
+    plans: dict[tuple, Any] = {}
+
+    def cached(shape: tuple, *operands):
+        found = plans.get(shape)
+        if found is None:
+            found = plans[shape] = plan(shape, *operands)
+        return found
+
+    return cached
+
+
+def _probe(shape: tuple[int, ...]) -> np.ndarray:
+    """An array of `shape` that holds no memory: numpy's shape functions applied to it give
+    their result shape, or raise their errors."""
+    return np.broadcast_to(np.empty((), np.bool_), shape)
+
+
+@staged(Reshape)
+def build_reshape(node, compile):
     op = node.op
-    return x.reshape(reshape_target(x.shape, _ints(op.shape, shape), op.allowzero))
+    target = _per_shape(op.shape is not None, lambda shape, operand=None: tuple(
+        reshape_target(shape, _ints(op.shape, operand), op.allowzero)))
+    return lambda x, shape=None: x.reshape(target(x.shape, shape))
 
 
 @staged(Transpose)
@@ -59,25 +86,36 @@ def flatten(node, x):
     return x.reshape(int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])))
 
 
-@kernel(Squeeze)
-def squeeze(node, x, axes=None):
-    return np.squeeze(x, axis=_ints(node.op.axes, axes))
-
-
-@kernel(Unsqueeze)
-def unsqueeze(node, x, axes=None):
-    return np.expand_dims(x, _ints(node.op.axes, axes))
-
-
-@kernel(Slice)
-def slice_(node, x, starts=None, ends=None, axes=None, steps=None):
+@staged(Squeeze)
+def build_squeeze(node, compile):
     op = node.op
-    plan = slice_plan(x.ndim, _ints(op.starts, starts), _ints(op.ends, ends),
-                      _ints(op.axes, axes), _ints(op.steps, steps))
-    index = [slice(None)] * x.ndim
-    for axis, start, end, step in plan:
-        index[axis] = onnx_slice(start, end, step, x.shape[axis])
-    return x[tuple(index)]
+    target = _per_shape(op.axes is not None, lambda shape, axes=None: np.squeeze(
+        _probe(shape), axis=_ints(op.axes, axes)).shape)
+    return lambda x, axes=None: x.reshape(target(x.shape, axes))
+
+
+@staged(Unsqueeze)
+def build_unsqueeze(node, compile):
+    op = node.op
+    target = _per_shape(op.axes is not None, lambda shape, axes=None: np.expand_dims(
+        _probe(shape), _ints(op.axes, axes)).shape)
+    return lambda x, axes=None: x.reshape(target(x.shape, axes))
+
+
+@staged(Slice)
+def build_slice(node, compile):
+    op = node.op
+
+    def index_of(shape, starts=None, ends=None, axes=None, steps=None) -> tuple[slice, ...]:
+        plan = slice_plan(len(shape), _ints(op.starts, starts), _ints(op.ends, ends),
+                          _ints(op.axes, axes), _ints(op.steps, steps))
+        index = [slice(None)] * len(shape)
+        for axis, start, end, step in plan:
+            index[axis] = onnx_slice(start, end, step, shape[axis])
+        return tuple(index)
+
+    index = _per_shape(op.starts is not None, index_of)
+    return lambda x, *operands: x[index(x.shape, *operands)]
 
 
 @kernel(Split)
