@@ -35,11 +35,11 @@ log = logging.getLogger(__name__)
 
 def fuse_patterns(graph: Graph) -> tuple[Graph, int]:
     """Fuse the patterns above in one forward sweep; returns (graph, chains fused)."""
-    users = graph.users()
+    users, outputs = graph.users(), set(graph.outputs)
 
     def fuse(rw: Rewriter, node: Node) -> bool:
         rule = _RULES.get(type(node.op))
-        return rule is not None and rule(_Match(rw, users), node)
+        return rule is not None and rule(_Match(rw, users, outputs), node)
 
     new, count = rewrite_nodes(graph, fuse)
     log.info("fuse_patterns %r: %d chain(s) fused", graph.name, count)
@@ -49,9 +49,8 @@ def fuse_patterns(graph: Graph) -> tuple[Graph, int]:
 class _Match:
     """Pattern matching over the source graph: which node an input is, and what it holds."""
 
-    def __init__(self, rw: Rewriter, users: list[list[int]]):
-        self.rw, self.users = rw, users
-        self.outputs = set(rw.source.outputs)
+    def __init__(self, rw: Rewriter, users: list[list[int]], outputs: set[int]):
+        self.rw, self.users, self.outputs = rw, users, outputs
 
     def node(self, node_id: int) -> Node:
         return self.rw.source.node(node_id)
