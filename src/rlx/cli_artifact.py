@@ -186,8 +186,11 @@ def _bake(args, ui: Ui) -> Outcome:
         update("loading weights")
         bundle, weights = _bundle(model, args, opts)
     params = {n.op.name for n in model.graph.params()}
+    # weights come as bindings of params, or inside the graph as constants (exporters that
+    # write weights as Constant nodes, subgraph initializers)
     weights_in = sum(v.nbytes for k, v in bundle.tensors.items() if k in params) \
-        + sum(w.data.nbytes for w in bundle.packed if w.name in params)
+        + sum(w.data.nbytes for w in bundle.packed if w.name in params) \
+        + _constant_bytes(model.graph)
     with ui.step("baking"):
         file, report = bake_bundle(model.graph, bundle, opts)
     with ui.step("encrypting and writing" if password else "writing"):
@@ -201,7 +204,10 @@ def _bake(args, ui: Ui) -> Outcome:
         "encrypted": password is not None, "file_bytes": Path(args.output).stat().st_size,
         "options": dataclasses.asdict(opts), "weights": weights,
         "report": dataclasses.asdict(report), "weights_in_bytes": weights_in,
-        "weights_out_bytes": sum(r["bytes"] for r in rows), "by_encoding": _by_encoding(rows),
+        # what the file holds: the table's bytes and the constants no table row stands for
+        "weights_out_bytes": sum(r["bytes"] for r in rows) + _constant_bytes(
+            file.graph, frozenset(w.node_id for w in file.weights)),
+        "by_encoding": _by_encoding(rows),
     }
     return Outcome(data, _render_bake)
 
@@ -210,6 +216,14 @@ def _not_packed(key: str, count: int) -> tuple[str, int]:
     """A report key `<encoding>: <reason>` as a row label."""
     encoding, _, reason = key.partition(": ")
     return f"matmuls not packed as {encoding} ({reason})", count
+
+
+def _constant_bytes(graph: Graph, skip: frozenset[int] = frozenset()) -> int:
+    """Payload bytes of the graph's Constants, subgraphs included, but for the top-level
+    nodes in `skip` (those a weight-table row already counts)."""
+    own = sum(n.op.nbytes for n in graph.nodes()
+              if isinstance(n.op, Constant) and n.id not in skip)
+    return own + sum(_constant_bytes(sub) for n in graph.nodes() for sub in n.op.subgraphs())
 
 
 def _render_bake(d: dict, ui: Ui) -> None:
@@ -236,6 +250,9 @@ def _render_bake(d: dict, ui: Ui) -> None:
         ("matmuls packed as Q8_0", stats["quant_packed"]),
         *(_not_packed(key, n) for key, n in stats["not_packed"].items()),
         ("nodes simplified", stats["simplified"]),
+        ("op chains fused (HardSwish, GELU, conv bias)", stats["fused"]),
+        ("BatchNorms folded", stats["batchnorms_folded"]),
+        ("subgraph weights moved to the table", stats["weights_hoisted"]),
         ("dead nodes removed", stats["dead_removed"]),
         ("constants folded", stats["constants_folded"]),
         ("constants deduped", memory["constants_deduped"]),

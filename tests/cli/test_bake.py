@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from safetensors.numpy import save_file
 
@@ -41,6 +42,29 @@ def test_bake_json_summary(cli, files, tmp_path):
     assert encodings["gguf_q8_0"]["bytes"] == 20 * 34
     assert d["weights_in_bytes"] == sum(w.nbytes for w in files.weights.values())
     assert d["weights_out_bytes"] == sum(e["bytes"] for e in d["by_encoding"])
+
+
+@pytest.mark.parametrize("profile", ["merge", "exact"])
+@pytest.mark.parametrize("memory", ["duplex", "runtime", "compact"])
+def test_weights_written_as_constant_nodes_count_in_and_out(cli, files, tmp_path, profile,
+                                                           memory):
+    """Some exporters write weights as Constant nodes, not initializers: they are the
+    model's weights all the same, and a lossless bake keeps every byte of them."""
+    model = onnx.load(files.onnx)
+    inits = {t.name: t for t in model.graph.initializer}
+    constants = [onnx.helper.make_node("Constant", [], [name], value=tensor)
+                 for name, tensor in inits.items()]
+    del model.graph.initializer[:]
+    nodes = [*constants, *model.graph.node]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    path = tmp_path / "constants.onnx"
+    onnx.save(model, path)
+    d = cli("bake", path, "-o", tmp_path / "c.rlx", "--profile", profile, "--memory", memory,
+            "--no-ternary", "--json").json()
+    weights = sum(w.nbytes for w in files.weights.values())
+    assert d["weights_in_bytes"] == weights
+    assert d["weights_out_bytes"] == weights  # f32 kept: nothing to save, nothing lost
 
 
 @pytest.mark.parametrize("order", [
