@@ -38,11 +38,15 @@ def _to_compute(x: np.ndarray) -> np.ndarray:
 
 
 def _pad(x: np.ndarray, begin: Sequence[int], end: Sequence[int], value) -> np.ndarray:
-    """Pad the trailing len(begin) axes with a constant (no copy when there is no padding)."""
+    """Pad the trailing len(begin) axes with a constant (no copy when there is no padding);
+    a filled buffer and one copy, where np.pad spends ~40 us setting up."""
     if not any(begin) and not any(end):
         return x
-    width = [(0, 0)] * (x.ndim - len(begin)) + list(zip(begin, end))
-    return np.pad(x, width, constant_values=value)
+    lead = x.ndim - len(begin)
+    out = np.full((*x.shape[:lead], *(n + b + e for n, b, e in zip(x.shape[lead:], begin, end))),
+                  value, x.dtype)
+    out[(..., *(slice(b, b + n) for b, n in zip(begin, x.shape[lead:])))] = x
+    return out
 
 
 def _taps(win: Window, out: Sequence[int]) -> Iterator[tuple[slice, ...]]:
