@@ -222,13 +222,4 @@ def _merge(declared: ShapeLike, inferred: ShapeLike) -> ShapeLike:
 
 def _with_resolved_subgraphs(op: Op) -> Op:
     """`op` with its subgraphs resolved (the same op when none changed)."""
-    if not op.subgraphs():
-        return op
-    changes = {}
-    for field in dataclasses.fields(op):
-        value = getattr(op, field.name)
-        if isinstance(value, Graph):
-            new, count = resolve_shapes(value)
-            if count:
-                changes[field.name] = new
-    return dataclasses.replace(op, **changes) if changes else op
+    return op.with_subgraphs([resolve_shapes(sub)[0] for sub in op.subgraphs()])

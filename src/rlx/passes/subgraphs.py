@@ -14,10 +14,9 @@ A subgraph sees outer values only as captured inputs (`rlx.ir.ops.control`). Thr
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
-from typing import Callable, Sequence
+from typing import Callable
 
 from rlx.ir.graph import Graph, Node, unique_name
 from rlx.ir.ops.base import Op
@@ -56,12 +55,6 @@ def captured_inputs(node: Node) -> tuple[int, ...]:
     return () if offsets is None else node.inputs[offsets[0]:]
 
 
-def _with_subgraphs(op: Op, graphs: Sequence[Graph]) -> Op:
-    """`op` with its subgraphs replaced, in `op.subgraphs()` order."""
-    names = [f.name for f in dataclasses.fields(op) if isinstance(getattr(op, f.name), Graph)]
-    return dataclasses.replace(op, **dict(zip(names, graphs)))
-
-
 def in_subgraphs(pass_fn: Pass) -> Pass:
     """`pass_fn` applied to a graph, then (recursively) to every subgraph; counts add up."""
 
@@ -75,8 +68,9 @@ def in_subgraphs(pass_fn: Pass) -> Pass:
                 continue
             results = [run(sub) for sub in subs]
             count += sum(n for _, n in results)
-            if any(new is not old for (new, _), old in zip(results, subs)):
-                ops[node.id] = _with_subgraphs(node.op, [new for new, _ in results])
+            op = node.op.with_subgraphs([new for new, _ in results])
+            if op is not node.op:
+                ops[node.id] = op
         return (graph.replace_ops(ops) if ops else graph), count
 
     return run
@@ -98,7 +92,7 @@ def _sink_one_level(graph: Graph) -> tuple[Graph, int]:
         by_slot = {pos - outer + inner: const for pos, const in constants.items()}
         subs = [_inline_inputs(sub, by_slot) for sub in node.op.subgraphs()]
         inputs = [rw.id(i) for pos, i in enumerate(node.inputs) if pos not in constants]
-        rw.substitute(node, _with_subgraphs(node.op, subs), inputs, node.shape)
+        rw.substitute(node, node.op.with_subgraphs(subs), inputs, node.shape)
         sunk += len(constants)
     return rw.finish(), sunk
 
@@ -148,8 +142,9 @@ def hoist_subgraph_weights(graph: Graph,
                   for sub in subs]
         flat = [n for nodes in lifted for n in nodes]
         if not flat:
-            if any(new is not old for new, old in zip(subs, node.op.subgraphs())):
-                rw.substitute(node, _with_subgraphs(node.op, subs), rw.inputs(node), node.shape)
+            op = node.op.with_subgraphs(subs)
+            if op is not node.op:
+                rw.substitute(node, op, rw.inputs(node), node.shape)
             else:
                 rw.copy(node)
             continue
@@ -160,8 +155,8 @@ def hoist_subgraph_weights(graph: Graph,
         for sub, nodes in zip(subs, lifted):
             new_subs.append(_lift_constants(sub, flat, range(start, start + len(nodes))))
             start += len(nodes)
-        rw.substitute(node, _with_subgraphs(node.op, new_subs),
-                      [*rw.inputs(node), *outer], node.shape)
+        rw.substitute(node, node.op.with_subgraphs(new_subs), [*rw.inputs(node), *outer],
+                      node.shape)
         hoisted += len(flat)
         log.debug("hoist: %d constant(s) out of %s", len(flat), node.label)
     return rw.finish(), hoisted

@@ -7,7 +7,7 @@ its output shape; kernels live in `rlx.runtime`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, ClassVar, Sequence, Union
 
 from rlx.errors import ShapeError
@@ -44,6 +44,14 @@ class Op:
     def subgraphs(self) -> tuple[Graph, ...]:
         """Graphs held as attributes (control flow); empty for ordinary ops."""
         return ()
+
+    def with_subgraphs(self, graphs: Sequence[Graph]) -> Op:
+        """This op with its subgraphs replaced, given in `subgraphs()` order; the op itself
+        when every one is the same object."""
+        old = self.subgraphs()
+        names = [f.name for f in fields(self) if any(getattr(self, f.name) is g for g in old)]
+        changes = {name: new for name, new, was in zip(names, graphs, old) if new is not was}
+        return replace(self, **changes) if changes else self
 
     def attrs(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
