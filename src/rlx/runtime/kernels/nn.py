@@ -129,8 +129,9 @@ class _ChannelsLastPlan:
 _CHANNELS_LAST_MIN = 64
 
 
-def _is_wide_depthwise(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> bool:
-    return op.groups == x_shape[1] == w_shape[0] >= _CHANNELS_LAST_MIN and w_shape[1] == 1
+def _is_wide_depthwise(op: Conv, w_shape: tuple[int, ...]) -> bool:
+    """One filter per input channel (w [C, 1, *kernel], groups C), C >= 64."""
+    return op.groups == w_shape[0] >= _CHANNELS_LAST_MIN and w_shape[1] == 1
 
 
 def _channels_last_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
@@ -152,15 +153,16 @@ def _channels_last_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, 
         f"n{positions}{taps}c,{taps}c->nc{positions}")
 
 
-def _conv_weights(w: np.ndarray, b: np.ndarray | None, groups: int, dt: np.dtype):
-    """The weights in GEMM layout [g, M/g, C/g * K], channels last [*kernel, M] (read by
-    the depthwise channels-last path), and the bias shaped to add to [N, M, *out], all in
-    the compute dtype."""
+def _conv_weights(w: np.ndarray, b: np.ndarray | None, groups: int, dt: np.dtype,
+                  channels_last: bool):
+    """The weights in the layout their path reads, channels last [*kernel, M] or GEMM
+    [g, M/g, C/g * K], and the bias shaped to add to [N, M, *out], in the compute dtype."""
     m = w.shape[0]
     bias = None if b is None else b.astype(dt).reshape(m, *[1] * (w.ndim - 2))
     w = w.astype(dt, copy=False)
-    last = np.ascontiguousarray(np.moveaxis(w[:, 0], 0, -1)) if w.shape[1] == 1 else None
-    return np.ascontiguousarray(w.reshape(groups, m // groups, -1)), last, bias
+    if channels_last:
+        return np.ascontiguousarray(np.moveaxis(w[:, 0], 0, -1)), bias
+    return np.ascontiguousarray(w.reshape(groups, m // groups, -1)), bias
 
 
 @staged(Conv)
@@ -177,23 +179,23 @@ def build_conv(node, compile):
     out_dtype = node.shape.dtype.numpy
     dt = _compute_dtype(out_dtype)
     plans: dict[tuple, _ConvPlan | _ChannelsLastPlan] = {}
-    weights: list[tuple] = [(None, None, None, None, None)]
+    weights: list[tuple] = [(None, None, None, None)]
 
     def step(x, w, b=None):
         key = (x.shape, w.shape)
         plan = plans.get(key)
         if plan is None:
-            make = _channels_last_plan if _is_wide_depthwise(op, x.shape, w.shape) \
-                else _conv_plan
+            make = _channels_last_plan if _is_wide_depthwise(op, w.shape) else _conv_plan
             plan = plans[key] = make(op, x.shape, w.shape, dt.itemsize)
+        channels_last = isinstance(plan, _ChannelsLastPlan)  # decided by w's shape alone
         cached = weights[0]
         if cached[0] is not w or cached[1] is not b:
-            cached = weights[0] = (w, b, *_conv_weights(w, b, op.groups, dt))
-        gemm_layout, channels_last, bias = cached[2:]
-        if isinstance(plan, _ChannelsLastPlan):
-            y = _channels_last_conv(x, channels_last, plan, dt)
+            cached = weights[0] = (w, b, *_conv_weights(w, b, op.groups, dt, channels_last))
+        layout, bias = cached[2:]
+        if channels_last:
+            y = _channels_last_conv(x, layout, plan, dt)
         else:
-            y = _im2col_conv(x, gemm_layout, plan, dt)
+            y = _im2col_conv(x, layout, plan, dt)
         if bias is not None:
             y += bias
         return y.astype(out_dtype, copy=False)
