@@ -67,6 +67,8 @@ class CompiledGraph:
             elif not isinstance(node.op, Input):
                 steps.append((node, self._resolve(node)))
         self._steps = _plan(graph, steps, keep=set(graph.outputs) | set(self._constants))
+        self.steps: tuple[Node, ...] = tuple(st.node for st in self._steps)
+        """The nodes that run, in run order (Inputs and Constants are not steps)."""
         self._loop = [(st.run, *_fetcher(st.inputs), st.node.id, st.frees)
                       for st in self._steps]
 
@@ -96,11 +98,6 @@ class CompiledGraph:
     def call(self, *args: np.ndarray) -> list[np.ndarray]:
         """Run with inputs given positionally in graph order (subgraphs; no feed checks)."""
         return self._execute(dict(zip(self._input_ids, args)))
-
-    @property
-    def steps(self) -> list[Node]:
-        """The nodes that run, in run order (Inputs and Constants are not steps)."""
-        return [st.node for st in self._steps]
 
     @property
     def loop(self) -> list[tuple]:

@@ -125,20 +125,14 @@ def split(node, x):
 
 @staged(Pad)
 def build_pad(node, compile):
-    """Pad with its plan worked out once per input shape and pads: where x lands (constant
-    mode), or per padded axis the source index of each output position (the other modes:
-    np.pad of an arange, so the edge rules are numpy's, which names them as ONNX does).
-    np.pad itself spends ~40 us per call on setup, more than a small tensor's copy."""
+    """Pad with its plan worked out once per input shape (`_pad_plan`): np.pad itself
+    spends ~40 us per call on setup, more than a small tensor's copy."""
     op = node.op
-    plans: dict[tuple, tuple] = {}
+    plan = _per_shape(op.pads is not None, lambda shape, pads=None: _pad_plan(
+        op.mode, shape, _ints(op.pads, pads)))
 
     def step(x, pads=None, value=None):
-        pads = _ints(op.pads, pads)
-        key = (x.shape, pads)
-        plan = plans.get(key)
-        if plan is None:
-            plan = plans[key] = _pad_plan(op.mode, x.shape, pads)
-        crop, inner_or_takes, shape = plan
+        crop, inner_or_takes, shape = plan(x.shape, pads)
         x = x[crop]
         if op.mode is not PadMode.CONSTANT:
             for axis, index in inner_or_takes:
@@ -153,9 +147,10 @@ def build_pad(node, compile):
 
 
 def _pad_plan(mode: PadMode, shape: tuple[int, ...], pads: tuple[int, ...]):
-    """(crop of x, constant mode: x's place in the output / other modes: [(axis, source
-    index)], output shape). Negative pads crop first, so reflect/wrap see the cropped data
-    (as ONNX Runtime does)."""
+    """(crop of x, constant mode: x's place in the output / other modes: per padded axis
+    the source index of each output position (np.pad of an arange, so the edge rules are
+    numpy's, which names them as ONNX does), output shape). Negative pads crop first, so
+    reflect/wrap see the cropped data (as ONNX Runtime does)."""
     rank = len(shape)
     begins, ends = pads[:rank], pads[rank:]
     crop = tuple(slice(max(-b, 0), n - max(-e, 0)) for n, b, e in zip(shape, begins, ends))
