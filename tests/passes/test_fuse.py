@@ -57,25 +57,18 @@ def _hard_swish64(x):
     return x * np.clip(x + 3, 0, 6) / 6
 
 
+def _clip6(g: Graph, y: int) -> int:
+    return g.add_node(Clamp(0.0, 6.0), [y])
+
+
 HARD_SWISH_FORMS = {
     "(x * clip(x+3)) / 6": lambda g, x: _bin(g, BinaryOp.DIV, _bin(
-        g, BinaryOp.MUL, x, g.add_node(Clamp(0.0, 6.0), [_bin(g, BinaryOp.ADD, x, _c(g, 3))])),
-        _c(g, 6)),
+        g, BinaryOp.MUL, x, _clip6(g, _bin(g, BinaryOp.ADD, x, _c(g, 3)))), _c(g, 6)),
     "(clip(3+x) * x) * 1/6": lambda g, x: _bin(g, BinaryOp.MUL, _bin(
-        g, BinaryOp.MUL, g.add_node(Clamp(0.0, 6.0), [_bin(g, BinaryOp.ADD, _c(g, 3), x)]), x),
-        _c(g, 1 / 6)),
+        g, BinaryOp.MUL, _clip6(g, _bin(g, BinaryOp.ADD, _c(g, 3), x)), x), _c(g, 1 / 6)),
     "1/6 * (x * clip(x+3))": lambda g, x: _bin(g, BinaryOp.MUL, _c(g, 1 / 6), _bin(
-        g, BinaryOp.MUL, x, g.add_node(Clamp(0.0, 6.0), [_bin(g, BinaryOp.ADD, x, _c(g, 3))]))),
+        g, BinaryOp.MUL, x, _clip6(g, _bin(g, BinaryOp.ADD, x, _c(g, 3))))),
 }
-
-
-@pytest.mark.parametrize("form", HARD_SWISH_FORMS)
-def test_hard_swish_chains_become_one_op(form):
-    graph = _graph(HARD_SWISH_FORMS[form])
-    fused, count = _fused(graph)
-    assert count == 1 and _ops(fused) == ["Unary"]
-    assert fused.node(fused.outputs[0]).op == Unary(Activation.HARD_SWISH)
-    np.testing.assert_allclose(_run(fused), _hard_swish64(X), rtol=1e-6, atol=1e-6)
 
 
 def _gelu64(x):
@@ -104,20 +97,23 @@ GELU_FORMS = {
         g, BinaryOp.MUL, x, _bin(g, BinaryOp.MUL, _c(g, 0.5), _tanh_part(g, x, _mul3))),
 }
 
+CHAINS = [  # (form, builder, the op it is, float64 reference, tolerance)
+    *((f, b, Activation.HARD_SWISH, _hard_swish64, 1e-6) for f, b in HARD_SWISH_FORMS.items()),
+    *((f, b, Activation.GELU_APPROX, _gelu64, 1e-5) for f, b in GELU_FORMS.items()),
+]
 
-@pytest.mark.parametrize("form", GELU_FORMS)
-def test_tanh_gelu_chains_become_one_op(form):
-    graph = _graph(GELU_FORMS[form])
-    fused, count = _fused(graph)
+
+@pytest.mark.parametrize("form, build, kind, reference, tol", CHAINS, ids=[c[0] for c in CHAINS])
+def test_chains_become_one_op(form, build, kind, reference, tol):
+    fused, count = _fused(_graph(build))
     assert count == 1 and _ops(fused) == ["Unary"]
-    assert fused.node(fused.outputs[0]).op == Unary(Activation.GELU_APPROX)
-    np.testing.assert_allclose(_run(fused), _gelu64(X), rtol=1e-5, atol=1e-6)
+    assert fused.node(fused.outputs[0]).op == Unary(kind)
+    np.testing.assert_allclose(_run(fused), reference(X), rtol=tol, atol=1e-6)
 
 
 def test_other_constants_are_not_hard_swish():
     graph = _graph(lambda g, x: _bin(g, BinaryOp.DIV, _bin(
-        g, BinaryOp.MUL, x, g.add_node(Clamp(0.0, 6.0), [_bin(g, BinaryOp.ADD, x, _c(g, 2))])),
-        _c(g, 6)))
+        g, BinaryOp.MUL, x, _clip6(g, _bin(g, BinaryOp.ADD, x, _c(g, 2)))), _c(g, 6)))
     assert fuse_patterns(graph) == (graph, 0)
 
 
@@ -125,7 +121,7 @@ def test_a_link_read_elsewhere_is_not_fused():
     """The clamp is a second output: fusing would not remove it, so nothing is gained."""
     g = Graph("shared")
     x = g.input("x", Shape(X.shape, F32))
-    clamp = g.add_node(Clamp(0.0, 6.0), [_bin(g, BinaryOp.ADD, x, _c(g, 3))])
+    clamp = _clip6(g, _bin(g, BinaryOp.ADD, x, _c(g, 3)))
     g.set_outputs([_bin(g, BinaryOp.DIV, _bin(g, BinaryOp.MUL, x, clamp), _c(g, 6)), clamp])
     assert fuse_patterns(g) == (g, 0)
 
@@ -135,7 +131,7 @@ def test_broadcasting_chain_is_not_fused():
     g = Graph("broadcast")
     x = g.input("x", Shape((7,), F32))
     wide = _bin(g, BinaryOp.ADD, g.constant(np.zeros((5, 7), np.float32)), x)
-    clamp = g.add_node(Clamp(0.0, 6.0), [_bin(g, BinaryOp.ADD, wide, _c(g, 3))])
+    clamp = _clip6(g, _bin(g, BinaryOp.ADD, wide, _c(g, 3)))
     g.set_outputs([_bin(g, BinaryOp.DIV, _bin(g, BinaryOp.MUL, x, clamp), _c(g, 6))])
     assert fuse_patterns(g)[1] == 0
 

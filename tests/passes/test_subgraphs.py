@@ -101,11 +101,17 @@ def test_sink_moves_captured_constants_to_every_depth(cond):
     np.testing.assert_allclose(_run(g, cond), _expected(cond), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("cond", [True, False])
-def test_folding_inside_subgraphs_removes_the_weight_relayout(cond):
+def _sunk_and_folded() -> tuple[Graph, int]:
+    """The nested graph with captures sunk, folded and cleaned inside the subgraphs;
+    returns (graph, nodes folded)."""
     g, _ = sink_constant_captures(_nested_graph())
     g, folded = in_subgraphs(fold_constants)(g)
-    g, _ = in_subgraphs(eliminate_dead_code)(g)
+    return in_subgraphs(eliminate_dead_code)(g)[0], folded
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_folding_inside_subgraphs_removes_the_weight_relayout(cond):
+    g, folded = _sunk_and_folded()
     assert folded == 2 * 3  # two Slices and a Concat, in the else branch and the inner then
 
     def count(graph: Graph, kind) -> int:
@@ -118,10 +124,7 @@ def test_folding_inside_subgraphs_removes_the_weight_relayout(cond):
 
 @pytest.mark.parametrize("cond", [True, False])
 def test_hoist_brings_weights_to_the_top_and_keeps_small_constants(cond):
-    g, _ = sink_constant_captures(_nested_graph())
-    g, _ = in_subgraphs(fold_constants)(g)
-    g, _ = in_subgraphs(eliminate_dead_code)(g)
-    g, hoisted = hoist_subgraph_weights(g)
+    g, hoisted = hoist_subgraph_weights(_sunk_and_folded()[0])
     verify(g)
     big = [(d, n) for d, n in _constants(g) if n.op.nbytes >= HOIST_MIN_BYTES]
     assert big and all(d == 0 for d, _ in big)
