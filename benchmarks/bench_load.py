@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import WORK, mib, run_probe, summarize_load  # noqa: E402
-from rlx.bake import MemoryMode  # noqa: E402
+from rlx import MemoryMode  # noqa: E402
 from tests.real_models import fetch  # noqa: E402
 
 

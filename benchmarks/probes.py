@@ -80,8 +80,8 @@ def bake(source: str, profile: str, memories: list[str], out_dir: str, min_calls
     """Bake one profile in each memory mode: the first (cold) bake, then repeated ones, then
     the write; files go to `out_dir/<profile>-<memory>.rlx`."""
     from rlx.artifact import write_rlx
-    from rlx.bake import BakeOptions, MemoryMode
-    from rlx.bake import bake as run_bake
+    from rlx import BakeOptions, MemoryMode
+    from rlx import bake as run_bake
 
     start = time.perf_counter()
     graph, bindings = load_source(source)

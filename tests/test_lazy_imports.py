@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-LAZY_PACKAGES = ["rlx", "rlx.bake", "rlx.passes", "rlx.weights"]
+LAZY_PACKAGES = ["rlx", "rlx.passes", "rlx.weights"]
 
 
 @pytest.mark.parametrize("package", LAZY_PACKAGES)
@@ -33,7 +33,7 @@ def _imported_after(code: str) -> set[str]:
     return set(out.split())
 
 
-HEAVY = {"onnx", "gguf", "rlx.bake.pipeline", "rlx.weights.load", "rlx.passes.fold_constants",
+HEAVY = {"onnx", "gguf", "rlx.baking.pipeline", "rlx.weights.load", "rlx.passes.constant_folding",
          "rlx.frontends.onnx"}
 
 
@@ -48,12 +48,12 @@ def test_reading_and_running_does_not_import_the_bake_or_onnx():
     assert not loaded & HEAVY
 
 
-def test_a_submodule_named_like_an_export_does_not_hide_it():
-    """`rlx.bake` is the function though `rlx.bake` is also a package, and a pass keeps its
-    name once its module is imported: in any import order (a fresh interpreter)."""
-    code = ("import rlx, rlx.artifact, rlx.passes.fold_constants, rlx.passes\n"
-            "from rlx import bake\n"
-            "print(callable(rlx.bake), callable(bake), callable(rlx.passes.fold_constants))")
+def test_every_name_means_one_thing():
+    """No module shares its name with what its package exports: `import rlx.baking` keeps
+    `rlx.bake` the function and gives the package's own names (issue 17)."""
+    code = ("import rlx.baking, rlx.passes.constant_folding, rlx.artifact\n"
+            "print(callable(rlx.bake), rlx.baking.BakeOptions.__name__,"
+            " callable(rlx.passes.fold_constants), rlx.relayout is rlx.artifact.relayout)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
-    assert out.split() == ["True", "True", "True"]
+    assert out.split() == ["True", "BakeOptions", "True", "True"]

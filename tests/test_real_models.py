@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 
 from rlx.artifact import read_rlx, write_rlx
-from rlx.bake import BakeOptions, BakeProfile, MemoryMode, bake
+from rlx import BakeOptions, BakeProfile, MemoryMode, bake
 from rlx.frontends.onnx import import_onnx
 from rlx.runtime import Session
 

@@ -1,23 +1,25 @@
-"""rlx: bake a model and its weights into one artifact, and run it on the CPU.
+"""rlx: bake a model and its weights into one artifact, and run it.
 
-The everyday API is re-exported here; the subpackages hold the rest (see DESIGN.md). Every
-name loads on first use (`rlx._lazy`): `import rlx` costs nothing, `rlx.read_rlx` brings
-the reader and `rlx.import_onnx` brings onnx, each only when used.
+The names below are the stable public API; the subpackages hold the rest (see
+docs/architecture.md). Every name loads on first use (`rlx._lazy`): `import rlx` costs
+nothing, `rlx.read_rlx` brings the reader and `rlx.import_onnx` brings onnx, each only
+when used.
 """
 
 from rlx._lazy import lazy_exports
 from rlx.version import __version__
 
+_ARTIFACT = (
+    "MemoryMode", "MemoryStats", "RlxFile", "RlxIo", "RlxMeta", "RlxWeight",
+    "apply_memory_mode", "drop_weight_table_data", "ensure_runtime_ready",
+    "into_runtime_graph", "materialize_weights", "needs_materialize", "read_rlx", "relayout",
+    "strip_graph_weight_bytes", "strip_table_weight_bytes", "write_rlx",
+)
 _LAZY = {
-    "read_rlx": "rlx.artifact",
-    "write_rlx": "rlx.artifact",
-    "BakeOptions": "rlx.bake",
-    "BakeProfile": "rlx.bake",
-    "BakeReport": "rlx.bake",
-    "MemoryMode": "rlx.bake",
-    "RlxFile": "rlx.bake",
-    "bake": "rlx.bake",
-    "bake_bundle": "rlx.bake",
+    **dict.fromkeys(_ARTIFACT, "rlx.artifact"),
+    **dict.fromkeys(("BakeOptions", "BakeProfile", "BakeReport", "bake", "bake_bundle"),
+                    "rlx.baking"),
+    "dedupe_identical_constants": "rlx.passes",
     "RlxError": "rlx.errors",
     "DType": "rlx.ir",
     "Graph": "rlx.ir",

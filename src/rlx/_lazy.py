@@ -4,34 +4,19 @@
 gguf) or the graph passes: a package built with `lazy_exports` imports those only when one
 of their names is used. The export table is a dict `_LAZY` of name -> module, which
 tests/test_layering.py reads as imports.
-
-Some exports share their name with a submodule (`rlx.bake` the function, `rlx.bake` the
-package; `rlx.passes.fold_constants`). Importing such a submodule makes Python set it as an
-attribute of its package, which would hide the export; the package's module class refuses
-that one assignment, so the name keeps meaning the export, as with eager imports.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-import types
 from typing import Any, Callable
-
-
-class _LazyPackage(types.ModuleType):
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and name in self.__dict__.get("_LAZY", ()) \
-                and value.__name__ == f"{self.__name__}.{name}":
-            return  # a submodule named like an export: the export keeps the name
-        super().__setattr__(name, value)
 
 
 def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any],
                                                                   Callable[[], list[str]]]:
     """`(__getattr__, __dir__)` for `package`, whose name `n` lives in `exports[n]`."""
     module = sys.modules[package]
-    module.__class__ = _LazyPackage
 
     def __getattr__(name: str) -> Any:
         try:

@@ -18,8 +18,8 @@ from rlx.artifact.crypto import (
     ENC_MAGIC, EncryptionInfo, decrypt_file, encrypt_file, is_encrypted, read_encryption_info,
 )
 from rlx.artifact.layout import SCHEMA_VERSION
-from rlx.bake import BakeOptions, BakeProfile, MemoryMode, RlxFile, RlxWeight, bake_bundle
-from rlx.bake import relayout as relayout_file
+from rlx import BakeOptions, BakeProfile, MemoryMode, RlxFile, RlxWeight, bake_bundle
+from rlx import relayout as relayout_file
 from rlx.cli_ui import (
     CliError, Outcome, Ui, add_password_options, check_output, fmt_bytes, fmt_shape, parsed,
     password_from,

@@ -23,7 +23,7 @@ import numpy as np
 
 from rlx.artifact import read_rlx, write_rlx
 from rlx.artifact.crypto import KdfParams
-from rlx.bake import BakeOptions, BakeProfile, MemoryMode, bake
+from rlx import BakeOptions, BakeProfile, MemoryMode, bake
 from rlx.models import mlp_graph, ternarize
 from rlx.runtime import Session
 

@@ -15,10 +15,10 @@ import pytest
 from rlx.artifact import parse_rlx, write_rlx
 from rlx.artifact.layout import MAGIC, PREAMBLE, align, header_digest
 from rlx.artifact.writer import iter_rlx_bytes
-from rlx.bake import BakeOptions, BakeProfile, MemoryMode, bake
+from rlx import BakeOptions, BakeProfile, MemoryMode, bake
 from rlx.errors import ArtifactError, EncryptedFileError, IntegrityError
 
-from tests.bake.models import mul_graph
+from tests.baking.models import mul_graph
 
 
 def small_file_bytes(memory=MemoryMode.DUPLEX) -> bytes:
@@ -164,8 +164,8 @@ def test_encrypted_bytes_need_a_password():
 WRITER = textwrap.dedent("""
     import sys, numpy as np
     from rlx.artifact import write_rlx
-    from rlx.bake import bake
-    from tests.bake.models import mul_graph
+    from rlx import bake
+    from tests.baking.models import mul_graph
     n = 1 << 22  # 16 MiB of weights: the write takes long enough to be interrupted
     g = mul_graph(n)
     file, _ = bake(g, {"w": np.ones(n, np.float32)})

@@ -14,11 +14,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from rlx.artifact import write_rlx
-from rlx.bake import BakeOptions, BakeProfile, bake
+from rlx import BakeOptions, BakeProfile, bake
 from rlx.cli import main
 from rlx.ir import graph_to_json
 
-from tests.bake.models import mlp_forward, mlp_graph, mlp_weights
+from tests.baking.models import mlp_forward, mlp_graph, mlp_weights
 
 PASSWORD = "correct horse"
 

@@ -26,7 +26,7 @@ import numpy as np
 from onnx import ModelProto, TensorProto, numpy_helper
 
 from rlx.artifact import read_rlx, write_rlx
-from rlx.bake import BakeOptions, bake
+from rlx import BakeOptions, bake
 from rlx.frontends import import_onnx
 from rlx.runtime import Session
 

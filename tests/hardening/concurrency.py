@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from rlx.artifact import read_rlx, write_rlx
-from rlx.bake import BakeOptions, BakeProfile, RlxFile, bake
+from rlx import BakeOptions, BakeProfile, RlxFile, bake
 from rlx.frontends.onnx import import_onnx
 from rlx.ir import Graph, Shape
 from rlx.runtime import Session

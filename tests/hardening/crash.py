@@ -24,7 +24,7 @@ import numpy as np
 import xxhash
 
 from rlx.artifact import read_rlx, write_rlx
-from rlx.bake import RlxFile
+from rlx import RlxFile
 from rlx.ir import BinaryOp, Graph, Shape
 from tests.hardening.harness import ROOT
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from rlx.artifact import parse_rlx
 from rlx.artifact.layout import PREAMBLE, align
-from rlx.bake import RlxFile
+from rlx import RlxFile
 from rlx.errors import ArtifactError, IntegrityError
 from rlx.ir import Graph
 from rlx.runtime import Session

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from rlx.artifact import crypto, parse_rlx, read_rlx
-from rlx.bake import BakeOptions, BakeProfile, bake
+from rlx import BakeOptions, BakeProfile, bake
 from rlx.errors import IntegrityError, RlxError
 from rlx.frontends.onnx import import_onnx
 from rlx.ir.graph import Graph

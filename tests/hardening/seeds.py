@@ -22,7 +22,7 @@ from safetensors.numpy import save as save_safetensors
 
 from rlx.artifact import crypto
 from rlx.artifact.writer import iter_rlx_bytes
-from rlx.bake import BakeOptions, BakeProfile, MemoryMode, RlxFile, bake
+from rlx import BakeOptions, BakeProfile, MemoryMode, RlxFile, bake
 from rlx.ir import Activation, BinaryOp, DType, Graph, Shape
 from rlx.ir.ops.control import If, Loop
 from rlx.ir.ops.elementwise import Cast, Compare, CompareOp, Identity

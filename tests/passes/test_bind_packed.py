@@ -6,7 +6,7 @@ import gguf
 import numpy as np
 import pytest
 
-from rlx.bake import bake_bundle
+from rlx import bake_bundle
 from rlx.errors import BindingError
 from rlx.ir import Activation, DequantMatMul, Graph, Shape, verify
 from rlx.passes import bind_packed

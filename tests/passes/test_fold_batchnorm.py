@@ -12,7 +12,7 @@ from rlx.frontends import import_onnx
 from rlx.ir import Graph, Shape
 from rlx.ir.ops.nn import BatchNormInference, Conv
 from rlx.passes import eliminate_dead_code, fold_constants, specialize
-from rlx.passes.fold_batchnorm import fold_batchnorm
+from rlx.passes.batchnorm_folding import fold_batchnorm
 from tests.passes.common import checked, ops_of, run
 
 F = TensorProto.FLOAT

@@ -50,7 +50,7 @@ def test_growing_results_are_refused(caplog):
     big = g.add_node(Expand((1024, 1024)), (scalar,), name="big")
     small = g.add_node(Expand((4, 3)), (scalar,), name="small")
     g.set_outputs([big, small])
-    with caplog.at_level("INFO", logger="rlx.passes.fold_constants"):
+    with caplog.at_level("INFO", logger="rlx.passes.constant_folding"):
         new, count = checked(fold_constants, g)
     assert count == 1 and ops_of(new) == ["Constant", "Expand", "Constant"]
     assert "'big' (Expand) not folded" in caplog.text and "grow" in caplog.text
@@ -91,7 +91,7 @@ def test_a_failing_kernel_leaves_the_node_for_run_time(caplog):
     data = g.constant(np.arange(3, dtype=np.float32))
     idx = g.constant(np.array([7], np.int64))
     g.set_outputs([g.add_node(Gather(0), (data, idx), name="gather")])
-    with caplog.at_level("WARNING", logger="rlx.passes.fold_constants"):
+    with caplog.at_level("WARNING", logger="rlx.passes.constant_folding"):
         new, count = checked(fold_constants, g)
     assert new is g and count == 0 and "'gather' (Gather) not folded" in caplog.text
 

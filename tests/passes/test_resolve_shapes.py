@@ -11,7 +11,7 @@ from rlx.ir import (
     ReduceOp, Reshape, Resize, ResizeMode, Shape, ShapeOf, Size, Slice, Squeeze, Tile, TopK,
     Unsqueeze,
 )
-from rlx.passes.resolve_shapes import resolve_shapes
+from rlx.passes.shape_resolution import resolve_shapes
 from tests.passes.common import assert_same_results, checked, ops_of, run
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlx.bake import BakeOptions, MemoryMode, bake
+from rlx import BakeOptions, MemoryMode, bake
 from rlx.ir import DType, Graph, Shape
 from rlx.ir.ops.control import If, Loop
 from rlx.ir.ops.elementwise import Activation, BinaryOp

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlx.bake import BakeOptions
+from rlx import BakeOptions
 from rlx.errors import WeightError
 from rlx.weights import (
     F32FirstVerdict, WeightLoadPolicy, WeightPathKind, WeightSourceInfo, f32_first_verdict,

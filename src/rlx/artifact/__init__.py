@@ -1,7 +1,29 @@
-"""The `.rlx` file on disk: schema-3 writer and validating, memory-mapped reader, relayout,
-and RLXENC01 encryption (docs/format.md)."""
+"""The artifact: the in-memory `RlxFile` and its memory layouts, and the `.rlx` file on disk
+(schema-3 writer, validating memory-mapped reader, RLXENC01 encryption; docs/format.md).
 
+Depends on `ir` and `codecs` only: reading a file never imports the optimiser.
+"""
+
+from rlx.artifact.memory import (
+    MemoryMode,
+    MemoryStats,
+    apply_memory_mode,
+    drop_weight_table_data,
+    ensure_runtime_ready,
+    into_runtime_graph,
+    materialize_weights,
+    needs_materialize,
+    relayout,
+    strip_graph_weight_bytes,
+    strip_table_weight_bytes,
+)
+from rlx.artifact.model import RlxFile, RlxIo, RlxMeta, RlxWeight
 from rlx.artifact.reader import parse_rlx, read_rlx
 from rlx.artifact.writer import write_rlx
 
-__all__ = ["parse_rlx", "read_rlx", "write_rlx"]
+__all__ = [
+    "MemoryMode", "MemoryStats", "RlxFile", "RlxIo", "RlxMeta", "RlxWeight",
+    "apply_memory_mode", "drop_weight_table_data", "ensure_runtime_ready",
+    "into_runtime_graph", "materialize_weights", "needs_materialize", "parse_rlx", "read_rlx",
+    "relayout", "strip_graph_weight_bytes", "strip_table_weight_bytes", "write_rlx",
+]

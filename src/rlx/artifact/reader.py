@@ -20,7 +20,7 @@ from rlx.artifact.layout import (
     ALIGN, MAGIC, MAX_HEADER_BYTES, MAX_JSON_DEPTH, PREAMBLE, REFERENCE_SCHEMAS,
     SCHEMA_VERSION, align, checksum, header_digest,
 )
-from rlx.bake.rlxfile import RlxFile, RlxIo, RlxMeta, RlxWeight
+from rlx.artifact.model import RlxFile, RlxIo, RlxMeta, RlxWeight
 from rlx.codecs import encoded_nbytes
 from rlx.errors import ArtifactError, EncryptedFileError, IntegrityError, RlxError
 from rlx.ir.dtype import DType

@@ -18,7 +18,7 @@ from rlx.artifact.atomic import atomic_write
 from rlx.artifact.layout import (
     ALIGN, MAGIC, PREAMBLE, SCHEMA_VERSION, align, checksum, header_digest,
 )
-from rlx.bake.rlxfile import RlxFile
+from rlx.artifact.model import RlxFile
 from rlx.ir.graph import Node
 from rlx.ir.serialize import graph_to_dict
 from rlx.version import __version__

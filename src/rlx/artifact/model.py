@@ -1,7 +1,7 @@
 """The in-memory artifact: `RlxFile` = meta + graph + weight table (`RlxWeight` rows).
 
 `rlx.artifact` turns it into bytes on disk and back; this module owns only its shape and
-the memory-layout methods (delegating to `rlx.bake.memory`).
+the memory-layout methods (delegating to `rlx.artifact.memory`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from rlx.bake import memory
+from rlx.artifact import memory
 from rlx.ir.graph import Graph
 from rlx.ir.ops.sources import Constant, Input, Param, as_byte_array
 from rlx.ir.shape import Dim, Shape
@@ -121,7 +121,7 @@ class RlxFile:
     def weight(self, name: str) -> RlxWeight | None:
         return next((w for w in self.weights if w.name == name), None)
 
-    # -- memory layout (rlx.bake.memory) ---------------------------------------------------
+    # -- memory layout (rlx.artifact.memory) ---------------------------------------------------
     def needs_materialize(self) -> bool:
         return memory.needs_materialize(self)
 

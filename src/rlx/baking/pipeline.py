@@ -21,9 +21,9 @@ from typing import Mapping
 import numpy as np
 
 from rlx import passes
-from rlx.bake.memory import MemoryStats
-from rlx.bake.profile import BakeOptions
-from rlx.bake.rlxfile import RlxFile, RlxWeight
+from rlx.artifact.memory import MemoryStats
+from rlx.baking.options import BakeOptions
+from rlx.artifact.model import RlxFile, RlxWeight
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node, unique_name
 from rlx.ir.ops.linalg import QuantScheme

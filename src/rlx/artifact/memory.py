@@ -16,17 +16,16 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from rlx.bake.names import lookup
+from rlx.enums import lookup
 from rlx.errors import ArtifactError, BakeError
 from rlx.ir.graph import Graph
 from rlx.ir.ops.sources import Constant
-from rlx.passes import dedupe_identical_constants
 
 if TYPE_CHECKING:
-    from rlx.bake.rlxfile import RlxFile, RlxWeight
+    from rlx.artifact.model import RlxFile, RlxWeight
 
 __all__ = [
-    "MemoryMode", "MemoryStats", "dedupe_identical_constants", "strip_graph_weight_bytes",
+    "MemoryMode", "MemoryStats", "strip_graph_weight_bytes",
     "strip_table_weight_bytes", "materialize_weights", "drop_weight_table_data",
     "into_runtime_graph", "apply_memory_mode", "relayout", "ensure_runtime_ready",
     "needs_materialize",
@@ -158,7 +157,7 @@ def into_runtime_graph(file: RlxFile) -> Graph:
 
 def relayout(file: RlxFile, mode: MemoryMode) -> RlxFile:
     """A copy of `file` laid out for `mode` without re-baking; weight buffers are shared."""
-    from rlx.bake.rlxfile import RlxFile
+    from rlx.artifact.model import RlxFile
 
     file.check_integrity()
     ops, rows = {}, []

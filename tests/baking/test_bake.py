@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlx.bake import BakeOptions, BakeProfile, MemoryMode, bake
+from rlx import BakeOptions, BakeProfile, MemoryMode, bake
 from rlx.errors import BindingError
 from rlx.ir import BinaryOp, Constant, DequantMatMul, Expand, Graph, Param, Shape, verify
 from rlx.runtime import Session
 
-from tests.bake.models import (
+from tests.baking.models import (
     cosine, matmul_graph, mlp_forward, mlp_graph, mlp_weights, mul_graph, tied_graph,
 )
 

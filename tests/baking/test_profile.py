@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlx.bake import BakeOptions, BakeProfile, MemoryMode
+from rlx import BakeOptions, BakeProfile, MemoryMode
 from rlx.errors import BakeError
 
 

@@ -6,8 +6,8 @@ import dataclasses
 import enum
 from dataclasses import dataclass
 
-from rlx.bake.memory import MemoryMode
-from rlx.bake.names import lookup
+from rlx.artifact.memory import MemoryMode
+from rlx.enums import lookup
 from rlx.errors import BakeError
 
 

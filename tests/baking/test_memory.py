@@ -5,13 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlx.bake import (
-    BakeOptions, BakeProfile, MemoryMode, bake, ensure_runtime_ready, strip_table_weight_bytes,
+from rlx import (
+    BakeOptions, BakeProfile, MemoryMode, bake, ensure_runtime_ready,
+)
+from rlx.artifact import (
+    strip_table_weight_bytes,
 )
 from rlx.errors import ArtifactError
 from rlx.ir import Constant
 
-from tests.bake.models import mlp_graph, mlp_weights, mul_graph
+from tests.baking.models import mlp_graph, mlp_weights, mul_graph
 
 W = {"w": np.array([1, 2, 3, 4], np.float32)}
 

@@ -1,0 +1,10 @@
+"""The bake: options and profiles, the pass pipeline and its report.
+
+This is the optimiser. Reading or running an artifact never imports it (see
+`rlx.artifact` for the in-memory artifact and its memory layouts).
+"""
+
+from rlx.baking.options import BakeOptions, BakeProfile
+from rlx.baking.pipeline import BakeReport, OptimizeStats, bake, bake_bundle
+
+__all__ = ["BakeOptions", "BakeProfile", "BakeReport", "OptimizeStats", "bake", "bake_bundle"]
