@@ -14,7 +14,7 @@ from rlx.errors import KernelError, ShapeError
 from rlx.ir import DType, Graph, Shape
 from rlx.ir.ops.linalg import DequantMatMul, QuantScheme
 from rlx.runtime import Session
-from rlx.runtime.kernels import quant as quant_kernels
+from rlx.kernels import quant as quant_kernels
 from tests.support import build_op_graph, run_op
 
 GGUF_TYPES = {

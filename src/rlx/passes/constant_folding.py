@@ -27,7 +27,7 @@ from rlx.ir.ops.base import Op
 from rlx.ir.ops.linalg import DequantMatMul
 from rlx.ir.ops.multi import TupleGet
 from rlx.ir.rewrite import Rewriter, constant_value
-from rlx.runtime.kernels import KERNELS
+from rlx.kernels import KERNELS
 
 __all__ = ["fold_constants", "MAX_GROWN_ELEMENTS", "NEVER_FOLD"]
 

@@ -36,7 +36,7 @@ from rlx.ir.ops.shaping import (
 from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.rewrite import Rewriter, constant_value
 from rlx.ir.shape import Shape
-from rlx.runtime.kernels import KERNELS
+from rlx.kernels import KERNELS
 
 __all__ = ["resolve_shapes", "MAX_SHAPE_ELEMENTS"]
 

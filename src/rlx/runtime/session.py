@@ -21,7 +21,7 @@ from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.shape import Shape
 from rlx.ir.verify import verify
-from rlx.runtime.kernels import BUILDERS, KERNELS, has_kernel
+from rlx.kernels import BUILDERS, KERNELS, has_kernel
 
 DEVICES = ("cpu",)
 

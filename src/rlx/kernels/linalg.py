@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from rlx.ir.ops.linalg import Einsum, MatMul
-from rlx.runtime.kernels.elementwise import widen_half
-from rlx.runtime.kernels.registry import kernel
+from rlx.kernels.elementwise import widen_half
+from rlx.kernels.registry import kernel
 
 
 @kernel(MatMul)

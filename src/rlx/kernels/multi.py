@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rlx.ir.ops.multi import TupleGet
-from rlx.runtime.kernels.registry import kernel
+from rlx.kernels.registry import kernel
 
 
 @kernel(TupleGet)

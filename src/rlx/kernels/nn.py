@@ -25,7 +25,7 @@ from rlx.ir.ops.nn import (
     Window,
 )
 from rlx.ir.shape import normalize_axis
-from rlx.runtime.kernels.registry import kernel, staged
+from rlx.kernels.registry import kernel, staged
 
 
 def _compute_dtype(dtype: np.dtype) -> np.dtype:

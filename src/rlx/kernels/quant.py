@@ -14,7 +14,7 @@ from rlx.codecs import Encoding, decode
 from rlx.errors import KernelError
 from rlx.ir.graph import Node
 from rlx.ir.ops.linalg import DequantMatMul
-from rlx.runtime.kernels.registry import builder
+from rlx.kernels.registry import builder
 
 
 @builder(DequantMatMul)

@@ -13,8 +13,8 @@ import numpy as np
 
 from rlx.ir.ops.reduce import ArgMax, ArgMin, CumSum, Reduce, ReduceOp, TopK
 from rlx.ir.shape import normalize_axis
-from rlx.runtime.kernels.elementwise import widen_half
-from rlx.runtime.kernels.registry import kernel
+from rlx.kernels.elementwise import widen_half
+from rlx.kernels.registry import kernel
 
 Axes = tuple[int, ...]
 

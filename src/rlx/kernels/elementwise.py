@@ -12,7 +12,7 @@ from rlx.ir.ops.elementwise import (
     Activation, Binary, BinaryOp, Cast, Clamp, Compare, CompareOp, Identity, Logical,
     LogicalOp, Not, Unary, Where,
 )
-from rlx.runtime.kernels.registry import kernel, staged
+from rlx.kernels.registry import kernel, staged
 
 _HALF = {DType.F16.numpy, DType.BF16.numpy}
 

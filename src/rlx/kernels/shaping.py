@@ -17,7 +17,7 @@ from rlx.ir.ops.shaping import (
     ScatterND, ScatterReduction, ShapeOf, Size, Slice, SpaceToDepth, Split, Squeeze, Tile,
     Transpose, Trilu, Unsqueeze, onnx_slice, reshape_target, slice_plan,
 )
-from rlx.runtime.kernels.registry import kernel, staged
+from rlx.kernels.registry import kernel, staged
 
 
 def _ints(attr: tuple[int, ...] | None, operand: np.ndarray | None) -> tuple[int, ...] | None:

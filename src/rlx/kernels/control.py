@@ -20,7 +20,7 @@ from rlx.ir.ops.control import (
     GRU, LSTM, RNN, RNN_ACTIVATIONS, Fail, If, Loop, RnnDirection, Scan,
 )
 from rlx.ir.shape import Shape, normalize_axis
-from rlx.runtime.kernels.registry import builder, kernel
+from rlx.kernels.registry import builder, kernel
 
 
 # -- If / Loop / Scan ----------------------------------------------------------------------
