@@ -1,0 +1,15 @@
+"""Reading files that someone else made: bounded JSON, regular files only, stable mappings.
+
+Shared by every reader of untrusted bytes (`rlx.artifact`, `rlx.weights`, the ONNX
+frontend); it imports nothing of rlx but `rlx.errors`, so any layer may use it.
+"""
+
+from __future__ import annotations
+
+from rlx.safeio.errors import detached
+from rlx.safeio.files import FileIdentity, open_regular, read_regular
+from rlx.safeio.json_scan import JsonLimits, load_json
+from rlx.safeio.mapping import MappedFile, map_file
+
+__all__ = ["FileIdentity", "JsonLimits", "MappedFile", "detached", "load_json", "map_file",
+           "open_regular", "read_regular"]

@@ -1,0 +1,93 @@
+"""The JSON scan runs on the header bytes before parsing; its depth, container count and
+longest number must agree with the parsed JSON on any text json.dumps writes, whatever its
+strings hold (brackets, quotes, backslashes, digits, non-ASCII), and across its 1 MiB
+chunks."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rlx.errors import ArtifactError
+from rlx.safeio import json_scan
+from rlx.safeio.json_scan import JsonLimits, load_json, scan_json
+
+ALPHABET = ['[', ']', '{', '}', '"', '\\', 'a', ' ', '\n', 'é', '7']
+
+
+def _reference(value) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_reference, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_reference, value), default=0)
+    return 0
+
+
+def _containers(value) -> int:
+    if isinstance(value, dict):
+        return 1 + sum(map(_containers, value.values()))
+    if isinstance(value, list):
+        return 1 + sum(map(_containers, value))
+    return 0
+
+
+def _longest(value) -> int:
+    if isinstance(value, dict):
+        return max(map(_longest, value.values()), default=0)
+    if isinstance(value, list):
+        return max(map(_longest, value), default=0)
+    if isinstance(value, int):
+        return len(str(abs(value)))
+    return 0
+
+
+def _random_json(rng, level: int = 0):
+    r = rng.random()
+    if r < 0.1:
+        return int(rng.integers(0, 10**int(rng.integers(1, 18))))
+    if level > 6 or r < 0.3:
+        return "".join(rng.choice(ALPHABET, rng.integers(0, 6)))
+    if r < 0.6:
+        return [_random_json(rng, level + 1) for _ in range(rng.integers(0, 4))]
+    return {f"{i}{''.join(rng.choice(ALPHABET, 2))}": _random_json(rng, level + 1)
+            for i in range(rng.integers(0, 4))}
+
+
+@pytest.mark.parametrize("ensure_ascii", [True, False])
+def test_depth_matches_the_parsed_json(ensure_ascii):
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        value = _random_json(rng)
+        text = json.dumps(value, ensure_ascii=ensure_ascii).encode()
+        shape = scan_json(text)
+        assert shape.depth == _reference(value), text
+        assert shape.containers == _containers(value), text
+        assert shape.longest_number == _longest(value), text
+
+
+def test_the_scan_carries_its_state_across_chunks(monkeypatch):
+    monkeypatch.setattr(json_scan, "_CHUNK", 7)
+    test_depth_matches_the_parsed_json(True)
+
+
+@pytest.mark.parametrize("text, depth", [
+    (b"", 0), (b"7", 0), (b"[]", 1), (b"[[[[]]]]", 4), (b'{"a": "[[[{"}', 1),
+    (b'["\\\\", [1]]', 2), (b'["\\"[", [1]]', 2), (b'["\\\\\\"{{", {}]', 2),
+])
+def test_known_depths(text, depth):
+    assert scan_json(text).depth == depth
+
+
+@pytest.mark.parametrize("text, message", [
+    (b"[" * 65 + b"]" * 65, "nests deeper than 64"),
+    (b"[" + b",".join([b"[[[[]]]]"] * 5000) + b"]", "arrays and objects"),
+    (b"[1" + b"0" * 5000 + b"]", "number of 5001 digits"),  # CPython's 4,300-digit ValueError
+    (b'{"a": 1', "not valid JSON"),
+    (b"[\"\xff\"]", "not valid JSON"),  # not UTF-8
+])
+def test_load_json_refuses_with_the_error_it_is_given(text, message):
+    with pytest.raises(ArtifactError, match=message) as caught:
+        load_json(text, ArtifactError, "header", JsonLimits())
+    assert caught.value.__context__ is None and "\n" not in str(caught.value)
