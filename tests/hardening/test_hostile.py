@@ -321,7 +321,7 @@ ARRAY, STRING, U8 = 9, 8, 0
                 + struct.pack("<IQ", U8, 0)), "nest deeper"),
     (gguf_bytes(gguf_key("a") + struct.pack("<I", 99)), "unknown metadata value type"),
     (gguf_bytes(b"", 0, gguf_key("t") + struct.pack("<I4QIQ", 4, *[2**32] * 4, 0, 0), 1),
-     "past the end"),
+     "more than an array can hold"),
     (gguf_bytes(b"", 0, gguf_key("t") + struct.pack("<I2QIQ", 2, 31, 1, 8, 0), 1),
      "not whole blocks"),
     (gguf_bytes(b"", 0, gguf_key("t") + struct.pack("<I", 2**31), 2**40), "dims"),

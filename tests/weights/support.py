@@ -13,7 +13,7 @@ def is_mapped(array: np.ndarray) -> bool:
     while base is not None:
         if isinstance(base, (np.memmap, mmap.mmap)):
             return True
-        base = getattr(base, "base", None)
+        base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
     return False
 
 

@@ -6,9 +6,7 @@ weights under it. What rlx guarantees (docs/reliability.md, "Files that change")
 it validated are the bytes it uses, until it lets go of them, and no change to the file
 can kill the process. How:
 
-- Files below `COPY_BELOW` bytes are read into private memory through one descriptor; a
-  change during that read is detected (identity before and after) and refused.
-- Larger files are mapped under a read lease (`fcntl(F_SETLEASE, F_RDLCK)`): the kernel
+- Files are mapped under a read lease (`fcntl(F_SETLEASE, F_RDLCK)`): the kernel
   holds any process that opens the file for writing, or truncates it, until rlx releases
   the lease, and signals rlx first. On that signal rlx copies the mapped bytes into
   anonymous memory, moves the copy over the map in one `mremap` (every numpy view keeps
@@ -16,8 +14,9 @@ can kill the process. How:
   writer proceeds. Untouched files cost nothing; a rewritten one costs one copy.
 - Where a lease cannot be taken (the file is not ours and we lack CAP_LEASE, a writer
   already has it open, the filesystem has no leases, not Linux, or the signal handler
-  cannot be installed because this is not the main thread), the file is read into memory
-  like a small one: safe, at the price of its size in RAM.
+  cannot be installed because this is not the main thread), the file is read into
+  private memory through one descriptor, at the price of its size in RAM; a change during
+  that read is detected (size, inode and mtime before and after) and refused.
 
 The one remaining gap: the kernel waits `/proc/sys/fs/lease-break-time` seconds (45 by
 default) for the release. Python runs signal handlers in the main thread between
@@ -46,7 +45,7 @@ __all__ = ["COPY_BELOW", "MappedFile", "map_file"]
 
 log = logging.getLogger(__name__)
 
-COPY_BELOW = 16 << 20  # smaller files are read, not mapped: a copy costs less than a lease
+COPY_BELOW = 0  # files smaller than this are read rather than mapped (0: map all)
 _LEASE_SIGNAL = getattr(signal, "SIGIO", None)  # what the kernel sends on a lease break
 _leases: set[_Lease] = set()  # held until their map is garbage
 _lock = threading.RLock()  # the signal handler may run while the main thread holds it
@@ -115,7 +114,7 @@ def map_file(path: str | os.PathLike[str], error: type[RlxError], *,
     name = os.fsdecode(path)
     fd = open_regular(path, error)
     try:
-        if os.fstat(fd).st_size >= max(copy_below, 1) and _take_lease(fd):
+        if os.fstat(fd).st_size >= max(copy_below, 1) and _take_lease(fd):  # mmap: not 0 B
             identity = FileIdentity.of_fd(fd)  # under the lease: writers wait for us now
             try:
                 buffer = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)

@@ -11,6 +11,7 @@ comparing it with its 10,000-byte limit.
 
 from __future__ import annotations
 
+import io
 import math
 import tokenize
 import zipfile
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from rlx.errors import WeightError
+from rlx.safeio import map_file
 from rlx.weights.source import SourceTensors, check_dense, reading
 
 __all__ = ["read_npy", "read_npz"]
@@ -34,29 +36,81 @@ _DEFLATE_MAX_RATIO = 1032  # deflate cannot expand one byte into more than this 
 _MAX_HEADER_BYTES = 10_000  # numpy's own limit on an .npy header (max_header_size)
 
 
+_MAX_RANK = 32  # numpy 1.x's limit; and the product of the non-zero dims must be indexable
+
+
 def read_npy(path: Path) -> SourceTensors:
-    with reading(path, ".npy", *_LOAD_ERRORS):
-        with path.open("rb") as f:
-            if f.read(6) == np.lib.format.MAGIC_PREFIX:
-                f.seek(0)
-                _header_length(f, f"corrupt .npy file {path}")
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
-    if not isinstance(array, np.ndarray):
-        array.close()
+    """The tensor of an `.npy` file, a read-only view of its bytes (a leased map or a
+    private copy: `rlx.safeio.mapping`); numpy's own `np.load(mmap_mode=)` maps by path
+    with no protection against the file shrinking under it."""
+    mapped = map_file(path, WeightError)
+    buffer, where = mapped.buffer, f"corrupt .npy file {path}"
+    if bytes(buffer[:4]) == b"PK\x03\x04":
         raise WeightError(f"{path} is an .npz archive, not an .npy file")
-    return SourceTensors(dense={path.stem: check_dense(array.view(np.ndarray), path.stem, path)})
+    if bytes(buffer[:6]) != np.lib.format.MAGIC_PREFIX:
+        raise WeightError(f"{where}: no .npy magic (\\x93NUMPY)")
+    with reading(path, ".npy", *_LOAD_ERRORS):
+        stream = io.BytesIO(bytes(buffer[:16 + _MAX_HEADER_BYTES]))
+        _header_length(stream, where)
+        stream.seek(0)
+        shape, fortran, dtype = _read_header(stream)
+    if dtype.hasobject:
+        raise WeightError(f"{where}: holds Python objects, which only a pickle can load "
+                          "(rlx loads with allow_pickle=False)")
+    _check_shape(shape, where)
+    start, count = stream.tell(), math.prod(shape)
+    if start + count * dtype.itemsize > len(buffer):
+        raise WeightError(f"{where}: its header declares {dtype}{list(shape)} "
+                          f"({count * dtype.itemsize} bytes), it holds {len(buffer) - start}")
+    flat = np.frombuffer(buffer, dtype, count=count, offset=start) if count \
+        else np.frombuffer(b"", dtype)
+    array = flat.reshape(shape, order="F" if fortran else "C")
+    return SourceTensors(dense={path.stem: check_dense(array, path.stem, path)})
 
 
 def read_npz(path: Path) -> SourceTensors:
+    buffer = map_file(path, WeightError).buffer
     with reading(path, ".npz", *_LOAD_ERRORS):
-        archive = np.load(path, allow_pickle=False)
+        archive = np.load(io.BytesIO(buffer), allow_pickle=False)
         if not isinstance(archive, np.lib.npyio.NpzFile):
             raise WeightError(f"{path} is an .npy file, not an .npz archive")
         with archive:
-            for info in archive.zip.infolist():
+            infos = archive.zip.infolist()
+            _check_directory(infos, len(buffer), path)
+            for info in infos:
                 _check_member(archive.zip, info, path)
             dense = {name: check_dense(archive[name], name, path) for name in archive.files}
     return SourceTensors(dense=dense)
+
+
+def _check_directory(infos: list[zipfile.ZipInfo], size: int, path: Path) -> None:
+    """Each member once: a central directory may list one member's bytes under many
+    entries (or one name many times), which would make reading cost entries x member
+    size. Names and offsets must be distinct and the members' compressed sizes fit in
+    the archive, so the total inflated is bounded by the archive's size x deflate's ratio."""
+    names, offsets, total = set(), set(), 0
+    for info in infos:
+        if info.filename in names or info.header_offset in offsets:
+            raise WeightError(f"corrupt .npz file {path}: member {info.filename!r} at offset "
+                              f"{info.header_offset} is listed twice in the central directory")
+        names.add(info.filename)
+        offsets.add(info.header_offset)
+        total += info.compress_size
+    if total > size:
+        raise WeightError(f"corrupt .npz file {path}: its members claim {total} compressed "
+                          f"bytes, the archive holds {size}")
+
+
+def _read_header(stream) -> tuple[tuple[int, ...], bool, np.dtype]:
+    version = np.lib.format.read_magic(stream)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) \
+        else np.lib.format.read_array_header_2_0
+    return read(stream)
+
+
+def _check_shape(shape: tuple[int, ...], where: str) -> None:
+    if len(shape) > _MAX_RANK or math.prod(max(d, 1) for d in shape) >= 2**62:
+        raise WeightError(f"{where}: shape {list(shape)} is more than an array can hold")
 
 
 def _check_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path) -> None:
@@ -71,14 +125,12 @@ def _check_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path) -
     with archive.open(info) as member:
         _header_length(member, where)
         member.seek(0)
-        version = np.lib.format.read_magic(member)
-        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) \
-            else np.lib.format.read_array_header_2_0
-        shape, _, dtype = read_header(member)
+        shape, _, dtype = _read_header(member)
         header = member.tell()
     if dtype.hasobject:
         raise WeightError(f"{where} holds Python objects, which only a pickle can load "
                           "(rlx loads with allow_pickle=False)")
+    _check_shape(shape, where)
     nbytes = math.prod(shape) * dtype.itemsize
     if header + nbytes != info.file_size:
         raise WeightError(f"{where}: its header declares {dtype}{list(shape)} "

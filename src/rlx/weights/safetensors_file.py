@@ -11,21 +11,25 @@ over. Those are the package's own rules; a file that breaks one is refused.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 from rlx.errors import WeightError
-from rlx.weights.source import SourceTensors, reading
+from rlx.safeio import JsonLimits, load_json, map_file
+from rlx.weights.source import SourceTensors
 
 __all__ = ["read_safetensors"]
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors package's own limit
+# A header nests 3 levels ({name: {"shape": [...]}}) and holds 3 containers per tensor: the
+# limits keep its parsed objects (~700 bytes a tensor) within 8x the file, so a file of
+# 200,000 empty tensors is refused while a real one (KBs per tensor) is far from them.
+_HEADER_LIMITS = JsonLimits(max_depth=8, bytes_per_container=48)
 MAX_RANK = 32  # what every numpy (1.x: 32, 2.x: 64) can reshape to; and, even for an
 # empty tensor, the product of the other dims must fit numpy's index type
 
@@ -37,7 +41,7 @@ _DTYPES: dict[str, np.dtype] = {name: np.dtype(t) for name, t in {
 }.items()}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Entry:
     name: str
     dtype: np.dtype
@@ -47,20 +51,20 @@ class _Entry:
 
 
 def read_safetensors(path: Path) -> SourceTensors:
-    """Every tensor of a safetensors file, native dtype, as read-only views of a memory map."""
-    with reading(path, "safetensors"):
-        size = path.stat().st_size
-        with path.open("rb") as f:
-            header_len, header = _read_header(f, size, path)
+    """Every tensor of a safetensors file, native dtype, as read-only views of its bytes
+    (a leased map, or a private copy: `rlx.safeio.mapping`)."""
+    mapped = map_file(path, WeightError)
+    size, buffer = len(mapped), mapped.buffer
+    header_len, header = _read_header(buffer, size, path)
     entries = [_entry(name, value, path) for name, value in header.items()
                if name != "__metadata__"]
     _check_metadata(header.get("__metadata__", {}), path)
+    del header  # its objects cost more than the entries
     data_start = 8 + header_len
     _check_tiling(entries, size - data_start, path)
     if not entries:
         return SourceTensors()
-    with reading(path, "safetensors"):
-        data = np.memmap(path, dtype=np.uint8, mode="r").view(np.ndarray)
+    data = np.frombuffer(buffer, np.uint8)
     return SourceTensors(dense={
         e.name: data[data_start + e.begin:data_start + e.end].view(e.dtype).reshape(e.shape)
         for e in entries
@@ -71,21 +75,19 @@ def _corrupt(path: Path, what: str) -> WeightError:
     return WeightError(f"corrupt safetensors file {path}: {what}")
 
 
-def _read_header(f: BinaryIO, size: int, path: Path) -> tuple[int, dict[str, Any]]:
+def _read_header(buffer, size: int, path: Path) -> tuple[int, dict[str, Any]]:
     """The header's length and its JSON object; its length is checked before it is read."""
     if size < 8:
         raise _corrupt(path, f"{size} bytes, too short for the 8-byte header length")
-    header_len = int.from_bytes(f.read(8), "little")
+    header_len = int.from_bytes(buffer[:8], "little")
     if header_len > MAX_HEADER_BYTES:
         raise _corrupt(path, f"header length {header_len} exceeds the "
                              f"{MAX_HEADER_BYTES}-byte limit")
     if header_len > size - 8:
         raise _corrupt(path, f"header length {header_len} exceeds the file ({size} bytes)")
-    try:
-        header = json.loads(f.read(header_len).decode("utf-8"),
-                            object_pairs_hook=_no_duplicate_keys)
-    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise _corrupt(path, f"header is not valid JSON: {err}") from None
+    header = load_json(bytes(buffer[8:8 + header_len]), WeightError,
+                       f"corrupt safetensors file {path}: header", _HEADER_LIMITS,
+                       object_pairs_hook=_no_duplicate_keys)
     if not isinstance(header, dict):
         raise _corrupt(path, "header is not a JSON object")
     return header_len, header
