@@ -94,7 +94,7 @@ def external_weight(location: str, dims=(4, 4), **entries: str) -> TensorProto:
     ("sub/../../secret.bin", "'..'"),  # CVE-2024-27318: a nested climb out
     ("..\\secret.bin", "'..'"),
     ("C:\\Windows\\win.ini", "absolute path"),
-    ("link.bin", "outside the model's folder"),  # a symlink that leaves the folder
+    ("link.bin", "symbolic link"),  # a symlink that leaves the folder
 ])
 def test_external_data_may_not_leave_the_model_folder(folder, location, message):
     path = folder / "model.onnx"

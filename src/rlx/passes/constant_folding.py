@@ -76,6 +76,9 @@ def _evaluate(rw: Rewriter, node: Node, tuples: dict) -> tuple[Any, int] | None:
     arrays = [constant_value(rw.node(i)) for i in node.inputs]
     if any(a is None for a in arrays):
         return None
+    input_bytes = sum(a.nbytes for a in arrays)
+    if _grows(node, input_bytes):
+        return None  # refused by its declared size, before the kernel allocates it
     try:
         with np.errstate(all="ignore"):  # the runtime would compute the same inf/NaN
             value = kernel(node, *arrays)
@@ -83,7 +86,19 @@ def _evaluate(rw: Rewriter, node: Node, tuples: dict) -> tuple[Any, int] | None:
         log.warning("fold: %s not folded, its kernel failed: %s", node.label, err)
         return None
     value = tuple(value) if isinstance(value, (tuple, list)) else np.asarray(value)
-    return value, sum(a.nbytes for a in arrays)
+    return value, input_bytes
+
+
+def _grows(node: Node, input_bytes: int) -> bool:
+    """Whether the node's declared result would be a blown-up fill (see `_fits`): a Tile
+    of 108 bytes declaring 1 GiB is not computed to find that out."""
+    shape = node.shape
+    nbytes = getattr(shape, "nbytes", None)  # tuple-valued nodes declare no one shape
+    if nbytes is None or nbytes <= input_bytes or shape.numel <= MAX_GROWN_ELEMENTS:
+        return False
+    log.info("fold: %s not folded: %d elements (%d bytes) from %d input bytes would "
+             "grow the graph", node.label, shape.numel, nbytes, input_bytes)
+    return True
 
 
 def _fits(node: Node, value: np.ndarray, input_bytes: int) -> bool:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from rlx.errors import RlxError
 from rlx.safeio.files import FileIdentity, open_regular, read_fd
 
-__all__ = ["COPY_BELOW", "MappedFile", "map_file"]
+__all__ = ["COPY_BELOW", "MappedFile", "map_fd", "map_file"]
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +111,12 @@ class MappedFile:
 def map_file(path: str | os.PathLike[str], error: type[RlxError], *,
              copy_below: int = COPY_BELOW) -> MappedFile:
     """The regular file at `path`, mapped under a lease or read into memory (see above)."""
-    name = os.fsdecode(path)
-    fd = open_regular(path, error)
+    return map_fd(open_regular(path, error), os.fsdecode(path), error, copy_below=copy_below)
+
+
+def map_fd(fd: int, name: str, error: type[RlxError], *,
+           copy_below: int = COPY_BELOW) -> MappedFile:
+    """`map_file` of a descriptor `open_regular` gave; it is closed (or kept by the lease)."""
     try:
         if os.fstat(fd).st_size >= max(copy_below, 1) and _take_lease(fd):  # mmap: not 0 B
             identity = FileIdentity.of_fd(fd)  # under the lease: writers wait for us now
@@ -128,6 +132,8 @@ def map_file(path: str | os.PathLike[str], error: type[RlxError], *,
             return MappedFile(name, identity, buffer, lease)
         identity = FileIdentity.of_fd(fd)
         return MappedFile(name, identity, read_fd(fd, name, error))
+    except OSError as err:
+        raise error(f"cannot read {name}: {err.strerror or err}") from None
     finally:
         if fd >= 0:
             _release(fd)

@@ -72,9 +72,7 @@ def tensor_to_array(tensor: TensorProto, external: ExternalData, what: str) -> n
     """The tensor's values with its declared shape and native dtype (a view where possible)."""
     what = f"{what} {tensor.name!r}" if tensor.name else what
     dtype = dtype_of(tensor.data_type, what).numpy
-    shape = tuple(int(d) for d in tensor.dims)
-    if any(d < 0 for d in shape):
-        raise ModelImportError(f"{what}: negative dim in {list(shape)}")
+    shape = _dims(tensor.dims, what)
     if tensor.data_location == TensorProto.EXTERNAL:
         entries = {e.key: e.value for e in tensor.external_data}
         return external.read(entries, dtype, shape, what)
@@ -120,16 +118,45 @@ def decode_attribute(attr: AttributeProto, external: ExternalData, what: str) ->
     return value
 
 
+MAX_RANK = 32  # what every numpy can reshape to
+
+
+def _dims(dims, what: str) -> tuple[int, ...]:
+    """Dims an array can have: none negative, at most MAX_RANK, and the product of the
+    non-zero ones indexable (`[0, 2**63 - 1]` holds no bytes, yet numpy cannot shape it)."""
+    shape = tuple(int(d) for d in dims)
+    if any(d < 0 for d in shape):
+        raise ModelImportError(f"{what}: negative dim in {list(shape)}")
+    if len(shape) > MAX_RANK or math.prod(max(d, 1) for d in shape) >= 2**62:
+        raise ModelImportError(f"{what}: dims {list(shape)} are more than an array can hold")
+    return shape
+
+
 def sparse_to_array(sparse: onnx.SparseTensorProto, external: ExternalData,
                     what: str) -> np.ndarray:
-    """A sparse tensor (COO, linear or per-axis indices) made dense."""
-    values = tensor_to_array(sparse.values, external, what)
-    indices = tensor_to_array(sparse.indices, external, what).astype(np.int64)
-    shape = tuple(int(d) for d in sparse.dims)
-    dense = np.zeros(math.prod(shape), values.dtype)
-    if indices.ndim == 2:
-        indices = np.ravel_multi_index(tuple(indices.T), shape) if shape else indices[:, 0]
-    if indices.size and (indices.min() < 0 or indices.max() >= dense.size):
+    """A sparse tensor (COO, linear or per-axis indices) made dense, once everything it
+    declares is checked: its dims, `values` a vector of nnz <= numel entries, `indices`
+    `[nnz]` or `[nnz, rank]` and in range, and the dense result within what the model
+    may cost (`ExternalData.spend_dense`: a 108-byte model declared 1 GiB)."""
+    shape = _dims(sparse.dims, what)
+    values = tensor_to_array(sparse.values, external, f"{what} values")
+    indices = tensor_to_array(sparse.indices, external, f"{what} indices")
+    numel, nnz = math.prod(shape), values.size
+    if values.ndim != 1 or nnz > numel:
+        raise ModelImportError(f"{what}: values of shape {list(values.shape)} for dims "
+                               f"{list(shape)}; expected a vector of at most {numel} values")
+    forms = ((nnz,), (nnz, len(shape))) if shape else ((nnz,),)
+    if indices.dtype.kind not in "iu" or indices.shape not in forms:
+        raise ModelImportError(f"{what}: indices of shape {list(indices.shape)} "
+                               f"({indices.dtype}); expected [{nnz}] or [{nnz}, {len(shape)}] "
+                               "integers")
+    bounds = np.array(shape, np.int64) if indices.ndim == 2 else np.array([numel], np.int64)
+    if nnz and (np.any(indices < 0) or np.any(indices >= bounds)):
         raise ModelImportError(f"{what}: sparse indices out of range for {list(shape)}")
-    dense[indices.reshape(-1)] = values.reshape(-1)
+    external.spend_dense(numel * values.dtype.itemsize, what)
+    dense = np.zeros(numel, values.dtype)
+    flat = indices.astype(np.int64)
+    if flat.ndim == 2:
+        flat = np.ravel_multi_index(tuple(flat.T), shape)
+    dense[flat.reshape(-1)] = values
     return dense.reshape(shape)
