@@ -80,6 +80,7 @@ class _LevelFormatter(logging.Formatter):
 
 
 def main(argv: list[str] | None = None) -> int:
+    _safe_streams()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -96,6 +97,15 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(f"{where}{err.strerror or err}")
         except KeyboardInterrupt:
             return _fail("interrupted", code=130)
+
+
+def _safe_streams() -> None:
+    """Any string prints: a name holding a lone surrogate (or bytes a terminal's encoding
+    lacks) comes out escaped instead of raising UnicodeEncodeError mid-report."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
 
 
 def _fail(message: str, code: int = 1) -> int:

@@ -203,8 +203,9 @@ def add_password_options(parser, required: bool = False) -> None:
                             "see it in the process list)")
 
 
-def password_from(args, ui: Ui) -> str | None:
-    """The password the options name, or None when none was given."""
+def password_from(args, ui: Ui) -> str | bytes | None:
+    """The password the options name, or None when none was given. One from the
+    environment that is not valid UTF-8 is used as its raw bytes."""
     if args.password is not None:
         ui.warn("--password is visible to other users of this machine (process list, shell "
                 "history); prefer --password-env VAR or --password-file PATH")
@@ -214,7 +215,12 @@ def password_from(args, ui: Ui) -> str | None:
         if value is None:
             raise CliError(f"environment variable {args.password_env} is not set "
                            "(--password-env names the variable, not the password)")
-        return _non_empty(value, f"environment variable {args.password_env}")
+        value = _non_empty(value, f"environment variable {args.password_env}")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # os.environ decodes undecodable bytes to surrogates
+            return os.fsencode(value)
+        return value
     if args.password_file is not None:
         try:
             text = Path(args.password_file).read_text(encoding="utf-8")

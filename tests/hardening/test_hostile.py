@@ -23,39 +23,11 @@ from argon2 import low_level as argon2_ll
 from onnx import TensorProto, helper
 
 from rlx.artifact import crypto, parse_rlx, read_rlx
-from rlx.errors import ArtifactError, ModelImportError, RlxError, WeightError
+from rlx.errors import ArtifactError, ModelImportError, WeightError
 from rlx.frontends.onnx import import_onnx
 from rlx.weights import load_weights
-from tests.hardening import harness, mutate, seeds
-
-SMALL = 2 << 20  # the most any refusal here may allocate
-# CPU seconds (time.process_time: this process's CPU, so the machine's load does not count,
-# tracemalloc's overhead does) any refusal here may take: the contract's per-case limit
-FAST = harness.SECONDS
-
-
-def refused(error: type[RlxError], call, *, match: str | None = None, budget: int = SMALL,
-            seconds: float = FAST):
-    """Run `call`; it must raise `error` (matching `match`) within `seconds` of CPU time and
-    a traced peak of `budget` bytes."""
-    started = not tracemalloc.is_tracing()
-    if started:
-        tracemalloc.start()
-    tracemalloc.reset_peak()
-    base = tracemalloc.get_traced_memory()[0]
-    start = time.process_time()
-    try:
-        with pytest.raises(error, match=match) as caught:
-            call()
-    finally:
-        peak = tracemalloc.get_traced_memory()[1] - base
-        if started:
-            tracemalloc.stop()
-    took = time.process_time() - start
-    assert took < seconds, f"took {took:.2f} s of CPU"
-    assert peak < budget, f"allocated {peak} bytes before refusing"
-    assert "\n" not in str(caught.value)
-    return caught.value
+from tests.hardening import mutate, seeds
+from tests.hardening.budgets import FAST, SMALL, refused
 
 
 # -- ONNX ----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The JSON scan runs on the header bytes before parsing; its depth, container count and
 longest number must agree with the parsed JSON on any text json.dumps writes, whatever its
-strings hold (brackets, quotes, backslashes, digits, non-ASCII), and across its 1 MiB
+strings hold (brackets, quotes, backslashes, digits, non-ASCII), and across its 64 KiB
 chunks."""
 
 from __future__ import annotations

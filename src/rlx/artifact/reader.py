@@ -18,6 +18,7 @@ from rlx.artifact.layout import (
     ALIGN, MAGIC, MAX_HEADER_BYTES, MAX_JSON_DEPTH, PREAMBLE, REFERENCE_SCHEMAS,
     SCHEMA_VERSION, align, checksum, header_digest,
 )
+from rlx.artifact.memory import MemoryMode
 from rlx.artifact.model import RlxFile, RlxIo, RlxMeta, RlxWeight
 from rlx.codecs import encoded_nbytes
 from rlx.errors import ArtifactError, EncryptedFileError, IntegrityError, RlxError
@@ -242,6 +243,10 @@ class _Reader:
             values[f.name] = value
         if not isinstance(values.get("name"), str):
             self.fail("meta.name is missing")
+        modes = [m.value for m in MemoryMode]
+        if values.get("memory_mode", modes[0]) not in modes:
+            self.fail(f"meta.memory_mode {str(values['memory_mode'])[:40]!r} is not one of "
+                      f"{', '.join(modes)}")
         return RlxMeta(**values)
 
     def _io(self, value: Any) -> RlxIo:

@@ -4,7 +4,7 @@
 a 4 MiB header of short nested lists became 48x its size in Python objects and took 19 s
 to refuse, a 5,000-digit integer raised a bare `ValueError` (CPython's 4,300-digit limit),
 deep nesting raised `RecursionError`. `load_json` first scans the bytes once, in chunks at
-numpy speed and in bounded memory, outside strings: nesting depth, the number of
+numpy speed and in bounded memory (64 KiB at a time), outside strings: nesting depth, the number of
 containers (the objects that cost most per byte: an empty list is 56 bytes made of 3) and
 the longest run of digits. Only then does `json.loads` run, on text whose object count
 and depth are bounded by its size.
@@ -13,6 +13,7 @@ and depth are bounded by its size.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,8 @@ from rlx.errors import RlxError
 
 __all__ = ["JsonLimits", "load_json", "scan_json"]
 
-_CHUNK = 1 << 20
+_CHUNK = 1 << 16  # bytes scanned at a time: its temporaries stay ~1.5 MiB
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _QUOTE, _OPEN, _OPEN_BRACE, _CLOSE, _CLOSE_BRACE = (ord(c) for c in '"[{]}')
 
 
@@ -61,17 +63,17 @@ def scan_json(raw: bytes) -> JsonShape:
     for start in range(0, len(view), _CHUNK):
         chunk = view[start:start + _CHUNK]
         quote = chunk == _QUOTE
-        inside = (np.cumsum(quote, dtype=np.int64) + parity) & 1
+        inside = (np.cumsum(quote, dtype=np.int32) + parity) & 1
         parity = int(inside[-1])
         outside = ~(inside.astype(bool) | quote)
         opens = ((chunk == _OPEN) | (chunk == _OPEN_BRACE)) & outside
         closes = ((chunk == _CLOSE) | (chunk == _CLOSE_BRACE)) & outside
-        level = np.cumsum(opens.astype(np.int64) - closes, dtype=np.int64) + depth
+        level = np.cumsum(opens.astype(np.int32) - closes, dtype=np.int32) + depth
         deepest = max(deepest, int(level.max()))
         depth = int(level[-1])
         containers += int(np.count_nonzero(opens))
         digits = ((chunk >= ord("0")) & (chunk <= ord("9"))) & outside
-        count = np.cumsum(digits, dtype=np.int64)
+        count = np.cumsum(digits, dtype=np.int32)
         runs = count - np.maximum.accumulate(np.where(digits, 0, count))
         if not digits[0]:
             run = 0
@@ -97,7 +99,12 @@ def load_json(raw: bytes, error: type[RlxError], where: str,
         problem = f"holds a number of {shape.longest_number} digits (at most {limits.max_digits})"
     else:
         try:
-            return json.loads(raw.decode("utf-8"), object_pairs_hook=object_pairs_hook)
+            value = json.loads(raw.decode("utf-8"), object_pairs_hook=object_pairs_hook)
+            if _SURROGATE_ESCAPE.search(raw):  # pairs are fine, a lone one is no character
+                json.dumps(value, ensure_ascii=False).encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            problem = "holds a lone surrogate escape (\\ud800-\\udfff), which is no character"
         except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError
             problem = f"is not valid JSON: {' '.join(str(err).split())[:200]}"
     raise error(f"{where} {problem}")
