@@ -2,6 +2,7 @@
 
 from rlx.frontends.onnx.ops import (  # noqa: F401
     col2im,
+    contrib_fused,
     control,
     detection,
     elementwise,
