@@ -25,7 +25,7 @@ class Const:
 
 
 def one_node(op_type: str, inputs: Sequence, n_outputs: int = 1, domain: str = MS,
-             opset: int = 17, unused: Sequence[int] = (), **attrs):
+             onnx_opset: int = 17, unused: Sequence[int] = (), **attrs):
     """The model and the feeds: inputs are arrays (graph inputs), `Const`s (initializers)
     or None (omitted optional inputs)."""
     names, feeds, graph_inputs, inits = [], {}, [], []
@@ -46,17 +46,17 @@ def one_node(op_type: str, inputs: Sequence, n_outputs: int = 1, domain: str = M
     node = helper.make_node(op_type, names, outs, domain=domain, **attrs)
     graph = helper.make_graph([node], "g", graph_inputs,
                               [ValueInfoProto(name=o) for o in outs if o], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", onnx_opset),
                                                     helper.make_opsetid(MS, 1)])
     model.ir_version = 8
     return model, feeds
 
 
 def run_both(op_type: str, inputs: Sequence, n_outputs: int = 1, domain: str = MS,
-             opset: int = 17, unused: Sequence[int] = (), **attrs,
+             onnx_opset: int = 17, unused: Sequence[int] = (), **attrs,
              ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(rlx's outputs, onnxruntime's outputs) of one node (outputs in `unused` not asked)."""
-    model, feeds = one_node(op_type, inputs, n_outputs, domain, opset, unused, **attrs)
+    model, feeds = one_node(op_type, inputs, n_outputs, domain, onnx_opset, unused, **attrs)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     oracle = ort.InferenceSession(model.SerializeToString(), options,

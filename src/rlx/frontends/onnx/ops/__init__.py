@@ -3,6 +3,7 @@
 from rlx.frontends.onnx.ops import (  # noqa: F401
     col2im,
     contrib_fused,
+    contrib_quant,
     control,
     detection,
     elementwise,

@@ -19,7 +19,7 @@ from rlx.frontends.onnx.registry import MICROSOFT, converter
 from rlx.ir import Activation, Clamp, DType, LayerNorm, Range, ReduceOp, Softmax
 from rlx.ir.shape import normalize_axis
 
-__all__ = ["activate", "rms_norm"]
+__all__ = ["activate", "additive_mask", "attend", "rms_norm", "split_qkv"]
 
 
 def activate(n: NodeContext, x: int, kind: str, params: list[float]) -> int:
@@ -275,7 +275,7 @@ def _filter(n: NodeContext) -> float:
     return float(n.attr("mask_filter_value", -10000.0))
 
 
-def _additive_mask(n: NodeContext, mask: int, scores_dtype: DType) -> int:
+def additive_mask(n: NodeContext, mask: int, scores_dtype: DType) -> int:
     """onnxruntime's mask_index forms as an additive bias on [B, N, S, T]: [B, T] and
     [B, S, T] masks of 1 (attend) / 0 (hide); [B] right-padding ends; [2B] ends and
     starts."""
@@ -290,11 +290,14 @@ def _additive_mask(n: NodeContext, mask: int, scores_dtype: DType) -> int:
     raise n.fail(f"mask_index of rank {rank} is not supported (rank 2 or 3 masks are)")
 
 
-def _project(n: NodeContext, x: int, weights: int, bias: int | None, sizes: list[int]):
+def split_qkv(n: NodeContext, y: int, total) -> list[int]:
+    """The projection's Q, K, V columns: qkv_hidden_sizes, or three equal thirds."""
     s = n.s
-    y = s.matmul(x, weights)
-    if bias is not None:
-        y = s.add(y, bias)
+    sizes = list(n.attr("qkv_hidden_sizes") or [])
+    if not sizes:
+        if not isinstance(total, int) or total % 3:
+            raise n.fail(f"weights of {total} columns do not split into Q, K, V")
+        sizes = [total // 3] * 3
     starts = np.cumsum([0] + sizes)
     return [s.slice(y, [int(a)], [int(b)], [-1]) for a, b in zip(starts[:-1], starts[1:])]
 
@@ -307,15 +310,12 @@ def attention(n: NodeContext):
     x, w = n.input(0), n.input(1)
     if n.has(4):
         raise n.fail("past state (input 4) is not supported")
-    total = s.shape(w).dims[-1]
-    sizes = list(n.attr("qkv_hidden_sizes") or [])
-    if not sizes:
-        if not isinstance(total, int) or total % 3:
-            raise n.fail(f"weights of {total} columns do not split into Q, K, V")
-        sizes = [total // 3] * 3
-    q, k, v = _project(n, x, w, n.optional(2), sizes)
+    y = s.matmul(x, w)
+    if n.has(2):
+        y = s.add(y, n.input(2))
+    q, k, v = split_qkv(n, y, s.shape(w).dims[-1])
     dtype = s.dtype(x)
-    bias = _additive_mask(n, n.input(3), dtype) if n.has(3) else None
+    bias = additive_mask(n, n.input(3), dtype) if n.has(3) else None
     if n.has(5):
         bias = n.input(5) if bias is None else s.add(bias, n.input(5))
     heads = n.attr("num_heads")
@@ -344,7 +344,7 @@ def multi_head_attention(n: NodeContext):
                       ((0, dq), (dq, dq + dk), (dq + dk, dq + dk + dv)))
         q, k, v = s.add(q, bq), s.add(k, bk), s.add(v, bv)
     dtype = s.dtype(q)
-    bias = _additive_mask(n, n.input(4), dtype) if n.has(4) else None
+    bias = additive_mask(n, n.input(4), dtype) if n.has(4) else None
     if n.has(5):
         bias = n.input(5) if bias is None else s.add(bias, n.input(5))
     out = attend(n, q, k, v, n.attr("num_heads"), bias, bool(n.attr("unidirectional", 0)))
