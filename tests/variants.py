@@ -117,6 +117,12 @@ def variant_path(model: str, variant: str) -> Path:
 
 
 # -- comparison --------------------------------------------------------------------------------
+CLASS_AXIS = {"ppocr-cls": (-1, 0), "orientation-lcnet": (-1, 0), "captcha-crnn": (-1, 0),
+              "nudenet-320n": (1, 4)}
+"""Models with class-like outputs: (class axis, first class row) of output 0 (nudenet's
+rows 4.. are its 18 class scores per anchor; the first 4 are the box)."""
+
+
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
     na, nb = np.linalg.norm(a), np.linalg.norm(b)
@@ -125,12 +131,14 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (na * nb))
 
 
-def argmax_agreement(got: np.ndarray, want: np.ndarray) -> float | None:
-    """Share of positions whose largest entry along the last axis agrees (class-like
-    outputs: a last axis of 2..10000 classes), or None for other outputs."""
-    if want.ndim < 1 or not 2 <= want.shape[-1] <= 10000 or want.size == 0:
+def argmax_agreement(model: str, got: np.ndarray, want: np.ndarray) -> float | None:
+    """Share of positions whose predicted class agrees, for class-like outputs."""
+    if model not in CLASS_AXIS or want.size == 0:
         return None
-    return float(np.mean(np.argmax(got, -1) == np.argmax(want, -1)))
+    axis, first = CLASS_AXIS[model]
+    take = np.arange(first, want.shape[axis])
+    return float(np.mean(np.argmax(np.take(got, take, axis), axis) ==
+                         np.argmax(np.take(want, take, axis), axis)))
 
 
 @dataclass
@@ -149,38 +157,60 @@ class Comparison:
             return self.cosine >= 0.999 and (self.argmax is None or self.argmax >= 0.975)
         return self.cosine >= 0.99999
 
+    def worst(self, other: Comparison) -> Comparison:
+        argmax = [a for a in (self.argmax, other.argmax) if a is not None]
+        return Comparison(max(self.max_abs, other.max_abs), min(self.cosine, other.cosine),
+                          min(argmax) if argmax else None)
+
     def __str__(self) -> str:
         agree = "" if self.argmax is None else f", argmax {self.argmax:.1%}"
         return f"max abs {self.max_abs:.2e}, cosine {self.cosine:.6f}{agree}"
 
 
-def compare(got: list[np.ndarray], want: list[np.ndarray]) -> Comparison:
-    """The worst over all outputs (float ones; integer outputs must be equal)."""
-    worst = Comparison(0.0, 1.0, None)
+def compare(model: str, got: list[np.ndarray], want: list[np.ndarray]) -> Comparison:
+    """The worst over all outputs (integer outputs must be equal); argmax on output 0."""
+    result = Comparison(0.0, 1.0, None)
     assert len(got) == len(want)
-    for g, w in zip(got, want):
+    for i, (g, w) in enumerate(zip(got, want)):
         assert g.shape == w.shape, (g.shape, w.shape)
         assert g.dtype == w.dtype, (g.dtype, w.dtype)
         if g.dtype.kind in "iub":
             diff = 0.0 if np.array_equal(g, w) else float("inf")
         else:
             diff = float(np.max(np.abs(g.astype(np.float64) - w))) if g.size else 0.0
-        agree = argmax_agreement(g, w)
-        worst = Comparison(max(worst.max_abs, diff), min(worst.cosine, cosine(g, w)),
-                           agree if worst.argmax is None else
-                           (worst.argmax if agree is None else min(worst.argmax, agree)))
-    return worst
+        agree = argmax_agreement(model, g, w) if i == 0 else None
+        result = result.worst(Comparison(diff, cosine(g, w), agree))
+    return result
 
 
 def feeds_for(model: str, seeds=(0, 1, 2)) -> list[dict[str, np.ndarray]]:
     return [FEEDS[model](seed) for seed in seeds]
 
 
-def run_variant(model: str, variant: str, profile, tmp: Path, seeds=(0, 1, 2)):
-    """Import, bake with `profile`, write, read and run the variant against onnxruntime;
-    the worst `Comparison` over the seeded feeds."""
+def oracle(path: Path, optimized: bool = True):
+    """onnxruntime on the variant: as shipped (its default optimisations, which fuse QDQ
+    pairs into integer kernels), or with ORT_DISABLE_ALL (each node as written)."""
     import onnxruntime as ort
 
+    options = ort.SessionOptions()
+    if not optimized:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+@dataclass
+class Result:
+    ort: Comparison  # rlx vs onnxruntime (default optimisation)
+    ort_plain: Comparison  # rlx vs onnxruntime with ORT_DISABLE_ALL
+    ort_vs_float: Comparison  # onnxruntime on the variant vs on the original model
+    rlx_vs_float: Comparison  # rlx on the variant vs onnxruntime on the original model
+
+    def ok(self, integer: bool) -> bool:
+        return self.ort.ok(integer) or self.ort_plain.ok(integer)
+
+
+def bake_and_load(model: str, variant: str, profile, tmp: Path):
+    """Import, bake with `profile`, write, read: the compiled graph."""
     from rlx import BakeOptions, bake
     from rlx.artifact import read_rlx, write_rlx
     from rlx.frontends.onnx import import_onnx
@@ -191,17 +221,19 @@ def run_variant(model: str, variant: str, profile, tmp: Path, seeds=(0, 1, 2)):
     file, _ = bake(graph, bindings, BakeOptions.from_profile(profile))
     out = tmp / f"{model}.{variant}.{profile.value}.rlx"
     write_rlx(out, file)
-    compiled = Session().compile(read_rlx(out, verify="full").into_runtime_graph())
-    oracle = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    worst: Comparison | None = None
+    return Session().compile(read_rlx(out, verify="full").into_runtime_graph())
+
+
+def run_variant(model: str, variant: str, profile, tmp: Path, seeds=(0, 1, 2)) -> Result:
+    """The variant baked with `profile` and run against onnxruntime on the seeded feeds."""
+    compiled = bake_and_load(model, variant, profile, tmp)
+    path = variant_path(model, variant)
+    shipped, plain, original = oracle(path), oracle(path, False), oracle(fetch(model))
+    results: list[Comparison | None] = [None] * 4
     for feeds in feeds_for(model, seeds):
-        result = compare(compiled.run(feeds), oracle.run(None, feeds))
-        if worst is None:
-            worst = result
-        else:
-            worst = Comparison(max(worst.max_abs, result.max_abs),
-                               min(worst.cosine, result.cosine),
-                               None if result.argmax is None else
-                               min(result.argmax, worst.argmax or 1.0))
-    assert worst is not None
-    return worst
+        ours, theirs = compiled.run(feeds), shipped.run(None, feeds)
+        reference = original.run(None, feeds)
+        now = [compare(model, ours, theirs), compare(model, ours, plain.run(None, feeds)),
+               compare(model, theirs, reference), compare(model, ours, reference)]
+        results = [n if r is None else r.worst(n) for r, n in zip(results, now)]
+    return Result(*results)  # type: ignore[arg-type]

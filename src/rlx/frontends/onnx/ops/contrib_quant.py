@@ -143,12 +143,12 @@ def qlinear_global_average_pool(n: NodeContext) -> int:
     x = _to_channels_first(n, n.input(0))
     axes = tuple(range(2, s.rank(x)))
     dims = s.shape(x).dims[2:]
-    if not all(isinstance(d, int) for d in dims):
-        raise n.fail(f"needs static spatial dims, got {list(dims)}")
-    count = int(np.prod(dims))
+    if all(isinstance(d, int) for d in dims):
+        count = s.scalar(float(np.prod(dims)), F32)
+    else:  # the window is the whole image: its size is known at run time
+        count = _f32(s, s.reduce(ReduceOp.PROD, s.shape_of(x, 2), None, keepdims=False))
     total = s.reduce(ReduceOp.SUM, _centred(n, x, _zero(n, 2), DType.I32), axes)
-    ratio = s.div(s.div(_f32(s, n.input(1)), _f32(s, n.input(3))),
-                  s.scalar(float(count), F32))
+    ratio = s.div(s.div(_f32(s, n.input(1)), _f32(s, n.input(3))), count)
     y = requantize(s, total, ratio, _zero(n, 4), _out_type(n, 4, n.input(0)))
     return _to_channels_last(n, y)
 
