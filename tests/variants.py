@@ -237,3 +237,25 @@ def run_variant(model: str, variant: str, profile, tmp: Path, seeds=(0, 1, 2)) -
                compare(model, theirs, reference), compare(model, ours, reference)]
         results = [n if r is None else r.worst(n) for r, n in zip(results, now)]
     return Result(*results)  # type: ignore[arg-type]
+
+
+def contrib_ops(path: Path) -> str:
+    """The non-ONNX ops of a model file (nested graphs too), by count, for the table."""
+    import collections
+
+    import onnx
+
+    counts: collections.Counter = collections.Counter()
+
+    def walk(graph) -> None:
+        for node in graph.node:
+            if node.domain not in ("", "ai.onnx"):
+                counts[f"{node.domain.replace('com.microsoft', 'ms')}.{node.op_type}"] += 1
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    walk(attr.g)
+                for sub in attr.graphs:
+                    walk(sub)
+
+    walk(onnx.load(str(path), load_external_data=False).graph)
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "-"
