@@ -5,7 +5,7 @@ The oracle is onnxruntime itself: the contrib ops are its own, defined by its ke
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import onnxruntime as ort

@@ -25,7 +25,10 @@ from rlx.frontends.onnx.external import ExternalData
 from rlx.frontends.onnx.layouts import refuse_layouts
 from rlx.frontends.onnx.node import NodeContext, node_label
 from rlx.frontends.onnx.registry import (
-    CONVERTERS, DOMAIN_CONVERTERS, NEVER_EXPANDED, find_converter,
+    CONVERTERS,
+    DOMAIN_CONVERTERS,
+    NEVER_EXPANDED,
+    find_converter,
 )
 from rlx.frontends.onnx.scope import Scope, finish_graph, free_variables, subgraph_attributes
 from rlx.frontends.onnx.tensors import dtype_of, onnx_elem_type, sparse_to_array, tensor_to_array

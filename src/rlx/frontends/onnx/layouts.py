@@ -9,7 +9,7 @@ does not guess the block layout: it names the level that keeps a portable graph.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from onnx import GraphProto, NodeProto
 

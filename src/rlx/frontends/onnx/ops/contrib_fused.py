@@ -203,10 +203,8 @@ def embed_layer_norm(n: NodeContext):
     s = n.s
     ids = s.cast(n.input(0), DType.I64)
     total = s.gather(n.input(2), ids)
-    if n.has(8):
-        positions = s.cast(n.input(8), DType.I64)
-    else:
-        positions = _arange(s, s.shape(ids).dims[1], ids)
+    positions = s.cast(n.input(8), DType.I64) if n.has(8) else \
+        _arange(s, s.shape(ids).dims[1], ids)
     total = s.add(total, s.gather(n.input(3), positions))
     if n.has(1) and n.has(4):
         total = s.add(total, s.gather(n.input(4), s.cast(n.input(1), DType.I64)))

@@ -18,7 +18,7 @@ from rlx.frontends.onnx.ops.control import lstm
 from rlx.frontends.onnx.ops.nn import _pool
 from rlx.frontends.onnx.ops.quant import dequantize, dequantize_linear, quantize, quantize_linear
 from rlx.frontends.onnx.registry import MICROSOFT, converter
-from rlx.ir import Activation, Clamp, DType, GlobalPool, Pool, PoolKind, ReduceOp, Softmax
+from rlx.ir import Activation, Clamp, DType, PoolKind, ReduceOp, Softmax
 
 __all__ = ["requantize"]
 
