@@ -383,7 +383,7 @@ def _shape_error(op, *shapes, match: str) -> None:
      "output_padding"),
     (Pool(PoolKind.MAX, (3, 3), pads=(3, 0, 0, 0)), [(1, 2, 5, 5)], "smaller than the kernel"),
     (Pool(PoolKind.AVG, (3,)), [(1, 2, 5, 5)], "needs a rank-3 input"),
-    (Pool(PoolKind.AVG, (6, 2)), [(1, 2, 5, 5)], "window does not fit"),
+    (Pool(PoolKind.AVG, (7, 2)), [(1, 2, 5, 5)], "window does not fit"),
     (GlobalPool(PoolKind.AVG), [(5,)], "rank >= 2"),
     (Softmax(2), [(3, 4)], "axis 2 out of range"),
     (LogSoftmax(), [()], "rank >= 1"),
