@@ -17,7 +17,7 @@ NCHWC = {"ppocr-cls", "nudenet-320n", "captcha-crnn", "orientation-lcnet"}
 """Models whose ORT_ENABLE_ALL file holds onnxruntime's CPU-specific NCHWc layout."""
 
 KNOWN = {("minilm-l3", "dynamic-tensor"), ("minilm-l3", "dynamic-channel"),
-         ("minilm-l3", "static-qdq"), ("captcha-crnn", "static-qdq")}
+         ("minilm-l3", "static-qdq")}
 """Differ from onnxruntime by more than the integer tolerance (docs/variants.md): its
 uint8 x int8 MatMulInteger on AVX2 saturates adjacent pairs of products to int16
 (tests/frontends/contrib/test_quant.py reproduces it exactly) where rlx computes the exact
