@@ -22,10 +22,13 @@ class ShapeError(GraphError):
 class UnsupportedOpError(RlxError):
     """The model uses ops rlx cannot run; `op_types` lists all of them at once."""
 
-    def __init__(self, op_types: list[str] | tuple[str, ...] | set[str], where: str = ""):
+    def __init__(self, op_types: list[str] | tuple[str, ...] | set[str], where: str = "",
+                 notes: list[str] | tuple[str, ...] = ()):
         self.op_types = sorted(set(op_types))
+        self.notes = list(notes)
         place = f" in {where}" if where else ""
-        super().__init__(f"unsupported op type(s){place}: {', '.join(self.op_types)}")
+        extra = f" ({'; '.join(self.notes)})" if self.notes else ""
+        super().__init__(f"unsupported op type(s){place}: {', '.join(self.op_types)}{extra}")
 
 
 class InputError(RlxError):

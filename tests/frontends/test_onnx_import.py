@@ -674,7 +674,33 @@ def test_unsupported_ops_are_listed_together():
     proto = model(nodes, [value("x", F, [2])], [value("y", F, None)], 13)
     with pytest.raises(UnsupportedOpError) as info:
         import_onnx(proto)
-    assert info.value.op_types == ["Bernoulli", "StringNormalizer", "com.example.Frobnicate"]
+    assert info.value.op_types == ["ai.onnx.Bernoulli", "ai.onnx.StringNormalizer",
+                                   "com.example.Frobnicate"]
+    assert "com.example.Frobnicate: no converter for any opset of com.example" in str(info.value)
+
+
+def test_unsupported_op_says_where_rlx_does_convert_it():
+    """An op written under the wrong domain, or at an opset where no converter (or ONNX
+    function body) exists, is named with the domain and where rlx converts it."""
+    nodes = [helper.make_node("FusedConv", ["x", "w"], ["y"], domain="org.example")]
+    proto = model(nodes, [value("x", F, [1, 1, 3, 3]), value("w", F, [1, 1, 1, 1])],
+                  [value("y", F, None)], 13)
+    proto.opset_import.append(helper.make_opsetid("org.example", 1))
+    with pytest.raises(UnsupportedOpError, match=r"org\.example\.FusedConv: rlx converts "
+                                                 r"com\.microsoft\.FusedConv"):
+        import_onnx(proto)
+    nodes = [helper.make_node("QuickGelu", ["x"], ["y"])]
+    proto = model(nodes, [value("x", F, [2])], [value("y", F, None)], 13)
+    with pytest.raises(UnsupportedOpError, match=r"ai\.onnx\.QuickGelu: rlx converts "
+                                                 r"com\.microsoft\.QuickGelu"):
+        import_onnx(proto)
+
+
+def test_nchwc_layout_is_refused_naming_the_level_to_save_at():
+    nodes = [helper.make_node("ReorderInput", ["x"], ["y"], domain="com.microsoft.nchwc")]
+    proto = model(nodes, [value("x", F, [1, 8, 2, 2])], [value("y", F, None)], 13)
+    with pytest.raises(UnsupportedOpError, match="ORT_ENABLE_EXTENDED"):
+        import_onnx(proto)
 
 
 def test_unsupported_ops_inside_subgraphs_are_listed_too():

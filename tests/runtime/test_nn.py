@@ -383,7 +383,7 @@ def _shape_error(op, *shapes, match: str) -> None:
      "output_padding"),
     (Pool(PoolKind.MAX, (3, 3), pads=(3, 0, 0, 0)), [(1, 2, 5, 5)], "smaller than the kernel"),
     (Pool(PoolKind.AVG, (3,)), [(1, 2, 5, 5)], "needs a rank-3 input"),
-    (Pool(PoolKind.AVG, (6, 2)), [(1, 2, 5, 5)], "window does not fit"),
+    (Pool(PoolKind.AVG, (7, 2)), [(1, 2, 5, 5)], "window does not fit"),
     (GlobalPool(PoolKind.AVG), [(5,)], "rank >= 2"),
     (Softmax(2), [(3, 4)], "axis 2 out of range"),
     (LogSoftmax(), [()], "rank >= 1"),
@@ -426,3 +426,35 @@ def test_half_precision_computes_in_float32(op, op_type, attrs, shapes):
     (got,) = run_op(op, inputs)
     assert got.dtype == np.float16
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("kind,shape,attrs", [
+    ("MaxPool", (1, 2, 1, 4), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("MaxPool", (1, 2, 1, 5), {"kernel_shape": [3, 3], "strides": [2, 2]}),
+    ("MaxPool", (1, 2, 1, 5), {"kernel_shape": [3, 3], "strides": [3, 3]}),
+    ("AveragePool", (1, 2, 1, 4), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("AveragePool", (1, 2, 1, 4), {"kernel_shape": [2, 2], "strides": [2, 2],
+                                   "count_include_pad": 1}),
+    ("AveragePool", (1, 2, 1, 5), {"kernel_shape": [3, 3], "strides": [2, 2],
+                                   "pads": [1, 1, 1, 1]}),
+])
+def test_pools_on_inputs_shorter_than_the_window_match_onnxruntime(kind, shape, attrs):
+    """onnxruntime sizes a pool dividing toward zero: a window longer than the input (by
+    less than a stride) still gives one output over the elements it covers."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from rlx.frontends.onnx import import_onnx
+
+    graph = helper.make_graph(
+        [helper.make_node(kind, ["x"], ["y"], **attrs)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (got,) = Session().compile(import_onnx(model)[0]).run({"x": x})
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)

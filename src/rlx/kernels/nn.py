@@ -13,6 +13,8 @@ the range), then cast back; float64 stays float64.
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -277,11 +279,18 @@ def pool(node, x):
     end = [max(e, (o - 1) * s + ext - n - b)
            for o, s, ext, n, b, e in zip(out, win.strides, win.extent, sizes, win.begin, win.end)]
     if op.kind is PoolKind.MAX:
+        if not all(out):
+            return np.zeros((*x.shape[:2], *out), x.dtype)
         xp = _pad(x, win.begin, end, _lowest(x.dtype))
         return _fold((xp[(..., *sl)] for sl in _taps(win, out)), np.maximum, x.dtype)
     xp = _pad(_to_compute(x), win.begin, end, 0)
+    if not all(out):
+        return np.zeros((*x.shape[:2], *out), x.dtype)
     total = _fold((xp[(..., *sl)] for sl in _taps(win, out)), np.add, xp.dtype)
-    total /= _window_counts(win, sizes, out, op.count_include_pad)
+    # outside ceil mode, a window hanging past a short input counts its overhang as
+    # padding (onnxruntime: a 2x2 average of a 1x1 image with count_include_pad is x / 4)
+    counted = win if op.ceil_mode else dataclasses.replace(win, end=tuple(end))
+    total /= _window_counts(counted, sizes, out, op.count_include_pad)
     return total.astype(x.dtype, copy=False)
 
 

@@ -135,24 +135,43 @@ class CompiledGraph:
         bound: dict[str, int] = {}
         values: dict[int, np.ndarray] = {}
         for node in self._inputs:
-            values[node.id] = _check_feed(node, feeds[node.op.name], bound)
+            name = node.op.name
+            values[node.id] = conform_feed(name, node.shape, feeds[name], bound)
         return values
 
     def __repr__(self) -> str:
         return f"CompiledGraph({self.graph.name!r}, {len(self._steps)} steps)"
 
 
-def _check_feed(node: Node, value: Any, bound: dict[str, int]) -> np.ndarray:
-    shape: Shape = node.shape
+def conform_feed(name: str, shape: Shape, value: Any,
+                 bound: dict[str, int] | None = None) -> np.ndarray:
+    """`value` as the graph input `name` of declared `shape` takes it, by onnxruntime's
+    input rules, or an `InputError` saying what was expected.
+
+    onnxruntime (1.32, measured) requires the exact dtype and, for a declared rank >= 1,
+    the exact rank and every fixed dim; a declared scalar it takes at any shape. rlx takes
+    a declared scalar as any one-element array (silero-vad's own feeds pass `sr` as
+    int64 [1]), reshaped to rank 0 without a copy; more elements cannot fit the scalar the
+    graph was built around, so they stay an error. A symbolic dim must have one size over
+    all inputs (`bound` collects them; onnxruntime does not check, but rlx's graph relies
+    on it). Python scalars and lists take the declared dtype.
+    """
     want = shape.dtype.numpy
     if not isinstance(value, np.ndarray):
-        value = np.asarray(value, dtype=want)  # Python scalars and lists take the declared type
-    name = node.op.name
+        value = np.asarray(value, dtype=want)
     expected = f"expected {shape}"
     got = f"got {DType.from_numpy(value.dtype) if value.dtype in _KNOWN else value.dtype}" \
           f"[{', '.join(map(str, value.shape))}]"
-    if value.dtype != want or value.ndim != shape.rank:
-        raise InputError(f"input {name!r}: {expected}, {got}")
+    if value.dtype != want:
+        raise InputError(f"input {name!r}: {expected}, {got} (the dtype must match)")
+    if shape.rank == 0 and value.ndim:
+        if value.size != 1:
+            raise InputError(f"input {name!r}: {expected}, {got} (a scalar takes one "
+                             "element)")
+        return value.reshape(())  # a view: one element is contiguous in any layout
+    if value.ndim != shape.rank:
+        raise InputError(f"input {name!r}: {expected}, {got} (rank {shape.rank})")
+    bound = {} if bound is None else bound
     for axis, (dim, size) in enumerate(zip(shape.dims, value.shape)):
         if isinstance(dim, int):
             if dim != size:

@@ -23,8 +23,14 @@ from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TypeProto, he
 from rlx.errors import GraphError, ModelImportError, UnsupportedOpError
 from rlx.frontends.onnx import ops  # noqa: F401  (registers the converters)
 from rlx.frontends.onnx.external import ExternalData
+from rlx.frontends.onnx.layouts import refuse_layouts
 from rlx.frontends.onnx.node import NodeContext, node_label
-from rlx.frontends.onnx.registry import CONVERTERS, NEVER_EXPANDED
+from rlx.frontends.onnx.registry import (
+    CONVERTERS,
+    DOMAIN_CONVERTERS,
+    NEVER_EXPANDED,
+    find_converter,
+)
 from rlx.frontends.onnx.scope import Scope, finish_graph, free_variables, subgraph_attributes
 from rlx.frontends.onnx.tensors import dtype_of, onnx_elem_type, sparse_to_array, tensor_to_array
 from rlx.frontends.onnx.validate import check_model_text, check_node, check_text
@@ -118,9 +124,12 @@ class Importer:
     # -- driver ------------------------------------------------------------------------------
     def run(self) -> tuple[Graph, dict[str, np.ndarray]]:
         graph = self.model.graph
+        refuse_layouts(graph)
         unsupported = sorted(set(self._unsupported(graph.node, self.opsets)))
         if unsupported:
-            raise UnsupportedOpError(unsupported, where=f"ONNX model {graph.name!r}")
+            raise UnsupportedOpError([_qualified(d, op) for d, op in unsupported],
+                                     where=f"ONNX model {graph.name!r}",
+                                     notes=_unsupported_notes(unsupported, self.opsets))
         scope = Scope(self, graph.name or "model")
         names = set()
         for value in graph.input:
@@ -163,7 +172,7 @@ class Importer:
         label = node_label(node)
         check_text(node, label)
         domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
-        convert = CONVERTERS.get(node.op_type) if domain == "" else None
+        convert = find_converter(domain, node.op_type)
         local = self.functions.get((node.domain, node.op_type))
         if local is None and domain == "":
             check_node(node, opsets[""], label)
@@ -174,10 +183,12 @@ class Importer:
             if convert is None:
                 found = self._schema_function(scope, node, opsets[""])
                 if found is None:
-                    raise UnsupportedOpError([node.op_type], where=node_label(node))
+                    pair = [(domain, node.op_type)]
+                    raise UnsupportedOpError([_qualified(*pair[0])], where=node_label(node),
+                                             notes=_unsupported_notes(pair, opsets))
                 self._expand(scope, node, *found)
                 return
-            ctx = NodeContext(scope, node, opsets[""])
+            ctx = NodeContext(scope, node, opsets.get(domain, 1))
             results = convert(ctx)
         except GraphError as err:  # ShapeError is a GraphError
             raise ModelImportError(f"{label}: {err}") from None
@@ -272,9 +283,10 @@ class Importer:
             _check_old_opset(model.graph, version)
         return opsets
 
-    def _unsupported(self, nodes: Iterable[NodeProto], opsets: dict[str, int]) -> list[str]:
-        """Op types (domain-qualified outside the default domain) nothing here converts."""
-        missing = []
+    def _unsupported(self, nodes: Iterable[NodeProto],
+                     opsets: dict[str, int]) -> list[tuple[str, str]]:
+        """(domain, op type) of the ops nothing here converts ("" for ONNX's domain)."""
+        missing: list[tuple[str, str]] = []
         for node in nodes:
             for sub in subgraph_attributes(node):
                 missing += self._unsupported(sub.node, opsets)
@@ -282,10 +294,11 @@ class Importer:
             if local is not None:
                 missing += self._unsupported(local.node, opsets)
             elif node.domain not in DEFAULT_DOMAINS:
-                missing.append(f"{node.domain}.{node.op_type}")
+                if find_converter(node.domain, node.op_type) is None:
+                    missing.append((node.domain, node.op_type))
             elif node.op_type not in CONVERTERS and not _has_function(node.op_type,
                                                                        opsets[""]):
-                missing.append(node.op_type)
+                missing.append(("", node.op_type))
         return missing
 
     def declared_shape(self, value, what: str, used: set[str]) -> Shape:
@@ -333,6 +346,34 @@ def _has_function(op_type: str, opset: int) -> bool:
         return False
     return bool(schema.has_function and schema.get_function_with_opset_version(opset)) or \
         schema.has_context_dependent_function
+
+
+def _qualified(domain: str, op_type: str) -> str:
+    return f"{domain or 'ai.onnx'}.{op_type}"
+
+
+def _unsupported_notes(missing: Iterable[tuple[str, str]], opsets: dict[str, int]) -> list[str]:
+    """Per unsupported op, where rlx does convert it: under another domain, or (ONNX ops)
+    at the opsets whose function body rlx expands."""
+    notes = []
+    for domain, op_type in missing:
+        name = _qualified(domain, op_type)
+        elsewhere = [_qualified(d, op_type) for d, table in
+                     (("", CONVERTERS), *DOMAIN_CONVERTERS.items())
+                     if d != domain and op_type in table]
+        if elsewhere:
+            notes.append(f"{name}: rlx converts {', '.join(elsewhere)}")
+            continue
+        if domain:
+            notes.append(f"{name}: no converter for any opset of {domain}")
+            continue
+        versions = [v for v in range(1, MAX_OPSET + 1) if _has_function(op_type, v)]
+        if versions:
+            notes.append(f"{name}: no converter at opset {opsets['']}; rlx expands it at "
+                         f"opset {versions[0]}..{versions[-1]}")
+        else:
+            notes.append(f"{name}: no converter for any opset")
+    return notes
 
 
 def _check_old_opset(graph: GraphProto, version: int) -> None:

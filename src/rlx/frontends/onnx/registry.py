@@ -17,6 +17,12 @@ Converter = Callable[["NodeContext"], Outputs]
 
 CONVERTERS: dict[str, Converter] = {}
 
+DOMAIN_CONVERTERS: dict[str, dict[str, Converter]] = {}
+"""Converters of ops outside the default domain: domain -> op type -> converter
+(`com.microsoft` is onnxruntime's contrib-op domain)."""
+
+MICROSOFT = "com.microsoft"
+
 NEVER_EXPANDED = frozenset({
     "Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform",
     "RandomUniformLike",
@@ -25,13 +31,21 @@ NEVER_EXPANDED = frozenset({
 numbers, which a baked, deterministic graph cannot reproduce."""
 
 
-def converter(*op_types: str) -> Callable[[Converter], Converter]:
-    """Register a converter for one or more op types of the default ONNX domain."""
+def converter(*op_types: str, domain: str = "") -> Callable[[Converter], Converter]:
+    """Register a converter for one or more op types of `domain` (default: ONNX's)."""
+    table = CONVERTERS if domain == "" else DOMAIN_CONVERTERS.setdefault(domain, {})
 
     def register(fn: Converter) -> Converter:
         for op_type in op_types:
-            assert op_type not in CONVERTERS, op_type
-            CONVERTERS[op_type] = fn
+            assert op_type not in table, (domain, op_type)
+            table[op_type] = fn
         return fn
 
     return register
+
+
+def find_converter(domain: str, op_type: str) -> Converter | None:
+    """The converter of `op_type` in `domain` ("" for ONNX's), or None."""
+    if domain == "":
+        return CONVERTERS.get(op_type)
+    return DOMAIN_CONVERTERS.get(domain, {}).get(op_type)

@@ -52,9 +52,16 @@ class Window:
 
     def pool_sizes(self, sizes: Sequence[int], ceil_mode: bool) -> tuple[int, ...]:
         """Output positions of a pooling; in ceil mode a window starting in the end padding
-        is dropped (ONNX, PyTorch)."""
+        is dropped (ONNX, PyTorch). Otherwise onnxruntime's rule, which divides toward
+        zero: an input shorter than the window (by less than a stride) still gives one
+        window, over the elements it covers (a 1x1 image through a 2x2 / 2 pool), and a
+        zero-sized output where it is a stride short or more; negative means no fit."""
         if not ceil_mode:
-            return self.conv_sizes(sizes)
+            out = []
+            for n, b, e, x, s in zip(sizes, self.begin, self.end, self.extent, self.strides):
+                room = n + b + e - x
+                out.append((room // s if room >= 0 else -(-room // s)) + 1)
+            return tuple(out)
         out = []
         for n, b, e, x, s in zip(sizes, self.begin, self.end, self.extent, self.strides):
             o = -(-(n + b + e - x) // s) + 1
@@ -97,12 +104,13 @@ class _Sliding:
         )
 
 
-def _spatial(op: Op, sizes: Sequence[Dim], compute: Callable[[tuple[int, ...]], tuple]):
+def _spatial(op: Op, sizes: Sequence[Dim], compute: Callable[[tuple[int, ...]], tuple],
+             minimum: int = 1):
     """Output spatial dims from `compute` on the static sizes, UNKNOWN where a size is
     symbolic (a stand-in of 1 goes through `compute` there and is discarded); refuse a static
-    result below 1, which means the window does not fit."""
+    result below `minimum`, which means the window does not fit."""
     out = compute(tuple(n if isinstance(n, int) else 1 for n in sizes))
-    if any(o < 1 for n, o in zip(sizes, out) if isinstance(n, int)):
+    if any(o < minimum for n, o in zip(sizes, out) if isinstance(n, int)):
         raise ShapeError(f"{op.op_name}: the window does not fit the input spatial dims "
                          f"{list(sizes)} (would give {list(out)})")
     return [o if isinstance(n, int) else UNKNOWN for n, o in zip(sizes, out)]
@@ -253,7 +261,8 @@ class Pool(_Sliding, Op):
         if any(p >= e for p, e in zip(win.begin + win.end, win.extent * 2)):
             raise ShapeError(f"Pool: pads {win.begin + win.end} must be smaller than the "
                              f"kernel extent {win.extent}")
-        out = _spatial(self, x.dims[2:], lambda n: win.pool_sizes(n, self.ceil_mode))
+        out = _spatial(self, x.dims[2:], lambda n: win.pool_sizes(n, self.ceil_mode),
+                       minimum=0)
         return x.with_dims((*x.dims[:2], *out))
 
 

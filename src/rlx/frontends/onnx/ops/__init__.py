@@ -2,6 +2,8 @@
 
 from rlx.frontends.onnx.ops import (  # noqa: F401
     col2im,
+    contrib_fused,
+    contrib_quant,
     control,
     detection,
     elementwise,

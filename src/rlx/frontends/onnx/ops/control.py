@@ -172,11 +172,19 @@ def scan(n: NodeContext):
 
 
 # -- recurrences -------------------------------------------------------------------------------
-def _recurrent(n: NodeContext, cls, optional: Sequence[str], extra: dict) -> list[int]:
+def _recurrent(n: NodeContext, cls, optional: Sequence[str], extra: dict,
+               given: dict[int, int] | None = None) -> list[int]:
+    """The recurrence of node `n`; `given` replaces inputs by position (a quantised
+    LSTM's dequantised weights)."""
     s = n.s
+    given = given or {}
+
+    def get(i: int) -> int:
+        return given[i] if i in given else n.input(i)
+
     present = tuple(name for i, name in enumerate(optional, start=3) if n.has(i))
-    inputs = [n.input(i) for i in range(3)] + \
-        [n.input(i) for i, _ in enumerate(optional, start=3) if n.has(i)]
+    inputs = [get(i) for i in range(3)] + \
+        [get(i) for i, _ in enumerate(optional, start=3) if n.has(i)]
     hidden = n.attr("hidden_size")
     if hidden is None:
         hidden = s.shape(inputs[2]).dims[-1]
@@ -197,9 +205,9 @@ def _recurrent(n: NodeContext, cls, optional: Sequence[str], extra: dict) -> lis
 
 
 @converter("LSTM")
-def lstm(n: NodeContext):
+def lstm(n: NodeContext, given: dict[int, int] | None = None):
     return _recurrent(n, LSTM, LSTM.optional_inputs,
-                      {"input_forget": bool(n.attr("input_forget", 0))})
+                      {"input_forget": bool(n.attr("input_forget", 0))}, given)
 
 
 @converter("GRU")

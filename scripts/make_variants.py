@@ -1,0 +1,77 @@
+#!/usr/bin/env python
+"""Make onnxruntime's variants of every MODELS.md model and write their table.
+
+For each model (tests/real_models.py) onnxruntime writes: optimised variants
+(ORT_ENABLE_EXTENDED, ORT_ENABLE_ALL), dynamically quantised ones (per tensor, per channel)
+and statically quantised ones (QDQ and QOperator, calibrated on seeded feeds), cached in
+.cache/variants/ (tests/variants.py). Each is imported, baked with every profile, written,
+read and run, and compared with onnxruntime running the same file; the table goes to the
+marked section of docs/variants.md.
+
+    python scripts/make_variants.py                    # all models, all profiles
+    python scripts/make_variants.py --models ppocr-cls --profiles exact
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rlx import BakeProfile  # noqa: E402
+from rlx.errors import RlxError  # noqa: E402
+from tests.real_models import MODELS  # noqa: E402
+from tests.variants import INTEGER, VARIANTS, contrib_ops, run_variant, variant_path  # noqa: E402
+
+DOC = ROOT / "docs" / "variants.md"
+BEGIN, END = "<!-- variants:begin -->", "<!-- variants:end -->"
+
+
+def _cell(comparison) -> str:
+    agree = "" if comparison.argmax is None else f", {comparison.argmax:.1%}"
+    return f"{comparison.max_abs:.1e} / {comparison.cosine:.6f}{agree}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--profiles", default=",".join(p.value for p in BakeProfile))
+    parser.add_argument("--no-doc", action="store_true", help="print only")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    profiles = [BakeProfile(p) for p in args.profiles.split(",")]
+    rows = ["| model | variant | com.microsoft ops | profile | rlx vs ORT | rlx vs ORT "
+            "(no opt.) | ORT variant vs original | verdict |", "|---|---|---|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for model in args.models.split(","):
+            for variant in VARIANTS:
+                path = variant_path(model, variant)
+                ops = contrib_ops(path)
+                for profile in profiles:
+                    try:
+                        r = run_variant(model, variant, profile, Path(tmp))
+                    except RlxError as err:
+                        line = f"| {model} | {variant} | {ops} | {profile.value} | " \
+                               f"refused: {str(err)[:160]} | | | refused |"
+                    else:
+                        verdict = "ok" if r.ok(variant in INTEGER) else "differs"
+                        line = f"| {model} | {variant} | {ops} | {profile.value} | " \
+                               f"{_cell(r.ort)} | {_cell(r.ort_plain)} | " \
+                               f"{_cell(r.ort_vs_float)} | {verdict} |"
+                    print(line, flush=True)
+                    rows.append(line)
+    if args.no_doc:
+        return
+    text = DOC.read_text()
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    DOC.write_text(f"{head}{BEGIN}\n" + "\n".join(rows) + f"\n{END}{tail}")
+
+
+if __name__ == "__main__":
+    main()

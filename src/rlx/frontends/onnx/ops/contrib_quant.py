@@ -1,0 +1,337 @@
+"""onnxruntime's quantised `com.microsoft` ops, in IR integer and float32 arithmetic.
+
+Written by onnxruntime's quantizer (`quantize_static` in the QOperator format,
+`quantize_dynamic`, the 4-bit `MatMulNBits` tools). The arithmetic follows onnxruntime's CPU
+kernels (MLAS), so results match bit for bit: integer products and sums are exact in int32;
+requantisation is `float32(acc) * float32 multiplier`, rounded half to even, plus the zero
+point, saturated; element-wise ops (Add, Mul, Sigmoid, LeakyRelu, Concat) dequantise to
+float32, compute, and quantise `round(y / scale) + zero`, as onnxruntime's lookup tables do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlx.frontends.onnx.node import NodeContext
+from rlx.frontends.onnx.ops.contrib_fused import attend
+from rlx.frontends.onnx.ops.control import lstm
+from rlx.frontends.onnx.ops.nn import _pool
+from rlx.frontends.onnx.ops.quant import dequantize, dequantize_linear, quantize, quantize_linear
+from rlx.frontends.onnx.registry import MICROSOFT, converter
+from rlx.ir import Activation, Clamp, DType, PoolKind, ReduceOp, Softmax
+
+__all__ = ["requantize"]
+
+F32 = DType.F32
+
+converter("QuantizeLinear", domain=MICROSOFT)(quantize_linear)
+converter("DequantizeLinear", domain=MICROSOFT)(dequantize_linear)
+
+
+def _f32(s, x: int) -> int:
+    return s.cast(x, F32)
+
+
+def _zero(n: NodeContext, i: int) -> int | None:
+    return n.optional(i)
+
+
+def _out_type(n: NodeContext, zero_index: int, like: int) -> DType:
+    return n.s.dtype(n.input(zero_index)) if n.has(zero_index) else n.s.dtype(like)
+
+
+def _centred(n: NodeContext, x: int, zero: int | None, dtype: DType = F32) -> int:
+    """x - zero point, in `dtype` (exact: 8-bit values and their differences fit)."""
+    s = n.s
+    y = s.cast(x, dtype)
+    return y if zero is None else s.sub(y, s.cast(zero, dtype))
+
+
+def requantize(s, value: int, multiplier: int | None, zero: int | None, out: DType) -> int:
+    """saturate(round(float32(value) * multiplier) + zero) in `out` (MLAS's requantise)."""
+    y = _f32(s, value)
+    if multiplier is not None:
+        y = s.mul(y, multiplier)
+    y = s.unary(Activation.ROUND, y)
+    if zero is not None:
+        y = s.add(y, _f32(s, zero))
+    info = np.iinfo(out.numpy)
+    return s.cast(s.emit(Clamp(float(info.min), float(info.max)), y), out)
+
+
+# -- element-wise ------------------------------------------------------------------------------
+@converter("QLinearAdd", domain=MICROSOFT)
+def qlinear_add(n: NodeContext) -> int:
+    """C = round(sa/sc (A - za) + sb/sc (B - zb)) + zc: onnxruntime's kernel scales each
+    centred operand by its ratio to the output scale, in float32."""
+    s = n.s
+    sc = _f32(s, n.input(6))
+    ra, rb = s.div(_f32(s, n.input(1)), sc), s.div(_f32(s, n.input(4)), sc)
+    a = s.mul(_centred(n, n.input(0), _zero(n, 2)), ra)
+    b = s.mul(_centred(n, n.input(3), _zero(n, 5)), rb)
+    return requantize(s, s.add(a, b), None, _zero(n, 7), _out_type(n, 7, n.input(0)))
+
+
+@converter("QLinearMul", domain=MICROSOFT)
+def qlinear_mul(n: NodeContext) -> int:
+    """C = round((A - za)(B - zb) * (sa sb / sc)) + zc."""
+    s = n.s
+    ratio = s.div(s.mul(_f32(s, n.input(1)), _f32(s, n.input(4))), _f32(s, n.input(6)))
+    product = s.mul(_centred(n, n.input(0), _zero(n, 2)), _centred(n, n.input(3), _zero(n, 5)))
+    return requantize(s, product, ratio, _zero(n, 7), _out_type(n, 7, n.input(0)))
+
+
+def _through_float(n: NodeContext, fn) -> int:
+    """Dequantise X (inputs 0..2), apply `fn` in float32, quantise to Y (inputs 3, 4): what
+    onnxruntime's 256-entry lookup table holds for each input value."""
+    s = n.s
+    x = dequantize(s, n.input(0), _f32(s, n.input(1)), _zero(n, 2), F32)
+    return quantize(s, fn(x), n.input(3), _zero(n, 4), _out_type(n, 4, n.input(0)))
+
+
+@converter("QLinearSigmoid", domain=MICROSOFT)
+def qlinear_sigmoid(n: NodeContext) -> int:
+    return _through_float(n, lambda x: n.s.unary(Activation.SIGMOID, x))
+
+
+@converter("QLinearLeakyRelu", domain=MICROSOFT)
+def qlinear_leaky_relu(n: NodeContext) -> int:
+    alpha = float(n.attr("alpha", 0.01))
+    return _through_float(n, lambda x: n.s.unary(Activation.LEAKY_RELU, x, alpha))
+
+
+@converter("QLinearConcat", domain=MICROSOFT)
+def qlinear_concat(n: NodeContext) -> int:
+    """Inputs Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per tensor; each
+    is requantised to Y's parameters (copied as is where they are Y's) and concatenated."""
+    s = n.s
+    y_scale, y_zero = n.input(0), n.input(1)
+    out = s.dtype(y_zero)
+    parts = []
+    for i in range(2, len(n.inputs), 3):
+        x = n.input(i)
+        same = [s.value(n.input(i + 1)), s.value(n.input(i + 2))]
+        if same[0] is not None and same[1] is not None and \
+                np.array_equal(same[0], s.value(y_scale)) and \
+                np.array_equal(same[1], s.value(y_zero)):
+            parts.append(x)
+            continue
+        real = dequantize(s, x, _f32(s, n.input(i + 1)), n.input(i + 2), F32)
+        parts.append(quantize(s, real, y_scale, y_zero, out))
+    return s.concat(parts, n.attr("axis"))
+
+
+# -- pooling and softmax -----------------------------------------------------------------------
+def _to_channels_first(n: NodeContext, x: int) -> int:
+    if not n.attr("channels_last", 0):
+        return x
+    rank = n.s.rank(x)
+    return n.s.transpose(x, (0, rank - 1, *range(1, rank - 1)))
+
+
+def _to_channels_last(n: NodeContext, y: int) -> int:
+    if not n.attr("channels_last", 0):
+        return y
+    rank = n.s.rank(y)
+    return n.s.transpose(y, (0, *range(2, rank), 1))
+
+
+@converter("QLinearGlobalAveragePool", domain=MICROSOFT)
+def qlinear_global_average_pool(n: NodeContext) -> int:
+    """round((sum(X) - zx * count) * (sx / sy / count)) + zy: an exact integer sum."""
+    s = n.s
+    x = _to_channels_first(n, n.input(0))
+    axes = tuple(range(2, s.rank(x)))
+    dims = s.shape(x).dims[2:]
+    if all(isinstance(d, int) for d in dims):
+        count = s.scalar(float(np.prod(dims)), F32)
+    else:  # the window is the whole image: its size is known at run time
+        count = _f32(s, s.reduce(ReduceOp.PROD, s.shape_of(x, 2), None, keepdims=False))
+    total = s.reduce(ReduceOp.SUM, _centred(n, x, _zero(n, 2), DType.I32), axes)
+    ratio = s.div(s.div(_f32(s, n.input(1)), _f32(s, n.input(3))), count)
+    y = requantize(s, total, ratio, _zero(n, 4), _out_type(n, 4, n.input(0)))
+    return _to_channels_last(n, y)
+
+
+@converter("QLinearAveragePool", domain=MICROSOFT)
+def qlinear_average_pool(n: NodeContext) -> int:
+    """AveragePool of the dequantised input in float32, quantised to Y."""
+    s = n.s
+    x = _to_channels_first(n, n.input(0))
+    real = dequantize(s, x, _f32(s, n.input(1)), _zero(n, 2), F32)
+    y = quantize(s, _pool(n, PoolKind.AVG, real), n.input(3), _zero(n, 4),
+                 _out_type(n, 4, n.input(0)))
+    return _to_channels_last(n, y)
+
+
+@converter("QLinearSoftmax", domain=MICROSOFT)
+def qlinear_softmax(n: NodeContext) -> int:
+    """Softmax of the dequantised input along `axis` (the whole trailing block before
+    opset 13), quantised to Y."""
+    s = n.s
+    x = n.input(0)
+    real = dequantize(s, x, _f32(s, n.input(1)), _zero(n, 2), F32)
+    opset = int(n.attr("opset", 13))
+    rank = s.rank(x)
+    axis = n.attr("axis", -1 if opset >= 13 else 1) % max(rank, 1)
+    if opset < 13 and axis < rank - 1:
+        flat, shape = s.to_2d(real, axis)
+        soft = s.reshape(s.emit(Softmax(-1), flat), shape)
+    else:
+        soft = s.emit(Softmax(axis), real)
+    return quantize(s, soft, n.input(3), _zero(n, 4), _out_type(n, 4, x))
+
+
+# -- matrix products ---------------------------------------------------------------------------
+def _integer_product(n: NodeContext, a: int, za: int | None, b: int, zb: int | None,
+                     trans_a: bool = False, trans_b: bool = False) -> int:
+    """(A - za) @ (B - zb) in int32; zb per column (a vector along N) or per tensor."""
+    s = n.s
+    left = _centred(n, a, za, DType.I32)
+    right = s.cast(b, DType.I32)
+    if trans_a:
+        left = s.transpose(left, (1, 0))
+    if trans_b:
+        right = s.transpose(right, (1, 0))
+    if zb is not None:
+        right = s.sub(right, s.cast(zb, DType.I32))  # broadcasts along the last axis (N)
+    return s.matmul(left, right)
+
+
+@converter("QGemm", domain=MICROSOFT)
+def qgemm(n: NodeContext) -> int:
+    """alpha (A - za)(B - zb) + C (int32, at scale sa sb): float32 out, or quantised with
+    y_scale / y_zero_point (inputs 7, 8)."""
+    s = n.s
+    acc = _integer_product(n, n.input(0), _zero(n, 2), n.input(3), _zero(n, 5),
+                           bool(n.attr("transA", 0)), bool(n.attr("transB", 0)))
+    if n.has(6):
+        acc = s.add(acc, s.cast(n.input(6), DType.I32))
+    scale = s.mul(_f32(s, n.input(1)), _f32(s, n.input(4)))
+    alpha = float(n.attr("alpha", 1.0))
+    if alpha != 1.0:
+        scale = s.mul(scale, s.scalar(alpha, F32))
+    if not n.has(7):
+        return s.mul(_f32(s, acc), scale)
+    multiplier = s.div(scale, _f32(s, n.input(7)))
+    return requantize(s, acc, multiplier, _zero(n, 8), _out_type(n, 8, n.input(0)))
+
+
+def _dynamic_quantize(s, x: int) -> tuple[int, int, int]:
+    """DynamicQuantizeLinear (uint8): (y, scale, zero point) like onnxruntime's kernel."""
+    from rlx.ir import Reduce
+
+    lo = s.emit(Clamp(None, 0.0), s.emit(Reduce(ReduceOp.MIN, None, False), x))
+    hi = s.emit(Clamp(0.0, None), s.emit(Reduce(ReduceOp.MAX, None, False), x))
+    scale = s.div(s.sub(hi, lo), s.scalar(255.0, F32))
+    zero = s.emit(Clamp(0.0, 255.0), s.unary(Activation.ROUND, s.sub(
+        s.scalar(0.0, F32), s.div(lo, scale))))
+    zero = s.cast(zero, DType.U8)
+    return quantize(s, x, scale, zero, DType.U8), scale, zero
+
+
+def _scaled_output(n: NodeContext, acc: int, scale: int, bias: int | None) -> int:
+    s = n.s
+    y = s.mul(_f32(s, acc), scale)
+    return y if bias is None else s.add(y, bias)
+
+
+@converter("MatMulIntegerToFloat", domain=MICROSOFT)
+def matmul_integer_to_float(n: NodeContext) -> int:
+    """float32(MatMulInteger(A, B)) * (a_scale * b_scale) + bias; inputs A, B, a_scale,
+    b_scale, a_zero_point, b_zero_point, bias."""
+    s = n.s
+    acc = _integer_product(n, n.input(0), _zero(n, 4), n.input(1), _zero(n, 5))
+    scale = s.mul(_f32(s, n.input(2)), _f32(s, n.input(3)))
+    return _scaled_output(n, acc, scale, n.optional(6))
+
+
+@converter("DynamicQuantizeMatMul", domain=MICROSOFT)
+def dynamic_quantize_matmul(n: NodeContext) -> int:
+    """A quantised to uint8 on the fly, then MatMulIntegerToFloat with B (inputs A, B,
+    b_scale, b_zero_point, bias)."""
+    s = n.s
+    qa, a_scale, a_zero = _dynamic_quantize(s, _f32(s, n.input(0)))
+    acc = _integer_product(n, qa, a_zero, n.input(1), _zero(n, 3))
+    return _scaled_output(n, acc, s.mul(a_scale, _f32(s, n.input(2))), n.optional(4))
+
+
+@converter("MatMulNBits", domain=MICROSOFT)
+def matmul_nbits(n: NodeContext) -> int:
+    """A @ dequant(B)^T: B [N, blocks, block_size * bits / 8] packs `bits`-bit values low
+    bits first, each block with a scale and a zero point (packed like B, default
+    2^(bits-1)); optional bias (input 5)."""
+    s = n.s
+    bits, block = int(n.attr("bits", 4)), int(n.attr("block_size"))
+    k, cols = int(n.attr("K")), int(n.attr("N"))
+    if bits not in (2, 4, 8) or n.has(4):  # (g_idx: a permuted K order)
+        raise n.fail(f"bits={bits}{' with g_idx' if n.has(4) else ''} is not supported")
+    packed = n.static(1)
+    if packed is None:
+        raise n.fail("the packed weight B must be a constant")
+    blocks = -(-k // block)
+    values = _unpack(packed, bits).reshape(cols, blocks, block).astype(np.float32)
+    scales = s.reshape(_f32(s, n.input(2)), (cols, blocks, 1))
+    if not n.has(3):
+        zero = s.const(np.full((cols, blocks, 1), 1 << (bits - 1), np.float32))
+    elif n.s.dtype(n.input(3)) == DType.U8:  # packed like B, a row padded to whole bytes
+        zero_value = n.static(3)
+        if zero_value is None:
+            raise n.fail("packed zero_points must be a constant")
+        unpacked = _unpack(zero_value, bits).reshape(cols, -1)[:, :blocks]
+        zero = s.const(unpacked.astype(np.float32).reshape(cols, blocks, 1))
+    else:  # float zero points, in the scales' type
+        zero = s.reshape(_f32(s, n.input(3)), (cols, blocks, 1))
+    real = s.mul(s.sub(s.const(values), zero), scales)
+    real = s.slice(s.reshape(real, (cols, blocks * block)), [0], [k], [1])
+    y = s.matmul(_f32(s, n.input(0)), s.transpose(real, (1, 0)))
+    return s.add(y, n.input(5)) if n.has(5) else y
+
+
+def _unpack(packed: np.ndarray, bits: int) -> np.ndarray:
+    """Each byte's `8 / bits` values, low bits first, on a new last axis."""
+    mask = (1 << bits) - 1
+    return np.stack([(packed >> (bits * j)) & mask for j in range(8 // bits)], -1)
+
+
+@converter("QAttention", domain=MICROSOFT)
+def qattention(n: NodeContext):
+    """Attention whose projection is quantised: inputs input (u8/i8), weight, bias (float),
+    input_scale, weight_scale, mask_index, input_zero_point, weight_zero_point, past."""
+    from rlx.frontends.onnx.ops.contrib_fused import additive_mask, split_qkv
+
+    s = n.s
+    if n.has(8):
+        raise n.fail("past state (input 8) is not supported")
+    acc = _integer_product(n, n.input(0), _zero(n, 6), n.input(1), _zero(n, 7))
+    qkv = _scaled_output(n, acc, s.mul(_f32(s, n.input(3)), _f32(s, n.input(4))),
+                         n.input(2))
+    q, k, v = split_qkv(n, qkv, s.shape(n.input(1)).dims[-1])
+    bias = additive_mask(n, n.input(5), F32) if n.has(5) else None
+    out = attend(n, q, k, v, n.attr("num_heads"), bias, bool(n.attr("unidirectional", 0)))
+    if n.wants(1):
+        raise n.fail("output 1 (present state) is not supported")
+    return [out]
+
+
+@converter("DynamicQuantizeLSTM", domain=MICROSOFT)
+def dynamic_quantize_lstm(n: NodeContext):
+    """An LSTM whose W [D, I, 4H] and R [D, H, 4H] are int8/uint8 with per-direction or
+    per-column scales and zero points (inputs 8..11), transposed against ONNX's layout.
+
+    onnxruntime also quantises X and H to uint8 at every step; rlx runs the LSTM in float32
+    on the dequantised weights (the model's accuracy target, not bit-exactness)."""
+    s = n.s
+
+    def weight(index: int, scale: int, zero: int) -> int:
+        w = n.input(index)
+        ws, wz = _f32(s, n.input(scale)), n.input(zero)
+        # per direction [D] or per column [D, 4H]: broadcast over [D, rows, 4H]
+        rank = s.rank(n.input(scale))
+        shape = (-1, 1, 1) if rank == 1 else (0, 1, -1)
+        real = dequantize(s, w, s.reshape(ws, shape), s.reshape(wz, shape), F32)
+        return s.transpose(real, (0, 2, 1))
+
+    w = weight(1, 8, 9)
+    r = weight(2, 10, 11)
+    return lstm(n, {1: w, 2: r})

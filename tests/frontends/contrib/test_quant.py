@@ -1,0 +1,255 @@
+"""onnxruntime's quantised com.microsoft ops against onnxruntime, one node each: integer
+outputs must be equal bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.frontends.contrib.oracle import Const, assert_same, run_both
+
+F32 = np.float32
+rng = np.random.default_rng(0)
+
+
+def q(shape, dtype=np.uint8, seed=0):
+    info = np.iinfo(dtype)
+    return np.random.default_rng(seed).integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def weights(shape, dtype=np.int8, seed=0):
+    """int8 weights in [-64, 63]: with uint8 activations no adjacent pair of products
+    leaves int16 (see test_onnxruntime_u8s8_saturates_on_avx2)."""
+    if dtype != np.int8:
+        return q(shape, dtype, seed)
+    return np.random.default_rng(seed).integers(-64, 64, shape).astype(np.int8)
+
+
+def test_onnxruntime_u8s8_saturates_on_avx2():
+    """Why the weights above are small: onnxruntime's uint8 x int8 kernel on AVX2 (without
+    VNNI) sums adjacent pairs of products in int16 (vpmaddubsw) and saturates them. rlx
+    computes the exact product the ONNX definition asks for; onnxruntime's result is
+    reproduced exactly by pairwise int16 saturation, or equals the exact one on CPUs with
+    VNNI."""
+    a = q((16, 32), np.uint8, 1)
+    b = q((32, 8), np.int8, 2)
+    got, want = run_both("MatMulInteger", [a, Const(b)], domain="")
+    exact = a.astype(np.int64) @ b.astype(np.int64)
+    assert np.array_equal(got[0], exact)
+    pairs = (a.astype(np.int64)[:, :, None] * b.astype(np.int64)[None]).reshape(16, 16, 2, 8)
+    saturated = np.clip(pairs.sum(2), -32768, 32767).sum(1)
+    assert np.array_equal(want[0], exact) or np.array_equal(want[0], saturated)
+
+
+def scale(value):
+    return Const(np.array(value, F32))
+
+
+def zero(value, dtype=np.uint8):
+    return Const(np.array(value, dtype))
+
+
+TYPES = [np.uint8, np.int8]
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("b_shape", [(2, 3, 4, 5), (5,), ()])
+def test_qlinear_binary(dtype, op, b_shape):
+    z = 3 if dtype == np.int8 else 128
+    a, b = q((2, 3, 4, 5), dtype, 1), q(b_shape, dtype, 2)
+    inputs = [a, scale(0.0173), zero(z, dtype), b, scale(0.0291), zero(z - 7, dtype),
+              scale(0.031 if op == "QLinearAdd" else 0.21), zero(z + 5, dtype)]
+    got, want = run_both(op, inputs)
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+@pytest.mark.parametrize("op,attrs", [("QLinearSigmoid", {}),
+                                      ("QLinearLeakyRelu", {"alpha": 0.1})])
+def test_qlinear_lookup_ops(dtype, op, attrs):
+    # every input value, so every table entry is compared
+    info = np.iinfo(dtype)
+    x = np.arange(info.min, info.max + 1).astype(dtype).reshape(4, 64)
+    zx = 0 if dtype == np.int8 else 120
+    zy = -128 if dtype == np.int8 and op == "QLinearSigmoid" else zx
+    got, want = run_both(op, [x, scale(0.05), zero(zx, dtype), scale(1 / 255 if op ==
+                         "QLinearSigmoid" else 0.04), zero(zy, dtype)], **attrs)
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+def test_qlinear_concat(dtype):
+    z = 0 if dtype == np.int8 else 128
+    inputs = [scale(0.02), zero(z, dtype),
+              q((1, 2, 3), dtype, 1), scale(0.02), zero(z, dtype),  # same as Y: copied
+              q((1, 4, 3), dtype, 2), scale(0.035), zero(z - 10, dtype),
+              q((1, 1, 3), dtype, 3), scale(0.011), zero(z + 3, dtype)]
+    got, want = run_both("QLinearConcat", inputs, axis=1)
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_qlinear_global_average_pool(dtype, channels_last):
+    z = 5 if dtype == np.int8 else 130
+    x = q((2, 7, 5, 6), dtype, 1)
+    got, want = run_both("QLinearGlobalAveragePool",
+                         [x, scale(0.03), zero(z, dtype), scale(0.011), zero(z - 9, dtype)],
+                         channels_last=channels_last)
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+@pytest.mark.parametrize("attrs", [{"kernel_shape": [3, 3]},
+                                   {"kernel_shape": [3, 3], "strides": [2, 2],
+                                    "pads": [1, 1, 1, 1]},
+                                   {"kernel_shape": [2, 3], "pads": [1, 1, 0, 1],
+                                    "count_include_pad": 1}])
+def test_qlinear_average_pool(dtype, attrs):
+    z = 5 if dtype == np.int8 else 130
+    x = q((1, 3, 7, 6), dtype, 1)
+    got, want = run_both("QLinearAveragePool",
+                         [x, scale(0.03), zero(z, dtype), scale(0.021), zero(z - 9, dtype)],
+                         **attrs)
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+@pytest.mark.parametrize("opset,axis", [(13, -1), (13, 1), (1, 1)])
+def test_qlinear_softmax(dtype, opset, axis):
+    z = -128 if dtype == np.int8 else 0
+    x = q((2, 5, 10), dtype, 1)
+    got, want = run_both("QLinearSoftmax", [x, scale(0.1), zero(z + 20, dtype),
+                                            scale(1 / 256), zero(z, dtype)],
+                         opset=opset, axis=axis)
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("a_type", TYPES)
+@pytest.mark.parametrize("quantised_out", [True, False])
+@pytest.mark.parametrize("trans_b,per_column", [(0, False), (1, True)])
+def test_qgemm(a_type, quantised_out, trans_b, per_column):
+    za = 10 if a_type == np.int8 else 120
+    a = q((4, 16), a_type, 1)
+    b = weights((6, 16) if trans_b else (16, 6), np.int8, 2)
+    b_scale = Const((np.arange(6) * 0.001 + 0.004).astype(F32)) if per_column else scale(0.005)
+    b_zero = Const(np.zeros(6, np.int8)) if per_column else zero(0, np.int8)
+    c = Const(np.random.default_rng(3).integers(-3000, 3000, 6).astype(np.int32))
+    inputs = [a, scale(0.02), zero(za, a_type), Const(b), b_scale, b_zero, c]
+    if quantised_out:
+        inputs += [scale(0.07), zero(za - 3, a_type)]
+    got, want = run_both("QGemm", inputs, transB=trans_b, alpha=0.9)
+    assert_same(got, want, 0.0 if quantised_out else 1e-6)
+
+
+@pytest.mark.parametrize("a_type,b_type", [(np.uint8, np.int8), (np.uint8, np.uint8),
+                                           (np.int8, np.int8)])
+def test_matmul_integer_to_float(a_type, b_type):
+    a, b = q((2, 3, 8), a_type, 1), Const(weights((8, 5), b_type, 2))
+    za = zero(7, a_type)
+    zb = Const(np.arange(5).astype(b_type))
+    inputs = [a, b, scale(0.02), Const((np.arange(5) * 0.001 + 0.01).astype(F32)), za, zb,
+              Const(np.arange(5, dtype=F32))]
+    got, want = run_both("MatMulIntegerToFloat", inputs)
+    assert_same(got, want, 1e-6)
+
+
+@pytest.mark.parametrize("b_type", [np.int8, np.uint8])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_dynamic_quantize_matmul(b_type, per_column):
+    a = (np.random.default_rng(1).standard_normal((3, 16)) * 2).astype(F32)
+    b = Const(weights((16, 8), b_type, 2))
+    b_scale = Const((np.arange(8) * 0.001 + 0.01).astype(F32)) if per_column else scale(0.01)
+    b_zero = Const(np.full(8, 3, b_type)) if per_column else zero(3, b_type)
+    got, want = run_both("DynamicQuantizeMatMul", [a, b, b_scale, b_zero,
+                                                   Const(np.arange(8, dtype=F32))])
+    assert_same(got, want, 1e-5)
+
+
+def test_dynamic_quantize_linear_is_bit_exact():
+    """The ONNX op (expanded through its function body) quantises like onnxruntime."""
+    x = (np.random.default_rng(4).standard_normal((5, 7)) * 3 + 1).astype(F32)
+    got, want = run_both("DynamicQuantizeLinear", [x], n_outputs=3, domain="")
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.uint16, np.int16])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_microsoft_quantize_dequantize_linear(dtype, per_axis):
+    x = (np.random.default_rng(5).standard_normal((2, 3, 4)) * 3).astype(F32)
+    if per_axis:
+        s, z = Const(np.array([0.02, 0.03, 0.05], F32)), Const(np.array([1, 2, 3], dtype))
+    else:
+        s, z = scale(0.025), zero(2, dtype)
+    got, want = run_both("QuantizeLinear", [x, s, z], axis=1)
+    assert_same(got, want)
+    got, want = run_both("DequantizeLinear", [want[0], s, z], axis=1)
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("bits,block,zero_kind", [
+    (4, 16, "none"), (4, 16, "packed"), (4, 16, "float"), (4, 32, "none"), (4, 32, "packed"),
+    (4, 32, "float"), (8, 16, "none")])
+def test_matmul_nbits(bits, block, zero_kind):
+    k, n_out = 40, 6
+    blocks = -(-k // block)
+    per_byte = 8 // bits
+    g = np.random.default_rng(6)
+    packed = g.integers(0, 256, (n_out, blocks, block // per_byte)).astype(np.uint8)
+    scales = (g.uniform(0.01, 0.05, n_out * blocks)).astype(F32)
+    inputs = [g.standard_normal((3, k)).astype(F32), Const(packed), Const(scales)]
+    if zero_kind == "packed":
+        row = -(-blocks // per_byte)
+        inputs.append(Const(g.integers(0, 256, n_out * row).astype(np.uint8)))
+    elif zero_kind == "float":
+        inputs.append(Const(g.uniform(0, 2 ** bits, n_out * blocks).astype(F32)))
+    got, want = run_both("MatMulNBits", inputs, K=k, N=n_out, bits=bits, block_size=block)
+    assert_same(got, want, 2e-5)
+
+
+def test_qattention():
+    b, s, hidden, heads = 2, 4, 8, 2
+    x = q((b, s, hidden), np.uint8, 1)
+    w = Const(weights((hidden, 3 * hidden), np.int8, 2))
+    bias = Const(np.random.default_rng(3).standard_normal(3 * hidden).astype(F32))
+    mask = np.ones((b, s), np.int32)
+    mask[1, 2:] = 0
+    got, want = run_both("QAttention", [x, w, bias, scale(0.02), scale(0.01), mask,
+                                        zero(128), zero(0, np.int8)], num_heads=heads)
+    assert_same(got, want, 1e-5)
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_dynamic_quantize_lstm(per_column, direction):
+    """rlx runs onnxruntime's LSTM on the dequantised weights (W [D, I, 4H] and R
+    [D, H, 4H] transposed to ONNX's layout): equal to onnxruntime's float LSTM on them to
+    float rounding. onnxruntime's DynamicQuantizeLSTM also quantises X and H to uint8 at
+    every step, so it is only close (its own quantisation error)."""
+    dirs, hidden, size, seq = (2 if direction == "bidirectional" else 1), 8, 5, 6
+    g = np.random.default_rng(7)
+    x = g.standard_normal((seq, 1, size)).astype(F32)
+    w = g.integers(-127, 128, (dirs, size, 4 * hidden)).astype(np.int8)
+    r = g.integers(-127, 128, (dirs, hidden, 4 * hidden)).astype(np.int8)
+    bias = (g.standard_normal((dirs, 8 * hidden)) * 0.1).astype(F32)
+    shape = (dirs, 4 * hidden) if per_column else (dirs,)
+    w_scale = g.uniform(0.0004, 0.0006, shape).astype(F32)
+    r_scale = g.uniform(0.0006, 0.0008, shape).astype(F32)
+    w_zero = np.zeros(shape, np.int8)  # onnxruntime accepts only symmetric weights
+    r_zero = np.zeros(shape, np.int8)
+    got, want = run_both("DynamicQuantizeLSTM",
+                         [x, Const(w), Const(r), Const(bias), None, None, None, None,
+                          Const(w_scale), Const(w_zero), Const(r_scale), Const(r_zero)],
+                         n_outputs=3, hidden_size=hidden, direction=direction)
+    col = (slice(None), None, slice(None)) if per_column else (slice(None), None, None)
+
+    def real(q_, s_, z_):
+        return ((q_.astype(F32) - z_[col]) * s_[col]).transpose(0, 2, 1).astype(F32)
+
+    _, floats = run_both("LSTM", [x, Const(real(w, w_scale, w_zero)),
+                                  Const(real(r, r_scale, r_zero)), Const(bias)],
+                         n_outputs=3, domain="", hidden_size=hidden, direction=direction)
+    assert_same(got, floats, 1e-5)
+    for g_, w_ in zip(got, want):
+        assert g_.shape == w_.shape and np.max(np.abs(g_ - w_)) <= 0.05
