@@ -28,9 +28,11 @@ ALLOWED: dict[str, set[str]] = {
     "demo": {"runtime", "baking", "artifact", "models"},
     # the rlx-bake command: cli (parser, exit codes) over cli_artifact and cli_run
     "cli_ui": {"errors"},
-    "cli_artifact": {"errors", "ir", "weights", "baking", "artifact", "frontends", "cli_ui"},
+    "cli_artifact": {"errors", "ir", "weights", "baking", "artifact", "frontends", "cli_ui",
+                     "cli_package"},
+    "cli_package": {"artifact", "cli_ui"},
     "cli_run": {"ir", "runtime", "artifact", "demo", "cli_ui"},
-    "cli": {"errors", "version", "cli_ui", "cli_artifact", "cli_run"},
+    "cli": {"errors", "version", "cli_ui", "cli_artifact", "cli_run", "cli_package"},
     "__main__": {"cli"},
     "__init__": {"errors", "ir", "codecs", "kernels", "runtime", "passes", "weights", "baking", "artifact",
                  "frontends", "version", "_lazy"},
