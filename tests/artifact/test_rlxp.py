@@ -270,7 +270,8 @@ def test_header_faults(flat):
         b"RLXPFLAT": "too short",
         data[:8] + struct.pack("<I", 3) + data[12:]: "container version 3",
         data[:12] + struct.pack("<I", 1 | 2) + data[16:]: "bincode TOC",
-        data[:12] + struct.pack("<I", 1 << 9) + data[16:]: "unknown flags",
+        data[:12] + struct.pack("<I", 1 << 9 | 5) + data[16:]: "flags 0x205",
+        data[:12] + struct.pack("<I", 4) + data[16:]: "flags 0x4",
         data[:16] + struct.pack("<Q", 1 << 40) + data[24:]: "TOC length",
         data[:30] + bytes([data[30] ^ 1]) + data[31:]: "TOC checksum",
     }

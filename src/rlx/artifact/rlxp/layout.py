@@ -6,7 +6,7 @@ import struct
 
 __all__ = [
     "FLAT_MAGIC", "FLAT_HEADER", "CONTAINER_VERSION", "FLAG_HYBRID", "FLAG_BINCODE_TOC",
-    "FLAG_TOC_DIGEST", "KNOWN_FLAGS", "FORMAT", "FORMAT_VERSION", "COMPAT_VERSION",
+    "FLAG_TOC_DIGEST", "KNOWN_FLAGS", "WRITTEN_FLAGS", "FORMAT", "FORMAT_VERSION", "COMPAT_VERSION",
     "GRAPH_ENCODING", "NO_GRAPH", "FIXED_CREATED", "CONTAINERS", "LAYOUTS", "MEMBERS",
     "MAX_TOC_BYTES", "sidecar_member", "container_for",
 ]
@@ -18,6 +18,7 @@ FLAG_HYBRID = 1  # tensors may sit in different storage tiers
 FLAG_BINCODE_TOC = 2  # the reference's bincode TOC envelope: not read by rlx
 FLAG_TOC_DIGEST = 4  # rlx: 16 bytes of XXH3-128 of the TOC follow it
 KNOWN_FLAGS = FLAG_HYBRID | FLAG_BINCODE_TOC | FLAG_TOC_DIGEST
+WRITTEN_FLAGS = FLAG_HYBRID | FLAG_TOC_DIGEST  # what rlx writes, and the only value it reads
 FORMAT = "rlxp"
 FORMAT_VERSION = 2
 COMPAT_VERSION = 2  # the oldest reader version that can read what this writer writes

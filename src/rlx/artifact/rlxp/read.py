@@ -152,12 +152,13 @@ class _FlatContainer(_Container):
         if version != L.CONTAINER_VERSION:
             self.fail(f"container version {version} is not supported (rlx reads "
                       f"{L.CONTAINER_VERSION})")
-        if flags & ~L.KNOWN_FLAGS:
-            self.fail(f"unknown flags {flags:#x}")
         if flags & L.FLAG_BINCODE_TOC:
             self.fail("has a bincode TOC (the Rust reference's); rlx reads JSON TOCs: "
                       "re-export the package with rlx")
-        digest = 16 if flags & L.FLAG_TOC_DIGEST else 0
+        if flags != L.WRITTEN_FLAGS:
+            self.fail(f"flags {flags:#x} are not {L.WRITTEN_FLAGS:#x} (hybrid storage, "
+                      "TOC digest): not a package rlx wrote")
+        digest = 16
         end = L.FLAT_HEADER.size + toc_len + digest
         if toc_len > L.MAX_TOC_BYTES or end > len(buf):
             self.fail(f"TOC length {toc_len} exceeds the file ({len(buf)} bytes) or the "
@@ -352,7 +353,7 @@ class _Package:
             if row.get("layout") not in L.LAYOUTS:
                 self.fail(f"{where}: layout {row.get('layout')!r} is not row_major or bt_nk")
             tier, codec = row.get("tier"), row.get("codec")
-            if tier not in TIERS or TIERS[tier] != codec:
+            if not isinstance(tier, str) or tier not in TIERS or TIERS[tier] != codec:
                 self.fail(f"{where}: tier {tier!r} with codec {codec!r} (expected hot/raw, "
                           "warm/zstd_blocks or cold/zstd)")
             if not (_int(offset) and _int(stored) and _int(raw)) \
@@ -478,7 +479,8 @@ class _Package:
             if not isinstance(sid, str) or not _SIDECAR_ID.fullmatch(sid) or sid in out:
                 self.fail(f"sidecar {i}: needs a unique alphanumeric id")
             tier, codec, raw = row.get("tier"), row.get("codec"), row.get("raw_len")
-            if tier not in TIERS or TIERS[tier] != codec or not _int(raw) \
+            if not isinstance(tier, str) or tier not in TIERS or TIERS[tier] != codec \
+                    or not _int(raw) \
                     or raw > L.MAX_TOC_BYTES:
                 self.fail(f"sidecar {sid!r}: bad tier/codec/raw_len")
             stored = self.c.checked(row, f"sidecar {sid!r}")

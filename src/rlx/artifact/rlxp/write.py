@@ -291,8 +291,7 @@ def _write_flat(out, enc: Encoded) -> None:
         toc["placement"] = _region(enc.placement, cursor)
         pieces.append((cursor, enc.placement))
     text = _json(toc)
-    flags = L.FLAG_HYBRID | L.FLAG_TOC_DIGEST
-    out.write(L.FLAT_HEADER.pack(L.FLAT_MAGIC, L.CONTAINER_VERSION, flags, len(text)))
+    out.write(L.FLAT_HEADER.pack(L.FLAT_MAGIC, L.CONTAINER_VERSION, L.WRITTEN_FLAGS, len(text)))
     out.write(text)
     out.write(header_digest(text))
     head = L.FLAT_HEADER.size + len(text) + 16
