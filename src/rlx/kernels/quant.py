@@ -1,4 +1,5 @@
-"""DequantMatMul: `x @ W` where W arrives as a GGUF block stream of W^T, decoded by rlx.codecs.
+"""DequantMatMul: `x @ W` where W arrives as a GGUF block stream of W^T (or MLX codes with
+their group scales and biases), decoded by rlx.codecs.
 
 The packed weight is decoded whole (blocks may straddle rows of K) into a dense matrix and
 multiplied with BLAS. For small batches decoding costs far more than the product, and a
@@ -11,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from rlx.codecs import Encoding, decode
-from rlx.errors import KernelError
+from rlx.errors import KernelError, RlxError
 from rlx.ir.graph import Node
 from rlx.ir.ops.linalg import DequantMatMul
 from rlx.kernels.registry import builder
@@ -32,13 +33,13 @@ def build_dequant_matmul(node: Node, compile):
     compute = np.dtype(np.float64 if out_dtype == np.float64 else np.float32)
     cache: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
 
-    def step(x: np.ndarray, packed: np.ndarray) -> np.ndarray:
+    def step(x: np.ndarray, packed: np.ndarray, *groups: np.ndarray) -> np.ndarray:
         nonlocal cache
         key, weight = cache
         # a different K with the same bytes cannot fit: _dense_weight reports it
         if key is not packed or weight.shape[0] != x.shape[-1]:
-            weight = _dense_weight(node, encoding, packed, x.shape[-1], compute)
-            if not packed.flags.writeable:
+            weight = _dense_weight(node, encoding, packed, x.shape[-1], compute, groups)
+            if not packed.flags.writeable and not any(g.flags.writeable for g in groups):
                 cache = (packed, weight)
         out = np.matmul(x.astype(compute, copy=False), weight)
         return out.astype(out_dtype, copy=False)
@@ -47,7 +48,7 @@ def build_dequant_matmul(node: Node, compile):
 
 
 def _dense_weight(node: Node, encoding: Encoding, packed: np.ndarray, k: int,
-                  dtype: np.dtype) -> np.ndarray:
+                  dtype: np.dtype, groups: tuple[np.ndarray, ...] = ()) -> np.ndarray:
     """The `[K, N]` weight, C-contiguous like the dense weight it replaces (the transposed
     view of the decoded `[N, K]` stream made BLAS ~15% slower on the demo MLP)."""
     n = node.op.n
@@ -56,5 +57,9 @@ def _dense_weight(node: Node, encoding: Encoding, packed: np.ndarray, k: int,
         raise KernelError(
             f"{node.label}: {packed.size} bytes of {encoding} do not hold a [{n}, {k}] weight"
         )
-    return np.ascontiguousarray(decode(encoding, packed).astype(dtype, copy=False)
-                                .reshape(n, k).T)
+    parts = dict(zip(("scales", "biases"), groups))
+    try:
+        values = decode(encoding, packed, **parts)
+    except RlxError as err:
+        raise KernelError(f"{node.label}: {err}") from None
+    return np.ascontiguousarray(values.astype(dtype, copy=False).reshape(n, k).T)
