@@ -352,3 +352,29 @@ def test_dir_faults(baked, tmp_path):
     (folder / "graph" / "mir.bin").unlink()
     with pytest.raises(ArtifactError, match="mir.bin"):
         read_rlxp(folder)
+
+
+def test_subgraph_constants_round_trip(tmp_path):
+    """Constants inside a Loop body whose ids exceed the top graph's node count (as in
+    silero-vad): each is its own tensor, and the package runs like the .rlx."""
+    from rlx.ir import BinaryOp, DType, Graph, Shape
+    from rlx.ir.ops.control import Loop
+    from rlx.ir.ops.elementwise import Compare, CompareOp
+
+    body = Graph("body")
+    i = body.input("i", Shape((), DType.I64))
+    body.input("cond", Shape((), DType.BOOL))
+    s = body.input("s", Shape((3,)))
+    for k in range(12):  # more nodes than the top graph has
+        s = body.binary(BinaryOp.ADD, s, body.constant(np.full(3, k, np.float32)))
+    more = body.add_node(Compare(CompareOp.LT), [i, body.constant(np.int64(3))])
+    body.set_outputs([more, s])
+    g = Graph("loop")
+    x = g.input("x", Shape((3,)))
+    trips, go = g.constant(np.int64(5)), g.constant(np.bool_(True))
+    g.set_outputs(g.unpack(g.add_node(Loop(body, n_carried=1), [trips, go, x])))
+    file, _ = bake(g, {})
+    write_rlx(tmp_path / "l.rlx", file)
+    write_rlxp(tmp_path / "l.rlxp", file, tier="cold")
+    assert same(run(read_rlxp(tmp_path / "l.rlxp", verify="full")),
+                run(read_rlx(tmp_path / "l.rlx")))

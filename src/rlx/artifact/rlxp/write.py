@@ -151,7 +151,8 @@ def encode_rlxp(file: RlxFile, opts: RlxpOptions, sidecar_tier: str) -> Encoded:
         })
 
     def encode_constant(node: Node) -> dict:
-        if graph.node(node.id) is node and node.id in node_tensor:
+        top = node.id < len(graph) and graph.node(node.id) is node  # not a subgraph's
+        if top and node.id in node_tensor:
             return {"tensor": node_tensor[node.id]}
         if not node.op.nbytes:
             return {"tensor": None}
