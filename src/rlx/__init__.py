@@ -14,6 +14,7 @@ _ARTIFACT = (
     "apply_memory_mode", "drop_weight_table_data", "ensure_runtime_ready",
     "into_runtime_graph", "materialize_weights", "needs_materialize", "read_rlx", "relayout",
     "strip_graph_weight_bytes", "strip_table_weight_bytes", "write_rlx",
+    "RlxpOptions", "open_artifact", "read_rlxp", "write_rlxp",
 )
 _LAZY = {
     **dict.fromkeys(_ARTIFACT, "rlx.artifact"),

@@ -16,6 +16,7 @@ from typing import Iterator
 
 from rlx.version import __version__
 from rlx.cli_artifact import add_commands as add_artifact_commands
+from rlx.cli_package import with_default_command
 from rlx.cli_run import add_commands as add_run_commands
 from rlx.cli_ui import Ui, one_line
 from rlx.errors import RlxError
@@ -82,6 +83,9 @@ class _LevelFormatter(logging.Formatter):
 def main(argv: list[str] | None = None) -> int:
     _safe_streams()
     parser = build_parser()
+    commands = set(next(a for a in parser._actions
+                        if isinstance(a, argparse._SubParsersAction)).choices)
+    argv = with_default_command(sys.argv[1:] if argv is None else list(argv), commands)
     try:
         args = parser.parse_args(argv)
     except SystemExit as done:  # --help, --version, or a usage error (2)

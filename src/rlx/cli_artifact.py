@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from rlx.artifact import parse_rlx, read_rlx, write_rlx
+from rlx.artifact import artifact_kind, parse_rlx, read_rlx, read_rlxp_package, write_rlx
 from rlx.artifact.atomic import atomic_write
 from rlx.artifact.crypto import (
     ENC_MAGIC, EncryptionInfo, decrypt_file, encrypt_file, is_encrypted, read_encryption_info,
@@ -24,11 +24,15 @@ from rlx.cli_ui import (
     CliError, Outcome, Ui, add_password_options, check_output, fmt_bytes, fmt_shape, parsed,
     password_from,
 )
+from rlx.cli_package import add_commands as add_package_commands
+from rlx.cli_package import (
+    add_package_options, package_info, render_package, artifact_bytes, check_artifact_output, package_features, write_artifact,
+)
 from rlx.errors import IntegrityError
 from rlx.ir import Constant, Graph
 from rlx.weights import WeightBundle, WeightLoadPolicy, load_weights
 
-__all__ = ["add_commands", "bake_options"]
+__all__ = ["add_bake_arguments", "add_commands", "bake_options"]
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
 
@@ -36,6 +40,7 @@ _FORMATTER = argparse.RawDescriptionHelpFormatter
 def add_commands(sub, common: argparse.ArgumentParser) -> None:
     for add in (_add_bake, _add_inspect, _add_relayout, _add_crypto_commands):
         add(sub, common)
+    add_package_commands(sub, common, add_bake_arguments)
 
 
 # --- bake ---------------------------------------------------------------------------------
@@ -79,10 +84,15 @@ def _add_bake(sub, common) -> None:
     p = sub.add_parser("bake", parents=[common], formatter_class=_FORMATTER,
                        help="bake a model (.onnx, graph JSON or bundle folder) into a .rlx file",
                        description="Bind the weights into the graph, optimise it, pack the "
-                                   "weights and write one .rlx artifact.",
+                                   "weights and write one .rlx artifact (or .rlxp package).",
                        epilog=_BAKE_EXAMPLES)
+    add_bake_arguments(p)
+
+
+def add_bake_arguments(p, package: bool = False) -> None:
+    """The arguments of `bake` (and of `import-onnx`, which has no encryption: `package`)."""
     p.add_argument("input", help="an .onnx file, an rlx graph JSON file or a bundle folder")
-    p.add_argument("-o", "--output", required=True, help="the .rlx file to write")
+    p.add_argument("-o", "--output", required=True, help="the .rlx file (or .rlxp) to write")
     p.add_argument("-w", "--weights", metavar="PATH",
                    help="weights (.safetensors, .npz, .npy, .gguf or a folder of them); "
                         "default: the bundle's weights.safetensors, or the ONNX initializers")
@@ -102,7 +112,9 @@ def _add_bake(sub, common) -> None:
                               help=s.help)
     switches.add_argument("--no-cleanup", dest="cleanup", action="store_false", default=None,
                           help="no folding, DCE or simplification (a switch given too wins)")
-    add_password_options(p.add_argument_group("encryption (optional)"))
+    add_package_options(p)
+    if not package:
+        add_password_options(p.add_argument_group("encryption (optional, .rlx only)"))
     p.set_defaults(run=_bake)
 
 
@@ -178,7 +190,8 @@ def _some(names: set[str], limit: int = 6) -> str:
 
 
 def _bake(args, ui: Ui) -> Outcome:
-    check_output(args.output)
+    check_artifact_output(args)
+    package = package_features(args)
     opts = bake_options(args)
     password = password_from(args, ui)  # before the long work: a bad source fails at once
     with ui.step(f"loading {args.input}") as update:
@@ -194,14 +207,15 @@ def _bake(args, ui: Ui) -> Outcome:
     with ui.step("baking"):
         file, report = bake_bundle(model.graph, bundle, opts)
     with ui.step("encrypting and writing" if password else "writing"):
-        write_rlx(args.output, file, password=password)
+        written = write_artifact(args, file, password, **package)
     if report.params_remaining:
         ui.warn(f"no weights for param(s) {_some(set(report.params_remaining))}: "
                 f"{args.output} cannot run until they are bound")
     rows = [_row_info(file, w) for w in file.weights]
     data = {
         "command": "bake", "input": args.input, "source": model.source, "output": args.output,
-        "encrypted": password is not None, "file_bytes": Path(args.output).stat().st_size,
+        "encrypted": password is not None, "file_bytes": artifact_bytes(args.output),
+        **written,
         "options": dataclasses.asdict(opts), "weights": weights,
         "report": dataclasses.asdict(report), "weights_in_bytes": weights_in,
         # what the file holds: the table's bytes and the constants no table row stands for
@@ -339,15 +353,23 @@ def _encryption(info: EncryptionInfo) -> dict[str, Any]:
 def _inspect(args, ui: Ui) -> Outcome:
     password = password_from(args, ui)
     path = Path(args.file)
-    encrypted = is_encrypted(path)
+    package = artifact_kind(path) == "rlxp"
+    encrypted = not package and is_encrypted(path)
     data: dict[str, Any] = {"command": "inspect", "file": args.file,
-                            "file_bytes": path.stat().st_size, "encrypted": encrypted,
+                            "file_bytes": artifact_bytes(path), "encrypted": encrypted,
                             "encryption": _encryption(read_encryption_info(path))
                             if encrypted else None}
     if encrypted and password is None:
         return Outcome({**data, "locked": True}, _render_locked)
     with ui.step(f"reading {args.file}"):
-        file = read_rlx(path, password=password)
+        if package:
+            if password is not None:
+                raise CliError(f"{path} is an .rlxp package, which is never encrypted")
+            opened = read_rlxp_package(path)
+            file = opened.file
+            data["package"] = package_info(opened)
+        else:
+            file = read_rlx(path, password=password)
     with ui.step("verifying checksums"):
         try:
             file.check_integrity()
@@ -384,7 +406,9 @@ def _render_locked(d: dict, ui: Ui) -> None:
 
 def _render_inspect(d: dict, ui: Ui) -> None:
     meta, mem = d["meta"], d["memory"]
-    ui.pairs(f"{d['file']}: rlx schema {d['schema']}", [
+    pkg = d.get("package")
+    title = f"rlxp package ({pkg['container']} container)" if pkg else f"rlx schema {d['schema']}"
+    ui.pairs(f"{d['file']}: {title}", [
         ("graph", meta["name"]),
         ("file size", f"{fmt_bytes(d['file_bytes'])} bytes"
                       + (" (encrypted)" if d["encrypted"] else "")),
@@ -407,6 +431,8 @@ def _render_inspect(d: dict, ui: Ui) -> None:
              [(w["name"], w["encoding"], fmt_shape(w["shape"]), w["layout"], _where(w),
                fmt_bytes(w["bytes"]), w["note"]) for w in d["weights"]], numeric=("bytes",))
     ui.table("ops (subgraphs included)", ("op", "count"), d["ops"].items(), numeric=("count",))
+    if pkg:
+        render_package(pkg, ui)
 
 
 def _where(row: dict) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 import threadpoolctl
 
-from rlx.artifact import read_rlx
+from rlx.artifact import open_artifact
 from rlx.artifact.atomic import atomic_write
 from rlx.artifact.crypto import DEFAULT_KDF
 from rlx.cli_ui import (
@@ -114,7 +114,7 @@ def _load_compiled(path: str, password: str | None, ui: Ui) -> tuple[CompiledGra
     """Read, then verify checksums, materialise and compile; the two phases timed apart."""
     with ui.step(f"loading {path}"):
         start = time.perf_counter()
-        file = read_rlx(path, password=password)
+        file = open_artifact(path, password=password)
         loaded = time.perf_counter()
         compiled = Session().compile(file.into_runtime_graph())
         done = time.perf_counter()

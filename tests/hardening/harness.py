@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlx.artifact import crypto, parse_rlx, read_rlx
+from rlx.artifact import crypto, parse_rlx, read_rlx, read_rlxp
 from rlx import BakeOptions, BakeProfile, bake
 from rlx.errors import IntegrityError, RlxError
 from rlx.frontends.onnx import import_onnx
@@ -264,6 +264,23 @@ def _rlx_mode(data: bytes, path: Path, mode: str, allow: Allowance) -> _ModeResu
     return result
 
 
+def _run_rlxp(data: bytes, path: Path, allow: Allowance) -> str:
+    """A package opened in each verify mode (from its file: packages are mapped), used,
+    compiled and run; the modes must agree as for `.rlx`."""
+    results = {}
+    for mode in VERIFY_MODES:
+        result = _ModeResult("open")
+        try:
+            file = read_rlxp(path, verify=mode)
+            result.stage = "use"
+            _compile_and_run(file.into_runtime_graph(), result, allow)
+        except RlxError as err:
+            result.error = err
+        results[mode] = result
+    _check_modes_agree(results)
+    return " ".join(f"{mode}={r.label}" for mode, r in results.items())
+
+
 def _compile_and_run(graph: Graph, result: _ModeResult, allow: Allowance) -> None:
     """Compile `graph` and run it on `feeds_for` its inputs, recording the stage reached."""
     result.stage = "compile"
@@ -413,6 +430,8 @@ def _all_artifacts() -> dict[str, bytes]:
 TARGETS: dict[str, Target] = {t.name: t for t in [
     # reading validates, use decodes packed rows (up to 16 f32 bytes per TQ2_0 byte)
     Target("rlx", ".bin", 32, _run_rlx, mutate.rlx_case, _all_artifacts),
+    # warm/cold tiers inflate into buffers the rows declare (bounded by the row's raw_len)
+    Target("rlxp", ".rlxp", 64, _run_rlxp, mutate.rlxp_case, seeds.rlxp_packages),
     # protobuf parses in C (bounded by the RLIMIT_AS backstop); initializers become arrays
     Target("onnx", ".onnx", 32, _run_onnx, mutate.onnx_case, seeds.onnx_models,
            seeds.prepare_onnx_folder),

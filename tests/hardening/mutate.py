@@ -580,3 +580,38 @@ def onnx_case(rng: random.Random, pool: Sequence[bytes]) -> bytes:
     for _ in range(rng.choice((1, 1, 2))):
         rng.choice(ONNX_EDITS)(rng, model)
     return model.SerializeToString()
+
+
+# -- .rlxp packages ------------------------------------------------------------------------
+def split_rlxp(data: bytes) -> tuple[dict, bytes]:
+    """A valid flat package's TOC (decoded) and its data region."""
+    toc_len = struct.unpack_from("<Q", data, 16)[0]
+    toc = json.loads(data[24:24 + toc_len])
+    return toc, data[align(24 + toc_len + 16):]
+
+
+def build_rlxp(toc: dict | bytes, data: bytes) -> bytes:
+    """A flat package around any TOC, with a correct TOC digest and padding."""
+    text = toc if isinstance(toc, bytes) else json.dumps(toc).encode()
+    head = struct.pack("<8sIIQ", b"RLXPFLAT", 2, 5, len(text)) + text + header_digest(text)
+    return head + bytes(align(len(head)) - len(head)) + data
+
+
+def rlxp_structural(rng: random.Random, data: bytes) -> bytes:
+    """One TOC field wrong, or the TOC text damaged, its digest fixed; data kept."""
+    toc, body = split_rlxp(data)
+    if rng.random() < 0.75:
+        return build_rlxp(mutate_json(rng, toc), body)
+    return build_rlxp(havoc(rng, json.dumps(toc).encode()), body)
+
+
+def rlxp_case(rng: random.Random, pool: Sequence[bytes]) -> bytes:
+    """A mutated package: byte havoc, a splice, or (flat seeds) a structural TOC edit."""
+    seed = rng.choice(pool)
+    choice = rng.random()
+    if seed.startswith(b"RLXPFLAT") and choice < 0.5:
+        with contextlib.suppress(ValueError, struct.error):
+            return rlxp_structural(rng, seed)
+    if choice < 0.65:
+        return splice(rng, seed, rng.choice(pool))
+    return havoc(rng, seed)

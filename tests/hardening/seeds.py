@@ -110,6 +110,28 @@ def artifacts() -> dict[str, bytes]:
 
 
 @functools.cache
+def rlxp_packages() -> dict[str, bytes]:
+    """Packages of the MLP (size and exact, every tier) and of the control-flow graph,
+    flat and zip."""
+    from rlx.artifact import write_rlxp
+
+    graph, weights = _mlp()
+    files = {p: bake(graph, weights, BakeOptions.from_profile(p).replace(
+        memory=MemoryMode.COMPACT))[0] for p in (BakeProfile.EXACT, BakeProfile.SIZE)}
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for (profile, file), tier in zip(files.items(), ("hot", "warm")):
+            for container in ("flat", "zip"):
+                path = Path(tmp) / f"{profile.value}-{container}"
+                write_rlxp(path, file, container, tier=tier, block_size=256)
+                out[path.name] = path.read_bytes()
+        path = Path(tmp) / "control"
+        write_rlxp(path, bake(_control(), {})[0], "flat", tier="cold")
+        out["control"] = path.read_bytes()
+    return out
+
+
+@functools.cache
 def encrypted_artifacts() -> dict[str, bytes]:
     plain = artifacts()
     return {f"{name}.enc": encrypt(plain[name])

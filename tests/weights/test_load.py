@@ -13,7 +13,7 @@ from rlx.weights import (
     WeightBundle, WeightLoadPolicy, WeightPathKind, load_weights, load_weights_f32,
 )
 
-EXPECTED = re.escape("expected .safetensors, .npz, .npy or .gguf")
+EXPECTED = re.escape("expected .safetensors, .npz, .npy, .gguf or .dduf")
 
 
 def test_bundle_defaults_keep_plain_construction_working():

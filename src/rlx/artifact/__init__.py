@@ -18,7 +18,9 @@ from rlx.artifact.memory import (
     strip_table_weight_bytes,
 )
 from rlx.artifact.model import RlxFile, RlxIo, RlxMeta, RlxWeight
+from rlx.artifact.open import artifact_kind, open_artifact
 from rlx.artifact.reader import parse_rlx, read_rlx
+from rlx.artifact.rlxp import RlxpOptions, RlxpPackage, read_rlxp, read_rlxp_package, write_rlxp
 from rlx.artifact.writer import write_rlx
 
 __all__ = [
@@ -26,4 +28,6 @@ __all__ = [
     "apply_memory_mode", "drop_weight_table_data", "ensure_runtime_ready",
     "into_runtime_graph", "materialize_weights", "needs_materialize", "parse_rlx", "read_rlx",
     "relayout", "strip_graph_weight_bytes", "strip_table_weight_bytes", "write_rlx",
+    "RlxpOptions", "RlxpPackage", "artifact_kind", "open_artifact", "read_rlxp",
+    "read_rlxp_package", "write_rlxp",
 ]

@@ -81,7 +81,8 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     stats = report.optimize
     param_names = {n.op.name for n in graph.params()}
     report.unused_bindings = sorted(
-        (set(bundle.tensors) | {w.name for w in bundle.packed}) - param_names)
+        (set(bundle.tensors) | {w.name for w in bundle.packed}) - param_names
+        - passes.mlx_companions(bundle.packed))
     if report.unused_bindings:
         log.warning("bindings matching no param: %s", ", ".join(report.unused_bindings))
 

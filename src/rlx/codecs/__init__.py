@@ -1,4 +1,5 @@
-"""Weight encodings: plain floats (f32, f16, bf16) and GGUF block quantisers (Q8_0, TQ2_0).
+"""Weight encodings: plain floats (f32, f16, bf16), GGUF block quantisers (Q8_0, TQ2_0) and
+the MLX quantized formats rlx reads (affine, mxfp4, mxfp8, nvfp4; decode only).
 
 Byte-exact with the `gguf` package and little-endian on any host. Vectorised over whole
 streams of blocks. Depends only on numpy and ml_dtypes (never on `rlx.ir`), so readers and
@@ -9,6 +10,7 @@ from rlx.codecs.encodings import Encoding, decode, encode, encoded_nbytes
 from rlx.codecs.floats import (
     decode_bf16, decode_f16, decode_f32, encode_bf16, encode_f16, encode_f32,
 )
+from rlx.codecs.mlx import MlxScheme, decode_mlx, mlx_scheme
 from rlx.codecs.q8_0 import dequantize_q8_0, quantize_q8_0
 from rlx.codecs.tq2_0 import dequantize_tq2_0, is_ternary, quantize_tq2_0
 
@@ -16,4 +18,5 @@ __all__ = [
     "Encoding", "encode", "decode", "encoded_nbytes",
     "encode_f32", "decode_f32", "encode_f16", "decode_f16", "encode_bf16", "decode_bf16",
     "quantize_q8_0", "dequantize_q8_0", "quantize_tq2_0", "dequantize_tq2_0", "is_ternary",
+    "MlxScheme", "decode_mlx", "mlx_scheme",
 ]

@@ -13,7 +13,8 @@ from typing import Callable
 import numpy as np
 from numpy.typing import ArrayLike
 
-from rlx.codecs import floats, q8_0, tq2_0
+from rlx.codecs import floats, mlx, q8_0, tq2_0
+from rlx.codecs.mlx import mlx_scheme
 from rlx.codecs._blocks import Layout
 from rlx.errors import BakeError
 
@@ -28,12 +29,34 @@ class Encoding(enum.Enum):
     BF16 = "bf16"
     GGUF_Q8_0 = "gguf_q8_0"
     GGUF_TQ2_0 = "gguf_tq2_0"
+    # MLX quantized codes (rlx.codecs.mlx): decoding needs the scales (and affine biases)
+    MLX_AFFINE_2_32 = "mlx_affine/2/32"
+    MLX_AFFINE_2_64 = "mlx_affine/2/64"
+    MLX_AFFINE_2_128 = "mlx_affine/2/128"
+    MLX_AFFINE_3_32 = "mlx_affine/3/32"
+    MLX_AFFINE_3_64 = "mlx_affine/3/64"
+    MLX_AFFINE_3_128 = "mlx_affine/3/128"
+    MLX_AFFINE_4_32 = "mlx_affine/4/32"
+    MLX_AFFINE_4_64 = "mlx_affine/4/64"
+    MLX_AFFINE_4_128 = "mlx_affine/4/128"
+    MLX_AFFINE_6_32 = "mlx_affine/6/32"
+    MLX_AFFINE_6_64 = "mlx_affine/6/64"
+    MLX_AFFINE_6_128 = "mlx_affine/6/128"
+    MLX_AFFINE_8_32 = "mlx_affine/8/32"
+    MLX_AFFINE_8_64 = "mlx_affine/8/64"
+    MLX_AFFINE_8_128 = "mlx_affine/8/128"
+    MLX_MXFP4 = "mlx_mxfp4/32"
+    MLX_MXFP8 = "mlx_mxfp8/32"
+    MLX_NVFP4 = "mlx_nvfp4/16"
 
     @classmethod
     def parse(cls, text: str) -> Encoding:
         try:
             return cls(text)
         except ValueError:
+            scheme = mlx_scheme(text)  # "mlx_mxfp4" without its group size
+            if scheme is not None:
+                return cls(scheme.label)
             names = ", ".join(e.value for e in cls)
             raise BakeError(f"unknown weight encoding {text!r}; expected one of {names}") from None
 
@@ -51,6 +74,11 @@ class Encoding(enum.Enum):
     def is_block_quantized(self) -> bool:
         return self.block_size > 1
 
+    @property
+    def is_mlx(self) -> bool:
+        """Codes whose decoding needs per-group scales (and biases) from other tensors."""
+        return self.value.startswith("mlx_")
+
     def __str__(self) -> str:
         return self.value
 
@@ -59,7 +87,7 @@ class Encoding(enum.Enum):
 class _Codec:
     layout: Layout
     encode: Callable[[ArrayLike], np.ndarray]
-    decode: Callable[[object, int | None], np.ndarray]
+    decode: Callable[..., np.ndarray]
 
 
 _CODECS: dict[Encoding, _Codec] = {
@@ -69,6 +97,22 @@ _CODECS: dict[Encoding, _Codec] = {
     Encoding.GGUF_Q8_0: _Codec(q8_0.LAYOUT, q8_0.quantize_q8_0, q8_0.dequantize_q8_0),
     Encoding.GGUF_TQ2_0: _Codec(tq2_0.LAYOUT, tq2_0.quantize_tq2_0, tq2_0.dequantize_tq2_0),
 }
+
+
+def _mlx_codec(scheme: mlx.MlxScheme) -> _Codec:
+    def refuse(values: ArrayLike) -> np.ndarray:
+        raise BakeError(f"rlx reads {scheme.label} weights but does not quantize to it")
+
+    def decode_codes(data: object, count: int | None = None, **parts) -> np.ndarray:
+        return mlx.decode_mlx(scheme, data, count, **parts)
+
+    return _Codec(scheme.layout, refuse, decode_codes)
+
+
+for _e in Encoding:
+    _scheme = mlx_scheme(_e.value)
+    if _scheme is not None:
+        _CODECS[_e] = _mlx_codec(_scheme)
 
 
 def _codec(encoding: Encoding | str) -> _Codec:
@@ -85,6 +129,9 @@ def encode(encoding: Encoding | str, values: ArrayLike) -> np.ndarray:
     return _codec(encoding).encode(values)
 
 
-def decode(encoding: Encoding | str, data: object, count: int | None = None) -> np.ndarray:
-    """The flat values of `data`: float32 for block encodings, the float's own dtype else."""
-    return _codec(encoding).decode(data, count)
+def decode(encoding: Encoding | str, data: object, count: int | None = None,
+           **parts: np.ndarray) -> np.ndarray:
+    """The flat values of `data`: float32 for block encodings, the float's own dtype else.
+
+    MLX codes need their group `scales=` (and, for affine, `biases=`)."""
+    return _codec(encoding).decode(data, count, **parts)

@@ -5,10 +5,16 @@ bundle holding `model.json` (or `graph.json`) and, optionally, `weights.safetens
 path becomes the default weights. ONNX files are not read here; `rlx.frontends`' ONNX
 importer is. The weights themselves are left to `rlx.weights` (frontends may not import it):
 this module only says where they are.
+
+HIR input (the reference's high-level IR JSON, whose schema is not public) is recognised the
+way the reference recognises it - a file named `model.hir.json` or `*.hir.json`, JSON text
+with a `"fusion_policy"` key, a bundle folder holding `model.hir.json` - and refused with
+one line saying what to give rlx instead.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +24,37 @@ from rlx.ir.graph import Graph
 from rlx.ir.serialize import graph_from_json
 from rlx.ir.verify import verify
 
-__all__ = ["LoadedGraph", "load_graph", "BUNDLE_GRAPH_FILES", "BUNDLE_WEIGHTS_FILE"]
+__all__ = ["LoadedGraph", "load_graph", "BUNDLE_GRAPH_FILES", "BUNDLE_WEIGHTS_FILE",
+           "HirInputError", "is_hir"]
 
 BUNDLE_GRAPH_FILES = ("model.json", "graph.json")  # looked for in this order
 BUNDLE_WEIGHTS_FILE = "weights.safetensors"
+HIR_BUNDLE_FILE = "model.hir.json"
+_HIR_KEY = b'"fusion_policy"'
+
+
+class HirInputError(ModelImportError):
+    """The input is the reference's HIR JSON, which rlx does not read."""
+
+    def __init__(self, path: Path):
+        super().__init__(
+            f"{path} is an HIR module (the Rust reference's high-level IR), which rlx does not "
+            "read; export the model to ONNX and bake the .onnx file, or give rlx graph JSON "
+            "(rlx.ir.serialize.graph_to_json)")
+
+
+def is_hir(path: Path, text: bytes | None = None) -> bool:
+    """The reference's test: the file name, or a `fusion_policy` key in the JSON object."""
+    name = path.name.lower()
+    if name == HIR_BUNDLE_FILE or name.endswith(".hir.json"):
+        return True
+    if text is None or _HIR_KEY not in text:
+        return False
+    try:
+        body = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return True  # not JSON rlx could read either way: the key says what it was meant as
+    return isinstance(body, dict) and "fusion_policy" in body
 
 
 @dataclass(frozen=True)
@@ -44,6 +77,9 @@ def load_graph(path: str | os.PathLike[str]) -> LoadedGraph:
 
 
 def _load_bundle(folder: Path) -> LoadedGraph:
+    if (folder / HIR_BUNDLE_FILE).is_file() and not any(
+            (folder / n).is_file() for n in BUNDLE_GRAPH_FILES):
+        raise HirInputError(folder / HIR_BUNDLE_FILE)
     graph_file = next((folder / n for n in BUNDLE_GRAPH_FILES if (folder / n).is_file()), None)
     if graph_file is None:
         raise ModelImportError(f"bundle dir {folder} missing {BUNDLE_GRAPH_FILES[0]}")
@@ -57,8 +93,13 @@ def _read_graph_json(path: Path) -> Graph:
     if path.suffix.lower() == ".onnx":
         raise ModelImportError(f"{path} is an ONNX model, not graph JSON; import it with the "
                                f"ONNX importer")
+    if is_hir(path):
+        raise HirInputError(path)
     try:
-        graph = graph_from_json(path.read_bytes())
+        raw = path.read_bytes()
+        if is_hir(path, raw):
+            raise HirInputError(path)
+        graph = graph_from_json(raw)
         verify(graph)
     except OSError as err:
         raise ModelImportError(f"cannot read {path}: {err.strerror or err}") from err

@@ -1,4 +1,5 @@
-"""DequantMatMul: `x @ W` where W arrives as a GGUF block stream of W^T, decoded by rlx.codecs.
+"""DequantMatMul: `x @ W` where W arrives as a GGUF block stream of W^T (or MLX codes with
+their group scales and biases), decoded by rlx.codecs.
 
 The packed weight is decoded whole (blocks may straddle rows of K) into a dense matrix and
 multiplied with BLAS. For small batches decoding costs far more than the product, and a
@@ -16,7 +17,7 @@ import weakref
 import numpy as np
 
 from rlx.codecs import Encoding, decode
-from rlx.errors import KernelError
+from rlx.errors import KernelError, RlxError
 from rlx.ir.graph import Node
 from rlx.ir.ops.linalg import DequantMatMul
 from rlx.kernels.registry import builder
@@ -30,16 +31,16 @@ def build_dequant_matmul(node: Node, compile):
     # f16/bf16 compute in float32 (numpy has no fast half GEMM); f64 stays f64
     compute = np.dtype(np.float64 if out_dtype == np.float64 else np.float32)
 
-    def step(x: np.ndarray, packed: np.ndarray) -> np.ndarray:
-        weight = _decoded(node, encoding, packed, x.shape[-1], compute)
+    def step(x: np.ndarray, packed: np.ndarray, *groups: np.ndarray) -> np.ndarray:
+        weight = _decoded(node, encoding, packed, x.shape[-1], compute, groups)
         out = np.matmul(x.astype(compute, copy=False), weight)
         return out.astype(out_dtype, copy=False)
 
     return step
 
 
-# (address, bytes, encoding, n, k, dtype) -> decoded weight, for read-only packed arrays;
-# an entry lives as long as the array that made it (a weakref callback drops it), so the
+# (address, bytes) of each input, encoding, n, k, dtype -> decoded weight, for read-only
+# packed arrays; an entry lives as long as every array that made it (a weakref callback drops it), so the
 # address cannot be reused by other bytes meanwhile. Only read-only arrays (constants) are
 # cached: a writeable input could change between runs.
 _DECODED: dict[tuple, np.ndarray] = {}
@@ -47,24 +48,27 @@ _DECODED_LOCK = threading.Lock()
 
 
 def _decoded(node: Node, encoding: Encoding, packed: np.ndarray, k: int,
-             dtype: np.dtype) -> np.ndarray:
-    if packed.flags.writeable or not packed.flags.c_contiguous:
-        return _dense_weight(node, encoding, packed, k, dtype)
-    key = (packed.__array_interface__["data"][0], packed.nbytes, encoding, node.op.n, k,
-           dtype)
+             dtype: np.dtype, groups: tuple[np.ndarray, ...] = ()) -> np.ndarray:
+    arrays = (packed, *groups)  # MLX codes come with their scales (and biases)
+    if any(a.flags.writeable or not a.flags.c_contiguous for a in arrays):
+        return _dense_weight(node, encoding, packed, k, dtype, groups)
+    key = (*((a.__array_interface__["data"][0], a.nbytes) for a in arrays), encoding,
+           node.op.n, k, dtype)
     weight = _DECODED.get(key)
     if weight is None:
-        weight = _dense_weight(node, encoding, packed, k, dtype)  # threads may both decode
+        # two threads may both decode; the first to store wins
+        weight = _dense_weight(node, encoding, packed, k, dtype, groups)
         with _DECODED_LOCK:
             if key not in _DECODED:
                 _DECODED[key] = weight
-                weakref.finalize(packed, _DECODED.pop, key, None)
+                for array in arrays:
+                    weakref.finalize(array, _DECODED.pop, key, None)
             weight = _DECODED[key]
     return weight
 
 
 def _dense_weight(node: Node, encoding: Encoding, packed: np.ndarray, k: int,
-                  dtype: np.dtype) -> np.ndarray:
+                  dtype: np.dtype, groups: tuple[np.ndarray, ...] = ()) -> np.ndarray:
     """The `[K, N]` weight, C-contiguous like the dense weight it replaces (the transposed
     view of the decoded `[N, K]` stream made BLAS ~15% slower on the demo MLP)."""
     n = node.op.n
@@ -73,5 +77,9 @@ def _dense_weight(node: Node, encoding: Encoding, packed: np.ndarray, k: int,
         raise KernelError(
             f"{node.label}: {packed.size} bytes of {encoding} do not hold a [{n}, {k}] weight"
         )
-    return np.ascontiguousarray(decode(encoding, packed).astype(dtype, copy=False)
-                                .reshape(n, k).T)
+    parts = dict(zip(("scales", "biases"), groups))
+    try:
+        values = decode(encoding, packed, **parts)
+    except RlxError as err:
+        raise KernelError(f"{node.label}: {err}") from None
+    return np.ascontiguousarray(values.astype(dtype, copy=False).reshape(n, k).T)

@@ -5,6 +5,13 @@ right operand becomes a u8 Constant holding the row's bytes, and those MatMuls b
 `DequantMatMul(scheme, n=N)`. GGUF stores a matmul weight as N rows of K values (shape
 [N, K], the "BT" layout DequantMatMul reads), so the bytes are used as they are. A row that
 cannot be bound this way is refused with the reason, never guessed at.
+
+MLX rows (`<base>.weight` holding codes, encoding `mlx_*`, shape [N, K] as MLX saves a
+Linear weight) come with `<base>.scales` (and `<base>.biases` for affine) rows. Their param
+is read either as `[K, N]` by MatMuls directly, or as MLX's own `[N, K]` through 2-D
+Transposes feeding MatMuls (`x @ W.T`); either way the MatMuls become
+`DequantMatMul(scheme, n=N)` over `[x, codes, scales(, biases)]`, the scales and biases
+becoming Constants of their own dtype and the Transposes going away.
 """
 
 from __future__ import annotations
@@ -14,15 +21,17 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from rlx.codecs import decode
 from rlx.errors import BindingError, ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.linalg import DequantMatMul, MatMul, QuantScheme
+from rlx.ir.ops.shaping import Transpose
 from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter
 from rlx.ir.shape import Shape
 
-__all__ = ["bind_packed"]
+__all__ = ["bind_packed", "mlx_companions"]
 
 log = logging.getLogger(__name__)
 
@@ -39,25 +48,117 @@ def bind_packed(graph: Graph, rows: Sequence[PackedRow]) -> tuple[Graph, int]:
     by_name = {row.name: row for row in rows}
     users = graph.users()
     bound: dict[int, tuple[QuantScheme, int]] = {}  # param id -> (scheme, N)
+    groups: dict[int, list[PackedRow]] = {}  # MLX param id -> its scales (and biases) rows
+    transposes: dict[int, int] = {}  # a dropped Transpose -> the MLX param it read
     for node in graph.params():
         row = by_name.get(node.op.name)
-        if row is not None:
+        if row is None:
+            continue
+        if _mlx(row.encoding):
+            bound[node.id], groups[node.id], through = _check_mlx(graph, node, row, by_name,
+                                                                  users)
+            transposes.update(dict.fromkeys(through, node.id))
+        else:
             bound[node.id] = _check(graph, node, row, users[node.id])
     if not bound:
         return graph, 0
     rw = Rewriter(graph)
+    extra: dict[int, list[int]] = {}  # param id -> new ids of its scales (and biases)
     for node in graph.nodes():
         if node.id in bound:
             row = by_name[node.op.name]
             data = np.asarray(row.data, np.uint8).reshape(-1)
             rw.substitute(node, Constant(data), (), Shape([data.size], DType.U8))
-        elif isinstance(node.op, MatMul) and node.inputs[1] in bound:
-            scheme, n = bound[node.inputs[1]]
-            rw.substitute(node, DequantMatMul(scheme, n), rw.inputs(node), node.shape)
+            extra[node.id] = [rw.emit_constant(_array(part), part.name)
+                              for part in groups.get(node.id, ())]
+        elif node.id in transposes:
+            rw.drop(node.id)
+        elif isinstance(node.op, MatMul) and (node.inputs[1] in bound
+                                              or node.inputs[1] in transposes):
+            param = transposes.get(node.inputs[1], node.inputs[1])
+            scheme, n = bound[param]
+            inputs = (rw.id(node.inputs[0]), rw.id(param), *extra.get(param, ()))
+            rw.substitute(node, DequantMatMul(scheme, n), inputs, node.shape)
         else:
             rw.copy(node)
     log.info("bound %d packed weight(s) to DequantMatMul", len(bound))
     return rw.finish(), len(bound)
+
+
+def mlx_companions(rows: Sequence[PackedRow]) -> set[str]:
+    """Names of the scales/biases rows that go with an MLX weight row (bound with it, not
+    to params of their own)."""
+    bases = {r.name.removesuffix(".weight") for r in rows if _mlx(r.encoding)}
+    return {r.name for r in rows if r.name.endswith((".scales", ".biases"))
+            and r.name.rsplit(".", 1)[0] in bases}
+
+
+def _mlx(encoding: str) -> bool:
+    return encoding.startswith("mlx_")
+
+
+_ROW_DTYPES = ("f32", "f16", "bf16", "u8")
+
+
+def _array(row: PackedRow) -> np.ndarray:
+    """A scales/biases row as the array it holds (a view of its bytes in their dtype)."""
+    data = np.asarray(row.data).reshape(-1).view(np.uint8)
+    values = data if row.encoding == "u8" else decode(row.encoding, data)
+    return values.reshape(row.shape)
+
+
+def _check_mlx(graph: Graph, param: Node, row: PackedRow, by_name: dict[str, PackedRow],
+               users: dict[int, list[int]]
+               ) -> tuple[tuple[QuantScheme, int], list[PackedRow], list[int]]:
+    """(scheme, N), the scales (and biases) rows, and the Transposes the MatMuls read it
+    through; BindingError with the reason when the param cannot run packed."""
+    name = param.op.name
+    try:
+        scheme = QuantScheme.parse(row.encoding)
+    except ShapeError:
+        raise BindingError(f"packed weight {name!r} has unknown MLX scheme {row.encoding}") \
+            from None
+    if len(row.shape) != 2:
+        raise BindingError(f"MLX weight {name!r} has shape {list(row.shape)}, [N, K] expected")
+    n, k = row.shape
+    base = name.removesuffix(".weight")
+    parts = [by_name.get(f"{base}.scales"), *([by_name.get(f"{base}.biases")]
+                                               if scheme.inputs == 4 else [])]
+    if any(p is None for p in parts):
+        raise BindingError(f"MLX weight {name!r} ({scheme}) needs rows {base}.scales"
+                           + (f" and {base}.biases" if scheme.inputs == 4 else ""))
+    for part in parts:
+        assert part is not None
+        if part.encoding not in _ROW_DTYPES or \
+                tuple(part.shape) != (n, k // scheme.block_size) or k % scheme.block_size:
+            raise BindingError(f"MLX {part.name!r}: {part.encoding}{list(part.shape)} does not "
+                               f"fit {k} values per row in groups of {scheme.block_size}")
+    shape: Shape = param.shape
+    readers = users[param.id]
+    through: list[int] = []
+    if shape.dims == (k, n):
+        matmuls = readers
+    elif shape.dims == (n, k) and readers and all(
+            _is_transpose_2d(graph.node(r)) for r in readers):
+        through = list(readers)
+        matmuls = [m for t in through for m in users[t]]
+    else:
+        raise BindingError(f"MLX weight {name!r} [{n}, {k}]: param is {shape}; it must be "
+                           f"[{k}, {n}] read by MatMuls, or [{n}, {k}] read through "
+                           "Transposes by MatMuls")
+    operand = set(through) or {param.id}
+    for reader in matmuls:
+        node = graph.node(reader)
+        if not isinstance(node.op, MatMul) or node.inputs[1] not in operand \
+                or node.inputs[0] in operand:
+            raise BindingError(f"packed weight {name!r} is read by {node.label}, which cannot "
+                               "take packed bytes: load it with --weights-policy f32")
+    return (scheme, n), parts, through
+
+
+def _is_transpose_2d(node: Node) -> bool:
+    return isinstance(node.op, Transpose) and node.shape.rank == 2 and \
+        node.op.perm in (None, (1, 0))
 
 
 def _check(graph: Graph, param: Node, row: PackedRow,

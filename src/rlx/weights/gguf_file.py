@@ -47,7 +47,8 @@ _DENSE: dict[gguf.GGMLQuantizationType, np.dtype] = {q: np.dtype(t) for q, t in 
 }.items()}
 _PREFIX = "gguf_"
 # The block encodings rlx's codecs (and so `DequantMatMul`) run; other packs can only be decoded.
-RUNNABLE_PACKS: tuple[str, ...] = tuple(e.value for e in Encoding if e.is_block_quantized)
+RUNNABLE_PACKS: tuple[str, ...] = tuple(e.value for e in Encoding
+                                      if e.is_block_quantized and not e.is_mlx)
 _MAGIC = b"GGUF"
 _VERSIONS = (2, 3)  # v1 had 32-bit counts; the gguf package reads 2 and 3 too
 _MAX_DIMS = 4  # GGML_MAX_DIMS

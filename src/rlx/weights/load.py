@@ -19,6 +19,8 @@ import numpy as np
 from rlx.errors import WeightError
 from rlx.weights.bundle import LoadedWeight, WeightBundle
 from rlx.weights.gguf_file import RUNNABLE_PACKS, decode_packed, read_gguf
+from rlx.weights.dduf import load_dduf
+from rlx.weights.mlx_folder import mlx_quantization, split_mlx_packs
 from rlx.weights.numpy_files import read_npy, read_npz
 from rlx.weights.policy import (
     F32FirstVerdict, WeightLoadPolicy, WeightPathKind, WeightSourceInfo, f32_first_verdict,
@@ -37,7 +39,7 @@ _READERS: dict[str, tuple[WeightPathKind, Reader]] = {
     ".npy": (WeightPathKind.NPY, read_npy),
     ".gguf": (WeightPathKind.GGUF, read_gguf),
 }
-_EXPECTED = ".safetensors, .npz, .npy or .gguf"
+_EXPECTED = ".safetensors, .npz, .npy, .gguf or .dduf"
 
 
 def load_weights(path: str | os.PathLike[str],
@@ -47,6 +49,14 @@ def load_weights(path: str | os.PathLike[str],
     path = Path(path)
     if isinstance(policy, str):
         policy = WeightLoadPolicy.parse(policy)
+    folder = path if path.is_dir() else path.parent
+    quant = None
+    if path.is_dir() or path.suffix.lower() == ".safetensors":
+        quant = mlx_quantization(folder)
+    if quant is not None:  # an MLX model folder (a .safetensors in one loads the folder)
+        return _load_mlx(folder, quant, policy, opts)
+    if path.suffix.lower() == ".dduf" and path.is_file():
+        return load_dduf(path, policy, opts)
     if path.is_dir():
         kind, source = WeightPathKind.DIRECTORY, _read_dir(path)
     else:
@@ -58,6 +68,26 @@ def load_weights(path: str | os.PathLike[str],
     tensors, packed = _resolve(source, verdict, path)
     log.info("loaded %d dense + %d packed tensors from %s", len(tensors), len(packed), path)
     return WeightBundle(tensors, packed, str(path), verdict, info)
+
+
+def _load_mlx(folder: Path, quant: dict, policy: WeightLoadPolicy, opts: Any) -> WeightBundle:
+    source = _read_dir(folder)
+    if source.packs:
+        raise WeightError(f"MLX folder {folder} also holds GGUF tensors "
+                          f"({source.packs[0].name!r}); keep them apart")
+    packs = split_mlx_packs(source, quant, folder)
+    info = WeightSourceInfo(bool(packs.rows), source.has_native_half, WeightPathKind.MLX)
+    verdict = f32_first_verdict(policy, info, opts)
+    log.info("f32-first %s", verdict)
+    tensors = dict(source.dense)
+    if verdict.go:
+        tensors.update(packs.decoded())
+        packed: list[LoadedWeight] = []
+    else:
+        packed = packs.rows
+    log.info("loaded %d dense + %d packed tensors from MLX folder %s", len(tensors),
+             len(packed), folder)
+    return WeightBundle(tensors, packed, str(folder), verdict, info)
 
 
 def load_weights_f32(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:

@@ -5,8 +5,9 @@ The verdict only concerns *packed* (block-quantized) source tensors: GO decodes 
 float32, NO-GO keeps them in their source encoding. Dense tensors always keep their native
 dtype whatever the verdict (the reference's fix 9.9: integers never become floats).
 
-The reference's extra Auto rule for DDUF bundles (keep native half tensors) has no
-counterpart here: rlx reads no DDUF files.
+MLX quantized layers count as packs. The reference's extra Auto rule for DDUF bundles
+holds too: auto keeps native f16/bf16 tensors of a DDUF bundle (NO-GO), which for DDUF
+means every tensor stays in its own dtype; elsewhere dense tensors keep theirs anyway.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ class WeightPathKind(enum.Enum):
     NPZ = "npz"
     NPY = "npy"
     GGUF = "gguf"
+    MLX = "mlx"
+    DDUF = "dduf"
     DIRECTORY = "directory"
     UNKNOWN = "unknown"
 
@@ -109,4 +112,7 @@ def f32_first_verdict(policy: WeightLoadPolicy, info: WeightSourceInfo,
         return F32FirstVerdict(True, "weights-policy=packed but no packs/half — fall back to f32")
     if info.has_packs:
         return F32FirstVerdict(False, "auto: source has packs — keep them packed")
+    if info.has_native_half and info.path_kind is WeightPathKind.DDUF:
+        return F32FirstVerdict(False, "auto: DDUF bundle with native half tensors — keep "
+                                      "them")
     return F32FirstVerdict(True, "auto: no beneficial packs — decode to f32")

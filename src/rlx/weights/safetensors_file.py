@@ -128,6 +128,8 @@ def _entry(name: str, info: Any, path: Path) -> _Entry:
 
 
 def _check_metadata(metadata: Any, path: Path) -> None:
+    if metadata is None:  # `"__metadata__": null`, as mlx writes it (the package accepts it)
+        return
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise _corrupt(path, "__metadata__ must map strings to strings")
 

@@ -1,4 +1,4 @@
-"""Linear algebra: batched MatMul, GGUF-packed DequantMatMul, Einsum."""
+"""Linear algebra: batched MatMul, GGUF- and MLX-packed DequantMatMul, Einsum."""
 
 from __future__ import annotations
 
@@ -40,10 +40,31 @@ class MatMul(Op):
 
 
 class QuantScheme(enum.Enum):
-    """Packed weight encodings DequantMatMul understands: (name, block elems, block bytes)."""
+    """Packed weight encodings DequantMatMul understands: (name, block elems, block bytes).
+
+    For the MLX schemes (rlx.codecs.mlx) a block is one quantization group of the codes
+    stream; their scales (and affine biases) are separate inputs of the DequantMatMul."""
 
     GGUF_Q8_0 = ("gguf_q8_0", 32, 34)
     GGUF_TQ2_0 = ("gguf_tq2_0", 256, 66)
+    MLX_AFFINE_2_32 = ("mlx_affine/2/32", 32, 8)
+    MLX_AFFINE_2_64 = ("mlx_affine/2/64", 64, 16)
+    MLX_AFFINE_2_128 = ("mlx_affine/2/128", 128, 32)
+    MLX_AFFINE_3_32 = ("mlx_affine/3/32", 32, 12)
+    MLX_AFFINE_3_64 = ("mlx_affine/3/64", 64, 24)
+    MLX_AFFINE_3_128 = ("mlx_affine/3/128", 128, 48)
+    MLX_AFFINE_4_32 = ("mlx_affine/4/32", 32, 16)
+    MLX_AFFINE_4_64 = ("mlx_affine/4/64", 64, 32)
+    MLX_AFFINE_4_128 = ("mlx_affine/4/128", 128, 64)
+    MLX_AFFINE_6_32 = ("mlx_affine/6/32", 32, 24)
+    MLX_AFFINE_6_64 = ("mlx_affine/6/64", 64, 48)
+    MLX_AFFINE_6_128 = ("mlx_affine/6/128", 128, 96)
+    MLX_AFFINE_8_32 = ("mlx_affine/8/32", 32, 32)
+    MLX_AFFINE_8_64 = ("mlx_affine/8/64", 64, 64)
+    MLX_AFFINE_8_128 = ("mlx_affine/8/128", 128, 128)
+    MLX_MXFP4 = ("mlx_mxfp4/32", 32, 16)
+    MLX_MXFP8 = ("mlx_mxfp8/32", 32, 32)
+    MLX_NVFP4 = ("mlx_nvfp4/16", 16, 8)
 
     def __init__(self, label: str, block_size: int, block_bytes: int):
         self.label = label
@@ -53,9 +74,20 @@ class QuantScheme(enum.Enum):
     @classmethod
     def parse(cls, text: str) -> QuantScheme:
         for scheme in cls:
-            if scheme.label == text:
+            if scheme.label == text or (scheme.is_mlx and scheme.label.split("/")[0] == text
+                                        and not text.startswith("mlx_affine")):
                 return scheme
-        raise ShapeError(f"unknown quant scheme {text!r}; expected gguf_q8_0 or gguf_tq2_0")
+        raise ShapeError(f"unknown quant scheme {text!r}; expected gguf_q8_0, gguf_tq2_0, "
+                         "mlx_affine/<bits>/<group>, mlx_mxfp4, mlx_mxfp8 or mlx_nvfp4")
+
+    @property
+    def is_mlx(self) -> bool:
+        return self.label.startswith("mlx_")
+
+    @property
+    def inputs(self) -> int:
+        """DequantMatMul's inputs: [x, packed] for GGUF, [x, codes, scales(, biases)] MLX."""
+        return 4 if self.label.startswith("mlx_affine") else 3 if self.is_mlx else 2
 
     def __str__(self) -> str:
         return self.label
@@ -68,14 +100,21 @@ class DequantMatMul(Op):
     Inputs `[x, packed]`: x is `[..., M, K]` float, packed is a flat u8 tensor of
     `N * K / block_size` blocks. `n` is recorded so the output shape `[..., M, N]` never
     depends on guessing; the stream is decoded whole, so blocks may straddle rows of K.
+    MLX schemes take `[x, codes, scales, biases]` (affine) or `[x, codes, scales]` (fp
+    modes): the codes of W^T row by row, and one scale (and bias) per group along K.
     """
 
     scheme: QuantScheme
     n: int
-    arity: ClassVar = (2, 2)
+    arity: ClassVar = (2, 4)
 
     def infer(self, inputs):
-        x, packed = inputs
+        if len(inputs) != self.scheme.inputs:
+            raise ShapeError(f"DequantMatMul: {self.scheme} takes {self.scheme.inputs} inputs, "
+                             f"got {len(inputs)}")
+        x, packed = inputs[:2]
+        if self.scheme.is_mlx:
+            self._check_groups(packed, inputs[2:])
         if packed.dtype is not DType.U8 or packed.rank != 1:
             raise ShapeError(f"DequantMatMul: packed weight must be 1-D u8, got {packed}")
         if not x.dtype.is_float:
@@ -91,6 +130,25 @@ class DequantMatMul(Op):
                     f"DequantMatMul: {nbytes} bytes of {s} do not hold a [{self.n}, {k}] weight"
                 )
         return Shape((*x.dims[:-1], self.n), x.dtype)
+
+    def _check_groups(self, codes: Shape, parts) -> None:
+        """MLX: scales (and biases) are [N, groups], one per group of the codes."""
+        scales = parts[0]
+        want = DType.U8 if not self.scheme.label.startswith("mlx_affine") else None
+        if scales.rank != 2 or scales.dims[0] != self.n or (
+                want is not None and scales.dtype is not want) or (
+                want is None and not scales.dtype.is_float):
+            raise ShapeError(f"DequantMatMul {self.scheme}: scales must be "
+                             f"[{self.n}, groups] {want or 'float'}, got {scales}")
+        for bias in parts[1:]:
+            if bias.dims != scales.dims or not bias.dtype.is_float:
+                raise ShapeError(f"DequantMatMul {self.scheme}: biases must be float "
+                                 f"{list(scales.dims)}, got {bias}")
+        groups, nbytes = scales.dims[1], codes.dims[0] if codes.rank == 1 else None
+        if isinstance(groups, int) and isinstance(nbytes, int) and \
+                nbytes != self.n * groups * self.scheme.block_bytes:
+            raise ShapeError(f"DequantMatMul {self.scheme}: {nbytes} code bytes do not match "
+                             f"{self.n} x {groups} groups")
 
 
 _TERM = re.compile(r"[a-zA-Z]*(\.\.\.)?[a-zA-Z]*")

@@ -1,0 +1,52 @@
+"""`open_artifact`: one entry point for every artifact rlx writes, chosen by its magic.
+
+`RLXBAKE1` (plain `.rlx`) and `RLXENC01` (encrypted `.rlx`) go to `read_rlx`; `RLXPFLAT`,
+a zip holding `rlx.json` and a folder holding `rlx.json` (the three `.rlxp` containers) go to
+`read_rlxp`. The extension is never trusted: a renamed file opens as what it is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rlx.artifact.model import RlxFile
+from rlx.artifact.reader import ENCRYPTED_MAGIC, read_rlx
+from rlx.artifact.rlxp.read import is_rlxp, read_rlxp
+from rlx.errors import ArtifactError
+
+__all__ = ["open_artifact", "artifact_kind"]
+
+
+def artifact_kind(path: str | os.PathLike) -> str:
+    """"rlx", "rlx-encrypted" or "rlxp", by content; ArtifactError for anything else."""
+    path = Path(path)
+    if not path.exists():
+        raise ArtifactError(f"{path} does not exist")
+    if is_rlxp(path):
+        return "rlxp"
+    if path.is_dir():
+        raise ArtifactError(f"{path} is a folder without rlx.json, not an .rlxp package")
+    try:
+        with path.open("rb") as f:
+            head = f.read(8)
+    except OSError as err:
+        raise ArtifactError(f"cannot read {path}: {err.strerror or err}") from None
+    if head == ENCRYPTED_MAGIC:
+        return "rlx-encrypted"
+    if head == b"RLXBAKE1":
+        return "rlx"
+    raise ArtifactError(f"{path} is not an rlx artifact (magic {head!r}; expected RLXBAKE1, "
+                        "RLXENC01, RLXPFLAT or an .rlxp zip/folder)")
+
+
+def open_artifact(path: str | os.PathLike, password: str | bytes | None = None, *,
+                  verify: str = "lazy", kdf_limits=None) -> RlxFile:
+    """Open any `.rlx` or `.rlxp` artifact; `password` only for encrypted `.rlx` files."""
+    kind = artifact_kind(path)
+    if kind == "rlxp":
+        if password is not None:
+            raise ArtifactError(f"{path} is an .rlxp package, which is never encrypted; "
+                                "open it without a password")
+        return read_rlxp(path, verify=verify)
+    return read_rlx(path, password=password, verify=verify, kdf_limits=kdf_limits)

@@ -1,0 +1,501 @@
+"""`read_rlxp`: validate an `.rlxp` package (flat, zip or dir), then map it without copying.
+
+Everything the package claims is checked before its bytes are used: the flat header and the
+TOC's digest (or the zip's structure and the CRC of its small members), the manifest's
+format and versions, every region's offset, length, alignment and overlap, every tensor's
+tier, codec, lengths against its shape and scheme, and the graph as the `.rlx` reader checks
+it. Checksums of the graph, the index, sidecars and compressed tensors are checked before
+they are parsed or inflated; those of hot tensors at open (`verify="full"`) or the first time
+the weights are used (`"lazy"`, the default), as for `.rlx`. Hot tensors are read-only views
+of the package's memory map; warm and cold ones are inflated into owned buffers.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlx.artifact.layout import checksum, header_digest
+from rlx.artifact.model import RlxFile, RlxWeight
+from rlx.artifact.reader import VERIFY_MODES, _depth, _Reader, _row_nbytes
+from rlx.artifact.rlxp import layout as L
+from rlx.artifact.rlxp.zblk import TIERS, decode_tier
+from rlx.errors import ArtifactError, IntegrityError, RlxError
+from rlx.ir.graph import Graph
+from rlx.ir.ops.sources import Constant
+from rlx.ir.serialize import graph_from_dict
+from rlx.ir.shape import Shape
+from rlx.ir.verify import verify as verify_graph
+from rlx.stored_zip import check_crc, read_stored_zip
+
+__all__ = ["RlxpPackage", "read_rlxp", "read_rlxp_package", "is_rlxp"]
+
+ALIGN = 64
+_SIDECAR_ID = re.compile(r"[A-Za-z0-9_]{1,64}")
+
+
+@dataclass
+class RlxpPackage:
+    """A package as read: the `RlxFile`, its manifest, TOC rows, sidecars and container."""
+
+    file: RlxFile
+    manifest: dict[str, Any]
+    tensors: list[dict[str, Any]]
+    sidecars: dict[str, Any] = field(default_factory=dict)
+    placement: Any = None
+    container: str = "flat"
+
+
+def is_rlxp(path: str | os.PathLike) -> bool:
+    """Whether `path` is a package: a flat file by its magic, a zip or folder holding
+    `rlx.json` (the magic of a zip is not enough: a DDUF bundle is a zip too)."""
+    path = Path(path)
+    if path.is_dir():
+        return (path / L.MEMBERS["toc"]).is_file()
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(L.FLAT_MAGIC))
+    except OSError:
+        return False
+    if head == L.FLAT_MAGIC:
+        return True
+    if head[:4] == b"PK\x03\x04":
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(path) as archive:
+                return L.MEMBERS["toc"] in archive.namelist()
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+            return False
+    return False
+
+
+def read_rlxp(path: str | os.PathLike, *, verify: str = "lazy") -> RlxFile:
+    """Open a package and return its `RlxFile` (see `read_rlxp_package` for the rest)."""
+    return read_rlxp_package(path, verify=verify).file
+
+
+def read_rlxp_package(path: str | os.PathLike, *, verify: str = "lazy") -> RlxpPackage:
+    if verify not in VERIFY_MODES:
+        raise ArtifactError(f"verify must be one of {', '.join(VERIFY_MODES)}, got {verify!r}")
+    source = os.fspath(path)
+    try:
+        if Path(source).is_dir():
+            container: _Container = _DirContainer(Path(source))
+        else:
+            with open(source, "rb") as f:
+                head = f.read(8)
+                if not head:
+                    raise ArtifactError(f"{source}: empty file, not an .rlxp package")
+                buf = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+                if head == L.FLAT_MAGIC:
+                    container = _FlatContainer(buf, source)
+                elif head[:4] == b"PK\x03\x04":
+                    container = _ZipContainer(f, buf, source)
+                else:
+                    raise ArtifactError(f"{source}: bad magic {head!r} (expected "
+                                        f"{L.FLAT_MAGIC.decode()} or a zip package)")
+    except OSError as err:
+        raise ArtifactError(f"cannot read {source}: {err.strerror or err}") from None
+    return _Package(container, source).read(verify)
+
+
+# -- containers: the TOC and a way to view each region -------------------------------------
+class _Container:
+    kind = ""
+    source = ""
+    toc: dict[str, Any]
+    tensor_area: memoryview
+
+    def fail(self, message: str, error: type[ArtifactError] = ArtifactError):
+        raise error(f"{self.source}: {message}")
+
+    def region(self, row: Any, what: str) -> memoryview:
+        raise NotImplementedError
+
+    def checked(self, row: Any, what: str) -> memoryview:
+        """A region whose xxh3 must match before it is used."""
+        view = self.region(row, what)
+        if checksum(view) != row.get("xxh3"):
+            self.fail(f"checksum mismatch in {what}: the package is corrupt", IntegrityError)
+        return view
+
+    def parse_json(self, raw, what: str) -> Any:
+        raw = bytes(raw)
+        if _depth(raw) > 64:
+            self.fail(f"{what} nests deeper than 64 levels")
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+            self.fail(f"{what} is not valid JSON: {str(err)[:200]}")
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+class _FlatContainer(_Container):
+    kind = "flat"
+
+    def __init__(self, buf: memoryview, source: str):
+        self.buf, self.source = buf, source
+        if len(buf) < L.FLAT_HEADER.size:
+            self.fail(f"too short for the {L.FLAT_HEADER.size}-byte RLXPFLAT header")
+        magic, version, flags, toc_len = L.FLAT_HEADER.unpack_from(buf)
+        if version != L.CONTAINER_VERSION:
+            self.fail(f"container version {version} is not supported (rlx reads "
+                      f"{L.CONTAINER_VERSION})")
+        if flags & L.FLAG_BINCODE_TOC:
+            self.fail("has a bincode TOC (the Rust reference's); rlx reads JSON TOCs: "
+                      "re-export the package with rlx")
+        if flags != L.WRITTEN_FLAGS:
+            self.fail(f"flags {flags:#x} are not {L.WRITTEN_FLAGS:#x} (hybrid storage, "
+                      "TOC digest): not a package rlx wrote")
+        digest = 16
+        end = L.FLAT_HEADER.size + toc_len + digest
+        if toc_len > L.MAX_TOC_BYTES or end > len(buf):
+            self.fail(f"TOC length {toc_len} exceeds the file ({len(buf)} bytes) or the "
+                      f"{L.MAX_TOC_BYTES >> 20} MiB cap")
+        text = buf[L.FLAT_HEADER.size:L.FLAT_HEADER.size + toc_len]
+        if digest and header_digest(text) != bytes(buf[end - 16:end]):
+            self.fail("TOC checksum mismatch: the package is corrupt", IntegrityError)
+        self.toc = self.parse_json(text, "TOC")
+        if not isinstance(self.toc, dict):
+            self.fail("TOC is not a JSON object")
+        self.start = -(-end // ALIGN) * ALIGN
+        self.tensor_area = buf[min(self.start, len(buf)):]
+        self._spans: list[tuple[int, int, str]] = []
+
+    def region(self, row: Any, what: str) -> memoryview:
+        offset = row.get("offset") if isinstance(row, dict) else None
+        length = row.get("length") if isinstance(row, dict) else None
+        if not _int(offset) or not _int(length):
+            self.fail(f"{what}: needs a non-negative integer offset and length")
+        if self.start + offset + length > len(self.buf):
+            self.fail(f"{what}: ends at {self.start + offset + length}, past the end of the "
+                      f"file ({len(self.buf)} bytes)")
+        self._spans.append((offset, offset + length, what))
+        return self.buf[self.start + offset:self.start + offset + length]
+
+
+_MEMBER_NAMES = {*(v for k, v in L.MEMBERS.items()), L.MEMBERS["io"] + ".zst"}
+
+
+def _member_name_problem(name: str) -> str | None:
+    if name in _MEMBER_NAMES:
+        return None
+    match = re.fullmatch(r"sidecars/([A-Za-z0-9_]{1,64})\.json(\.zst)?", name)
+    return None if match else "not a member an .rlxp package has"
+
+
+class _ZipContainer(_Container):
+    kind = "zip"
+
+    def __init__(self, f, buf: memoryview, source: str):
+        self.buf, self.source = buf, source
+        self.members = read_stored_zip(f, len(buf), source, ArtifactError,
+                                       _member_name_problem)
+        self.toc = self._small_json(L.MEMBERS["toc"])
+        if not isinstance(self.toc, dict):
+            self.fail("rlx.json is not a JSON object")
+        shard = self.members.get(L.MEMBERS["shard"])
+        self.tensor_area = self.buf[shard.offset:shard.offset + shard.length] if shard \
+            else memoryview(b"")
+        if shard and shard.offset % ALIGN:
+            self.fail(f"member {shard.name!r} is not {ALIGN}-byte aligned in the archive")
+
+    def _small_json(self, name: str) -> Any:
+        member = self.members.get(name)
+        if member is None:
+            self.fail(f"has no {name} member")
+        if member.length > L.MAX_TOC_BYTES:
+            self.fail(f"member {name} is larger than {L.MAX_TOC_BYTES >> 20} MiB")
+        check_crc(self.buf, member, self.source, IntegrityError)
+        return self.parse_json(self.buf[member.offset:member.offset + member.length], name)
+
+    def region(self, row: Any, what: str) -> memoryview:
+        name = row.get("member") if isinstance(row, dict) else None
+        member = self.members.get(name) if isinstance(name, str) else None
+        if member is None:
+            self.fail(f"{what}: names no member of the archive ({name!r})")
+        if row.get("length") != member.length:
+            self.fail(f"{what}: member {name} holds {member.length} bytes, "
+                      f"{row.get('length')!r} declared")
+        return self.buf[member.offset:member.offset + member.length]
+
+
+class _DirContainer(_Container):
+    kind = "dir"
+
+    def __init__(self, folder: Path):
+        self.folder, self.source = folder, str(folder)
+        self.toc = self.parse_json(self._map(L.MEMBERS["toc"]), "rlx.json")
+        if not isinstance(self.toc, dict):
+            self.fail("rlx.json is not a JSON object")
+        shard = self.folder / L.MEMBERS["shard"]
+        self.tensor_area = self._map(L.MEMBERS["shard"]) if shard.exists() else memoryview(b"")
+
+    def _map(self, name: str) -> memoryview:
+        try:
+            with (self.folder / name).open("rb") as f:
+                if os.fstat(f.fileno()).st_size == 0:
+                    return memoryview(b"")
+                return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        except OSError as err:
+            self.fail(f"cannot read member {name}: {err.strerror or err}")
+
+    def region(self, row: Any, what: str) -> memoryview:
+        name = row.get("member") if isinstance(row, dict) else None
+        if not isinstance(name, str) or _member_name_problem(name):
+            self.fail(f"{what}: names no member of a package ({name!r})")
+        view = self._map(name)
+        if row.get("length") != len(view):
+            self.fail(f"{what}: member {name} holds {len(view)} bytes, "
+                      f"{row.get('length')!r} declared")
+        return view
+
+
+# -- the package ---------------------------------------------------------------------------
+class _Package:
+    def __init__(self, container: _Container, source: str):
+        self.c, self.source = container, source
+        self.tensors: list[np.ndarray] = []
+        self.rows: list[dict[str, Any]] = []
+        self.used: list[str] = []
+        self.hot_checks: list[tuple[int, memoryview]] = []
+
+    def fail(self, message: str, error: type[ArtifactError] = ArtifactError):
+        self.c.fail(message, error)
+
+    def read(self, verify: str) -> RlxpPackage:
+        toc = self.c.toc
+        manifest = self._manifest(toc.get("manifest"))
+        self._tensor_rows(self._rows(toc), verify)
+        graph = self._graph(toc.get("graph"), manifest, toc)
+        rlx = toc.get("rlx")
+        if not isinstance(rlx, dict):
+            self.fail("TOC has no 'rlx' object (meta and weight table)")
+        weights = self._weights(rlx.get("weights"), graph)
+        sidecars = self._sidecars(toc.get("sidecars"))
+        placement = None
+        if toc.get("placement") is not None:
+            placement = self.c.parse_json(self.c.checked(toc["placement"], "placement"),
+                                          "placement")
+        if isinstance(self.c, _FlatContainer):
+            self._no_overlaps(self.c._spans)
+        unused = [self.rows[i]["name"] for i, u in enumerate(self.used) if not u]
+        if unused:
+            self.fail(f"tensor {unused[0]!r} is not used by any constant or weight row")
+        file = RlxFile(_Reader(memoryview(b""), self.source)._meta(rlx.get("meta")), graph,
+                       weights)
+        if self.hot_checks:
+            if verify == "full":
+                self._check_hot()
+            elif verify == "lazy":
+                file.integrity_check = self._check_hot
+        return RlxpPackage(file, manifest, self.rows, sidecars, placement, self.c.kind)
+
+    def _manifest(self, m: Any) -> dict[str, Any]:
+        if not isinstance(m, dict) or m.get("format") != L.FORMAT:
+            self.fail("TOC has no rlxp manifest")
+        compat, version = m.get("compat_version"), m.get("format_version")
+        if not _int(compat) or not _int(version):
+            self.fail("manifest format_version and compat_version must be integers")
+        if compat > L.FORMAT_VERSION:
+            self.fail(f"package needs a reader of format version {compat}; this rlx reads "
+                      f"{L.FORMAT_VERSION}")
+        encoding = m.get("graph_encoding")
+        if encoding not in (L.GRAPH_ENCODING, L.NO_GRAPH):
+            self.fail(f"graph encoding {encoding!r} is not read by rlx (it reads "
+                      f"{L.GRAPH_ENCODING}); bincode graphs come from the Rust reference")
+        for key in ("name", "producer", "created"):
+            if not isinstance(m.get(key), str):
+                self.fail(f"manifest.{key} must be a string")
+        features = m.get("features")
+        if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+            self.fail("manifest.features must be a list of strings")
+        return m
+
+    def _rows(self, toc: dict) -> list:
+        if isinstance(self.c, _FlatContainer):
+            rows = toc.get("tensors")
+        else:
+            index_row = toc.get("index")
+            index = self.c.parse_json(self.c.checked(index_row, "weights/index.json"),
+                                      "weights/index.json") if index_row else None
+            if not isinstance(index, dict) or index.get("shard") != L.MEMBERS["shard"]:
+                self.fail("weights/index.json must name the shard weights/shards/000.pack.bin")
+            rows = index.get("tensors")
+        if not isinstance(rows, list):
+            self.fail("the tensor rows must be a list")
+        return rows
+
+    def _tensor_rows(self, rows: list, verify: str) -> None:
+        area = self.c.tensor_area
+        spans = []
+        for i, row in enumerate(rows):
+            where = f"tensor {i}"
+            if not isinstance(row, dict) or not isinstance(row.get("name"), str):
+                self.fail(f"{where}: must be an object with a name")
+            where = f"tensor {row['name']!r}"
+            shape, scheme = row.get("shape"), row.get("scheme")
+            offset, stored, raw = row.get("offset"), row.get("stored_len"), row.get("raw_len")
+            if not isinstance(shape, list) or not all(_int(d) for d in shape) \
+                    or not isinstance(scheme, str):
+                self.fail(f"{where}: needs a shape of sizes >= 0 and a scheme")
+            if row.get("layout") not in L.LAYOUTS:
+                self.fail(f"{where}: layout {row.get('layout')!r} is not row_major or bt_nk")
+            tier, codec = row.get("tier"), row.get("codec")
+            if not isinstance(tier, str) or tier not in TIERS or TIERS[tier] != codec:
+                self.fail(f"{where}: tier {tier!r} with codec {codec!r} (expected hot/raw, "
+                          "warm/zstd_blocks or cold/zstd)")
+            if not (_int(offset) and _int(stored) and _int(raw)) \
+                    or not isinstance(row.get("xxh3"), str):
+                self.fail(f"{where}: needs integer offset, stored_len, raw_len and an xxh3")
+            if offset % ALIGN:
+                self.fail(f"{where}: offset {offset} is not a multiple of {ALIGN}")
+            if tier == "hot" and stored != raw:
+                self.fail(f"{where}: a hot tensor's stored_len {stored} must equal its "
+                          f"raw_len {raw}")
+            try:
+                need = _row_nbytes(scheme, shape)
+            except RlxError as err:
+                self.fail(f"{where}: {err}")
+            if need != raw:
+                self.fail(f"{where}: {scheme}{shape} takes {need} bytes, raw_len says {raw}")
+            if offset + stored > len(area):
+                self.fail(f"{where}: ends at {offset + stored}, past the tensor data "
+                          f"({len(area)} bytes)")
+            spans.append((offset, offset + stored, where))
+            view = area[offset:offset + stored]
+            if tier == "hot":
+                self.hot_checks.append((i, view))
+            elif checksum(view) != row["xxh3"]:
+                self.fail(f"checksum mismatch in {where}: the package is corrupt",
+                          IntegrityError)
+            self.tensors.append(decode_tier(codec, view, raw, f"{self.source}: {where}"))
+            self.rows.append(row)
+            self.used.append("")
+        if isinstance(self.c, _FlatContainer):
+            self.c._spans.extend((a + 0, b, w) for a, b, w in spans)
+        else:
+            self._no_overlaps(spans)
+
+    def _no_overlaps(self, spans: list[tuple[int, int, str]]) -> None:
+        spans = sorted(spans)
+        for (_, end, first), (begin, _, second) in zip(spans, spans[1:]):
+            if begin < end:
+                self.fail(f"{second} overlaps {first}")
+
+    def _take(self, ref: Any, nbytes: int, user: str) -> np.ndarray:
+        if not isinstance(ref, dict) or "tensor" not in ref:
+            self.fail(f"{user}: data must be {{'tensor': index or null}}")
+        index = ref["tensor"]
+        if index is None:
+            return np.empty(0, np.uint8)
+        if not isinstance(index, int) or isinstance(index, bool) \
+                or not 0 <= index < len(self.tensors):
+            self.fail(f"{user}: tensor index {index!r} out of range")
+        data = self.tensors[index]
+        if data.nbytes != nbytes:
+            self.fail(f"{user}: tensor {self.rows[index]['name']!r} holds {data.nbytes} bytes, "
+                      f"{nbytes} expected")
+        self.used[index] = self.used[index] or user
+        return data
+
+    def _graph(self, row: Any, manifest: dict, toc: dict) -> Graph:
+        if manifest["graph_encoding"] == L.NO_GRAPH:
+            if row is not None:
+                self.fail("manifest says there is no graph, the TOC has one")
+            return Graph(str(manifest["name"]))
+        if not isinstance(row, dict):
+            self.fail("TOC 'graph' must describe the graph's bytes")
+        body = self.c.parse_json(self.c.checked(row, "graph"), "graph")
+
+        def decode(ref: Any, shape: Shape) -> np.ndarray:
+            if not shape.is_static:
+                self.fail(f"constant with symbolic shape {shape}")
+            return self._take(ref, shape.nbytes, f"constant of shape {shape}")
+
+        try:
+            graph = graph_from_dict(body, decode)
+            verify_graph(graph)
+        except ArtifactError:
+            raise
+        except RlxError as err:
+            self.fail(f"graph: {err}")
+        except (RecursionError, OverflowError, ValueError, TypeError) as err:
+            self.fail(f"graph: malformed ({type(err).__name__}: {str(err)[:200]})")
+        return graph
+
+    def _weights(self, rows: Any, graph: Graph) -> list[RlxWeight]:
+        if not isinstance(rows, list):
+            self.fail("rlx.weights must be a list")
+        out = []
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                self.fail(f"weight {i} must be an object")
+            name, shape, encoding = row.get("name"), row.get("shape"), row.get("encoding")
+            if not isinstance(name, str) or not isinstance(encoding, str) \
+                    or not isinstance(shape, list) or not all(_int(d) for d in shape):
+                self.fail(f"weight {i}: needs a name, an encoding and a shape of sizes >= 0")
+            node_id = row.get("node_id")
+            if node_id is not None and (not isinstance(node_id, int) or isinstance(node_id, bool)
+                                        or not 0 <= node_id < len(graph)
+                                        or not isinstance(graph.node(node_id).op, Constant)):
+                self.fail(f"weight {name!r}: node_id {node_id!r} is not a constant of the graph")
+            try:
+                nbytes = _row_nbytes(encoding, shape)
+            except RlxError as err:
+                self.fail(f"weight {name!r}: {err}")
+            data = self._take(row, nbytes, f"weight {name!r}")
+            index = row.get("tensor")
+            layout = _text(row, "layout", "row_major")
+            if index is not None:
+                t = self.rows[index]
+                if (t["name"], t["shape"], t["scheme"], t["layout"]) != \
+                        (name, shape, encoding, layout):
+                    self.fail(f"weight {name!r} and its tensor row disagree on name, shape, "
+                              "scheme or layout")
+            out.append(RlxWeight(
+                name, tuple(shape), _text(row, "dtype", encoding), encoding, data,
+                note=_text(row, "note", ""), layout=layout, node_id=node_id,
+                row_aligned=bool(row.get("row_aligned", True))))
+        return out
+
+    def _sidecars(self, rows: Any) -> dict[str, Any]:
+        if not isinstance(rows, list):
+            self.fail("TOC 'sidecars' must be a list")
+        out: dict[str, Any] = {}
+        for i, row in enumerate(rows):
+            sid = row.get("id") if isinstance(row, dict) else None
+            if not isinstance(sid, str) or not _SIDECAR_ID.fullmatch(sid) or sid in out:
+                self.fail(f"sidecar {i}: needs a unique alphanumeric id")
+            tier, codec, raw = row.get("tier"), row.get("codec"), row.get("raw_len")
+            if not isinstance(tier, str) or tier not in TIERS or TIERS[tier] != codec \
+                    or not _int(raw) \
+                    or raw > L.MAX_TOC_BYTES:
+                self.fail(f"sidecar {sid!r}: bad tier/codec/raw_len")
+            stored = self.c.checked(row, f"sidecar {sid!r}")
+            data = decode_tier(codec, stored, raw, f"{self.source}: sidecar {sid!r}")
+            out[sid] = self.c.parse_json(data, f"sidecar {sid!r}")
+        return out
+
+    def _check_hot(self) -> None:
+        for index, view in self.hot_checks:
+            if checksum(view) != self.rows[index]["xxh3"]:
+                self.fail(f"checksum mismatch in tensor {self.rows[index]['name']!r}: the "
+                          "package is corrupt", IntegrityError)
+
+
+def _text(row: dict, key: str, default: str) -> str:
+    value = row.get(key, default)
+    return value if isinstance(value, str) else default
+

@@ -1,0 +1,138 @@
+"""`rlx-bake` and .rlxp: bake/import-onnx/convert write packages (format from the extension or
+--format, --container, --tier), run/inspect/verify read them, --password is refused for
+them, the reference's bare form works, HIR inputs are refused with what to do instead."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+from rlx.artifact import read_rlxp_package
+from tests.cli.conftest import PASSWORD, assert_error
+
+
+def outputs(cli, path, files) -> np.ndarray:
+    out = path.parent / f"{path.name}.out.npz"
+    result = cli("run", path, "--input", f"x={files.x_npy}", "--output", out, "-q")
+    assert result.code == 0, result
+    with np.load(out) as saved:
+        return saved["logits"]
+
+
+@pytest.mark.parametrize(("name", "flags", "container"), [
+    ("m.rlxp", [], "flat"),
+    ("m.rlxp.zip", [], "zip"),
+    ("m.pkg", ["--format", "rlxp", "--container", "dir"], "dir"),
+    ("m.rlxp", ["--tier", "warm"], "flat"),
+    ("m.bin", ["--container", "zip", "--tier", "cold"], "zip"),
+])
+def test_bake_writes_packages_that_run_like_the_rlx(cli, files, tmp_path, name, flags,
+                                                    container):
+    assert cli("bake", files.onnx, "-o", tmp_path / "m.rlx", "-q").code == 0
+    result = cli("bake", files.onnx, "-o", tmp_path / name, *flags, "--json")
+    assert result.code == 0, result
+    data = result.json()
+    assert (data["format"], data["container"]) == ("rlxp", container)
+    package = read_rlxp_package(tmp_path / name, verify="full")
+    assert package.container == container
+    tier = flags[flags.index("--tier") + 1] if "--tier" in flags else "hot"
+    assert {row["tier"] for row in package.tensors} == {tier}
+    ours = outputs(cli, tmp_path / name, files)
+    np.testing.assert_array_equal(ours, outputs(cli, tmp_path / "m.rlx", files))
+    np.testing.assert_allclose(ours, files.expected(), rtol=1e-4, atol=1e-4)
+
+
+def test_tensor_tier_and_verify_and_inspect(cli, files, tmp_path):
+    out = tmp_path / "m.rlxp"
+    result = cli("bake", files.onnx, "-o", out, "--tensor-tier", "w1=cold", "-q")
+    assert result.code == 0, result
+    tiers = {r["name"]: r["tier"] for r in read_rlxp_package(out).tensors}
+    assert tiers["w1"] == "cold" and tiers["w2"] == "hot"
+    inspected = cli("inspect", out, "--json")
+    assert inspected.code == 0, inspected
+    data = inspected.json()
+    assert data["package"]["container"] == "flat" and data["checksums"]["ok"]
+    assert data["package"]["tiers"]["cold"]["tensors"] == 1
+    assert data["package"]["io"]["inputs"][0]["name"] == "x"
+    assert "storage tiers" in cli("inspect", out).out
+    verified = cli("verify", out, "--onnx", files.onnx, "--json")
+    assert verified.code == 0 and verified.json()["ok"], verified
+
+
+def test_convert_both_ways_and_refuses_encrypted_input(cli, files, tmp_path):
+    result = cli("convert", files.rlx, "-o", tmp_path / "m.rlxp.zip", "--tier", "warm",
+                 "--json")
+    assert result.code == 0, result
+    assert result.json()["container"] == "zip"
+    with zipfile.ZipFile(tmp_path / "m.rlxp.zip") as archive:
+        assert "weights/shards/000.pack.bin" in archive.namelist()
+    back = cli("convert", tmp_path / "m.rlxp.zip", "-o", tmp_path / "back.rlx", "-q")
+    assert back.code == 0, back
+    np.testing.assert_array_equal(outputs(cli, tmp_path / "back.rlx", files),
+                                  outputs(cli, files.rlx, files))
+    assert_error(cli("convert", files.encrypted, "-o", tmp_path / "e.rlxp"),
+                 "is encrypted; convert reads plain files: decrypt it first")
+
+
+def test_password_with_rlxp_is_refused(cli, files, tmp_path, monkeypatch):
+    monkeypatch.setenv("PW", PASSWORD)
+    assert_error(cli("bake", files.onnx, "-o", tmp_path / "m.rlxp", "--password-env", "PW"),
+                 r"--password with \.rlxp output is not supported")
+    assert not (tmp_path / "m.rlxp").exists()
+    assert_error(cli("bake", files.onnx, "-o", tmp_path / "m.rlx", "--tier", "warm"),
+                 "apply to .rlxp output only")
+    assert_error(cli("inspect", files.rlx.parent / "none.rlxp"), "does not exist|cannot")
+
+
+def test_import_onnx_runs_the_full_bake(cli, files, tmp_path):
+    result = cli("import-onnx", files.onnx, "-o", tmp_path / "m.rlxp", "--profile", "size",
+                 "--json")
+    assert result.code == 0, result
+    package = read_rlxp_package(tmp_path / "m.rlxp")
+    assert {"onnx_import", "executable_graph"} <= set(package.manifest["features"])
+    assert package.manifest["producer"] == "rlx-bake/onnx_import"
+    schemes = {row["scheme"] for row in package.tensors}
+    assert "gguf_q8_0" in schemes  # the size profile packed the matmul weights
+    assert result.json()["report"]["optimize"]["quant_packed"] >= 1
+    ours = outputs(cli, tmp_path / "m.rlxp", files)
+    cosine = float(np.sum(ours * files.expected()) / np.linalg.norm(ours)
+                   / np.linalg.norm(files.expected()))
+    assert cosine > 0.999
+    weights_only = cli("import-onnx", files.onnx, "-o", tmp_path / "w.rlxp", "--no-graph",
+                       "--container", "zip", "-q")
+    assert weights_only.code == 0, weights_only
+    package = read_rlxp_package(tmp_path / "w.rlxp")
+    assert package.manifest["graph_encoding"] == "none" and package.container == "zip"
+    names = {row["name"] for row in package.tensors}
+    assert {"w1", "w2"} <= names
+    assert_error(cli("import-onnx", files.graph_json, "-o", tmp_path / "j.rlxp"),
+                 "import-onnx reads .onnx models")
+
+
+def test_the_bare_form_is_bake(cli, files, tmp_path):
+    result = cli(files.graph_json, "-w", files.npz, "-o", tmp_path / "m.rlxp", "-q")
+    assert result.code == 0, result
+    np.testing.assert_allclose(outputs(cli, tmp_path / "m.rlxp", files), files.expected(),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["name", "suffix", "key", "bundle"])
+def test_hir_inputs_are_refused_with_what_to_do(cli, files, tmp_path, kind):
+    body = json.dumps({"fusion_policy": "default", "functions": []})
+    if kind == "name":
+        path = tmp_path / "model.hir.json"
+    elif kind == "suffix":
+        path = tmp_path / "encoder.hir.json"
+    elif kind == "key":
+        path = tmp_path / "graph.json"
+    else:
+        path = tmp_path / "bundle"
+        path.mkdir()
+        (path / "model.hir.json").write_text(body)
+    if kind != "bundle":
+        path.write_text(body)
+    assert_error(cli("bake", path, "-o", tmp_path / "m.rlx"),
+                 "HIR module .* export the model to ONNX .* graph JSON")
