@@ -30,7 +30,13 @@ from rlx.weights.bundle import WeightBundle
 from rlx.weights.policy import (
     WeightLoadPolicy, WeightPathKind, WeightSourceInfo, f32_first_verdict,
 )
-from rlx.weights.safetensors_file import _check_metadata, _check_tiling, _entry, _read_header
+from rlx.weights.safetensors_file import (
+    MAX_HEADER_BYTES,
+    _check_metadata,
+    _check_tiling,
+    _entry,
+    _read_header,
+)
 from rlx.weights.source import HALF_DTYPES, SourceTensors, reading
 
 __all__ = ["load_dduf", "read_dduf"]
@@ -104,7 +110,11 @@ def _table(f, member: StoredMember, path: Path) -> tuple[int, list]:
     start of its data section, entries)."""
     label = Path(f"{path}:{member.name}")
     f.seek(member.offset)
-    header_len, header = _read_header(f, member.length, label)
+    head = f.read(min(member.length, 8))
+    claimed = int.from_bytes(head, "little")
+    if len(head) == 8 and claimed <= min(MAX_HEADER_BYTES, member.length - 8):
+        head += f.read(claimed)  # _read_header refuses any other length before slicing
+    header_len, header = _read_header(head, member.length, label)
     entries = [_entry(name, value, label) for name, value in header.items()
                if name != "__metadata__"]
     _check_metadata(header.get("__metadata__", {}), label)

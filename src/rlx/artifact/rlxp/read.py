@@ -12,7 +12,6 @@ of the package's memory map; warm and cold ones are inflated into owned buffers.
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import re
@@ -24,7 +23,7 @@ import numpy as np
 
 from rlx.artifact.layout import checksum, header_digest
 from rlx.artifact.model import RlxFile, RlxWeight
-from rlx.artifact.reader import VERIFY_MODES, _depth, _Reader, _row_nbytes
+from rlx.artifact.reader import VERIFY_MODES, _Reader, _row_nbytes
 from rlx.artifact.rlxp import layout as L
 from rlx.artifact.rlxp.zblk import TIERS, decode_tier
 from rlx.errors import ArtifactError, IntegrityError, RlxError
@@ -33,6 +32,7 @@ from rlx.ir.ops.sources import Constant
 from rlx.ir.serialize import graph_from_dict
 from rlx.ir.shape import Shape
 from rlx.ir.verify import verify as verify_graph
+from rlx.safeio import JsonLimits, load_json
 from rlx.stored_zip import check_crc, read_stored_zip
 
 __all__ = ["RlxpPackage", "read_rlxp", "read_rlxp_package", "is_rlxp"]
@@ -128,13 +128,9 @@ class _Container:
         return view
 
     def parse_json(self, raw, what: str) -> Any:
-        raw = bytes(raw)
-        if _depth(raw) > 64:
-            self.fail(f"{what} nests deeper than 64 levels")
-        try:
-            return json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-            self.fail(f"{what} is not valid JSON: {str(err)[:200]}")
+        """JSON within the same limits as an `.rlx` header, checked before parsing."""
+        return load_json(bytes(raw), ArtifactError, f"{self.source}: {what}",
+                         JsonLimits(max_depth=64))
 
 
 def _int(value: Any) -> bool:
