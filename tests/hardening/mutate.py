@@ -27,10 +27,19 @@ from tests.hardening import seeds
 EDGE_INTS = (0, 1, 2, 3, 7, 8, 63, 64, 65, 127, 128, 255, 256, 1023, 1024, 4095, 4096,
              65535, 65536, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**53 + 1, 2**62,
              2**63 - 1, 2**63, 2**64 - 1, 2**64, 2**100)
+def _chain(depth: int) -> list:
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
 EDGE_VALUES: tuple[Any, ...] = (
     *EDGE_INTS, *(-v for v in EDGE_INTS[1:12]), -(2**63), None, True, False, 0.5, -0.0,
     1e308, float("nan"), float("inf"), "", "x", "f32", "gguf_q8_0", "..", "Constant", [],
     [0], [-1], [2**62, 2**62], [[[]]], {}, {"blob": 0}, {"dims": [1], "dtype": "f32"},
+    "\ud800", "x\udcff", "sideways",  # lone surrogates (no character); an unknown enum value
+    _chain(60),  # deep, within the header's 64 levels
 )
 Path = tuple[Any, ...]
 

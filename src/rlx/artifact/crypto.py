@@ -59,6 +59,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
 from rlx.errors import ArtifactError, DecryptError
+from rlx.safeio import open_regular
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE", "DEFAULT_KDF", "ENC_MAGIC", "ENC_VERSION", "HEADER_SIZE", "PLAIN_MAGIC",
@@ -240,18 +241,26 @@ def _parse_header(head: bytes, file_size: int, limits: KdfLimits, where: str) ->
     return _Header(info, salt, prefix, bytes(head))
 
 
+def _open_input(path: str | os.PathLike) -> BinaryIO:
+    """A regular file, opened once and checked on its descriptor (a FIFO would block); a
+    missing one raises FileNotFoundError as `open` does."""
+    if not os.path.lexists(path):
+        return open(path, "rb")  # noqa: SIM115  (raises)
+    return os.fdopen(open_regular(path, ArtifactError), "rb")
+
+
 def is_encrypted(path_or_bytes: str | os.PathLike | bytes | bytearray | memoryview) -> bool:
     """True when the data (or the file's first 8 bytes) starts with `RLXENC01`."""
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         return bytes(path_or_bytes[:len(ENC_MAGIC)]) == ENC_MAGIC
-    with open(path_or_bytes, "rb") as f:
+    with _open_input(path_or_bytes) as f:
         return f.read(len(ENC_MAGIC)) == ENC_MAGIC
 
 
 def read_encryption_info(path: str | os.PathLike, *,
                          limits: KdfLimits = KdfLimits()) -> EncryptionInfo:
     """The validated header of an encrypted file; needs no password, decrypts nothing."""
-    with open(path, "rb") as f:
+    with _open_input(path) as f:
         size = os.fstat(f.fileno()).st_size
         return _parse_header(f.read(HEADER_SIZE), size, limits, os.fspath(path)).info
 
@@ -315,7 +324,7 @@ def encrypt_file(src_path: str | os.PathLike, dst_fileobj: BinaryIO, password: s
                  kdf: KdfParams = DEFAULT_KDF, chunk_size: int = DEFAULT_CHUNK_SIZE,
                  expect_magic: bytes | None = PLAIN_MAGIC) -> EncryptionInfo:
     """Encrypt a plaintext file chunk by chunk into an open binary file (see encrypt_stream)."""
-    with open(src_path, "rb") as src:
+    with _open_input(src_path) as src:
         return encrypt_stream(src, dst_fileobj, password, length=os.fstat(src.fileno()).st_size,
                               kdf=kdf, chunk_size=chunk_size, expect_magic=expect_magic,
                               name=os.fspath(src_path))
@@ -364,7 +373,7 @@ def decrypt_file(path: str | os.PathLike, password: str | bytes, *,
                  limits: KdfLimits = KdfLimits()) -> bytearray:
     """The plaintext of an encrypted file, read and authenticated one chunk at a time."""
     where = os.fspath(path)
-    with open(path, "rb") as src:
+    with _open_input(path) as src:
         size = os.fstat(src.fileno()).st_size
         header = _parse_header(src.read(HEADER_SIZE), size, limits, where)
         return _decrypt_stream(src, header, password, where)

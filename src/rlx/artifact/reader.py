@@ -50,6 +50,7 @@ def read_rlx(path: str | os.PathLike, *, password: str | bytes | None = None,
             from rlx.artifact import crypto
 
             limits = {"limits": kdf_limits} if kdf_limits is not None else {}
+            buffer: Any
             try:
                 buffer = crypto.decrypt_file(source, password, **limits)
             except OSError as err:

@@ -63,8 +63,6 @@ def open_regular(path: str | os.PathLike[str], error: type[RlxError], *,
     except OSError as err:
         if nofollow and err.errno in (getattr(os, "ELOOP", 40), getattr(os, "EMLINK", 31)):
             raise error(f"{name} is a symbolic link, which rlx does not follow here") from None
-        if err.errno == getattr(os, "ENOENT", 2):
-            raise error(f"cannot read {name}: it does not exist") from None
         raise error(f"cannot read {name}: {err.strerror or err}") from None
     try:
         st = os.fstat(fd)

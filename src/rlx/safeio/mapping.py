@@ -36,7 +36,7 @@ import signal
 import sys
 import threading
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rlx.errors import RlxError
 from rlx.safeio.files import FileIdentity, open_regular, read_fd
@@ -166,7 +166,7 @@ def _install_handler() -> bool:
     global _handler_installed
     if _handler_installed:
         return True
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or _LEASE_SIGNAL is None:
         return False
     current = signal.getsignal(_LEASE_SIGNAL)
     if current not in (signal.SIG_DFL, signal.SIG_IGN, None):
