@@ -18,7 +18,7 @@ def rand(*shape, seed=0, scale=1.0):
 
 @pytest.mark.parametrize("activation,params", [
     ("Relu", []), ("Tanh", []), ("Sigmoid", []), ("LeakyRelu", [0.2]),
-    ("HardSigmoid", [0.3, 0.4]), ("Clip", [-0.5, 0.7]), ("", [])])
+    ("HardSigmoid", [0.3, 0.4]), ("HardSwish", []), ("Clip", [-0.5, 0.7]), ("", [])])
 @pytest.mark.parametrize("with_z", [False, True])
 def test_fused_conv(activation, params, with_z):
     x, w, b = rand(1, 4, 7, 6), Const(rand(6, 2, 3, 3, seed=1)), Const(rand(6, seed=2))

@@ -35,6 +35,8 @@ def activate(n: NodeContext, x: int, kind: str, params: list[float]) -> int:
         return s.unary(Activation.SIGMOID, x)
     if kind == "LeakyRelu":
         return s.unary(Activation.LEAKY_RELU, x, params[0] if params else 0.01)
+    if kind == "HardSwish":
+        return s.unary(Activation.HARD_SWISH, x)
     if kind == "HardSigmoid":
         alpha, beta = (params + [0.2, 0.5][len(params):])[:2]
         return s.unary(Activation.HARD_SIGMOID, x, alpha, beta)
