@@ -63,7 +63,9 @@ def fused_gemm(n: NodeContext) -> int:
         if name not in n.attrs:
             break
         params.append(float(n.attr(name)))
-    return activate(n, gemm(n), n.attr("activation", ""), params)
+    y = gemm(n)
+    assert isinstance(y, int)  # Gemm has one output
+    return activate(n, y, n.attr("activation", ""), params)
 
 
 def _batch_to_end(s, x: int) -> int:
@@ -338,8 +340,9 @@ def multi_head_attention(n: NodeContext):
         raise n.fail("past key / value (inputs 6, 7) are not supported")
     k, v = n.input(1), n.input(2)
     if n.has(3):
-        dq, dk = s.shape(q).dims[-1], s.shape(k).dims[-1]
-        dv = s.shape(v).dims[-1]
+        dq, dk, dv = (s.shape(t).dims[-1] for t in (q, k, v))
+        if not (isinstance(dq, int) and isinstance(dk, int) and isinstance(dv, int)):
+            raise n.fail("a bias needs static hidden sizes")
         bq, bk, bv = (s.slice(n.input(3), [a], [b], [0]) for a, b in
                       ((0, dq), (dq, dq + dk), (dq + dk, dq + dk + dv)))
         q, k, v = s.add(q, bq), s.add(k, bk), s.add(v, bv)
@@ -379,7 +382,8 @@ def rotary_embedding(n: NodeContext) -> int:
         raise n.fail(f"input of rank {rank} (expected 3 or 4)")
     rotary = int(n.attr("rotary_embedding_dim", 0) or 2 * half)
     if s.rank(positions) != 2:
-        if s.value(positions) is None or s.value(positions).size != 1:
+        offset = s.value(positions)
+        if offset is None or offset.size != 1:
             raise n.fail("position_ids must be [B, S], or one start offset")
         positions = s.add(_arange(s, s.shape(xh).dims[1], xh), s.reshape(positions, ()))
     cos = s.unsqueeze(s.gather(cos_cache, positions), (2,))  # [B, S, 1, half]
