@@ -315,7 +315,7 @@ def qattention(n: NodeContext):
     qkv = _scaled_output(n, acc, s.mul(_f32(s, n.input(3)), _f32(s, n.input(4))),
                          n.input(2))
     q, k, v = split_qkv(n, qkv, s.shape(n.input(1)).dims[-1])
-    bias = additive_mask(n, n.input(5), F32) if n.has(5) else None
+    bias = additive_mask(n, n.input(5), F32, k) if n.has(5) else None
     out = attend(n, q, k, v, n.attr("num_heads"), bias, bool(n.attr("unidirectional", 0)))
     if n.wants(1):
         raise n.fail("output 1 (present state) is not supported")
