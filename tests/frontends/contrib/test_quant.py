@@ -280,3 +280,18 @@ def test_onnx_qlinear_conv_and_matmul_are_bit_exact(a_type, per_channel):
                                            Const(weights((16, 7), seed=4)), bs, bz,
                                            scale(0.037), zy], domain="")
     assert_same(got, want)
+
+
+@pytest.mark.parametrize("w_type", [np.uint8, np.int8])
+@pytest.mark.parametrize("op", ["MatMulInteger", "ConvInteger"])
+def test_onnx_integer_products_are_bit_exact(w_type, op):
+    """MatMulInteger / ConvInteger (dynamically quantised models) with zero points."""
+    za, zw = zero(119), zero(3 if w_type == np.int8 else 131, w_type)
+    if op == "MatMulInteger":
+        inputs = [q((2, 5, 16), np.uint8, 1), Const(weights((16, 7), w_type, 2)), za, zw]
+        attrs = {}
+    else:
+        inputs = [q((1, 4, 7, 7), np.uint8, 1), Const(weights((6, 4, 3, 3), w_type, 2)), za, zw]
+        attrs = {"pads": [1, 1, 1, 1], "strides": [2, 1]}
+    got, want = run_both(op, inputs, domain="", **attrs)
+    assert_same(got, want)
