@@ -46,7 +46,8 @@ def main() -> None:
     logging.basicConfig(level=logging.ERROR)
     profiles = [BakeProfile(p) for p in args.profiles.split(",")]
     rows = ["| model | variant | com.microsoft ops | profile | rlx vs ORT | rlx vs ORT "
-            "(no opt.) | ORT variant vs original | verdict |", "|---|---|---|---|---|---|---|---|"]
+            "(no opt.) | rlx vs ORT on uint8 re-encoding | ORT variant vs original | verdict |",
+            "|---|---|---|---|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models.split(","):
             for variant in VARIANTS:
@@ -57,11 +58,12 @@ def main() -> None:
                         r = run_variant(model, variant, profile, Path(tmp))
                     except RlxError as err:
                         line = f"| {model} | {variant} | {ops} | {profile.value} | " \
-                               f"refused: {str(err)[:160]} | | | refused |"
+                               f"refused: {str(err)[:160]} | | | | refused |"
                     else:
                         verdict = "ok" if r.ok(variant in INTEGER) else "differs"
                         line = f"| {model} | {variant} | {ops} | {profile.value} | " \
                                f"{_cell(r.ort)} | {_cell(r.ort_plain)} | " \
+                               f"{_cell(r.ort_u8) if r.ort_u8 else '-'} | " \
                                f"{_cell(r.ort_vs_float)} | {verdict} |"
                     print(line, flush=True)
                     rows.append(line)

@@ -253,3 +253,45 @@ def test_dynamic_quantize_lstm(per_column, direction):
     assert_same(got, floats, 1e-5)
     for g_, w_ in zip(got, want):
         assert g_.shape == w_.shape and np.max(np.abs(g_ - w_)) <= 0.05
+
+
+@pytest.mark.parametrize("a_type", TYPES)
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_onnx_qlinear_conv_and_matmul_are_bit_exact(a_type, per_channel):
+    """The ONNX-domain QLinearConv / QLinearMatMul the QOperator variants also hold."""
+    za = zero(3 if a_type == np.int8 else 130, a_type)
+    zy = zero(5 if a_type == np.int8 else 120, a_type)
+
+    def weight_params(n):
+        if per_channel:
+            return Const((np.arange(n) * 0.0007 + 0.003).astype(F32)), Const(np.zeros(n,
+                                                                                     np.int8))
+        return scale(0.004), zero(0, np.int8)
+
+    x = q((1, 8, 9, 9), a_type, 1)
+    ws, wz = weight_params(6)
+    bias = Const(np.random.default_rng(2).integers(-2000, 2000, 6).astype(np.int32))
+    got, want = run_both("QLinearConv", [x, scale(0.021), za, Const(weights((6, 8, 3, 3))),
+                                         ws, wz, scale(0.037), zy, bias], domain="",
+                         pads=[1, 1, 1, 1])
+    assert_same(got, want)
+    bs, bz = weight_params(7)
+    got, want = run_both("QLinearMatMul", [q((5, 16), a_type, 3), scale(0.021), za,
+                                           Const(weights((16, 7), seed=4)), bs, bz,
+                                           scale(0.037), zy], domain="")
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("w_type", [np.uint8, np.int8])
+@pytest.mark.parametrize("op", ["MatMulInteger", "ConvInteger"])
+def test_onnx_integer_products_are_bit_exact(w_type, op):
+    """MatMulInteger / ConvInteger (dynamically quantised models) with zero points."""
+    za, zw = zero(119), zero(3 if w_type == np.int8 else 131, w_type)
+    if op == "MatMulInteger":
+        inputs = [q((2, 5, 16), np.uint8, 1), Const(weights((16, 7), w_type, 2)), za, zw]
+        attrs = {}
+    else:
+        inputs = [q((1, 4, 7, 7), np.uint8, 1), Const(weights((6, 4, 3, 3), w_type, 2)), za, zw]
+        attrs = {"pads": [1, 1, 1, 1], "strides": [2, 1]}
+    got, want = run_both(op, inputs, domain="", **attrs)
+    assert_same(got, want)

@@ -16,7 +16,9 @@ from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.ops.linalg import gemm
 from rlx.frontends.onnx.ops.nn import emit_conv
 from rlx.frontends.onnx.registry import MICROSOFT, converter
-from rlx.ir import Activation, Clamp, DType, LayerNorm, Range, ReduceOp, Softmax
+from rlx.ir import (
+    Activation, BinaryOp, Clamp, CompareOp, DType, LayerNorm, LogicalOp, Range, ReduceOp, Softmax,
+)
 from rlx.ir.shape import normalize_axis
 
 __all__ = ["activate", "additive_mask", "attend", "rms_norm", "split_qkv"]
@@ -35,6 +37,8 @@ def activate(n: NodeContext, x: int, kind: str, params: list[float]) -> int:
         return s.unary(Activation.SIGMOID, x)
     if kind == "LeakyRelu":
         return s.unary(Activation.LEAKY_RELU, x, params[0] if params else 0.01)
+    if kind == "HardSwish":
+        return s.unary(Activation.HARD_SWISH, x)
     if kind == "HardSigmoid":
         alpha, beta = (params + [0.2, 0.5][len(params):])[:2]
         return s.unary(Activation.HARD_SIGMOID, x, alpha, beta)
@@ -61,7 +65,9 @@ def fused_gemm(n: NodeContext) -> int:
         if name not in n.attrs:
             break
         params.append(float(n.attr(name)))
-    return activate(n, gemm(n), n.attr("activation", ""), params)
+    y = gemm(n)
+    assert isinstance(y, int)  # Gemm has one output
+    return activate(n, y, n.attr("activation", ""), params)
 
 
 def _batch_to_end(s, x: int) -> int:
@@ -238,10 +244,11 @@ def _merge_heads(s, x: int) -> int:
     return s.reshape(s.transpose(x, (0, 2, 1, 3)), (0, 0, -1))
 
 
-def attend(n: NodeContext, q: int, k: int, v: int, heads: int, bias: int | None,
-           causal: bool) -> int:
-    """softmax(Q K^T * scale + bias) V over [B, S, N*H] projections; `bias` is additive
-    and broadcasts to [B, N, S, T]."""
+def attend(n: NodeContext, q: int, k: int, v: int, heads: int, mask: int | None,
+           causal: bool, bias: int | None = None) -> int:
+    """softmax(Q K^T * scale + bias + mask) V over [B, S, N*H] projections; `mask` (0 or
+    the filter value) and `bias` are additive and broadcast to [B, N, S, T]. A position
+    hidden by both the mask and causality gets the filter value once, as in onnxruntime."""
     s = n.s
     qh, kh, vh = _heads(s, q, heads), _heads(s, k, heads), _heads(s, v, heads)
     head = s.shape(qh).dims[-1]
@@ -255,7 +262,10 @@ def attend(n: NodeContext, q: int, k: int, v: int, heads: int, bias: int | None,
     if bias is not None:
         scores = s.add(scores, bias)
     if causal:
-        scores = s.add(scores, _causal(n, scores))
+        hide = _causal(n, scores)
+        mask = hide if mask is None else s.binary(BinaryOp.MIN, mask, hide)
+    if mask is not None:
+        scores = s.add(scores, mask)
     return _merge_heads(s, s.matmul(s.emit(Softmax(-1), scores), vh))
 
 
@@ -273,10 +283,11 @@ def _filter(n: NodeContext) -> float:
     return float(n.attr("mask_filter_value", -10000.0))
 
 
-def additive_mask(n: NodeContext, mask: int, scores_dtype: DType) -> int:
+def additive_mask(n: NodeContext, mask: int, scores_dtype: DType, key: int) -> int:
     """onnxruntime's mask_index forms as an additive bias on [B, N, S, T]: [B, T] and
-    [B, S, T] masks of 1 (attend) / 0 (hide); [B] right-padding ends; [2B] ends and
-    starts."""
+    [B, S, T] masks of 1 (attend) / 0 (hide); [B] right-padding ends (the key positions
+    from each end on are hidden: EmbedLayerNormalization's mask index); [2B] ends then
+    starts. `key` is the [B, T, ...] key, for B and T."""
     s = n.s
     rank = s.rank(mask)
     filt = _filter(n)
@@ -285,7 +296,20 @@ def additive_mask(n: NodeContext, mask: int, scores_dtype: DType) -> int:
         hidden = s.sub(s.like(1.0, m), m)
         bias = s.mul(hidden, s.like(filt, m))
         return s.unsqueeze(bias, (1, 2) if rank == 2 else (1,))
-    raise n.fail(f"mask_index of rank {rank} is not supported (rank 2 or 3 masks are)")
+    if rank != 1:
+        raise n.fail(f"mask_index of rank {rank} is not supported (ranks 1, 2, 3 are)")
+    batch, length = s.shape(key).dims[0], s.shape(mask).dims[0]
+    positions = _arange(s, s.shape(key).dims[1], key)  # [1, T]
+    bounds = s.unsqueeze(s.cast(mask, DType.I64), (1,))  # [B or 2B, 1]
+    if isinstance(batch, int) and isinstance(length, int) and length == 2 * batch:
+        ends = s.slice(bounds, [0], [batch], [0])
+        starts = s.slice(bounds, [batch], [length], [0])
+        keep = s.logical(LogicalOp.AND, s.compare(CompareOp.LT, positions, ends),
+                         s.compare(CompareOp.GE, positions, starts))
+    else:
+        keep = s.compare(CompareOp.LT, positions, bounds)
+    bias = s.where(keep, s.scalar(0.0, scores_dtype), s.scalar(filt, scores_dtype))
+    return s.unsqueeze(bias, (1, 2))
 
 
 def split_qkv(n: NodeContext, y: int, total) -> list[int]:
@@ -313,11 +337,10 @@ def attention(n: NodeContext):
         y = s.add(y, n.input(2))
     q, k, v = split_qkv(n, y, s.shape(w).dims[-1])
     dtype = s.dtype(x)
-    bias = additive_mask(n, n.input(3), dtype) if n.has(3) else None
-    if n.has(5):
-        bias = n.input(5) if bias is None else s.add(bias, n.input(5))
+    mask = additive_mask(n, n.input(3), dtype, k) if n.has(3) else None
+    bias = n.optional(5)
     heads = n.attr("num_heads")
-    out = attend(n, q, k, v, heads, bias, bool(n.attr("unidirectional", 0)))
+    out = attend(n, q, k, v, heads, mask, bool(n.attr("unidirectional", 0)), bias)
     if n.wants(1):
         raise n.fail("output 1 (present state) is not supported")
     return [out]
@@ -336,16 +359,17 @@ def multi_head_attention(n: NodeContext):
         raise n.fail("past key / value (inputs 6, 7) are not supported")
     k, v = n.input(1), n.input(2)
     if n.has(3):
-        dq, dk = s.shape(q).dims[-1], s.shape(k).dims[-1]
-        dv = s.shape(v).dims[-1]
+        dq, dk, dv = (s.shape(t).dims[-1] for t in (q, k, v))
+        if not (isinstance(dq, int) and isinstance(dk, int) and isinstance(dv, int)):
+            raise n.fail("a bias needs static hidden sizes")
         bq, bk, bv = (s.slice(n.input(3), [a], [b], [0]) for a, b in
                       ((0, dq), (dq, dq + dk), (dq + dk, dq + dk + dv)))
         q, k, v = s.add(q, bq), s.add(k, bk), s.add(v, bv)
     dtype = s.dtype(q)
-    bias = additive_mask(n, n.input(4), dtype) if n.has(4) else None
-    if n.has(5):
-        bias = n.input(5) if bias is None else s.add(bias, n.input(5))
-    out = attend(n, q, k, v, n.attr("num_heads"), bias, bool(n.attr("unidirectional", 0)))
+    mask = additive_mask(n, n.input(4), dtype, k) if n.has(4) else None
+    bias = n.optional(5)
+    out = attend(n, q, k, v, n.attr("num_heads"), mask, bool(n.attr("unidirectional", 0)),
+                 bias)
     for i in (1, 2):
         if n.wants(i):
             raise n.fail(f"output {i} (present key / value) is not supported")
@@ -377,7 +401,8 @@ def rotary_embedding(n: NodeContext) -> int:
         raise n.fail(f"input of rank {rank} (expected 3 or 4)")
     rotary = int(n.attr("rotary_embedding_dim", 0) or 2 * half)
     if s.rank(positions) != 2:
-        if s.value(positions) is None or s.value(positions).size != 1:
+        offset = s.value(positions)
+        if offset is None or offset.size != 1:
             raise n.fail("position_ids must be [B, S], or one start offset")
         positions = s.add(_arange(s, s.shape(xh).dims[1], xh), s.reshape(positions, ()))
     cos = s.unsqueeze(s.gather(cos_cache, positions), (2,))  # [B, S, 1, half]

@@ -10,11 +10,13 @@ float32, compute, and quantise `round(y / scale) + zero`, as onnxruntime's looku
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.ops.contrib_fused import attend
-from rlx.frontends.onnx.ops.control import lstm
+from rlx.frontends.onnx.ops.control import recurrent_lstm
 from rlx.frontends.onnx.ops.nn import _pool
 from rlx.frontends.onnx.ops.quant import dequantize, dequantize_linear, quantize, quantize_linear
 from rlx.frontends.onnx.registry import MICROSOFT, converter
@@ -110,15 +112,21 @@ def qlinear_concat(n: NodeContext) -> int:
     parts = []
     for i in range(2, len(n.inputs), 3):
         x = n.input(i)
-        same = [s.value(n.input(i + 1)), s.value(n.input(i + 2))]
-        if same[0] is not None and same[1] is not None and \
-                np.array_equal(same[0], s.value(y_scale)) and \
-                np.array_equal(same[1], s.value(y_zero)):
+        if _same_values(s, (n.input(i + 1), y_scale), (n.input(i + 2), y_zero)):
             parts.append(x)
             continue
         real = dequantize(s, x, _f32(s, n.input(i + 1)), n.input(i + 2), F32)
         parts.append(quantize(s, real, y_scale, y_zero, out))
     return s.concat(parts, n.attr("axis"))
+
+
+def _same_values(s, *pairs: tuple[int, int]) -> bool:
+    """Whether each pair of nodes holds the same constant values."""
+    for a, b in pairs:
+        va, vb = s.value(a), s.value(b)
+        if va is None or vb is None or not np.array_equal(va, vb):
+            return False
+    return True
 
 
 # -- pooling and softmax -----------------------------------------------------------------------
@@ -144,7 +152,7 @@ def qlinear_global_average_pool(n: NodeContext) -> int:
     axes = tuple(range(2, s.rank(x)))
     dims = s.shape(x).dims[2:]
     if all(isinstance(d, int) for d in dims):
-        count = s.scalar(float(np.prod(dims)), F32)
+        count = s.scalar(float(math.prod(int(d) for d in dims)), F32)
     else:  # the window is the whole image: its size is known at run time
         count = _f32(s, s.reduce(ReduceOp.PROD, s.shape_of(x, 2), None, keepdims=False))
     total = s.reduce(ReduceOp.SUM, _centred(n, x, _zero(n, 2), DType.I32), axes)
@@ -307,7 +315,7 @@ def qattention(n: NodeContext):
     qkv = _scaled_output(n, acc, s.mul(_f32(s, n.input(3)), _f32(s, n.input(4))),
                          n.input(2))
     q, k, v = split_qkv(n, qkv, s.shape(n.input(1)).dims[-1])
-    bias = additive_mask(n, n.input(5), F32) if n.has(5) else None
+    bias = additive_mask(n, n.input(5), F32, k) if n.has(5) else None
     out = attend(n, q, k, v, n.attr("num_heads"), bias, bool(n.attr("unidirectional", 0)))
     if n.wants(1):
         raise n.fail("output 1 (present state) is not supported")
@@ -334,4 +342,4 @@ def dynamic_quantize_lstm(n: NodeContext):
 
     w = weight(1, 8, 9)
     r = weight(2, 10, 11)
-    return lstm(n, {1: w, 2: r})
+    return recurrent_lstm(n, {1: w, 2: r})

@@ -205,7 +205,12 @@ def _recurrent(n: NodeContext, cls, optional: Sequence[str], extra: dict,
 
 
 @converter("LSTM")
-def lstm(n: NodeContext, given: dict[int, int] | None = None):
+def lstm(n: NodeContext):
+    return recurrent_lstm(n)
+
+
+def recurrent_lstm(n: NodeContext, given: dict[int, int] | None = None) -> list[int]:
+    """An LSTM node's IR; `given` replaces inputs by position (quantised weights)."""
     return _recurrent(n, LSTM, LSTM.optional_inputs,
                       {"input_forget": bool(n.attr("input_forget", 0))}, given)
 
