@@ -10,7 +10,6 @@ import shutil
 import struct
 import subprocess
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +18,12 @@ import zstandard
 
 from rlx import BakeOptions, BakeProfile, MemoryMode, bake
 from rlx.artifact import (
-    open_artifact, read_rlx, read_rlxp, read_rlxp_package, write_rlx, write_rlxp,
+    open_artifact,
+    read_rlx,
+    read_rlxp,
+    read_rlxp_package,
+    write_rlx,
+    write_rlxp,
 )
 from rlx.errors import ArtifactError, IntegrityError
 from rlx.runtime import Session

@@ -84,7 +84,7 @@ def test_password_with_rlxp_is_refused(cli, files, tmp_path, monkeypatch):
     assert not (tmp_path / "m.rlxp").exists()
     assert_error(cli("bake", files.onnx, "-o", tmp_path / "m.rlx", "--tier", "warm"),
                  "apply to .rlxp output only")
-    assert_error(cli("inspect", files.rlx.parent / "none.rlxp"), "does not exist|cannot")
+    assert_error(cli("inspect", files.rlx.parent / "none.rlxp"), "No such file")
 
 
 def test_import_onnx_runs_the_full_bake(cli, files, tmp_path):
