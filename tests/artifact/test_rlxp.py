@@ -179,6 +179,13 @@ def test_zip_container_is_listed_by_zipfile_and_unzip(baked, tmp_path):
     for info in infos:  # member data is 64-byte aligned in the archive (zero-copy maps)
         name_len, extra_len = struct.unpack_from("<HH", raw, info.header_offset + 26)
         assert (info.header_offset + 30 + name_len + extra_len) % 64 == 0
+        extra = raw[info.header_offset + 30 + name_len:][:extra_len]
+        ids, at = [], 0
+        while at < len(extra):
+            kind, size = struct.unpack_from("<HH", extra, at)
+            ids.append(kind)
+            at += 4 + size
+        assert 0x0001 in ids  # a ZIP64 extended-information field on every member
     if shutil.which("unzip"):
         listing = subprocess.run(["unzip", "-l", str(path)], capture_output=True, text=True,
                                  check=True).stdout
