@@ -183,3 +183,11 @@ def test_a_dduf_bundle_as_weights(cli, tmp_path):
     weights = result.json()["weights"]
     assert "DDUF" in weights["verdict"] and weights["dense"] == 5
     assert "proj" in {r["name"] for r in read_rlxp_package(tmp_path / "m.rlxp").tensors}
+
+
+def test_a_weights_only_package_does_not_pretend_to_run(cli, files, tmp_path):
+    assert cli("import-onnx", files.onnx, "-o", tmp_path / "w.rlxp", "--no-graph",
+               "-q").code == 0
+    assert_error(cli("run", tmp_path / "w.rlxp", "--input", f"x={files.x_npy}"),
+                 "holds weights only .* no graph to run")
+    assert cli("inspect", tmp_path / "w.rlxp", "-q").code == 0
