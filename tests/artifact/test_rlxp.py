@@ -389,3 +389,24 @@ def test_subgraph_constants_round_trip(tmp_path):
     write_rlxp(tmp_path / "l.rlxp", file, tier="cold")
     assert same(run(read_rlxp(tmp_path / "l.rlxp", verify="full")),
                 run(read_rlx(tmp_path / "l.rlx")))
+
+
+@pytest.mark.parametrize("container", CONTAINERS)
+def test_sidecars_and_placement_round_trip(baked, tmp_path, container):
+    file = baked[(BakeProfile.EXACT, MemoryMode.DUPLEX)]
+    placement = {"ranks": 2, "tensors": {w.name: i % 2 for i, w in enumerate(file.weights)}}
+    path = tmp_path / CONTAINERS[container]
+    write_rlxp(path, file, container, sidecars={"tokenizer": {"vocab": ["a", "b"]}},
+               placement=placement, sidecar_tier="warm")
+    package = read_rlxp_package(path, verify="full")
+    assert package.placement == placement
+    assert package.sidecars["tokenizer"] == {"vocab": ["a", "b"]}
+    assert {"dist_placement", "sidecar_tokenizer", "sidecar_io"} <= set(
+        package.manifest["features"])
+    if container == "zip":
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+        assert {"dist/placement.json", "sidecars/tokenizer.json.zst",
+                "graph/io.json.zst"} <= set(names)
+    with pytest.raises(ArtifactError, match="reserved"):
+        write_rlxp(tmp_path / "x.rlxp", file, sidecars={"io": {}})
