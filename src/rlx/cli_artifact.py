@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from rlx.artifact import artifact_kind, parse_rlx, read_rlx, read_rlxp_package, write_rlx
+from rlx.artifact import parse_rlx, read_rlx, read_rlxp_package, write_rlx
+from rlx.artifact.rlxp import is_rlxp
 from rlx.artifact.atomic import atomic_write
 from rlx.artifact.crypto import (
     ENC_MAGIC, EncryptionInfo, decrypt_file, encrypt_file, is_encrypted, read_encryption_info,
@@ -353,7 +354,7 @@ def _encryption(info: EncryptionInfo) -> dict[str, Any]:
 def _inspect(args, ui: Ui) -> Outcome:
     password = password_from(args, ui)
     path = Path(args.file)
-    package = artifact_kind(path) == "rlxp"
+    package = is_rlxp(path)
     encrypted = not package and is_encrypted(path)
     data: dict[str, Any] = {"command": "inspect", "file": args.file,
                             "file_bytes": artifact_bytes(path), "encrypted": encrypted,

@@ -115,6 +115,9 @@ def _load_compiled(path: str, password: str | None, ui: Ui) -> tuple[CompiledGra
     with ui.step(f"loading {path}"):
         start = time.perf_counter()
         file = open_artifact(path, password=password)
+        if not len(file.graph):
+            raise CliError(f"{path} holds weights only (a package written with --no-graph): "
+                           "there is no graph to run")
         loaded = time.perf_counter()
         compiled = Session().compile(file.into_runtime_graph())
         done = time.perf_counter()

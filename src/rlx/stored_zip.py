@@ -18,8 +18,9 @@ from __future__ import annotations
 import struct
 import zipfile
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import IO, Callable, Iterable
+from typing import IO, NoReturn
 
 from rlx.errors import RlxError
 
@@ -48,7 +49,7 @@ def read_stored_zip(file: IO[bytes], size: int, source: str, error: type[RlxErro
 
     `name_ok(name)` returns None for an acceptable name, else why it is not; a failure raises
     `error` with one line naming `source`."""
-    def fail(message: str):
+    def fail(message: str) -> NoReturn:
         raise error(f"{source}: {message}")
 
     try:

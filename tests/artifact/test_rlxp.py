@@ -10,7 +10,6 @@ import shutil
 import struct
 import subprocess
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +18,12 @@ import zstandard
 
 from rlx import BakeOptions, BakeProfile, MemoryMode, bake
 from rlx.artifact import (
-    open_artifact, read_rlx, read_rlxp, read_rlxp_package, write_rlx, write_rlxp,
+    open_artifact,
+    read_rlx,
+    read_rlxp,
+    read_rlxp_package,
+    write_rlx,
+    write_rlxp,
 )
 from rlx.errors import ArtifactError, IntegrityError
 from rlx.runtime import Session
@@ -175,6 +179,13 @@ def test_zip_container_is_listed_by_zipfile_and_unzip(baked, tmp_path):
     for info in infos:  # member data is 64-byte aligned in the archive (zero-copy maps)
         name_len, extra_len = struct.unpack_from("<HH", raw, info.header_offset + 26)
         assert (info.header_offset + 30 + name_len + extra_len) % 64 == 0
+        extra = raw[info.header_offset + 30 + name_len:][:extra_len]
+        ids, at = [], 0
+        while at < len(extra):
+            kind, size = struct.unpack_from("<HH", extra, at)
+            ids.append(kind)
+            at += 4 + size
+        assert 0x0001 in ids  # a ZIP64 extended-information field on every member
     if shutil.which("unzip"):
         listing = subprocess.run(["unzip", "-l", str(path)], capture_output=True, text=True,
                                  check=True).stdout
@@ -378,3 +389,24 @@ def test_subgraph_constants_round_trip(tmp_path):
     write_rlxp(tmp_path / "l.rlxp", file, tier="cold")
     assert same(run(read_rlxp(tmp_path / "l.rlxp", verify="full")),
                 run(read_rlx(tmp_path / "l.rlx")))
+
+
+@pytest.mark.parametrize("container", CONTAINERS)
+def test_sidecars_and_placement_round_trip(baked, tmp_path, container):
+    file = baked[(BakeProfile.EXACT, MemoryMode.DUPLEX)]
+    placement = {"ranks": 2, "tensors": {w.name: i % 2 for i, w in enumerate(file.weights)}}
+    path = tmp_path / CONTAINERS[container]
+    write_rlxp(path, file, container, sidecars={"tokenizer": {"vocab": ["a", "b"]}},
+               placement=placement, sidecar_tier="warm")
+    package = read_rlxp_package(path, verify="full")
+    assert package.placement == placement
+    assert package.sidecars["tokenizer"] == {"vocab": ["a", "b"]}
+    assert {"dist_placement", "sidecar_tokenizer", "sidecar_io"} <= set(
+        package.manifest["features"])
+    if container == "zip":
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+        assert {"dist/placement.json", "sidecars/tokenizer.json.zst",
+                "graph/io.json.zst"} <= set(names)
+    with pytest.raises(ArtifactError, match="reserved"):
+        write_rlxp(tmp_path / "x.rlxp", file, sidecars={"io": {}})

@@ -440,6 +440,9 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
     # zip members are inflated into memory: deflate reaches 1032:1 at most
     Target("npz", ".npz", 1100, _weights_runner(("f32",)), mutate.npz_case, seeds.npz_files),
     Target("npy", ".npy", 8, _weights_runner(("f32",)), mutate.npy_case, seeds.npy_files),
+    # auto keeps native half tensors (views), f32 widens them: 2 bytes out per byte in
+    Target("dduf", ".dduf", 8, _weights_runner(("auto", "f32")), mutate.dduf_case,
+           seeds.dduf_files),
     # f32 decodes packs: 20 f32 bytes per packed byte at most (IQ1_S), plus temporaries
     Target("gguf", ".gguf", 64, _weights_runner(("f32", "packed")), mutate.gguf_case,
            seeds.gguf_files),

@@ -624,3 +624,28 @@ def rlxp_case(rng: random.Random, pool: Sequence[bytes]) -> bytes:
     if choice < 0.65:
         return splice(rng, seed, rng.choice(pool))
     return havoc(rng, seed)
+
+
+def dduf_case(rng: random.Random, pool: Sequence[bytes]) -> bytes:
+    """Raw archive damage, or a valid STORE archive of damaged members: a safetensors
+    header field wrong, bytes havocked, a member added under a name DDUF forbids."""
+    seed = rng.choice(pool)
+    if rng.random() < 0.35:
+        return havoc(rng, seed) if rng.random() < 0.8 else splice(rng, seed, rng.choice(pool))
+    try:
+        members = seeds.zip_members(seed)
+    except Exception:  # noqa: BLE001  (a corpus case that is no zip any more)
+        return havoc(rng, seed)
+    if members:
+        name = rng.choice(sorted(members))
+        body = members[name]
+        if name.endswith(".safetensors") and rng.random() < 0.6:
+            with contextlib.suppress(ValueError):
+                body = safetensors_structural(rng, body)
+        else:
+            body = havoc(rng, body)
+        members[name] = body
+    if rng.random() < 0.1:
+        members[rng.choice(("../x.json", "a/b/c.json", "x.bin", "vae/model.safetensors"))] = \
+            b"{}"
+    return seeds.rezip(members, compressed=rng.random() < 0.1)

@@ -9,6 +9,7 @@ weight readers take, and GGUF metadata of every value type. All are deterministi
 from __future__ import annotations
 
 import functools
+import json
 import io
 import tempfile
 import zipfile
@@ -19,6 +20,7 @@ import ml_dtypes
 import numpy as np
 from gguf.quants import quantize
 from safetensors.numpy import save as save_safetensors
+from safetensors.numpy import save_file as save_safetensors_file
 
 from rlx.artifact import crypto
 from rlx.artifact.writer import iter_rlx_bytes
@@ -209,6 +211,33 @@ def gguf_files() -> dict[str, bytes]:
         w.write_tensors_to_file()
         w.close()
         return {"seed": path.read_bytes()}
+
+
+@functools.cache
+def dduf_files() -> dict[str, bytes]:
+    """DDUF bundles written by huggingface_hub: a pipeline of two components (f16, bf16,
+    f32 and int tensors, names that clash across components) and a one-component one."""
+    from huggingface_hub import export_folder_as_dduf
+
+    rng = np.random.default_rng(4)
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, components in (("pipe", ("unet", "text_encoder")), ("one", ("unet",))):
+            folder = Path(tmp) / name
+            folder.mkdir()
+            index = {"_class_name": "Toy", **{c: ["diffusers", "Model"] for c in components}}
+            (folder / "model_index.json").write_text(json.dumps(index))
+            for c in components:
+                (folder / c).mkdir()
+                (folder / c / "config.json").write_text("{}")
+                save_safetensors_file({
+                    "conv.weight": rng.standard_normal((3, 4)).astype(np.float16),
+                    "norm": rng.standard_normal(4).astype(ml_dtypes.bfloat16),
+                    "ids": np.arange(3, dtype=np.int64),
+                    "scale": np.float32([1.5])}, str(folder / c / "model.safetensors"))
+            export_folder_as_dduf(str(Path(tmp) / f"{name}.dduf"), str(folder))
+            out[name] = (Path(tmp) / f"{name}.dduf").read_bytes()
+    return out
 
 
 def zip_members(data: bytes) -> dict[str, bytes]:

@@ -57,6 +57,11 @@ def test_default_and_str():
     (P.AUTO, PACKS, NO_REWRITES, False, "auto: source has packs"),
     (P.AUTO, HALF, NO_REWRITES, True, "auto: no beneficial packs — decode to f32"),
     (P.AUTO, PLAIN, None, True, "auto: no beneficial packs — decode to f32"),
+    # the reference's auto rule for DDUF: native half tensors of a DDUF bundle are kept
+    (P.AUTO, WeightSourceInfo(False, True, WeightPathKind.DDUF), NO_REWRITES, False,
+     "auto: DDUF bundle with native half tensors"),
+    (P.AUTO, WeightSourceInfo(False, False, WeightPathKind.DDUF), NO_REWRITES, True,
+     "auto: no beneficial packs"),
 ])
 def test_verdict_rules(policy, info, opts, go, reason):
     verdict = f32_first_verdict(policy, info, opts)

@@ -7,15 +7,15 @@ never switch on encoding names themselves.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from rlx.codecs import floats, mlx, q8_0, tq2_0
-from rlx.codecs.mlx import mlx_scheme
 from rlx.codecs._blocks import Layout
+from rlx.codecs.mlx import mlx_scheme
 from rlx.errors import BakeError
 
 __all__ = ["Encoding", "encode", "decode", "encoded_nbytes"]

@@ -17,7 +17,8 @@ becoming Constants of their own dtype and the Transposes going away.
 from __future__ import annotations
 
 import logging
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -108,7 +109,7 @@ def _array(row: PackedRow) -> np.ndarray:
 
 
 def _check_mlx(graph: Graph, param: Node, row: PackedRow, by_name: dict[str, PackedRow],
-               users: dict[int, list[int]]
+               users: Sequence[list[int]]
                ) -> tuple[tuple[QuantScheme, int], list[PackedRow], list[int]]:
     """(scheme, N), the scales (and biases) rows, and the Transposes the MatMuls read it
     through; BindingError with the reason when the param cannot run packed."""
@@ -122,13 +123,11 @@ def _check_mlx(graph: Graph, param: Node, row: PackedRow, by_name: dict[str, Pac
         raise BindingError(f"MLX weight {name!r} has shape {list(row.shape)}, [N, K] expected")
     n, k = row.shape
     base = name.removesuffix(".weight")
-    parts = [by_name.get(f"{base}.scales"), *([by_name.get(f"{base}.biases")]
-                                               if scheme.inputs == 4 else [])]
-    if any(p is None for p in parts):
-        raise BindingError(f"MLX weight {name!r} ({scheme}) needs rows {base}.scales"
-                           + (f" and {base}.biases" if scheme.inputs == 4 else ""))
+    wanted = [f"{base}.scales", *([f"{base}.biases"] if scheme.inputs == 4 else [])]
+    if any(w not in by_name for w in wanted):
+        raise BindingError(f"MLX weight {name!r} ({scheme}) needs rows {' and '.join(wanted)}")
+    parts = [by_name[w] for w in wanted]
     for part in parts:
-        assert part is not None
         if part.encoding not in _ROW_DTYPES or \
                 tuple(part.shape) != (n, k // scheme.block_size) or k % scheme.block_size:
             raise BindingError(f"MLX {part.name!r}: {part.encoding}{list(part.shape)} does not "
@@ -157,8 +156,8 @@ def _check_mlx(graph: Graph, param: Node, row: PackedRow, by_name: dict[str, Pac
 
 
 def _is_transpose_2d(node: Node) -> bool:
-    return isinstance(node.op, Transpose) and node.shape.rank == 2 and \
-        node.op.perm in (None, (1, 0))
+    return isinstance(node.op, Transpose) and isinstance(node.shape, Shape) \
+        and node.shape.rank == 2 and node.op.perm in (None, (1, 0))
 
 
 def _check(graph: Graph, param: Node, row: PackedRow,

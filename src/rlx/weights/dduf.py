@@ -28,7 +28,10 @@ from rlx.errors import WeightError
 from rlx.stored_zip import StoredMember, read_stored_zip
 from rlx.weights.bundle import WeightBundle
 from rlx.weights.policy import (
-    WeightLoadPolicy, WeightPathKind, WeightSourceInfo, f32_first_verdict,
+    WeightLoadPolicy,
+    WeightPathKind,
+    WeightSourceInfo,
+    f32_first_verdict,
 )
 from rlx.weights.safetensors_file import (
     MAX_HEADER_BYTES,
@@ -70,7 +73,7 @@ def read_dduf(path: Path) -> SourceTensors:
     if missing:
         raise WeightError(f"corrupt DDUF file {path}: folder {missing[0]!r} is not in "
                           f"{INDEX}")
-    data = np.memmap(path, np.uint8, "r").view(np.ndarray) if tables else None
+    data = np.memmap(path, np.uint8, "r").view(np.ndarray) if tables else np.empty(0, np.uint8)
     seen: dict[str, str] = {}
     clash = False
     for member, (_, entries) in tables.items():

@@ -120,9 +120,11 @@ def split_mlx_packs(source: SourceTensors, quant: dict[str, Any], folder: Path) 
             raise WeightError(f"{where}: scales {list(scales.shape)} do not fit codes "
                               f"{list(codes.shape)} ({n} rows of {k} values in groups of "
                               f"{scheme.group})")
-        kinds = [("scales", scales)] + ([("biases", biases)] if scheme.has_biases else [])
         if scheme.has_biases and (biases is None or biases.shape != scales.shape):
             raise WeightError(f"{where}: needs {base}.biases of shape {list(scales.shape)}")
+        kinds: list[tuple[str, np.ndarray]] = [("scales", scales)]
+        if biases is not None:
+            kinds.append(("biases", biases))
         if not scheme.has_biases and biases is not None:
             raise WeightError(f"{where}: {scheme.mode} has no biases, {base}.biases is there")
         packs.rows.append(LoadedWeight(weight_name, (n, k), scheme.label,

@@ -17,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TypeGuard
 
 import numpy as np
 
@@ -114,7 +114,7 @@ class _Container:
     toc: dict[str, Any]
     tensor_area: memoryview
 
-    def fail(self, message: str, error: type[ArtifactError] = ArtifactError):
+    def fail(self, message: str, error: type[ArtifactError] = ArtifactError) -> NoReturn:
         raise error(f"{self.source}: {message}")
 
     def region(self, row: Any, what: str) -> memoryview:
@@ -133,7 +133,7 @@ class _Container:
                          JsonLimits(max_depth=64))
 
 
-def _int(value: Any) -> bool:
+def _int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -160,7 +160,7 @@ class _FlatContainer(_Container):
             self.fail(f"TOC length {toc_len} exceeds the file ({len(buf)} bytes) or the "
                       f"{L.MAX_TOC_BYTES >> 20} MiB cap")
         text = buf[L.FLAT_HEADER.size:L.FLAT_HEADER.size + toc_len]
-        if digest and header_digest(text) != bytes(buf[end - 16:end]):
+        if digest and header_digest(bytes(text)) != bytes(buf[end - 16:end]):
             self.fail("TOC checksum mismatch: the package is corrupt", IntegrityError)
         self.toc = self.parse_json(text, "TOC")
         if not isinstance(self.toc, dict):
@@ -267,7 +267,7 @@ class _Package:
         self.used: list[str] = []
         self.hot_checks: list[tuple[int, memoryview]] = []
 
-    def fail(self, message: str, error: type[ArtifactError] = ArtifactError):
+    def fail(self, message: str, error: type[ArtifactError] = ArtifactError) -> NoReturn:
         self.c.fail(message, error)
 
     def read(self, verify: str) -> RlxpPackage:
@@ -418,7 +418,7 @@ class _Package:
         def decode(ref: Any, shape: Shape) -> np.ndarray:
             if not shape.is_static:
                 self.fail(f"constant with symbolic shape {shape}")
-            return self._take(ref, shape.nbytes, f"constant of shape {shape}")
+            return self._take(ref, shape.nbytes or 0, f"constant of shape {shape}")
 
         try:
             graph = graph_from_dict(body, decode)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from rlx.errors import ArtifactError
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.sources import Constant, Input
 from rlx.ir.serialize import graph_to_dict
+from rlx.ir.shape import Shape
 from rlx.stored_zip import write_stored_zip
 from rlx.version import __version__
 
@@ -131,7 +133,9 @@ def encode_rlxp(file: RlxFile, opts: RlxpOptions, sidecar_tier: str) -> Encoded:
     rows = []
     for row in file.weights:
         node = _linked(graph, row.node_id) if opts.include_graph else None
-        held = node.op.data if node is not None and node.op.nbytes else None
+        held = None
+        if node is not None and _constant(node)[0].nbytes:
+            held = _constant(node)[0].data
         data = row.data if row.nbytes else held
         index = None
         if data is not None:
@@ -140,9 +144,9 @@ def encode_rlxp(file: RlxFile, opts: RlxpOptions, sidecar_tier: str) -> Encoded:
                 if held is data or _same_bytes(held, data):
                     node_tensor[node.id] = index
                 else:  # different bytes in graph and table: both kept, each once
+                    shape = _constant(node)[1]
                     node_tensor[node.id] = add(_fresh(f"{row.name}#graph", names),
-                                               node.shape.dims, node.shape.dtype.value,
-                                               "row_major", held)
+                                               shape.dims, shape.dtype.value, "row_major", held)
         rows.append({
             "name": row.name, "shape": list(row.shape), "dtype": row.dtype,
             "encoding": row.encoding, "layout": row.layout, "row_aligned": row.row_aligned,
@@ -154,11 +158,11 @@ def encode_rlxp(file: RlxFile, opts: RlxpOptions, sidecar_tier: str) -> Encoded:
         top = node.id < len(graph) and graph.node(node.id) is node  # not a subgraph's
         if top and node.id in node_tensor:
             return {"tensor": node_tensor[node.id]}
-        if not node.op.nbytes:
+        op, shape = _constant(node)
+        if not op.nbytes:
             return {"tensor": None}
         name = _fresh(node.name or f"constant:{node.id}", names)
-        return {"tensor": add(name, node.shape.dims, node.shape.dtype.value, "row_major",
-                              node.op.data)}
+        return {"tensor": add(name, shape.dims, shape.dtype.value, "row_major", op.data)}
 
     graph_bytes = None
     if opts.include_graph:
@@ -169,14 +173,21 @@ def encode_rlxp(file: RlxFile, opts: RlxpOptions, sidecar_tier: str) -> Encoded:
     sidecars = []
     for sidecar_id, body in (("io", _io_sidecar(file)), *sorted(opts.sidecars.items())):
         raw = _json(body)
-        sidecars.append((sidecar_id, {"id": sidecar_id, "media": "application/json",
-                                      "tier": sidecar_tier, "codec": TIERS[sidecar_tier]},
+        entry: dict[str, Any] = {"id": sidecar_id, "media": "application/json",
+                                 "tier": sidecar_tier, "codec": TIERS[sidecar_tier],
+                                 "raw_len": len(raw)}
+        sidecars.append((sidecar_id, entry,
                          raw if sidecar_tier == "hot" else encode_tier(sidecar_tier, raw)))
-        sidecars[-1][1]["raw_len"] = len(raw)
     placement = _json(opts.placement) if opts.placement is not None else None
     toc = {"manifest": _manifest(file, opts, tensors, sidecar_tier, placement is not None),
            "rlx": {"meta": meta, "weights": rows}}
     return Encoded(toc, graph_bytes, tensors, sidecars, placement)
+
+
+def _constant(node: Node) -> tuple[Constant, Shape]:
+    """A Constant node's op and (single) shape, typed."""
+    assert isinstance(node.op, Constant) and isinstance(node.shape, Shape)
+    return node.op, node.shape
 
 
 def _linked(graph: Graph, node_id: int | None) -> Node | None:
@@ -207,8 +218,9 @@ def _io_sidecar(file: RlxFile) -> dict[str, Any]:
     graph = file.graph
     if not len(graph):
         return {"inputs": [], "outputs": []}
-    inputs = [{"name": n.op.name, "dtype": n.shape.dtype.value, "shape": list(n.shape.dims)}
-              for n in graph.nodes() if isinstance(n.op, Input)]
+    inputs = [{"name": n.op.name, "dtype": s.dtype.value, "shape": list(s.dims)}
+              for n in graph.nodes() if isinstance(n.op, Input)
+              for s in [n.shape] if isinstance(s, Shape)]
     outputs = [{"name": io.name, "dtype": io.dtype, "shape": list(io.shape)}
                for io in file.meta.outputs]
     return {"inputs": inputs, "outputs": outputs}
