@@ -34,7 +34,8 @@ from rlx.ir.shape import UNKNOWN, Shape
 from rlx.version import __version__
 
 __all__ = ["EXPORT_OPSET", "ExportSummary", "ExportResult", "WeightPlacer", "export_onnx",
-           "build_onnx", "onnx_dtype", "LARGE_WEIGHT_BYTES"]
+           "build_onnx", "onnx_dtype", "LARGE_WEIGHT_BYTES", "inline_tensor", "weight_names",
+           "external_tensor"]
 
 EXPORT_OPSET = 20
 """Opset 20: Gelu (with tanh approximation) is one node; every other op rlx has exists."""
@@ -72,6 +73,17 @@ def inline_tensor(name: str, array: np.ndarray) -> TensorProto:
                               raw=True)
 
 
+def external_tensor(name: str, array: np.ndarray, location: str, offset: int) -> TensorProto:
+    """A TensorProto of `array`'s type and shape whose bytes are `location` at `offset`."""
+    tensor = TensorProto(name=name, data_type=onnx_dtype(array.dtype), dims=list(array.shape))
+    for key, value in (("location", location), ("offset", str(offset)),
+                       ("length", str(array.nbytes))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    tensor.data_location = TensorProto.EXTERNAL
+    return tensor
+
+
 @dataclass
 class ExportSummary:
     """What the export did with the graph, for the CLI and for engines' logs."""
@@ -102,12 +114,15 @@ def _default_packed() -> PackedForm:
 
 def build_onnx(graph: Graph, *, placer: WeightPlacer = inline_tensor,
                packed: PackedForm | str | None = None, name: str | None = None,
-               dims_from: Graph | None = None) -> ExportResult:
-    """The ONNX model of a runnable rlx graph (every Constant with its bytes)."""
+               constant_names: dict[int, str] | None = None) -> ExportResult:
+    """The ONNX model of a runnable rlx graph (every Constant with its bytes).
+
+    `constant_names` names main-graph Constants by node id (the weight table's names)."""
     from rlx.frontends.onnx import export_ops
 
     form = _default_packed() if packed is None else PackedForm(packed)
     builder = _Builder(form, placer, export_ops)
+    builder.constant_names = constant_names or {}
     main = builder.main_graph(graph, name or graph.name)
     opsets = [helper.make_opsetid("", EXPORT_OPSET)]
     if builder.uses_ms:
@@ -130,13 +145,19 @@ def export_onnx(file_or_graph: Any, path: str | os.PathLike | None = None, *,
     filled with what was done.
     """
     graph = _runnable_graph(file_or_graph)
-    result = build_onnx(graph, packed=packed)
+    result = build_onnx(graph, packed=packed, constant_names=weight_names(file_or_graph))
     if summary is not None:
         summary.__dict__.update(result.summary.__dict__)
     if path is not None:
         onnx.checker.check_model(result.model, full_check=True)
         _save(result.model, Path(path))
     return result.model
+
+
+def weight_names(file: Any) -> dict[int, str]:
+    """Graph Constant id -> weight-table name, for an RlxFile (empty for a bare Graph)."""
+    rows = getattr(file, "weights", None) or ()
+    return {row.node_id: row.name for row in rows if row.node_id is not None}
 
 
 def _runnable_graph(file_or_graph: Any) -> Graph:
@@ -167,7 +188,10 @@ def _save(model: onnx.ModelProto, path: Path) -> None:
                 offset += pad
                 raw = tensor.raw_data
                 f.write(raw)
-                helper.set_external_data(tensor, data_name, offset, len(raw))
+                for key, value in (("location", data_name), ("offset", str(offset)),
+                                   ("length", str(len(raw)))):
+                    entry = tensor.external_data.add()
+                    entry.key, entry.value = key, value
                 tensor.ClearField("raw_data")
                 tensor.data_location = TensorProto.EXTERNAL
                 offset += len(raw)
@@ -218,6 +242,8 @@ class _Builder:
         self.main_inits: list[TensorProto] = []
         self.main_inputs: list[onnx.ValueInfoProto] = []
         self.uses_ms = False
+        self.constant_names: dict[int, str] = {}
+        self.main: Graph | None = None
 
     def fresh(self, base: str) -> str:
         base = base or "v"
@@ -247,6 +273,7 @@ class _Builder:
         self.summary.packed[key] = self.summary.packed.get(key, 0) + 1
 
     def main_graph(self, graph: Graph, name: str) -> onnx.GraphProto:
+        self.main = graph
         for node in graph.inputs():
             self.used.add(node.op.name)
         values: Values = {n.id: n.op.name for n in graph.inputs()}
@@ -327,7 +354,8 @@ class _Scope:
             raise ExportError(f"{node.label}: constant has no bytes (a compact artifact); "
                               "export the RlxFile, which materialises its weights")
         array = node.op.array(node.shape)
-        return self.array(array, node.name or f"const{node.id}")
+        named = self.b.constant_names.get(node.id) if self.graph is self.b.main else None
+        return self.array(array, named or node.name or f"const{node.id}")
 
     def array(self, array: np.ndarray, hint: str = "c") -> str:
         """A value holding `array`: a main-graph weight when large, else inline here."""
