@@ -113,7 +113,8 @@ def build_runner(engine: str, file: RlxFile, graph: Graph, path: str | None, *,
 
 def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None = None,
          precision: str = "exact", password: str | bytes | None = None,
-         cache_dir: str | os.PathLike | None = None) -> Model:
+         cache_dir: str | os.PathLike | None = None,
+         example: Mapping[str, Any] | None = None) -> Model:
     """Open a `.rlx` file and prepare it on `engine`.
 
     `engine`: "auto" (the fastest installed engine for this model and machine, measured
@@ -122,6 +123,7 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     default). `precision`: "exact" computes in the graph's dtypes (f32); "fast" lets the
     engine use its faster default (OpenVINO: bf16 on AMX/AVX512-BF16 CPUs; the others
     have none, so fast equals exact there). `password` opens an encrypted file.
+    `example`: feeds auto measures with (default: zeros of the declared shapes).
     """
     check_engine(engine)
     check_precision(precision)
@@ -134,7 +136,7 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
         from rlx.engines import auto
 
         runner = auto.choose(file, graph, source, threads=threads, precision=precision,
-                             cache_dir=cache_dir)
+                             cache_dir=cache_dir, example=example)
     else:
         runner = build_runner(engine, file, graph, source, threads=threads,
                               precision=precision)

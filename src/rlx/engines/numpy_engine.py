@@ -21,18 +21,21 @@ class NumpyRunner:
         self.compiled = CompiledGraph(graph)
         self.precision = "exact"  # numpy has no faster precision: "fast" runs exact
         self.threads = threads
+        self._limits = None
+        if threads is not None:
+            import threadpoolctl
+
+            self._limits = threadpoolctl.ThreadpoolController()  # found once, not per run
         self._order = self.compiled.input_names
         self._index = {name: k for k, name in enumerate(self.compiled.output_names)}
 
     def run(self, feeds: dict[str, np.ndarray], outputs: Sequence[str]) -> list[np.ndarray]:
         args = [feeds[name] for name in self._order]
-        if self.threads is None:
+        if self._limits is None:
             values = self.compiled.call(*args)
         else:
-            import threadpoolctl
-
             # process-wide while the run lasts: numpy's BLAS has one pool
-            with threadpoolctl.threadpool_limits(self.threads):
+            with self._limits.limit(limits=self.threads):
                 values = self.compiled.call(*args)
         return [values[self._index[name]] for name in outputs]
 

@@ -18,17 +18,16 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+from typing import Any
+
 import numpy as np
 import onnxruntime as ort
-from onnx import TensorProto
 
 from rlx.artifact.model import RlxFile
 from rlx.engines.mapping import FileRegions
-from rlx.frontends.onnx.export import build_onnx, external_tensor, weight_names
-from rlx.frontends.onnx.export_quant import PackedForm, nbits_supported
 from rlx.ir.graph import Graph
 
-__all__ = ["OrtRunner", "build", "PREPACK", "session_options"]
+__all__ = ["OrtRunner", "build", "PREPACK", "session_options", "export_for_ort"]
 
 PREPACK = os.environ.get("RLX_ORT_PREPACK", "") not in ("", "0")
 _IN_MEMORY = "rlx-in-memory-weight"  # placeholder location; add_external_initializers binds it
@@ -43,7 +42,9 @@ class _Placer:
         self.mapped: dict[str, tuple[int, int]] = {}  # name -> (offset, length)
         self.in_memory: dict[str, np.ndarray] = {}
 
-    def __call__(self, name: str, array: np.ndarray) -> TensorProto:
+    def __call__(self, name: str, array: np.ndarray) -> Any:
+        from rlx.frontends.onnx.export import external_tensor
+
         offset = self.regions.offset(array) if self.regions is not None else None
         if offset is not None:
             self.mapped[name] = (offset, array.nbytes)
@@ -62,30 +63,45 @@ def session_options(threads: int | None) -> ort.SessionOptions:
     return so
 
 
+def export_for_ort(file: RlxFile, graph: Graph, path: str | None) -> tuple[bytes, _Placer, Any]:
+    """(serialised model, where its weights went, export summary). Imports onnx."""
+    from rlx.frontends.onnx.export import build_onnx, weight_names
+    from rlx.frontends.onnx.export_quant import PackedForm, nbits_supported
+
+    placer = _Placer(path)
+    packed = PackedForm.NBITS if nbits_supported(8, 32) else PackedForm.DEQUANTIZE
+    result = build_onnx(graph, placer=placer, packed=packed, constant_names=weight_names(file))
+    return result.model.SerializeToString(), placer, result.summary
+
+
 class OrtRunner:
+    """`model_bytes` given (auto's cache of an earlier export of the same file, whose
+    weights are all file references) skips the export and the onnx import."""
+
     name = "onnxruntime"
 
-    def __init__(self, file: RlxFile, graph: Graph, path: str | None, threads: int | None):
+    def __init__(self, file: RlxFile, graph: Graph, path: str | None, threads: int | None,
+                 model_bytes: bytes | None = None):
         self.precision = "exact"  # onnxruntime's CPU kernels run the graph's dtypes
         self.file = file  # keeps the artifact's map (and the arrays below) alive
-        placer = _Placer(path)
-        packed = PackedForm.NBITS if nbits_supported(8, 32) else PackedForm.DEQUANTIZE
-        result = build_onnx(graph, placer=placer, packed=packed,
-                            constant_names=weight_names(file))
-        self.summary = result.summary
-        self.mapped = placer.mapped
-        self.in_memory = placer.in_memory
+        self.summary = None
+        if model_bytes is None:
+            model_bytes, placer, self.summary = export_for_ort(file, graph, path)
+            self.mapped, self.in_memory = placer.mapped, placer.in_memory
+        else:
+            self.mapped, self.in_memory = {}, {}
+        self.cacheable = not self.in_memory
         so = session_options(threads)
         if path:
             so.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                         os.path.dirname(os.path.abspath(path)))
         if not PREPACK:
             so.add_session_config_entry("session.disable_prepacking", "1")
-        if placer.in_memory:
-            names = list(placer.in_memory)
+        if self.in_memory:
+            names = list(self.in_memory)
             so.add_external_initializers(
-                names, [ort.OrtValue.ortvalue_from_numpy(placer.in_memory[n]) for n in names])
-        self.model_bytes = result.model.SerializeToString()
+                names, [ort.OrtValue.ortvalue_from_numpy(self.in_memory[n]) for n in names])
+        self.model_bytes = model_bytes
         self.session = ort.InferenceSession(self.model_bytes, so,
                                             providers=["CPUExecutionProvider"])
 
@@ -94,5 +110,5 @@ class OrtRunner:
 
 
 def build(file: RlxFile, graph: Graph, path: str | None, *, threads: int | None,
-          precision: str) -> OrtRunner:
-    return OrtRunner(file, graph, path, threads)
+          precision: str, model_bytes: bytes | None = None) -> OrtRunner:
+    return OrtRunner(file, graph, path, threads, model_bytes)
