@@ -344,7 +344,7 @@ class _Scope:
                 continue
             self.values[node.id] = self.op_node(node, targets.get(node.id))
         for name, o in zip(out_names, graph.outputs):
-            if targets.get(o) != name or self.values[o] != name:
+            if self.values[o] != name:  # (a graph input may be an output as it is)
                 self.add("Identity", [self.values[o]], [name], f"{name}/Identity")
         return self.nodes, self.inits
 

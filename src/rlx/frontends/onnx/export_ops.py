@@ -151,7 +151,7 @@ def _simple(op_type: str):
 for _type, _name in ((ew.Not, "Not"), (ew.Where, "Where"), (ew.Identity, "Identity"),
                      (linalg.MatMul, "MatMul"), (nn.PRelu, "PRelu"),
                      (shaping.NonZero, "NonZero"), (shaping.Size, "Size"),
-                     (shaping.Range, "Range"), (shaping.OneHot, "OneHot")):
+                     (shaping.Range, "Range")):
     handles(_type)(_simple(_name))
 
 
@@ -283,22 +283,40 @@ def _instance_norm(c) -> None:
 
 @handles(nn.Resize)
 def _resize(c) -> None:
+    """ONNX Resize takes sizes or scales, not both; rlx may know both (sizes for the
+    output, scales for the coordinate transform). Sizes go when they say everything:
+    align_corners (which ignores the scale), or scales that are exactly out / in; when both
+    are run-time values, sizes (the output shape is kept, the transform's scale becomes
+    out / in)."""
     op = c.op
     given = dict(zip(op.operands, c.x[1:]))
     roi = given.get("roi") or ("" if op.roi is None else c.const(
         np.asarray(op.roi, np.float32), "roi"))
-    scales = given.get("scales") or ("" if op.scales is None else c.const(
-        np.asarray(op.scales, np.float32), "scales"))
-    sizes = ""
-    if not scales:
-        sizes = given.get("sizes") or ("" if op.sizes is None else c.ints(op.sizes, "sizes"))
-    if given.get("sizes"):
-        scales = ""
+    if "scales" in given and "sizes" not in given and op.sizes is None:
+        scales, sizes = _float32(c, given["scales"], op.operands.index("scales") + 1), ""
+    elif "sizes" in given:
+        scales, sizes = "", given["sizes"]
+    elif op.scales is not None and (op.sizes is None or not _sizes_suffice(c, op)):
+        scales, sizes = c.const(np.asarray(op.scales, np.float32), "scales"), ""
+    else:
+        scales, sizes = "", c.ints(op.sizes, "sizes")
     c.final("Resize", [c.x[0], roi, scales, sizes], mode=op.mode.value,
             coordinate_transformation_mode=op.coordinate_mode.value,
             nearest_mode=op.nearest_mode.value, cubic_coeff_a=op.cubic_coeff_a,
             exclude_outside=int(op.exclude_outside),
             extrapolation_value=op.extrapolation_value, antialias=int(op.antialias))
+
+
+def _sizes_suffice(c, op) -> bool:
+    if op.coordinate_mode is nn.CoordinateMode.ALIGN_CORNERS:
+        return True
+    dims = c.shape(0).dims
+    return all(isinstance(d, int) and d * s == n for d, s, n in zip(dims, op.scales, op.sizes))
+
+
+def _float32(c, name: str, k: int) -> str:
+    dtype = c.shape(k).dtype
+    return name if dtype is DType.F32 else c.tmp("Cast", [name], to=TensorProto.FLOAT)
 
 
 # -- reductions --------------------------------------------------------------------------------
@@ -490,6 +508,11 @@ def _fill(c) -> None:
                                np.asarray([op.value], op.dtype.numpy).tobytes(), raw=True)
     shape = _operand(c, "shape", k=0)
     c.final("ConstantOfShape", [shape], value=value)
+
+
+@handles(shaping.OneHot)
+def _one_hot(c) -> None:
+    c.final("OneHot", c.x, axis=c.op.axis)
 
 
 @handles(shaping.DepthToSpace)
