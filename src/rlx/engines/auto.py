@@ -198,8 +198,8 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
         how = "fastest"
     log.info("auto: chose %s, %s (%s)", pick, how, _fmt(measured))
     runner = runners.get(pick) or _build(pick, file, graph, path, threads, precision)
-    onnx_bytes = getattr(runner, "model_bytes", None) if getattr(runner, "cacheable",
-                                                                 False) else None
+    ort = runners.get("onnxruntime")  # its export is cached even when another engine won
+    onnx_bytes = ort.model_bytes if ort is not None and ort.cacheable else None
     cache.put(key, {"engine": pick, "how": how, "measured_ms": measured, "failed": failed,
                     "path": os.path.abspath(path), "precision": precision,
                     "threads": threads}, onnx_bytes)
