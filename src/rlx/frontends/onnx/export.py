@@ -242,16 +242,19 @@ class _Builder:
         self.main_inits: list[TensorProto] = []
         self.main_inputs: list[onnx.ValueInfoProto] = []
         self.uses_ms = False
+        self.node_names: set[str] = set()
         self.constant_names: dict[int, str] = {}
         self.main: Graph | None = None
 
-    def fresh(self, base: str) -> str:
+    def fresh(self, base: str, used: set[str] | None = None) -> str:
+        """A name not used yet (values and nodes are separate namespaces in ONNX)."""
+        used = self.used if used is None else used
         base = base or "v"
         name, k = base, 1
-        while name in self.used:
+        while name in used:
             k += 1
             name = f"{base}_{k}"
-        self.used.add(name)
+        used.add(name)
         return name
 
     def weight(self, hint: str, array: np.ndarray) -> str:
@@ -337,18 +340,26 @@ class _Scope:
                 raise ExportError(f"{node.label}: param {node.op.name!r} has no value; "
                                   "bake the graph with its weights before exporting")
             if isinstance(node.op, TupleGet):
-                self.values[node.id] = self.values[node.inputs[0]][node.op.index]
+                self.values[node.id] = self.value(node.inputs[0])[node.op.index]
                 continue
             if isinstance(node.op, Constant):
-                self.values[node.id] = self.constant(node)
-                continue
+                continue  # written when first read (a packed weight read raw never is)
             self.values[node.id] = self.op_node(node, targets.get(node.id))
         for name, o in zip(out_names, graph.outputs):
-            if self.values[o] != name:  # (a graph input may be an output as it is)
+            if self.value(o) != name:  # (a graph input may be an output as it is)
                 self.add("Identity", [self.values[o]], [name], f"{name}/Identity")
         return self.nodes, self.inits
 
     # -- values ---------------------------------------------------------------------------
+    def value(self, node_id: int) -> Any:
+        """The ONNX name of a node's value, writing a Constant on its first use."""
+        if node_id not in self.values:
+            node = self.graph.node(node_id)
+            if not isinstance(node.op, Constant):
+                raise ExportError(f"{node.label} is read before it is written")
+            self.values[node_id] = self.constant(node)
+        return self.values[node_id]
+
     def constant(self, node: Node) -> str:
         if node.op.is_stripped and node.shape.numel:
             raise ExportError(f"{node.label}: constant has no bytes (a compact artifact); "
@@ -377,7 +388,9 @@ class _Scope:
             outs = [self.b.fresh(f"{base}:{k}") for k in range(len(node.shape))]
         else:
             outs = [target or self.b.fresh(base)]
-        call = _Call(self, node, [self.values[i] for i in node.inputs], outs, base)
+        raw = getattr(handler, "raw_inputs", ())
+        names = ["" if k in raw else self.value(i) for k, i in enumerate(node.inputs)]
+        call = _Call(self, node, names, outs, base)
         handler(call)
         return outs if node.is_tuple else outs[0]
 
@@ -386,7 +399,8 @@ class _Scope:
         if domain == "com.microsoft":
             self.b.uses_ms = True
         attrs = {k: v for k, v in attrs.items() if v is not None}
-        self.nodes.append(helper.make_node(op_type, inputs, outputs, name=self.b.fresh(name),
+        self.nodes.append(helper.make_node(op_type, inputs, outputs,
+                                           name=self.b.fresh(name, self.b.node_names),
                                            domain=domain or None, **attrs))
 
 

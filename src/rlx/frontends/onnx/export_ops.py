@@ -220,6 +220,9 @@ def _dequant_matmul(c) -> None:
     c.final("Cast", [c.tmp("MatMul", [wide, weight])], to=onnx_dtype(dtype))
 
 
+_dequant_matmul.raw_inputs = (1,)  # type: ignore[attr-defined]  # read from the graph
+
+
 # -- nn ----------------------------------------------------------------------------------------
 def _window_attrs(op, kernel=None) -> dict:
     attrs = {"strides": list(op.strides) or None, "pads": list(op.pads) or None,
