@@ -13,7 +13,12 @@ from typing import Any
 import numpy as np
 
 from rlx.cli_ui import (
-    Outcome, Ui, add_password_options, check_output, fmt_bytes, password_from,
+    Outcome,
+    Ui,
+    add_password_options,
+    check_output,
+    fmt_bytes,
+    password_from,
 )
 from rlx.engines.registry import ENGINES, PRECISIONS
 from rlx.ir import DType, Shape

@@ -3,8 +3,6 @@ messages, output selection, threads, encrypted files, zero-copy weights, packed 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 
 import gguf
@@ -15,7 +13,6 @@ from gguf.quants import dequantize, quantize
 import rlx
 from rlx.artifact import RlxFile, write_rlx
 from rlx.engines import registry
-from rlx.engines.mapping import FileRegions, address_of
 from rlx.errors import EncryptedFileError, EngineError, InputError
 from rlx.ir import DType, Graph, Shape
 from rlx.ir.ops.linalg import DequantMatMul, QuantScheme

@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 
 import rlx
-from rlx.artifact import RlxFile, read_rlx, write_rlx
+from rlx.artifact import read_rlx, write_rlx
 from rlx.errors import ExportError
 from rlx.frontends.onnx.export import EXPORT_OPSET, ExportSummary, export_onnx
 from rlx.ir import DType, Graph, Shape
@@ -43,8 +43,8 @@ def test_export_keeps_names_and_runs(tmp_path):
 
 
 def test_weight_names_come_from_the_weight_table(tmp_path):
-    from tests.cli.conftest import mlp_graph, mlp_weights  # noqa: F401 - the reference MLP
     from rlx import BakeOptions, BakeProfile, bake
+    from tests.cli.conftest import mlp_graph, mlp_weights  # noqa: F401 - the reference MLP
 
     baked, _ = bake(mlp_graph(), mlp_weights(), BakeOptions.from_profile(BakeProfile.FOLD))
     write_rlx(tmp_path / "m.rlx", baked)

@@ -25,8 +25,9 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

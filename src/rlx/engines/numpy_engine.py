@@ -3,7 +3,7 @@ tested against. Feeds arrive checked, so a run is `CompiledGraph.call` in graph 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -16,8 +16,7 @@ bytes in RSS and gains little on these models at 1-2 threads.
 from __future__ import annotations
 
 import os
-from typing import Sequence
-
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -46,7 +45,7 @@ class _Placer:
         from rlx.frontends.onnx.export import external_tensor
 
         offset = self.regions.offset(array) if self.regions is not None else None
-        if offset is not None:
+        if offset is not None and self.path is not None:
             self.mapped[name] = (offset, array.nbytes)
             return external_tensor(name, array, os.path.basename(self.path), offset)
         self.in_memory[name] = np.ascontiguousarray(array)

@@ -14,7 +14,7 @@ request, so one Model may run from many threads.
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import openvino as ov
@@ -75,7 +75,7 @@ class OpenVinoRunner:
         if threads is not None:
             config["INFERENCE_NUM_THREADS"] = str(threads)
         self.compiled = core().compile_model(model, "CPU", config)
-        self._index = {}
+        self._index: dict[str, int] = {}
         for k, out in enumerate(self.compiled.outputs):
             for name in out.get_names():
                 self._index.setdefault(name, k)

@@ -15,9 +15,10 @@ OpenVINO engine). Large weights always sit in the main graph, so a placer sees t
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import onnx
@@ -27,7 +28,7 @@ from rlx.errors import ExportError
 from rlx.frontends.onnx.export_quant import PackedForm, nbits_supported
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
-from rlx.ir.ops.linalg import DequantMatMul, QuantScheme
+from rlx.ir.ops.linalg import QuantScheme
 from rlx.ir.ops.multi import TupleGet
 from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.shape import UNKNOWN, Shape

@@ -9,7 +9,7 @@ extra inputs, cast to int64 where ONNX wants it.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from onnx import TensorProto

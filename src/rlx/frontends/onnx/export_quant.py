@@ -93,7 +93,7 @@ def dense_weight(op: DequantMatMul, packed: np.ndarray, k: int, dtype: np.dtype)
     return np.ascontiguousarray(flat.astype(dtype, copy=False).reshape(op.n, k).T)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def nbits_supported(bits: int, block: int) -> bool:
     """Whether the installed onnxruntime runs MatMulNBits with `bits` and `block` (and gets
     the right answer on a tiny case); False when onnxruntime is not installed."""
