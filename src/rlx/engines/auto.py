@@ -5,7 +5,8 @@ At the first load of a file, every installed engine is built and timed on the sa
 then runs until `RUNS` or `BUDGET_S` seconds, median kept. The choice is cached in
 `<cache_dir>/engines.json` under a key made of the artifact's checksum, the machine (CPU
 model, core count, architecture), the engines' versions, rlx's version, threads and
-precision; a later load builds only the chosen engine. With onnxruntime chosen, the
+precision (an engine's version: its package's install path and time); a later load builds
+only the chosen engine. With onnxruntime chosen, the
 exported model (its weights all references into the `.rlx` file) is cached too, so a warm
 load neither exports nor imports onnx.
 
@@ -32,7 +33,9 @@ from typing import Any
 import numpy as np
 
 from rlx.artifact.model import RlxFile
-from rlx.engines.registry import available_engines, engine_module, engine_versions
+from rlx.engines.registry import (
+    available_engines, engine_fingerprints, engine_module, engine_versions,
+)
 from rlx.ir.graph import Graph
 from rlx.version import __version__
 
@@ -79,7 +82,7 @@ def _cpu_model() -> str:
 
 def cache_key(path: str, engines: list[str], threads: int | None, precision: str) -> str:
     machine = f"{platform.machine()}|{_cpu_model()}|{os.cpu_count()}"
-    versions = ",".join(f"{k}={v}" for k, v in sorted(engine_versions(engines).items()))
+    versions = ",".join(f"{k}={v}" for k, v in sorted(engine_fingerprints(engines).items()))
     parts = [artifact_checksum(path), os.path.basename(path), machine, versions,
              f"rlx={__version__}", f"threads={threads}", precision]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
@@ -202,6 +205,7 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
     ort = runners.get("onnxruntime")  # its export is cached even when another engine won
     onnx_bytes = ort.model_bytes if ort is not None and ort.cacheable else None
     cache.put(key, {"engine": pick, "how": how, "measured_ms": measured, "failed": failed,
+                    "versions": engine_versions(engines),
                     "path": os.path.abspath(path), "precision": precision,
                     "threads": threads}, onnx_bytes)
     return runner

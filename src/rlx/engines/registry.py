@@ -9,7 +9,7 @@ from typing import Any
 from rlx.errors import EngineError
 
 __all__ = ["ENGINES", "PRECISIONS", "ENGINE_NAMES", "available_engines", "engine_module",
-           "engine_versions", "check_precision"]
+           "engine_versions", "engine_fingerprints", "check_precision"]
 
 ENGINE_NAMES = ("numpy", "onnxruntime", "openvino")
 ENGINES = ("auto", *ENGINE_NAMES)
@@ -50,6 +50,22 @@ def engine_module(name: str) -> Any:
         raise EngineError(f"engine {name!r} needs the {package} package, which is not "
                           f"installed: {pip}")
     return importlib.import_module(module)
+
+
+def engine_fingerprints(names) -> dict[str, str]:
+    """Where each engine's package is installed and when it was (changes with any
+    reinstall); for auto's cache key, ~100x cheaper than reading package metadata."""
+    import os
+
+    out = {}
+    for name in names:
+        spec = importlib.util.find_spec(_TABLE[name][1])
+        origin = spec.origin if spec is not None and spec.origin else "?"
+        try:
+            out[name] = f"{origin}@{os.stat(origin).st_mtime_ns}"
+        except OSError:
+            out[name] = origin
+    return out
 
 
 def engine_versions(names) -> dict[str, str]:
