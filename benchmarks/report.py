@@ -359,6 +359,8 @@ def markdown(results: dict, folder: Path, json_path: Path, chart: Path | None) -
              (f"{meta['date']}: `{meta['command']}`{' (quick)' if meta['quick'] else ''}, "
              f"{meta['wall_seconds']:.0f} s wall. Raw numbers and machine: "
              f"[{link(json_path)}]({link(json_path)}). Regenerate with `make bench`."), "",
+             "rlx on onnxruntime and OpenVINO next to plain onnxruntime / OpenVINO: "
+             "[ENGINES.md](ENGINES.md) (benchmarks/bench_engines.py, same `make bench`).", "",
              *_load_note(meta, results["machine"]["cores"]), ""]
     if chart is not None:
         lines += [f"![rlx / onnxruntime per model]({link(chart)})", ""]

@@ -312,11 +312,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--markdown", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
     parser.add_argument("--work", type=Path, default=WORK, help="folder for artifacts")
     parser.add_argument("--date", default=datetime.date.today().isoformat())
+    parser.add_argument("--engines", choices=("yes", "no", "only"), default="yes",
+                        help="also run the engines benchmark (benchmarks/bench_engines.py, "
+                             "ENGINES.md), or only it")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
     args = parse_args(argv)
+    if args.engines != "no":
+        from benchmarks import bench_engines
+
+        engines = bench_engines.main(["--quick"] if args.quick else [])
+        if args.engines == "only":
+            return engines
     plan = Plan.quick() if args.quick else Plan()
     plan = dataclasses.replace(plan, threads=args.threads, synthetic=plan.synthetic
                                if args.synthetic is None else args.synthetic)

@@ -23,7 +23,10 @@ ALLOWED: dict[str, set[str]] = {
     "enums": set(),
     "artifact": {"errors", "ir", "codecs", "enums", "version", "safeio", "stored_zip"},
     "baking": {"errors", "ir", "codecs", "passes", "weights", "artifact", "enums"},
-    "frontends": {"errors", "ir", "kernels", "safeio"},
+    "frontends": {"errors", "ir", "kernels", "codecs", "version", "_lazy", "safeio"},
+    # engines: rlx.load / Model over numpy, onnxruntime, openvino (never passes or baking)
+    "engines": {"errors", "ir", "codecs", "kernels", "runtime", "artifact", "frontends",
+                "version", "_lazy"},
     "models": {"ir"},
     "demo": {"runtime", "baking", "artifact", "models"},
     # the rlx-bake command: cli (parser, exit codes) over cli_artifact and cli_run
@@ -31,11 +34,13 @@ ALLOWED: dict[str, set[str]] = {
     "cli_artifact": {"errors", "ir", "weights", "baking", "artifact", "frontends", "cli_ui",
                      "cli_package"},
     "cli_package": {"artifact", "cli_ui"},
-    "cli_run": {"ir", "runtime", "artifact", "demo", "cli_ui"},
-    "cli": {"errors", "version", "cli_ui", "cli_artifact", "cli_run", "cli_package"},
+    "cli_run": {"ir", "runtime", "artifact", "demo", "cli_ui", "cli_engines"},
+    "cli_engines": {"ir", "artifact", "engines", "frontends", "cli_ui"},
+    "cli": {"errors", "version", "cli_ui", "cli_artifact", "cli_run", "cli_package",
+            "cli_engines"},
     "__main__": {"cli"},
     "__init__": {"errors", "ir", "codecs", "kernels", "runtime", "passes", "weights", "baking", "artifact",
-                 "frontends", "version", "_lazy"},
+                 "frontends", "version", "_lazy", "engines"},
     "_lazy": set(),
     "safeio": {"errors"},  # bounded JSON, regular files, leased maps: for every reader
 }

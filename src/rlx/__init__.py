@@ -28,6 +28,10 @@ _LAZY = {
     "CompiledGraph": "rlx.runtime",
     "Session": "rlx.runtime",
     "import_onnx": "rlx.frontends.onnx",
+    "export_onnx": "rlx.frontends.onnx",
+    "load": "rlx.engines",
+    "Model": "rlx.engines",
+    "IoSpec": "rlx.engines",
     "load_weights": "rlx.weights",
 }
 __all__ = sorted([*_LAZY, "__version__"])

@@ -17,6 +17,7 @@ from typing import Iterator
 from rlx.version import __version__
 from rlx.cli_artifact import add_commands as add_artifact_commands
 from rlx.cli_package import with_default_command
+from rlx.cli_engines import add_commands as add_engine_commands
 from rlx.cli_run import add_commands as add_run_commands
 from rlx.cli_ui import Ui, one_line
 from rlx.errors import RlxError
@@ -27,6 +28,8 @@ EXAMPLES = """examples:
   rlx-bake inspect model.rlx
   rlx-bake run model.rlx --input x=x.npy --repeat 10
   rlx-bake verify model.rlx --onnx model.onnx
+  rlx-bake run model.rlx --inputs feeds.npz --engine auto -v
+  rlx-bake export model.rlx -o model.onnx
   rlx-bake <command> --help                       options of one command
 """
 
@@ -55,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_artifact_commands(sub, common)
     add_run_commands(sub, common)
+    add_engine_commands(sub, common)
     return parser
 
 

@@ -18,6 +18,7 @@ import threadpoolctl
 from rlx.artifact import open_artifact
 from rlx.artifact.atomic import atomic_write
 from rlx.artifact.crypto import DEFAULT_KDF
+from rlx.cli_engines import add_engine_options, load_for_cli, uses_engine
 from rlx.cli_ui import (
     CliError, Outcome, Ui, add_password_options, check_output, fmt_ms, fmt_shape, one_line,
     password_from, positive_int,
@@ -110,8 +111,15 @@ def _summary(name: str, value: np.ndarray) -> dict[str, Any]:
     return out
 
 
-def _load_compiled(path: str, password: str | None, ui: Ui) -> tuple[CompiledGraph, dict]:
-    """Read, then verify checksums, materialise and compile; the two phases timed apart."""
+def _load_compiled(path: str, password: str | None, ui: Ui,
+                   args=None) -> tuple[CompiledGraph, dict]:
+    """Read, then verify checksums, materialise and compile; the two phases timed apart.
+    With --engine / --precision asking for another engine, `rlx.load` does it all."""
+    if args is not None and uses_engine(args):
+        if getattr(args, "profile_ops", False):
+            raise CliError("--profile-ops times the numpy engine's nodes; "
+                           "drop --engine/--precision")
+        return load_for_cli(path, password, args, ui)  # type: ignore[return-value]
     with ui.step(f"loading {path}"):
         start = time.perf_counter()
         file = open_artifact(path, password=password)
@@ -154,6 +162,7 @@ def _add_run(sub, common) -> None:
     profiling.add_argument("--top", type=positive_int, default=10, metavar="K",
                            help="how many of the slowest nodes to list (default 10)")
     add_password_options(p.add_argument_group("encrypted files"))
+    add_engine_options(p)
     p.set_defaults(run=_run)
 
 
@@ -170,7 +179,7 @@ def _run(args, ui: Ui) -> Outcome:
         check_output(args.output)
     password = password_from(args, ui)
     feeds = _feeds(args)
-    compiled, timing = _load_compiled(args.file, password, ui)
+    compiled, timing = _load_compiled(args.file, password, ui, args)
     times = []
     with _thread_limit(args.threads):
         for _ in ui.track(range(args.repeat), "running"):
@@ -258,6 +267,7 @@ def _add_verify(sub, common) -> None:
     p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (1e-5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (0)")
     add_password_options(p.add_argument_group("encrypted files"))
+    add_engine_options(p)
     p.set_defaults(run=_verify)
 
 
@@ -327,7 +337,7 @@ def _compare(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> dic
 def _verify(args, ui: Ui) -> Outcome:
     ort = _onnxruntime()  # first: fail before any work when it is missing
     password = password_from(args, ui)
-    compiled, _ = _load_compiled(args.file, password, ui)
+    compiled, _ = _load_compiled(args.file, password, ui, args)
     feeds = _npz(args.inputs) if args.inputs else _random_feeds(compiled.input_shapes,
                                                                 args.seed)
     with ui.step("running both"):

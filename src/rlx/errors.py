@@ -69,3 +69,11 @@ class EncryptedFileError(ArtifactError):
 
 class DecryptError(ArtifactError):
     """Decryption failed: wrong password or a corrupt/tampered file."""
+
+
+class ExportError(RlxError):
+    """A graph cannot be written as ONNX (names the node and what ONNX lacks)."""
+
+
+class EngineError(RlxError):
+    """An engine is unknown, not installed, or cannot run the model (one line, with the fix)."""

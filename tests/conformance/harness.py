@@ -98,25 +98,31 @@ def _is_float32(name: str, model: ModelProto) -> bool:
         t == TensorProto.FLOAT or t in _PLAIN_INTEGERS for t in types)
 
 
-def run_case(case: Case, folder: Path | None = None) -> str | None:
-    """None when the case passes, else why it failed (one line)."""
+def run_case(case: Case, folder: Path | None = None, engine: str = "numpy") -> str | None:
+    """None when the case passes, else why it failed (one line). `engine` other than numpy
+    runs the baked file through `rlx.load(path, engine=engine)` instead of a Session."""
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            return _run(case, folder)
+            return _run(case, folder, engine)
     except Exception as err:  # a failing case must not stop the harness
         text = " ".join(str(err).split())
         return f"{type(err).__name__}: {text[:300]}"
 
 
-def _run(case: Case, folder: Path | None) -> str | None:
+def _run(case: Case, folder: Path | None, engine: str = "numpy") -> str | None:
     graph, bindings = import_onnx(case.model)
     baked, _ = bake(graph, bindings, BakeOptions.from_profile("exact"))
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         path = Path(tmp) / f"{case.name}.rlx"
         write_rlx(path, baked)
-        loaded = read_rlx(path)
-        compiled = Session().compile(loaded.into_runtime_graph())
+        if engine == "numpy":
+            loaded = read_rlx(path)
+            compiled = Session().compile(loaded.into_runtime_graph())
+        else:
+            from rlx import load
+
+            compiled = loaded = load(path, engine=engine)
         names = _input_names(case.model)
         for k, (inputs, expected) in enumerate(case.data_sets):
             feeds = dict(zip(names, map(_array, inputs)))

@@ -122,25 +122,32 @@ class CompiledGraph:
         return [values[o] for o in self.graph.outputs]
 
     def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[int, np.ndarray]:
-        names = set(self.input_names)
-        unknown = sorted(set(feeds) - names)
-        missing = [n for n in self.input_names if n not in feeds]
-        if unknown or missing:
-            parts = []
-            if missing:
-                parts.append(f"missing input(s) {', '.join(map(repr, missing))}")
-            if unknown:
-                parts.append(f"unknown input(s) {', '.join(map(repr, unknown))}")
-            raise InputError(f"{'; '.join(parts)}; graph inputs are {sorted(names)}")
-        bound: dict[str, int] = {}
-        values: dict[int, np.ndarray] = {}
-        for node in self._inputs:
-            name = node.op.name
-            values[node.id] = conform_feed(name, node.shape, feeds[name], bound)
-        return values
+        return check_feeds(self._inputs, feeds)
 
     def __repr__(self) -> str:
         return f"CompiledGraph({self.graph.name!r}, {len(self._steps)} steps)"
+
+
+def check_feeds(inputs: Sequence[Node], feeds: Mapping[str, Any]) -> dict[int, np.ndarray]:
+    """rlx's feed checks, shared by every engine: each of the graph's `inputs` (Input nodes)
+    fed once, no unknown names, dtypes, ranks and sizes as declared, each symbolic dim one
+    size throughout. Returns the checked arrays by node id."""
+    input_names = [n.op.name for n in inputs]
+    names = set(input_names)
+    unknown = sorted(set(feeds) - names)
+    missing = [n for n in input_names if n not in feeds]
+    if unknown or missing:
+        parts = []
+        if missing:
+            parts.append(f"missing input(s) {', '.join(map(repr, missing))}")
+        if unknown:
+            parts.append(f"unknown input(s) {', '.join(map(repr, unknown))}")
+        raise InputError(f"{'; '.join(parts)}; graph inputs are {sorted(names)}")
+    bound: dict[str, int] = {}
+    values: dict[int, np.ndarray] = {}
+    for node in inputs:
+        values[node.id] = conform_feed(node.op.name, node.shape, feeds[node.op.name], bound)
+    return values
 
 
 def conform_feed(name: str, shape: Shape, value: Any,

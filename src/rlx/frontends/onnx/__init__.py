@@ -1,11 +1,24 @@
-"""The ONNX importer: `import_onnx(path_or_model) -> (Graph, bindings)`.
+"""The ONNX importer and exporter: the one package that imports `onnx`.
 
-Layout: `importer` drives a model's conversion, `scope` holds the graph being built and
-the names visible in it (subgraph captures), `node` is a converter's view of one ONNX node,
-`emit` has the IR-building shorthands, `tensors` and `external` decode tensors, and `ops`
-holds one converter module per op family.
+`import_onnx(path_or_model) -> (Graph, bindings)` reads a model; `export_onnx(file_or_graph,
+path=None) -> ModelProto` writes a baked graph back as standard ONNX. Each name loads its
+module on first use (`rlx._lazy`), so exporting does not import the importer.
+
+Importer layout: `importer` drives a model's conversion, `scope` holds the graph being built
+and the names visible in it (subgraph captures), `node` is a converter's view of one ONNX
+node, `emit` has the IR-building shorthands, `tensors` and `external` decode tensors, and
+`ops` holds one converter module per op family. Exporter: `export` (the builder, where
+weights go), `export_ops` (one writer per rlx op), `export_quant` (packed weights).
 """
 
-from rlx.frontends.onnx.importer import MAX_OPSET, MIN_OPSET, import_onnx
+from rlx._lazy import lazy_exports
 
-__all__ = ["import_onnx", "MIN_OPSET", "MAX_OPSET"]
+_LAZY = {
+    "import_onnx": "rlx.frontends.onnx.importer",
+    "MIN_OPSET": "rlx.frontends.onnx.importer",
+    "MAX_OPSET": "rlx.frontends.onnx.importer",
+    "export_onnx": "rlx.frontends.onnx.export",
+    "EXPORT_OPSET": "rlx.frontends.onnx.export",
+}
+__all__ = sorted(_LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -1,0 +1,215 @@
+"""`engine="auto"`: the fastest installed engine for this model on this machine.
+
+At the first load of a file, every installed engine is built and timed on the same feeds
+(`example`, or zeros of the declared shapes with symbolic dims at 1): one warm-up run,
+then runs until `RUNS` or `BUDGET_S` seconds, median kept. The choice is cached in
+`<cache_dir>/engines.json` under a key made of the artifact's checksum, the machine (CPU
+model, core count, architecture), the engines' versions, rlx's version, threads and
+precision (an engine's version: its package's install path and time); a later load builds
+only the chosen engine. With onnxruntime chosen, the
+exported model (its weights all references into the `.rlx` file) is cached too, so a warm
+load neither exports nor imports onnx.
+
+`auto` never changes numerics beyond the requested precision: with "exact" every
+candidate runs exact (OpenVINO with f32 inference precision); only precision="fast" lets
+OpenVINO use bf16. When the numpy reference cannot run the measurement feeds (a model
+whose branches need real inputs), the timings prove nothing and the first installed of
+`PREFERENCE` is taken, unmeasured (logged, and cached as such).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import statistics
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlx.artifact.model import RlxFile
+from rlx.engines.registry import (
+    available_engines, engine_fingerprints, engine_module, engine_versions,
+)
+from rlx.ir.graph import Graph
+from rlx.version import __version__
+
+__all__ = ["choose", "cache_key", "default_cache_dir", "example_feeds", "RUNS", "BUDGET_S",
+           "PREFERENCE"]
+
+log = logging.getLogger("rlx.engines")
+
+RUNS = 7
+BUDGET_S = 0.5
+PREFERENCE = ("onnxruntime", "openvino", "numpy")
+_CACHE_FILE = "engines.json"
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rlx"
+
+
+def artifact_checksum(path: str) -> str:
+    """The header digest of a plain `.rlx` (it covers every blob's checksum); for an
+    encrypted file, a hash of its bytes."""
+    with open(path, "rb") as f:
+        head = f.read(40)
+        if head[:8] == b"RLXBAKE1":
+            return head[24:40].hex()
+        f.seek(0)
+        digest = hashlib.blake2b(digest_size=16)
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+        return digest.hexdigest()
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def cache_key(path: str, engines: list[str], threads: int | None, precision: str) -> str:
+    machine = f"{platform.machine()}|{_cpu_model()}|{os.cpu_count()}"
+    versions = ",".join(f"{k}={v}" for k, v in sorted(engine_fingerprints(engines).items()))
+    parts = [artifact_checksum(path), os.path.basename(path), machine, versions,
+             f"rlx={__version__}", f"threads={threads}", precision]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
+class _Cache:
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.file = folder / _CACHE_FILE
+
+    def read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.file.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        entry = self.read().get(key)
+        return entry if isinstance(entry, dict) else None
+
+    def put(self, key: str, entry: dict[str, Any], onnx_bytes: bytes | None) -> None:
+        """Write atomically (temporary file + rename); a cache that cannot be written is
+        only logged: the model still loads."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            if onnx_bytes is not None:
+                _atomic(self.folder / f"{key}.onnx", onnx_bytes)
+                entry = {**entry, "onnx": f"{key}.onnx"}
+            data = self.read()
+            data[key] = entry
+            _atomic(self.file, json.dumps(data, indent=1, sort_keys=True).encode())
+        except OSError as err:
+            log.warning("auto: cannot write the engine cache %s: %s", self.file, err)
+
+    def onnx_bytes(self, entry: dict[str, Any]) -> bytes | None:
+        name = entry.get("onnx")
+        if not isinstance(name, str):
+            return None
+        try:
+            return (self.folder / os.path.basename(name)).read_bytes()
+        except OSError:
+            return None
+
+
+def _atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def example_feeds(graph: Graph) -> dict[str, np.ndarray]:
+    """Zeros of each input's declared shape and dtype, symbolic dims at 1."""
+    return {n.op.name: np.zeros([d if isinstance(d, int) else 1 for d in n.shape.dims],
+                                n.shape.dtype.numpy) for n in graph.inputs()}
+
+
+def _time(runner, feeds: Mapping[str, np.ndarray], outputs: list[str]) -> float:
+    runner.run(dict(feeds), outputs)  # warm-up (first-run allocations, lazy compiles)
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < RUNS and (time.perf_counter() - start < BUDGET_S or len(times) < 2):
+        t = time.perf_counter()
+        runner.run(dict(feeds), outputs)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _build(name: str, file: RlxFile, graph: Graph, path: str, threads: int | None,
+           precision: str, **extra):
+    return engine_module(name).build(file, graph, path, threads=threads, precision=precision,
+                                     **extra)
+
+
+def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, precision: str,
+           cache_dir: str | os.PathLike | None = None,
+           example: Mapping[str, np.ndarray] | None = None):
+    """The runner of the engine auto picks (measuring and caching on a cold cache)."""
+    engines = available_engines()
+    cache = _Cache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
+    key = cache_key(path, engines, threads, precision)
+    entry = cache.get(key)
+    if entry is not None and entry.get("engine") in engines:
+        name = entry["engine"]
+        log.info("auto: %s from the cache (%s)", name, _fmt(entry.get("measured_ms", {})))
+        extra = {}
+        if name == "onnxruntime":
+            onnx_bytes = cache.onnx_bytes(entry)
+            if onnx_bytes is not None:
+                extra["model_bytes"] = onnx_bytes
+        return _build(name, file, graph, path, threads, precision, **extra)
+    feeds = dict(example) if example is not None else example_feeds(graph)
+    from rlx.runtime.session import check_feeds
+
+    check_feeds(graph.inputs(), feeds)
+    outputs = [graph.node(o).name or f"out{o}" for o in graph.outputs]
+    runners: dict[str, Any] = {}
+    measured: dict[str, float] = {}
+    failed: dict[str, str] = {}
+    for name in engines:
+        try:
+            t = time.perf_counter()
+            runners[name] = _build(name, file, graph, path, threads, precision)
+            build_ms = (time.perf_counter() - t) * 1e3
+            measured[name] = _time(runners[name], feeds, outputs) * 1e3
+            log.info("auto: %s built in %.0f ms, runs in %.3f ms", name, build_ms,
+                     measured[name])
+        except Exception as err:  # noqa: BLE001 - an engine that fails is not a candidate
+            failed[name] = " ".join(str(err).split())[:200]
+            log.info("auto: %s failed on this model: %s", name, failed[name])
+    if "numpy" in failed or not measured:
+        # the feeds (not the engines) fail: take the preferred engine that builds
+        pick = next((n for n in PREFERENCE if n in runners), "numpy")
+        how = "unmeasured (the measurement feeds do not run on the numpy reference)"
+    else:
+        pick = min(measured, key=measured.__getitem__)
+        how = "fastest"
+    log.info("auto: chose %s, %s (%s)", pick, how, _fmt(measured))
+    runner = runners.get(pick) or _build(pick, file, graph, path, threads, precision)
+    ort = runners.get("onnxruntime")  # its export is cached even when another engine won
+    onnx_bytes = ort.model_bytes if ort is not None and ort.cacheable else None
+    cache.put(key, {"engine": pick, "how": how, "measured_ms": measured, "failed": failed,
+                    "versions": engine_versions(engines),
+                    "path": os.path.abspath(path), "precision": precision,
+                    "threads": threads}, onnx_bytes)
+    return runner
+
+
+def _fmt(measured: Mapping[str, float]) -> str:
+    return ", ".join(f"{k} {v:.3f} ms" for k, v in measured.items()) or "nothing measured"

@@ -1,0 +1,145 @@
+"""`rlx.load(path, engine=...) -> Model`: one entry point over every engine.
+
+A `Model` holds the artifact (its memory map stays open while the model lives), the
+graph's declared inputs and outputs (`IoSpec`), and an engine's runner. `Model.run` checks
+feeds with the numpy runtime's own rules (`rlx.runtime.session.check_feeds`), so every
+engine accepts and refuses exactly the same feeds with the same messages, then hands the
+checked arrays to the engine. `run` may be called from many threads at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from rlx.artifact.model import RlxFile
+from rlx.artifact.reader import read_rlx
+from rlx.engines.registry import check_engine, check_precision, engine_module
+from rlx.errors import InputError
+from rlx.ir.graph import Graph
+from rlx.ir.shape import Dim
+from rlx.runtime.session import check_feeds
+
+__all__ = ["IoSpec", "Model", "Runner", "load", "build_runner"]
+
+log = logging.getLogger("rlx.engines")
+
+
+@dataclass(frozen=True)
+class IoSpec:
+    """A model input or output: `name`, `shape` (symbolic dims as their names, "?" where
+    unknown) and `dtype` (a numpy dtype)."""
+
+    name: str
+    shape: tuple[Dim, ...]
+    dtype: np.dtype
+
+
+class Runner(Protocol):
+    """What an engine builds: `run(feeds, outputs)` with checked feeds by input name and
+    the wanted output names; returns those outputs in that order."""
+
+    name: str
+    precision: str
+
+    def run(self, feeds: dict[str, np.ndarray], outputs: Sequence[str]) -> list[np.ndarray]: ...
+
+
+class Model:
+    """A loaded `.rlx` file ready to run on one engine (`Model.engine`)."""
+
+    def __init__(self, file: RlxFile, graph: Graph, runner: Runner, path: str | None = None):
+        self.file = file
+        self.path = path
+        self._graph = graph
+        self._inputs = graph.inputs()
+        self._runner = runner
+        self.inputs = [IoSpec(n.op.name, n.shape.dims, n.shape.dtype.numpy)
+                       for n in self._inputs]
+        self.outputs = []
+        for o in graph.outputs:
+            node = graph.node(o)
+            self.outputs.append(IoSpec(node.name or f"out{o}", node.shape.dims,
+                                       node.shape.dtype.numpy))
+        self._output_names = [spec.name for spec in self.outputs]
+
+    @property
+    def engine(self) -> str:
+        """The engine that runs this model: "numpy", "onnxruntime" or "openvino"."""
+        return self._runner.name
+
+    @property
+    def precision(self) -> str:
+        """"exact" (f32 as the graph says) or "fast" (the engine's default, bf16 on AMX)."""
+        return self._runner.precision
+
+    @property
+    def runner(self) -> Runner:
+        return self._runner
+
+    def run(self, feeds: Mapping[str, Any], outputs: Sequence[str] | None = None
+            ) -> list[np.ndarray]:
+        """Outputs in graph order, or only the named ones in the order given."""
+        checked = check_feeds(self._inputs, feeds)
+        arrays = {n.op.name: checked[n.id] for n in self._inputs}
+        return self._runner.run(arrays, self._select(outputs))
+
+    def _select(self, outputs: Sequence[str] | None) -> Sequence[str]:
+        if outputs is None:
+            return self._output_names
+        if isinstance(outputs, str):
+            outputs = [outputs]
+        unknown = [o for o in outputs if o not in self._output_names]
+        if unknown:
+            raise InputError(f"unknown output(s) {', '.join(map(repr, unknown))}; "
+                             f"model outputs are {self._output_names}")
+        return list(outputs)
+
+    def __repr__(self) -> str:
+        return (f"Model({self._graph.name!r}, engine={self.engine!r}, "
+                f"precision={self.precision!r})")
+
+
+def build_runner(engine: str, file: RlxFile, graph: Graph, path: str | None, *,
+                 threads: int | None, precision: str) -> Runner:
+    """One concrete engine's runner (EngineError when its runtime is not installed)."""
+    return engine_module(engine).build(file, graph, path, threads=threads,
+                                       precision=precision)
+
+
+def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None = None,
+         precision: str = "exact", password: str | bytes | None = None,
+         cache_dir: str | os.PathLike | None = None,
+         example: Mapping[str, Any] | None = None) -> Model:
+    """Open a `.rlx` file and prepare it on `engine`.
+
+    `engine`: "auto" (the fastest installed engine for this model and machine, measured
+    once and cached in `cache_dir`, default `$XDG_CACHE_HOME/rlx` or `~/.cache/rlx`),
+    "numpy", "onnxruntime" or "openvino". `threads`: intra-op threads (None: the engine's
+    default). `precision`: "exact" computes in the graph's dtypes (f32); "fast" lets the
+    engine use its faster default (OpenVINO: bf16 on AMX/AVX512-BF16 CPUs; the others
+    have none, so fast equals exact there). `password` opens an encrypted file.
+    `example`: feeds auto measures with (default: zeros of the declared shapes).
+    """
+    check_engine(engine)
+    check_precision(precision)
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise InputError(f"threads must be a positive integer or None, got {threads!r}")
+    source = os.fspath(path)
+    file = read_rlx(source, password=password)
+    graph = file.into_runtime_graph()
+    if engine == "auto":
+        from rlx.engines import auto
+
+        runner = auto.choose(file, graph, source, threads=threads, precision=precision,
+                             cache_dir=cache_dir, example=example)
+    else:
+        runner = build_runner(engine, file, graph, source, threads=threads,
+                              precision=precision)
+    log.info("%s: running on %s (%s precision)", source, runner.name, runner.precision)
+    return Model(file, graph, runner, source)

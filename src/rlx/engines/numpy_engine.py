@@ -1,0 +1,45 @@
+"""The numpy engine: rlx's own runtime (`CompiledGraph`), the reference every engine is
+tested against. Feeds arrive checked, so a run is `CompiledGraph.call` in graph order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from rlx.artifact.model import RlxFile
+from rlx.ir.graph import Graph
+from rlx.runtime.session import CompiledGraph
+
+__all__ = ["NumpyRunner", "build"]
+
+
+class NumpyRunner:
+    name = "numpy"
+
+    def __init__(self, graph: Graph, threads: int | None, precision: str):
+        self.compiled = CompiledGraph(graph)
+        self.precision = "exact"  # numpy has no faster precision: "fast" runs exact
+        self.threads = threads
+        self._limits = None
+        if threads is not None:
+            import threadpoolctl
+
+            self._limits = threadpoolctl.ThreadpoolController()  # found once, not per run
+        self._order = self.compiled.input_names
+        self._index = {name: k for k, name in enumerate(self.compiled.output_names)}
+
+    def run(self, feeds: dict[str, np.ndarray], outputs: Sequence[str]) -> list[np.ndarray]:
+        args = [feeds[name] for name in self._order]
+        if self._limits is None:
+            values = self.compiled.call(*args)
+        else:
+            # process-wide while the run lasts: numpy's BLAS has one pool
+            with self._limits.limit(limits=self.threads):
+                values = self.compiled.call(*args)
+        return [values[self._index[name]] for name in outputs]
+
+
+def build(file: RlxFile, graph: Graph, path: str | None, *, threads: int | None,
+          precision: str) -> NumpyRunner:
+    return NumpyRunner(graph, threads, precision)

@@ -1,0 +1,103 @@
+"""The OpenVINO engine: the graph's ONNX export read by OpenVINO, weights over the map.
+
+The export makes every large weight a graph input; each such Parameter is then replaced
+by an `op.Constant(..., shared_memory=True)` over the artifact's mapped bytes, so the
+`openvino.Model` holds no copy of them. Packed Q8_0 / TQ2_0 weights are written in the
+decompression form (int8 codes -> Convert -> Multiply by block scales), which the CPU
+plugin executes compressed.
+
+`precision="exact"` sets INFERENCE_PRECISION_HINT to f32; `"fast"` keeps the plugin's
+default (bf16 on AMX / AVX512-BF16 CPUs, f32 elsewhere). Each thread gets its own infer
+request, so one Model may run from many threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import openvino as ov
+
+from rlx.artifact.model import RlxFile
+from rlx.engines.mapping import writable_alias
+from rlx.frontends.onnx.export import build_onnx, weight_names
+from rlx.frontends.onnx.export_quant import PackedForm
+from rlx.ir.graph import Graph
+
+__all__ = ["OpenVinoRunner", "build", "core"]
+
+_CORE: ov.Core | None = None
+_CORE_LOCK = threading.Lock()
+
+
+def core() -> ov.Core:
+    global _CORE
+    with _CORE_LOCK:
+        if _CORE is None:
+            _CORE = ov.Core()
+        return _CORE
+
+
+def _bind_weights(model: ov.Model, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Replace the weight Parameters by shared-memory Constants; the aliases to keep alive."""
+    keep = []
+    for param in list(model.get_parameters()):
+        name = param.get_friendly_name()
+        if name not in arrays:
+            continue
+        alias = writable_alias(np.ascontiguousarray(arrays[name]))
+        keep.append(alias)
+        const = ov.op.Constant(alias, shared_memory=True)
+        const.set_friendly_name(name)
+        param.output(0).replace(const.output(0))
+        model.remove_parameter(param)
+    model.validate_nodes_and_infer_types()
+    return keep
+
+
+class OpenVinoRunner:
+    name = "openvino"
+
+    def __init__(self, file: RlxFile, graph: Graph, threads: int | None, precision: str):
+        self.precision = precision
+        self.file = file
+        result = build_onnx(graph, placer=lambda name, array: None,
+                            packed=PackedForm.DECOMPRESS, constant_names=weight_names(file))
+        self.summary = result.summary
+        self.arrays = result.inputs_bound
+        model = core().read_model(result.model.SerializeToString())
+        self._keep = _bind_weights(model, self.arrays)
+        self.model = model
+        config: dict[str, str] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
+        if precision == "exact":
+            config["INFERENCE_PRECISION_HINT"] = "f32"
+        if threads is not None:
+            config["INFERENCE_NUM_THREADS"] = str(threads)
+        self.compiled = core().compile_model(model, "CPU", config)
+        self._index: dict[str, int] = {}
+        for k, out in enumerate(self.compiled.outputs):
+            for name in out.get_names():
+                self._index.setdefault(name, k)
+        wanted = {n.op.name for n in graph.inputs()}
+        # a port may carry several names (OpenVINO merges those of folded nodes)
+        self._inputs = [next(n for n in sorted(i.get_names()) if n in wanted)
+                        for i in self.compiled.inputs]
+        self._local = threading.local()
+
+    def _request(self) -> ov.InferRequest:
+        request = getattr(self._local, "request", None)
+        if request is None:
+            request = self._local.request = self.compiled.create_infer_request()
+        return request
+
+    def run(self, feeds: dict[str, np.ndarray], outputs: Sequence[str]) -> list[np.ndarray]:
+        request = self._request()
+        result = request.infer({name: feeds[name] for name in self._inputs})
+        values = list(result.values())
+        return [np.array(values[self._index[name]], copy=True) for name in outputs]
+
+
+def build(file: RlxFile, graph: Graph, path: str | None, *, threads: int | None,
+          precision: str) -> OpenVinoRunner:
+    return OpenVinoRunner(file, graph, threads, precision)

@@ -1,0 +1,609 @@
+"""One ONNX writer per rlx op type (`HANDLERS`), for `rlx.frontends.onnx.export`.
+
+Each handler gets a `_Call` (the rlx node, its input names, the output names to produce)
+and writes one ONNX node or a short chain of standard ones. Static operands (a Reshape's
+shape, Slice bounds, pads) become small int64 initializers; dynamic ones are the node's
+extra inputs, cast to int64 where ONNX wants it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+from onnx import TensorProto
+
+from rlx.errors import ExportError
+from rlx.frontends.onnx import export_quant as quant
+from rlx.frontends.onnx.export_quant import PackedForm
+from rlx.ir.dtype import DType
+from rlx.ir.ops import control as ctl
+from rlx.ir.ops import elementwise as ew
+from rlx.ir.ops import linalg, nn, reduce, shaping
+from rlx.ir.ops.elementwise import Activation as A
+from rlx.ir.ops.elementwise import BinaryOp as B
+
+__all__ = ["HANDLERS"]
+
+HANDLERS: dict[type, Callable] = {}
+
+
+def handles(*op_types: type):
+    def register(fn):
+        for t in op_types:
+            HANDLERS[t] = fn
+        return fn
+
+    return register
+
+
+# -- elementwise -------------------------------------------------------------------------------
+_UNARY = {
+    A.RELU: "Relu", A.SIGMOID: "Sigmoid", A.TANH: "Tanh", A.EXP: "Exp", A.LOG: "Log",
+    A.SQRT: "Sqrt", A.NEG: "Neg", A.ABS: "Abs", A.SIN: "Sin", A.COS: "Cos", A.TAN: "Tan",
+    A.ASIN: "Asin", A.ACOS: "Acos", A.ATAN: "Atan", A.SINH: "Sinh", A.COSH: "Cosh",
+    A.ASINH: "Asinh", A.ACOSH: "Acosh", A.ATANH: "Atanh", A.RECIP: "Reciprocal",
+    A.ROUND: "Round", A.FLOOR: "Floor", A.CEIL: "Ceil", A.SIGN: "Sign", A.SOFTPLUS: "Softplus",
+    A.SOFTSIGN: "Softsign", A.ERF: "Erf", A.HARD_SWISH: "HardSwish", A.MISH: "Mish",
+    A.IS_NAN: "IsNaN", A.BIT_NOT: "BitwiseNot",
+}
+_ALPHA = {A.ELU: ("Elu", 1.0), A.CELU: ("Celu", 1.0), A.LEAKY_RELU: ("LeakyRelu", 0.01),
+          A.THRESHOLDED_RELU: ("ThresholdedRelu", 1.0)}
+
+
+def _or(value, default):
+    return default if value is None else float(value)
+
+
+@handles(ew.Unary)
+def _unary(c) -> None:
+    k, x = c.op.kind, c.x[0]
+    if k in _UNARY:
+        c.final(_UNARY[k], [x])
+    elif k in _ALPHA:
+        op_type, default = _ALPHA[k]
+        c.final(op_type, [x], alpha=_or(c.op.alpha, default))
+    elif k is A.SELU:
+        c.final("Selu", [x], alpha=_or(c.op.alpha, 1.67326319217681884765625),
+                gamma=_or(c.op.beta, 1.05070102214813232421875))
+    elif k is A.HARD_SIGMOID:
+        c.final("HardSigmoid", [x], alpha=_or(c.op.alpha, 0.2), beta=_or(c.op.beta, 0.5))
+    elif k in (A.GELU, A.GELU_APPROX):
+        c.final("Gelu", [x], approximate="tanh" if k is A.GELU_APPROX else "none")
+    elif k is A.SILU:
+        c.final("Mul", [x, c.tmp("Sigmoid", [x])])
+    elif k is A.RSQRT:
+        c.final("Reciprocal", [c.tmp("Sqrt", [x])])
+    elif k is A.LOG_SIGMOID:
+        c.final("Neg", [c.tmp("Softplus", [c.tmp("Neg", [x])])])
+    elif k is A.IS_INF:
+        c.final("IsInf", [x])
+    elif k is A.IS_POS_INF:
+        c.final("IsInf", [x], detect_negative=0)
+    elif k is A.IS_NEG_INF:
+        c.final("IsInf", [x], detect_positive=0)
+    else:  # pragma: no cover - every Activation is listed above
+        raise ExportError(f"{c.node.label}: no ONNX form for {k.value}")
+
+
+_BINARY = {B.ADD: "Add", B.SUB: "Sub", B.MUL: "Mul", B.DIV: "Div", B.MAX: "Max", B.MIN: "Min",
+           B.POW: "Pow", B.BIT_AND: "BitwiseAnd", B.BIT_OR: "BitwiseOr",
+           B.BIT_XOR: "BitwiseXor"}
+
+
+@handles(ew.Binary)
+def _binary(c) -> None:
+    op, (a, b) = c.op.op, c.x
+    dtype = c.out_shape.dtype
+    if op in _BINARY:
+        c.final(_BINARY[op], [a, b])
+    elif op is B.FMOD:
+        c.final("Mod", [a, b], fmod=1)
+    elif op is B.MOD and not dtype.is_float:
+        c.final("Mod", [a, b], fmod=0)
+    elif op is B.MOD:  # floats: a - floor(a / b) * b (ONNX Mod needs fmod=1 for floats)
+        c.final("Sub", [a, c.tmp("Mul", [c.tmp("Floor", [c.tmp("Div", [a, b])]), b])])
+    elif op in (B.SHL, B.SHR):
+        c.final("BitShift", [a, b], direction="LEFT" if op is B.SHL else "RIGHT")
+    elif op is B.ATAN2:
+        _atan2(c, a, b, dtype)
+    else:  # pragma: no cover
+        raise ExportError(f"{c.node.label}: no ONNX form for {op.value}")
+
+
+def _atan2(c, y: str, x: str, dtype: DType) -> None:
+    """atan(y / x), moved by +-pi where x < 0, and +-pi/2 where x == 0."""
+    zero, pi = c.scalar(0, dtype), c.scalar(math.pi, dtype)
+    half = c.scalar(math.pi / 2, dtype)
+    base = c.tmp("Atan", [c.tmp("Div", [y, x])])
+    y_neg = c.tmp("Less", [y, zero])
+    shift = c.tmp("Where", [y_neg, c.tmp("Neg", [pi]), pi])
+    left = c.tmp("Where", [c.tmp("Less", [x, zero]), c.tmp("Add", [base, shift]), base])
+    axis = c.tmp("Mul", [c.tmp("Sign", [y]), half])
+    c.final("Where", [c.tmp("Equal", [x, zero]), axis, left])
+
+
+_COMPARE = {ew.CompareOp.EQ: "Equal", ew.CompareOp.LT: "Less", ew.CompareOp.LE: "LessOrEqual",
+            ew.CompareOp.GT: "Greater", ew.CompareOp.GE: "GreaterOrEqual"}
+
+
+@handles(ew.Compare)
+def _compare(c) -> None:
+    if c.op.op is ew.CompareOp.NE:
+        c.final("Not", [c.tmp("Equal", c.x)])
+    else:
+        c.final(_COMPARE[c.op.op], c.x)
+
+
+@handles(ew.Logical)
+def _logical(c) -> None:
+    c.final({"and": "And", "or": "Or", "xor": "Xor"}[c.op.op.value], c.x)
+
+
+def _simple(op_type: str):
+    def handler(c) -> None:
+        c.final(op_type, c.x)
+
+    return handler
+
+
+for _type, _name in ((ew.Not, "Not"), (ew.Where, "Where"), (ew.Identity, "Identity"),
+                     (linalg.MatMul, "MatMul"), (nn.PRelu, "PRelu"),
+                     (shaping.NonZero, "NonZero"), (shaping.Size, "Size"),
+                     (shaping.Range, "Range")):
+    handles(_type)(_simple(_name))
+
+
+@handles(ew.Cast)
+def _cast(c) -> None:
+    if c.op.bits:
+        raise ExportError(f"{c.node.label}: a bit cast has no ONNX op before opset 26")
+    from rlx.frontends.onnx.export import onnx_dtype
+
+    c.final("Cast", c.x, to=onnx_dtype(c.op.to))
+
+
+@handles(ew.Clamp)
+def _clamp(c) -> None:
+    dtype = c.shape().dtype
+    lo = "" if c.op.min is None else c.scalar(c.op.min, dtype)
+    hi = "" if c.op.max is None else c.scalar(c.op.max, dtype)
+    c.final("Clip", [c.x[0], lo, hi])
+
+
+# -- linear algebra ----------------------------------------------------------------------------
+@handles(linalg.Einsum)
+def _einsum(c) -> None:
+    c.final("Einsum", c.x, equation=c.op.equation)
+
+
+@handles(linalg.DequantMatMul)
+def _dequant_matmul(c) -> None:
+    from rlx.ir.ops.sources import Constant
+
+    op, x = c.op, c.x[0]
+    k = c.shape(0).dims[-1]
+    packed_node = c.scope.graph.node(c.node.inputs[1])
+    if not isinstance(packed_node.op, Constant) or not isinstance(k, int):
+        raise ExportError(f"{c.node.label}: the packed weight must be a constant and K static")
+    packed = packed_node.op.array(packed_node.shape)
+    dtype = c.shape(0).dtype
+    form = c.builder.packed
+    bits, block = quant.nbits_bits(op.scheme), quant.nbits_block(op.scheme)
+    whole_rows = k % op.scheme.block_size == 0
+    if form is PackedForm.NBITS and whole_rows and dtype is DType.F32 and \
+            quant.nbits_supported(bits, block):
+        codes, scales = quant.nbits_arrays(op, packed, k)
+        c.builder.note_packed(op.scheme, f"com.microsoft.MatMulNBits ({bits} bits, "
+                                         f"block {block})")
+        c.final("MatMulNBits", [x, c.const(codes, "codes"), c.const(scales, "scales")],
+                domain="com.microsoft", K=k, N=op.n, bits=bits, block_size=block)
+        return
+    compute = np.float64 if dtype is DType.F64 else np.float32
+    if form is PackedForm.DECOMPRESS and whole_rows and dtype is DType.F32:
+        codes, scales = quant.decompress_arrays(op, packed, k)
+        c.builder.note_packed(op.scheme, "int8 codes x scales (Cast, Mul) before MatMul")
+        w = c.tmp("Mul", [c.tmp("Cast", [c.const(codes, "codes")], to=TensorProto.FLOAT),
+                          c.const(scales, "scales")])
+        w = c.tmp("Reshape", [w, c.ints([op.n, k], "nk")])
+        c.final("MatMul", [x, c.tmp("Transpose", [w], perm=[1, 0])])
+        return
+    c.builder.note_packed(op.scheme, "f32 (dequantised by rlx.codecs)")
+    weight = c.const(quant.dense_weight(op, packed, k, np.dtype(compute)), "weight")
+    if dtype.numpy == compute:
+        c.final("MatMul", [x, weight])
+        return
+    from rlx.frontends.onnx.export import onnx_dtype
+
+    wide = c.tmp("Cast", [x], to=onnx_dtype(np.dtype(compute)))
+    c.final("Cast", [c.tmp("MatMul", [wide, weight])], to=onnx_dtype(dtype))
+
+
+_dequant_matmul.raw_inputs = (1,)  # type: ignore[attr-defined]  # read from the graph
+
+
+# -- nn ----------------------------------------------------------------------------------------
+def _window_attrs(op, kernel=None) -> dict:
+    attrs = {"strides": list(op.strides) or None, "pads": list(op.pads) or None,
+             "dilations": list(op.dilations) or None}
+    if kernel is not None:
+        attrs["kernel_shape"] = list(kernel)
+    return attrs
+
+
+@handles(nn.Conv)
+def _conv(c) -> None:
+    c.final("Conv", c.x, group=c.op.groups, **_window_attrs(c.op))
+
+
+@handles(nn.ConvTranspose)
+def _conv_transpose(c) -> None:
+    c.final("ConvTranspose", c.x, group=c.op.groups,
+            output_padding=list(c.op.output_padding) or None, **_window_attrs(c.op))
+
+
+@handles(nn.Pool)
+def _pool(c) -> None:
+    op = c.op
+    attrs = _window_attrs(op, op.kernel)
+    if op.kind is nn.PoolKind.MAX:
+        c.final("MaxPool", c.x, ceil_mode=int(op.ceil_mode), **attrs)
+    else:
+        c.final("AveragePool", c.x, ceil_mode=int(op.ceil_mode),
+                count_include_pad=int(op.count_include_pad), **attrs)
+
+
+@handles(nn.GlobalPool)
+def _global_pool(c) -> None:
+    c.final("GlobalMaxPool" if c.op.kind is nn.PoolKind.MAX else "GlobalAveragePool", c.x)
+
+
+@handles(nn.Softmax)
+def _softmax(c) -> None:
+    c.final("Softmax", c.x, axis=c.op.axis)
+
+
+@handles(nn.LogSoftmax)
+def _log_softmax(c) -> None:
+    c.final("LogSoftmax", c.x, axis=c.op.axis)
+
+
+@handles(nn.LayerNorm)
+def _layer_norm(c) -> None:
+    c.final("LayerNormalization", c.x, axis=c.op.axis, epsilon=c.op.epsilon)
+
+
+@handles(nn.BatchNormInference)
+def _batch_norm(c) -> None:
+    c.final("BatchNormalization", c.x, epsilon=c.op.epsilon)
+
+
+@handles(nn.InstanceNorm)
+def _instance_norm(c) -> None:
+    c.final("InstanceNormalization", c.x, epsilon=c.op.epsilon)
+
+
+@handles(nn.Resize)
+def _resize(c) -> None:
+    """ONNX Resize takes sizes or scales, not both; rlx may know both (sizes for the
+    output, scales for the coordinate transform). Sizes go when they say everything:
+    align_corners (which ignores the scale), or scales that are exactly out / in; when both
+    are run-time values, sizes (the output shape is kept, the transform's scale becomes
+    out / in)."""
+    op = c.op
+    given = dict(zip(op.operands, c.x[1:]))
+    roi = given.get("roi") or ("" if op.roi is None else c.const(
+        np.asarray(op.roi, np.float32), "roi"))
+    if "scales" in given and "sizes" not in given and op.sizes is None:
+        scales, sizes = _float32(c, given["scales"], op.operands.index("scales") + 1), ""
+    elif "sizes" in given:
+        scales, sizes = "", given["sizes"]
+    elif op.scales is not None and (op.sizes is None or not _sizes_suffice(c, op)):
+        scales, sizes = c.const(np.asarray(op.scales, np.float32), "scales"), ""
+    else:
+        scales, sizes = "", c.ints(op.sizes, "sizes")
+    c.final("Resize", [c.x[0], roi, scales, sizes], mode=op.mode.value,
+            coordinate_transformation_mode=op.coordinate_mode.value,
+            nearest_mode=op.nearest_mode.value, cubic_coeff_a=op.cubic_coeff_a,
+            exclude_outside=int(op.exclude_outside),
+            extrapolation_value=op.extrapolation_value, antialias=int(op.antialias))
+
+
+def _sizes_suffice(c, op) -> bool:
+    if op.coordinate_mode is nn.CoordinateMode.ALIGN_CORNERS:
+        return True
+    dims = c.shape(0).dims
+    return all(isinstance(d, int) and d * s == n for d, s, n in zip(dims, op.scales, op.sizes))
+
+
+def _float32(c, name: str, k: int) -> str:
+    dtype = c.shape(k).dtype
+    return name if dtype is DType.F32 else c.tmp("Cast", [name], to=TensorProto.FLOAT)
+
+
+# -- reductions --------------------------------------------------------------------------------
+_REDUCE = {
+    "sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax", "min": "ReduceMin",
+    "prod": "ReduceProd", "l1": "ReduceL1", "l2": "ReduceL2", "log_sum": "ReduceLogSum",
+    "log_sum_exp": "ReduceLogSumExp", "sum_square": "ReduceSumSquare",
+}
+
+
+@handles(reduce.Reduce)
+def _reduce(c) -> None:
+    op = c.op
+    op_type = _REDUCE[op.op.value]
+    if len(c.x) == 2:
+        c.final(op_type, [c.x[0], _int64(c, c.x[1], c.shape(1).dtype)],
+                keepdims=int(op.keepdims), noop_with_empty_axes=int(op.noop_with_empty_axes))
+    elif op.axes is None:
+        c.final(op_type, [c.x[0]], keepdims=int(op.keepdims))
+    elif not op.axes:
+        _reduce_none(c, op.op.value)
+    else:
+        c.final(op_type, [c.x[0], c.ints(op.axes, "axes")], keepdims=int(op.keepdims))
+
+
+def _reduce_none(c, kind: str) -> None:
+    """Reducing no axis applies the op to each element alone."""
+    x = c.x[0]
+    if kind in ("sum", "mean", "max", "min", "prod", "log_sum_exp"):
+        c.final("Identity", [x])
+    elif kind in ("l1", "l2"):
+        c.final("Abs", [x])
+    elif kind == "log_sum":
+        c.final("Log", [x])
+    else:
+        c.final("Mul", [x, x])
+
+
+@handles(reduce.ArgMax, reduce.ArgMin)
+def _arg(c) -> None:
+    c.final(type(c.op).__name__, c.x, axis=c.op.axis, keepdims=int(c.op.keepdims),
+            select_last_index=int(c.op.select_last_index))
+
+
+@handles(reduce.CumSum)
+def _cumsum(c) -> None:
+    axis = c.x[1] if len(c.x) == 2 else c.ints(c.op.axis, "axis")
+    c.final("CumSum", [c.x[0], axis], exclusive=int(c.op.exclusive), reverse=int(c.op.reverse))
+
+
+@handles(reduce.TopK)
+def _topk(c) -> None:
+    if len(c.x) == 2:
+        k = c.tmp("Reshape", [_int64(c, c.x[1], c.shape(1).dtype), c.ints([1], "one")])
+    else:
+        k = c.ints([c.op.k], "k")
+    c.final("TopK", [c.x[0], k], axis=c.op.axis, largest=int(c.op.largest),
+            sorted=int(c.op.sorted))
+
+
+# -- shaping -----------------------------------------------------------------------------------
+def _int64(c, name: str, dtype: DType) -> str:
+    return name if dtype is DType.I64 else c.tmp("Cast", [name], to=TensorProto.INT64)
+
+
+def _operand(c, attr: str, k: int = 1, hint: str = "") -> str:
+    """A shape-like operand: the static attribute as int64, else input `k` as int64."""
+    value = getattr(c.op, attr)
+    if value is not None:
+        return c.ints(list(value), hint or attr)
+    return _int64(c, c.x[k], c.shape(k).dtype)
+
+
+@handles(shaping.Reshape)
+def _reshape(c) -> None:
+    c.final("Reshape", [c.x[0], _operand(c, "shape")], allowzero=int(c.op.allowzero))
+
+
+@handles(shaping.Transpose)
+def _transpose(c) -> None:
+    perm = None if c.op.perm is None else list(c.op.resolved_perm(c.shape().rank))
+    c.final("Transpose", c.x, perm=perm)
+
+
+@handles(shaping.Concat)
+def _concat(c) -> None:
+    c.final("Concat", c.x, axis=c.op.axis)
+
+
+@handles(shaping.Expand)
+def _expand(c) -> None:
+    c.final("Expand", [c.x[0], _operand(c, "shape")])
+
+
+@handles(shaping.Tile)
+def _tile(c) -> None:
+    c.final("Tile", [c.x[0], _operand(c, "repeats")])
+
+
+@handles(shaping.Flatten)
+def _flatten(c) -> None:
+    c.final("Flatten", c.x, axis=c.op.axis)
+
+
+@handles(shaping.Squeeze, shaping.Unsqueeze)
+def _squeeze(c) -> None:
+    op_type = type(c.op).__name__
+    if c.op.axes is None and len(c.x) == 1:
+        c.final(op_type, c.x)
+    else:
+        c.final(op_type, [c.x[0], _operand(c, "axes")])
+
+
+@handles(shaping.Slice)
+def _slice(c) -> None:
+    op = c.op
+    if op.starts is not None:
+        inputs = [c.x[0], c.ints(op.starts, "starts"), c.ints(op.ends, "ends")]
+        if op.axes is not None or op.steps is not None:
+            inputs.append(c.ints(op.axes if op.axes is not None else range(len(op.starts)),
+                                 "axes"))
+        if op.steps is not None:
+            inputs.append(c.ints(op.steps, "steps"))
+    else:
+        inputs = [c.x[0]] + [_int64(c, name, c.shape(k).dtype)
+                             for k, name in enumerate(c.x[1:], start=1)]
+    c.final("Slice", inputs)
+
+
+@handles(shaping.Split)
+def _split(c) -> None:
+    c.final("Split", [c.x[0], c.ints(c.op.sizes, "split")], axis=c.op.axis)
+
+
+@handles(shaping.Pad)
+def _pad(c) -> None:
+    op, x = c.op, c.x[0]
+    dtype = c.shape().dtype
+    if op.pads is not None:
+        inputs = [x, c.ints(op.pads, "pads")]
+        if op.mode is shaping.PadMode.CONSTANT:
+            inputs.append(c.scalar(op.value, dtype))
+    else:
+        inputs = [x, _int64(c, c.x[1], c.shape(1).dtype)]
+        if len(c.x) == 3:
+            inputs.append(c.x[2])
+    c.final("Pad", inputs, mode=op.mode.value)
+
+
+@handles(shaping.Gather)
+def _gather(c) -> None:
+    c.final("Gather", c.x, axis=c.op.axis)
+
+
+@handles(shaping.GatherElements)
+def _gather_elements(c) -> None:
+    c.final("GatherElements", c.x, axis=c.op.axis)
+
+
+@handles(shaping.GatherND)
+def _gather_nd(c) -> None:
+    c.final("GatherND", c.x, batch_dims=c.op.batch_dims)
+
+
+@handles(shaping.ScatterND)
+def _scatter_nd(c) -> None:
+    c.final("ScatterND", [c.x[0], _int64(c, c.x[1], c.shape(1).dtype), c.x[2]],
+            reduction=c.op.reduction.value)
+
+
+@handles(shaping.ScatterElements)
+def _scatter_elements(c) -> None:
+    c.final("ScatterElements", c.x, axis=c.op.axis, reduction=c.op.reduction.value)
+
+
+@handles(shaping.ShapeOf)
+def _shape_of(c) -> None:
+    c.final("Shape", c.x, start=c.op.start if c.op.start else None, end=c.op.end)
+
+
+@handles(shaping.Fill)
+def _fill(c) -> None:
+    from onnx import helper
+
+    from rlx.frontends.onnx.export import onnx_dtype
+
+    op = c.op
+    value = helper.make_tensor("value", onnx_dtype(op.dtype), [1],
+                               np.asarray([op.value], op.dtype.numpy).tobytes(), raw=True)
+    shape = _operand(c, "shape", k=0)
+    c.final("ConstantOfShape", [shape], value=value)
+
+
+@handles(shaping.OneHot)
+def _one_hot(c) -> None:
+    c.final("OneHot", c.x, axis=c.op.axis)
+
+
+@handles(shaping.DepthToSpace)
+def _depth_to_space(c) -> None:
+    c.final("DepthToSpace", c.x, blocksize=c.op.blocksize, mode=c.op.mode.value.upper())
+
+
+@handles(shaping.SpaceToDepth)
+def _space_to_depth(c) -> None:
+    c.final("SpaceToDepth", c.x, blocksize=c.op.blocksize)
+
+
+@handles(shaping.Trilu)
+def _trilu(c) -> None:
+    c.final("Trilu", [c.x[0], c.ints(c.op.k, "k")], upper=int(c.op.upper))
+
+
+@handles(shaping.Compress)
+def _compress(c) -> None:
+    c.final("Compress", c.x, axis=c.op.axis)
+
+
+# -- control flow ------------------------------------------------------------------------------
+@handles(ctl.If)
+def _if(c) -> None:
+    cond, *captured = c.x
+    bound = dict(enumerate(captured))
+    then = c.subgraph(c.op.then_branch, bound, 0, "then", anchor=cond)
+    other = c.subgraph(c.op.else_branch, bound, 0, "else", anchor=cond)
+    cond = c.tmp("Reshape", [cond, c.ints([], "scalar")]) if c.shape(0).rank else cond
+    c.final("If", [cond], then_branch=then, else_branch=other)
+
+
+@handles(ctl.Loop)
+def _loop(c) -> None:
+    n = c.op.n_carried
+    formal = 2 + n
+    bound = {formal + k: name for k, name in enumerate(c.x[2 + n:])}
+    body = c.subgraph(c.op.body, bound, formal, "body")
+    c.final("Loop", c.x[:2 + n], body=body)
+
+
+@handles(ctl.Scan)
+def _scan(c) -> None:
+    op = c.op
+    body = c.subgraph(op.body, {}, len(op.body.inputs()), "body")
+    c.final("Scan", c.x, body=body, num_scan_inputs=len(c.x) - op.n_state,
+            scan_input_axes=list(op.scan_input_axes) or None,
+            scan_input_directions=list(op.scan_input_directions) or None,
+            scan_output_axes=list(op.scan_output_axes) or None,
+            scan_output_directions=list(op.scan_output_directions) or None)
+
+
+_ACT_NAMES = {name.lower(): name for name in ctl.RNN_ACTIVATIONS}
+
+
+@handles(ctl.LSTM, ctl.GRU, ctl.RNN)
+def _recurrent(c) -> None:
+    op = c.op
+    given = dict(zip(op.present, c.x[3:]))
+    inputs = c.x[:3] + [given.get(name, "") for name in op.optional_inputs]
+    while inputs[-1] == "":
+        inputs.pop()
+    attrs = {"hidden_size": op.hidden_size, "direction": op.direction.value,
+             "activations": [_ACT_NAMES[a.lower()] for a in op.activations] or None,
+             "activation_alpha": list(op.activation_alpha) or None,
+             "activation_beta": list(op.activation_beta) or None, "clip": op.clip,
+             "layout": op.layout or None}
+    if isinstance(op, ctl.LSTM):
+        attrs["input_forget"] = int(op.input_forget) or None
+    if isinstance(op, ctl.GRU):
+        attrs["linear_before_reset"] = int(op.linear_before_reset) or None
+    c.final(type(op).__name__, inputs, **attrs)
+
+
+@handles(ctl.Fail)
+def _fail(c) -> None:
+    """A value that errors when computed: a Gather at an index far out of bounds that
+    depends on a run-time value (so no engine folds it at load). onnxruntime raises
+    "indices element out of data bounds"; the message is kept as the node's doc string."""
+    shapes = c.out_shape if isinstance(c.out_shape, tuple) else (c.out_shape,)
+    if c.anchor is None:
+        raise ExportError(f"{c.node.label}: a Fail needs a run-time value to depend on")
+    flag = c.tmp("IsNaN", [c.tmp("ReduceSum", [c.tmp("Cast", [c.anchor], to=TensorProto.FLOAT)],
+                                 keepdims=0)])
+    index = c.tmp("Add", [c.tmp("Cast", [flag], to=TensorProto.INT64), c.ints(2**40, "far")])
+    for out, shape in zip(c.outs, shapes):
+        data = c.const(np.zeros(1, shape.dtype.numpy), "fail")
+        value = c.tmp("Gather", [data, index])
+        c.scope.add("Reshape", [value, c.ints([1] * shape.rank, "ones")], [out],
+                    f"{c.base}/Fail", doc_string=c.op.message[:500])

@@ -1,0 +1,115 @@
+"""engine="auto": measures once, caches per artifact/machine/versions, numpy fallback,
+never bf16 unless precision="fast", and a warm load of an onnxruntime choice skips onnx."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import rlx
+from rlx.engines import auto, registry
+from tests.engines.conftest import feeds, write_mlp
+
+
+def _cache(tmp_path) -> dict:
+    return json.loads((tmp_path / "cache" / "engines.json").read_text())
+
+
+def test_measures_once_then_reads_the_cache(tmp_path, monkeypatch, caplog):
+    mlp = write_mlp(tmp_path / "mlp.rlx")
+    timed: list[str] = []
+    real = auto._time
+
+    def counting(runner, feeds_, outputs):
+        timed.append(runner.name)
+        return real(runner, feeds_, outputs)
+
+    monkeypatch.setattr(auto, "_time", counting)
+    with caplog.at_level(logging.INFO, logger="rlx.engines"):
+        first = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
+    assert sorted(timed) == sorted(registry.available_engines())
+    entry = next(iter(_cache(tmp_path).values()))
+    assert entry["engine"] == first.engine and entry["how"] == "fastest"
+    fastest = min(entry["measured_ms"], key=entry["measured_ms"].get)
+    assert first.engine == fastest
+    assert "auto: chose" in caplog.text
+    timed.clear()
+    second = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
+    assert timed == [] and second.engine == first.engine
+    np.testing.assert_allclose(second.run(feeds())[1], mlp.oracle(feeds()["x"])[1],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_key_follows_the_artifact_and_options(tmp_path):
+    a = write_mlp(tmp_path / "a.rlx", seed=0).path
+    b = write_mlp(tmp_path / "b.rlx", seed=1).path
+    engines = registry.available_engines()
+    key = auto.cache_key(str(a), engines, None, "exact")
+    assert key != auto.cache_key(str(b), engines, None, "exact")
+    assert key != auto.cache_key(str(a), engines, 2, "exact")
+    assert key != auto.cache_key(str(a), engines, None, "fast")
+    assert key == auto.cache_key(str(a), engines, None, "exact")
+
+
+def test_exact_never_picks_bf16(tmp_path, monkeypatch):
+    """Even when OpenVINO measures fastest, precision="exact" gets it in f32."""
+    mlp = write_mlp(tmp_path / "mlp.rlx")
+    monkeypatch.setattr(auto, "_time", lambda r, f, o: 0.001 if r.name == "openvino" else 1.0)
+    model = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
+    assert (model.engine, model.precision) == ("openvino", "exact")
+    hint = str(model.runner.compiled.get_property("INFERENCE_PRECISION_HINT"))
+    assert "f32" in hint or "float32" in hint
+    fast = rlx.load(mlp.path, cache_dir=tmp_path / "cache", precision="fast")
+    assert (fast.engine, fast.precision) == ("openvino", "fast")
+
+
+def test_numpy_is_the_fallback(tmp_path, monkeypatch):
+    mlp = write_mlp(tmp_path / "mlp.rlx")
+    monkeypatch.setattr(auto, "available_engines", lambda: ["numpy"])
+    assert rlx.load(mlp.path, cache_dir=tmp_path / "cache").engine == "numpy"
+
+
+def test_feeds_that_fail_on_numpy_mean_unmeasured(tmp_path, monkeypatch):
+    """The measurement proves nothing when the reference cannot run the feeds."""
+    mlp = write_mlp(tmp_path / "mlp.rlx")
+    real = auto._time
+
+    def failing(runner, feeds_, outputs):
+        if runner.name == "numpy":
+            raise ValueError("branch needs a real input")
+        return real(runner, feeds_, outputs)
+
+    monkeypatch.setattr(auto, "_time", failing)
+    model = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
+    assert model.engine == auto.PREFERENCE[0]
+    assert next(iter(_cache(tmp_path).values()))["how"].startswith("unmeasured")
+
+
+def test_default_cache_dir_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert auto.default_cache_dir() == tmp_path / "rlx"
+
+
+def test_warm_onnxruntime_load_does_not_import_onnx(tmp_path):
+    mlp = write_mlp(tmp_path / "mlp.rlx")
+    code = ("import sys, rlx, numpy as np\n"
+            f"m = rlx.load({str(mlp.path)!r}, cache_dir={str(tmp_path / 'c')!r})\n"
+            "m.run({'x': np.ones((1, 64), np.float32)})\n"
+            "print(m.engine, 'onnx' in sys.modules)")
+    env = {**os.environ}
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, env=env)
+    key = next(iter(json.loads((tmp_path / "c" / "engines.json").read_text())))
+    data = json.loads((tmp_path / "c" / "engines.json").read_text())
+    data[key]["engine"] = "onnxruntime"  # whatever was fastest here, warm onnxruntime
+    if "onnx" not in data[key]:
+        pytest.fail("the onnxruntime export was not cached next to the choice")
+    (tmp_path / "c" / "engines.json").write_text(json.dumps(data))
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True, env=env).stdout.split()
+    assert out == ["onnxruntime", "False"]

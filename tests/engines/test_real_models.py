@@ -1,0 +1,101 @@
+"""Every MODELS.md model, baked (exact profile) in each memory mode, through every engine
+and precision, against onnxruntime on the original .onnx file; plus minilm-l3 baked with
+the size profile (Q8_0 weights: MatMulNBits on onnxruntime, int8 decompression on OpenVINO).
+
+Exact: within 1e-4 of the largest |reference| (as tests/test_real_models.py). Fast: cosine
+>= 0.99 per output and the same argmax on classifier outputs (OpenVINO may run bf16; on a
+CPU without bf16, such as this project's CI, fast runs f32 and the bound holds trivially).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import rlx
+from rlx import BakeOptions, BakeProfile, MemoryMode, bake, relayout, write_rlx
+from rlx.frontends.onnx import import_onnx
+from tests.engines.conftest import ENGINES, require
+from tests.real_models import FEEDS, MODELS, fetch, import_kwargs
+
+pytestmark = pytest.mark.slow
+
+CLASSIFIERS = {"ppocr-cls", "orientation-lcnet", "minilm-l3"}
+
+
+@pytest.fixture(scope="module")
+def baked(tmp_path_factory):
+    """(path of the .rlx for (model, memory mode), onnxruntime on the original)."""
+    folder = tmp_path_factory.mktemp("real-engines")
+    cache: dict = {}
+
+    def get(name: str, memory: MemoryMode, profile: BakeProfile = BakeProfile.EXACT):
+        if (name, profile) not in cache:
+            path = fetch(name)
+            graph, bindings = import_onnx(path, **import_kwargs(path))
+            file, _ = bake(graph, bindings, BakeOptions.from_profile(profile))
+            oracle = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            cache[name, profile] = file, oracle, {}
+        file, oracle, files = cache[name, profile]
+        if memory not in files:
+            files[memory] = folder / f"{name}-{profile.value}-{memory.value}.rlx"
+            write_rlx(files[memory], relayout(file, memory))
+        return files[memory], oracle
+
+    return get
+
+
+def _cosine(a, b) -> float:
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _check(name, model, oracle, precision):
+    for seed in range(2):
+        feeds = FEEDS[name](seed)
+        expected = oracle.run(None, feeds)
+        got = model.run(feeds)
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            assert g.shape == e.shape and g.dtype == e.dtype
+            if precision == "exact":
+                assert np.max(np.abs(g - e)) <= 1e-4 * max(1.0, float(np.max(np.abs(e))))
+            else:
+                assert _cosine(g, e) >= 0.99
+        if name in CLASSIFIERS and precision == "fast":
+            assert np.argmax(got[0]) == np.argmax(expected[0])
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("memory", list(MemoryMode))
+def test_every_model_engine_and_memory_mode(baked, name, engine, memory):
+    require(engine)
+    path, oracle = baked(name, memory)
+    model = rlx.load(path, engine=engine, threads=2)
+    assert model.engine == engine
+    _check(name, model, oracle, "exact")
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_model_at_fast_precision(baked, name, engine):
+    require(engine)
+    path, oracle = baked(name, MemoryMode.RUNTIME)
+    model = rlx.load(path, engine=engine, precision="fast", threads=2)
+    assert model.precision == ("fast" if engine == "openvino" else "exact")
+    _check(name, model, oracle, "fast")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_size_profile_minilm_through_every_engine(baked, engine):
+    """Q8_0 weights keep the embedding (cosine >= 0.999, as the numpy engine must)."""
+    require(engine)
+    path, oracle = baked("minilm-l3", MemoryMode.COMPACT, BakeProfile.SIZE)
+    model = rlx.load(path, engine=engine)
+    if engine == "onnxruntime":
+        assert any("MatMulNBits" in k for k in model.runner.summary.packed)
+    for seed in range(2):
+        feeds = FEEDS["minilm-l3"](seed)
+        assert _cosine(model.run(feeds)[0], oracle.run(None, feeds)[0]) >= 0.999
