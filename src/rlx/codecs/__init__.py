@@ -10,10 +10,12 @@ from rlx.codecs.floats import (
     decode_bf16, decode_f16, decode_f32, encode_bf16, encode_f16, encode_f32,
 )
 from rlx.codecs.q8_0 import dequantize_q8_0, quantize_q8_0
+from rlx.codecs.rows import decode_rows, encode_rows, padded_length
 from rlx.codecs.tq2_0 import dequantize_tq2_0, is_ternary, quantize_tq2_0
 
 __all__ = [
     "Encoding", "encode", "decode", "encoded_nbytes",
     "encode_f32", "decode_f32", "encode_f16", "decode_f16", "encode_bf16", "decode_bf16",
     "quantize_q8_0", "dequantize_q8_0", "quantize_tq2_0", "dequantize_tq2_0", "is_ternary",
+    "encode_rows", "decode_rows", "padded_length",
 ]

@@ -31,6 +31,9 @@ _LAZY = {
     "sink_constant_captures": "rlx.passes.subgraphs",
     "WeightRow": "rlx.passes.weight_rows",
     "unfold_weights": "rlx.passes.weight_rows",
+    **dict.fromkeys(("WeightRole", "WeightChoice", "plan_weight_encodings",
+                     "apply_weight_encodings", "Q8_0", "TQ2_0", "F16"),
+                    "rlx.passes.weight_encoding"),
 }
 __all__ = sorted(_LAZY)
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
