@@ -159,9 +159,8 @@ def _encode_weights(g: Graph, opts: BakeOptions, stats: OptimizeStats,
                     report: BakeReport) -> Graph:
     """Store the large float weights encoded (lossless TQ2_0 only, unless `opts.quant`),
     through the accuracy guard when there is calibration data."""
-    choices, skipped = passes.plan_weight_encodings(g, lossless=not opts.quant)
-    if not opts.ternary:
-        choices = [c for c in choices if c.encoding != passes.TQ2_0]
+    choices, skipped = passes.plan_weight_encodings(g, lossless=not opts.quant,
+                                                    ternary=opts.ternary)
     stats.not_encoded = dict(skipped)
     lossy = [c for c in choices if c.encoding != passes.TQ2_0]
     if lossy and opts.calibration:
@@ -180,10 +179,11 @@ def _encode_weights(g: Graph, opts: BakeOptions, stats: OptimizeStats,
     g, _ = passes.apply_weight_encodings(g, choices)
     for c in choices:
         stats.encoded[c.encoding] = stats.encoded.get(c.encoding, 0) + 1
-        if c.role is passes.WeightRole.MATMUL and c.encoding == passes.Q8_0:
-            stats.quant_packed += 1
-        elif c.role is passes.WeightRole.MATMUL:
-            stats.ternary_packed += 1
+        if c.role in (passes.WeightRole.MATMUL, passes.WeightRole.MATMUL_DECODED):
+            if c.encoding == passes.Q8_0:
+                stats.quant_packed += 1
+            elif c.encoding == passes.TQ2_0:
+                stats.ternary_packed += 1
     return g
 
 

@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 Q8_0, TQ2_0, F16 = QuantScheme.GGUF_Q8_0.label, QuantScheme.GGUF_TQ2_0.label, "f16"
 
-MIN_ELEMENTS = 1024
+MIN_ELEMENTS = 256
 """Constants smaller than this stay as they are (biases, norms: bytes too few to matter)."""
 
 F16_MAX_REL_ERROR = 1e-3
@@ -104,10 +104,11 @@ class WeightChoice:
         return self.f32_bytes - self.packed_bytes
 
 
-def plan_weight_encodings(graph: Graph, lossless: bool = False,
+def plan_weight_encodings(graph: Graph, lossless: bool = False, ternary: bool = True,
                           min_elements: int = MIN_ELEMENTS
                           ) -> tuple[list[WeightChoice], Counter]:
-    """(choices, reasons -> count of large f32 constants left as they are)."""
+    """(choices, reasons -> count of large f32 constants left as they are). `ternary=False`
+    never proposes TQ2_0 (ternary weights are then treated like any other)."""
     users = graph.users()
     choices: list[WeightChoice] = []
     skipped: Counter = Counter()
@@ -124,7 +125,7 @@ def plan_weight_encodings(graph: Graph, lossless: bool = False,
             skipped["holds inf or NaN"] += 1
             continue
         role, rows, perm = _role(graph, node, users[node.id])
-        choice, reason = _choose(node, values, role, rows, perm, lossless)
+        choice, reason = _choose(node, values, role, rows, perm, lossless, ternary)
         if choice is None:
             if reason:
                 skipped[reason] += 1
@@ -180,7 +181,8 @@ def _reader_role(reader: Node, weight: int, rank: int) -> WeightRole:
 
 
 def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
-            perm: tuple[int, ...], lossless: bool) -> tuple[WeightChoice | None, str | None]:
+            perm: tuple[int, ...], lossless: bool,
+            ternary: bool) -> tuple[WeightChoice | None, str | None]:
     shape = tuple(int(d) for d in values.shape)
     length = values.size // rows
     if role is WeightRole.MATMUL and shape[0] % QuantScheme.GGUF_Q8_0.block_size:
@@ -188,7 +190,7 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
     stored = values.transpose(perm) if perm else values
     matrix = np.ascontiguousarray(stored, np.float32).reshape(rows, length)
     candidates = []
-    if role in _LINEAR and is_ternary(values):
+    if ternary and role in _LINEAR and is_ternary(values):
         candidates.append(TQ2_0)
     elif not lossless:
         if role in _LINEAR:
@@ -201,6 +203,12 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
         if role is WeightRole.MATMUL and encoding == TQ2_0 and \
                 shape[0] % QuantScheme.GGUF_TQ2_0.block_size:
             role = WeightRole.MATMUL_DECODED
+        if encoding == TQ2_0 and rows > 1 and rows * padded_row_bytes(encoding, length) > \
+                padded_row_bytes(encoding, values.size):
+            # exact whatever the blocking (ternary blocks decode to exactly -1/0/+1), so
+            # one row of the whole tensor saves the per-row padding
+            rows, perm, length = 1, (), values.size
+            matrix = np.ascontiguousarray(values, np.float32).reshape(1, -1)
         nbytes = rows * padded_row_bytes(encoding, length)
         if encoding != F16 and nbytes >= f16_bytes and not (encoding == TQ2_0 and lossless):
             continue  # padding made it no smaller than f16
@@ -209,7 +217,7 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
         error = _rel_error(matrix, encoding)
         if encoding == F16 and error > F16_MAX_REL_ERROR:
             return None, f"f16 relative error above {F16_MAX_REL_ERROR:g}"
-        if encoding == F16 and role is not WeightRole.OTHER:
+        if encoding == F16 and role not in (WeightRole.OTHER, WeightRole.GATHER):
             role, rows, perm = WeightRole.OTHER, 1, ()  # plain floats: no rows to keep
         return WeightChoice(node.id, node.label, role, encoding, shape, rows, perm,
                             values.nbytes, nbytes, error), None
