@@ -19,8 +19,8 @@ from rlx.artifact import read_rlx
 from rlx.artifact.atomic import atomic_write
 from rlx.artifact.crypto import DEFAULT_KDF
 from rlx.cli_ui import (
-    CliError, Outcome, Ui, add_password_options, check_output, fmt_ms, fmt_shape, one_line,
-    password_from, positive_int,
+    CliError, Outcome, Ui, add_password_options, check_output, fmt_ms, fmt_shape, load_array,
+    load_npz, one_line, password_from, positive_int,
 )
 from rlx.demo import DEMO_KDF, DEMO_PASSWORD, run_demo
 from rlx.ir import DType, Shape
@@ -47,44 +47,18 @@ def _named_path(text: str) -> tuple[str, str]:
     return name, path
 
 
-_NUMPY_MAGICS = (b"\x93NUMPY", b"PK\x03\x04")  # .npy, and the zip archive of an .npz
-
-
-def _load_array(path: str) -> Any:
-    """np.load without pickles; a file numpy cannot read is a user error naming it. (For
-    any other file np.load would talk about pickles, hence the magic check first.)"""
-    with open(path, "rb") as f:
-        if not f.read(6).startswith(_NUMPY_MAGICS):
-            raise CliError(f"{path} is not a .npy or .npz file")
-    try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, EOFError, zipfile.BadZipFile) as err:
-        raise CliError(f"cannot read {path} as .npy/.npz: {one_line(err)}") from None
-
-
 def _feeds(args) -> dict[str, np.ndarray]:
     if args.inputs:
-        return _npz(args.inputs)
+        return load_npz(args.inputs)
     feeds: dict[str, np.ndarray] = {}
     for name, path in args.input or ():
         if name in feeds:
             raise CliError(f"input {name!r} is given twice")
-        value = _load_array(path)
+        value = load_array(path)
         if not isinstance(value, np.ndarray):
             raise CliError(f"--input {name}={path}: expected one array (.npy), got an archive")
         feeds[name] = value
     return feeds
-
-
-def _npz(path: str) -> dict[str, np.ndarray]:
-    archive = _load_array(path)
-    if isinstance(archive, np.ndarray):
-        raise CliError(f"{path} holds one array; --inputs expects an .npz archive of them")
-    with archive:
-        try:  # members are read here, lazily: a pickled one fails only now
-            return {name: archive[name] for name in archive.files}
-        except ValueError as err:
-            raise CliError(f"cannot read {path}: {one_line(err)}") from None
 
 
 def _save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
@@ -325,7 +299,7 @@ def _verify(args, ui: Ui) -> Outcome:
     ort = _onnxruntime()  # first: fail before any work when it is missing
     password = password_from(args, ui)
     compiled, _ = _load_compiled(args.file, password, ui)
-    feeds = _npz(args.inputs) if args.inputs else _random_feeds(compiled.input_shapes,
+    feeds = load_npz(args.inputs) if args.inputs else _random_feeds(compiled.input_shapes,
                                                                 args.seed)
     with ui.step("running both"):
         ours = compiled.run(feeds)
