@@ -125,7 +125,7 @@ def test_mnist_size_profile_table_is_at_most_14kb():
     w1 = file.weight("w1")
     # K = 784 is not a multiple of 256: not a misaligned DequantMatMul, but one stored row
     # of all 50,176 values (196 whole blocks) that DecodeWeight decodes exactly
-    assert w1.shape == (1, 784 * 64) and w1.layout == "padded_rows" and w1.row_aligned
+    assert w1.shape == (784, 64) and w1.layout == "padded_rows" and w1.row_aligned
 
 
 def test_tied_weights_are_stored_once_and_weight_math_folds():

@@ -102,8 +102,10 @@ def _packed_row(graph: Graph, matmul: Node, weight: Node) -> WeightRow:
 
 
 def _stored_row(reader: Node, weight: Node) -> WeightRow:
-    """A weight stored as padded rows: the table shape is the stored `[rows, padded L]`
-    matrix (what the bytes hold), the note gives the tensor it stands for."""
+    """A weight stored as padded rows: the table shape is the tensor's (layout
+    `padded_rows`), or when padding was added the stored `[rows, padded L]` matrix, which is
+    what the bytes hold (readers check a row's bytes against its shape); the note says
+    both."""
     op = reader.op
     if isinstance(op, DequantGather):
         rows, length, shape, what = op.vocab, op.dim, (op.vocab, op.dim), "gather table"
@@ -113,6 +115,7 @@ def _stored_row(reader: Node, weight: Node) -> WeightRow:
     padded = -(-length // block) * block
     perm = f", stored transposed {list(op.perm)}" if getattr(op, "perm", ()) else ""
     pad = f" padded to {padded}" if padded != length else ""
-    return WeightRow(weight.name, weight.id, (rows, padded), DType.F32, op.encoding,
+    table_shape = tuple(shape) if padded == length else (rows, padded)
+    return WeightRow(weight.name, weight.id, table_shape, DType.F32, op.encoding,
                      "padded_rows", True, f"packed {op.encoding}: {what} {list(shape)} as "
                                           f"{rows} rows of {length}{pad}{perm}")
