@@ -184,7 +184,7 @@ def _bundle(model: _Model, args, opts: BakeOptions) -> tuple[WeightBundle, dict 
     tensors = {k: v for k, v in {**model.bindings, **loaded.tensors}.items() if k not in packed}
     info = {"path": str(path), "dense": len(loaded.tensors), "packed": len(loaded.packed),
             "verdict": str(loaded.verdict) if loaded.verdict else None}
-    return WeightBundle(tensors, list(loaded.packed), str(path)), info
+    return WeightBundle(tensors, list(loaded.packed), str(path), bt=loaded.bt), info
 
 
 def _some(names: set[str], limit: int = 6) -> str:

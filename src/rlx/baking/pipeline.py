@@ -90,7 +90,8 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     if report.unused_bindings:
         log.warning("bindings matching no param: %s", ", ".join(report.unused_bindings))
 
-    g, report.params_baked = passes.specialize(graph, bundle.tensors)
+    tensors = passes.orient_bt_tensors(graph, bundle.tensors, bundle.bt)
+    g, report.params_baked = passes.specialize(graph, tensors)
     g, packed_bound = passes.bind_packed(g, bundle.packed)
     report.params_baked += packed_bound
     if opts.constant_folding:

@@ -11,6 +11,7 @@ from rlx._lazy import lazy_exports
 
 _LAZY = {
     "bind_packed": "rlx.passes.packed_binding",
+    "orient_bt_tensors": "rlx.passes.packed_binding",
     "eliminate_dead_code": "rlx.passes.dce",
     "dedupe_identical_constants": "rlx.passes.dedupe_constants",
     "fold_batchnorm": "rlx.passes.batchnorm_folding",
