@@ -219,7 +219,7 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
             return None, f"f16 relative error above {F16_MAX_REL_ERROR:g}"
         if encoding == F16 and role not in (WeightRole.OTHER, WeightRole.GATHER):
             role, rows, perm = WeightRole.OTHER, 1, ()  # plain floats: no rows to keep
-        return WeightChoice(node.id, node.label, role, encoding, shape, rows, perm,
+        return WeightChoice(node.id, node.name or node.label, role, encoding, shape, rows, perm,
                             values.nbytes, nbytes, error), None
     return None, None
 
