@@ -98,7 +98,7 @@ def measure(name: str) -> SizeResult:
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         held = min(_cosine(o, r) for seed in HELD_OUT_SEEDS
                    for o, r in zip(compiled.run(FEEDS[name](seed)),
-                                   session.run(None, FEEDS[name](seed))))
+                                   session.run(None, FEEDS[name](seed)), strict=True))
     acc = report.accuracy
     calibration = min(a.cosine for a in acc.final) if acc.final else 1.0
     return SizeResult(name, sizes["exact"], sizes["size"], linear_share(onnx.load(path)),

@@ -90,8 +90,6 @@ def test_without_calibration_the_size_profile_warns_once(caplog):
 
 @pytest.mark.parametrize("argv_extra, code", [((), 0), (("--max-abs-error", "1e-9"), 0)])
 def test_cli_calibrate(tmp_path, argv_extra, code):
-    import json
-
     from rlx.cli import main
     from rlx.ir import graph_to_json
 

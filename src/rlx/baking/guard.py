@@ -81,7 +81,7 @@ def compare_outputs(names: Sequence[str], refs: Sequence[Sequence[np.ndarray]],
     result = []
     for j, name in enumerate(names):
         cosines, errors = [], []
-        for ref, out in zip(refs, outs):
+        for ref, out in zip(refs, outs, strict=True):
             a = np.asarray(ref[j], np.float64).ravel()
             b = np.asarray(out[j], np.float64).ravel()
             cosines.append(cosine(a, b))

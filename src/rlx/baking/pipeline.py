@@ -2,7 +2,9 @@
 
 specialize -> [fold: resolve shapes -> fold constants -> fold BatchNorm -> DCE] -> skip-zero
 -> ternary (TQ2_0) -> simplify -> DCE -> fold -> DCE -> hoist -> weight encodings (Q8_0,
-f16, padded TQ2_0; through the accuracy guard) -> dedupe -> weight table (unfold + binding rows) -> memory layout.
+f16, row-aligned TQ2_0; through the accuracy guard) -> dedupe -> weight table (unfold +
+binding rows) -> memory layout. The encodings come last, on the finished graph, so the
+guard compares exactly that graph with its encoded versions.
 
 The bracketed early fold is ours: the reference folds only after packing, so a weight that
 reaches its MatMul through weight-only math (`Transpose(W)` from a PyTorch Linear, a
@@ -22,9 +24,9 @@ import numpy as np
 
 from rlx import passes
 from rlx.artifact.memory import MemoryStats
+from rlx.artifact.model import RlxFile, RlxWeight
 from rlx.baking.guard import AccuracyReport, TensorAccuracy, guard_encodings
 from rlx.baking.options import BakeOptions
-from rlx.artifact.model import RlxFile, RlxWeight
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node, unique_name
 from rlx.ir.ops.linalg import QuantScheme

@@ -23,6 +23,7 @@ __all__ = ["build_decode_weight", "build_dequant_gather", "decode_weight"]
 def decode_weight(node: Node, packed: np.ndarray) -> np.ndarray:
     """The dense `op.shape` float32 tensor of a DecodeWeight's packed bytes."""
     op = node.op
+    assert isinstance(op, DecodeWeight)
     length = op.row_length
     try:
         matrix = decode_rows(op.encoding, packed, op.rows, length)
@@ -57,6 +58,7 @@ def build_decode_weight(node: Node, compile):
 def build_dequant_gather(node: Node, compile):
     """Gather the indexed rows' bytes, then decode only those rows."""
     op = node.op
+    assert isinstance(op, DequantGather)
     row_bytes = padded_row_bytes(op.encoding, op.dim)
 
     def step(packed: np.ndarray, indices: np.ndarray) -> np.ndarray:

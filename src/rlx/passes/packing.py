@@ -1,8 +1,9 @@
 """What the two packing passes share: which MatMul weights qualify, and the rewrite itself.
 
 A MatMul `[x, w]` qualifies when `w` is a float32 Constant with bytes, of rank 2 `[K, N]`,
-whose rows of K values are whole blocks, so no block straddles two rows (and, for the ternary scheme, are all -1/0/+1; for
-others, all finite). It becomes `DequantMatMul(scheme, n=N)` over a U8 Constant holding
+whose rows of K values are whole blocks, so no block straddles two rows (and, for the
+ternary scheme, are all -1/0/+1; for others, all finite). It becomes
+`DequantMatMul(scheme, n=N)` over a U8 Constant holding
 the GGUF block stream of `w.T` (the "BT" `[N, K]` layout); the MatMul's name moves to the
 DequantMatMul. Rank-1 and batched (rank > 2) weights are never packed: the seed packed
 batched weights untransposed, an inconsistent layout (inventory 9.6).

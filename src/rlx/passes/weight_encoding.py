@@ -124,7 +124,7 @@ def plan_weight_encodings(graph: Graph, lossless: bool = False, ternary: bool = 
         if not np.isfinite(values).all():
             skipped["holds inf or NaN"] += 1
             continue
-        role, rows, perm = _role(graph, node, users[node.id])
+        role, rows, perm = _role(graph, node, values.shape, users[node.id])
         choice, reason = _choose(node, values, role, rows, perm, lossless, ternary)
         if choice is None:
             if reason:
@@ -136,10 +136,10 @@ def plan_weight_encodings(graph: Graph, lossless: bool = False, ternary: bool = 
     return choices, skipped
 
 
-def _role(graph: Graph, weight: Node, readers: list[int]
+def _role(graph: Graph, weight: Node, shape: tuple[int, ...], readers: list[int]
           ) -> tuple[WeightRole, int, tuple[int, ...]]:
     """The role every reader agrees on, with the stored rows and perm; OTHER if they differ."""
-    dims = weight.shape.dims
+    dims = tuple(int(d) for d in shape)
     numel = int(np.prod(dims))
     found = {_reader_role(graph.node(r), weight.id, len(dims)) for r in readers}
     if len(found) != 1:

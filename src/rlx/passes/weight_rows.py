@@ -107,13 +107,16 @@ def _stored_row(reader: Node, weight: Node) -> WeightRow:
     what the bytes hold (readers check a row's bytes against its shape); the note says
     both."""
     op = reader.op
+    shape: tuple[int, ...]
     if isinstance(op, DequantGather):
         rows, length, shape, what = op.vocab, op.dim, (op.vocab, op.dim), "gather table"
+        perm = ""
     else:
+        assert isinstance(op, DecodeWeight)
         rows, length, shape, what = op.rows, op.row_length, op.shape, "tensor"
+        perm = f", stored transposed {list(op.perm)}" if op.perm else ""
     block = PACKED_ENCODINGS[op.encoding][0]
     padded = -(-length // block) * block
-    perm = f", stored transposed {list(op.perm)}" if getattr(op, "perm", ()) else ""
     pad = f" padded to {padded}" if padded != length else ""
     table_shape = tuple(shape) if padded == length else (rows, padded)
     return WeightRow(weight.name, weight.id, table_shape, DType.F32, op.encoding,
