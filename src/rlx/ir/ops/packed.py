@@ -5,8 +5,8 @@ MatMul's left operand, recurrent weights, control-flow captures and every other 
 constant would each need their own packed op and kernel; `DecodeWeight` instead turns a
 packed byte stream back into the dense tensor the consumer already reads, so every consumer
 and its kernel work unchanged. Its kernel decodes once per packed array (a baked weight is
-the same read-only constant on every run), which measured ~25x faster than decoding on
-every call for Conv (see docs/size.md). Embedding tables are the exception: they are large
+the same read-only constant on every run), measured 1-6% faster than decoding on every call
+(see rlx.kernels.packed). Embedding tables are the exception: they are large
 and each run reads a few rows, so `DequantGather` decodes only the rows it gathers.
 
 The stored layout is "padded rows": the tensor (first transposed by `perm`, when given) is
