@@ -185,3 +185,33 @@ def test_decode_weight_decodes_once_across_runs(tmp_path, monkeypatch):
     for _ in range(3):
         np.testing.assert_array_equal(compiled.run(feeds)[0], first)
     assert len(calls) == 1
+
+
+def test_weights_captured_by_control_flow_go_by_their_readers_inside(tmp_path):
+    """A Conv weight read inside both branches of an If (silero-vad's layout): the size
+    profile follows the capture to the Conv and stores it as Q8_0 rows, decoded before the
+    If; the branches are unchanged."""
+    w = RNG.standard_normal((16, 8, 3, 3)).astype(np.float32)
+
+    def branch(name: str, pads: list[int]) -> onnx.GraphProto:
+        conv = helper.make_node("Conv", ["x", "w"], [f"{name}_y"], pads=pads)
+        return helper.make_graph(
+            [conv], name, [],
+            [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, None)])
+
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch("then", [1, 1, 1, 1]),
+                            else_branch=branch("else", [0, 0, 0, 0]))
+    graph = helper.make_graph(
+        [node], "captured",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 9, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    decoded = _with(model, "w", _q8_rows(w.reshape(16, -1)).reshape(w.shape))
+    for cond in (True, False):
+        feeds = {"c": np.array(cond), "x": RNG.standard_normal((1, 8, 9, 9)).astype(np.float32)}
+        out, file, _ = _bake_and_run(model, feeds, tmp_path)
+        np.testing.assert_allclose(out, _ort(decoded, feeds), rtol=1e-4, atol=1e-4)
+    assert [w.encoding for w in file.weights] == ["gguf_q8_0"]
+    assert any(isinstance(n.op, DecodeWeight) for n in file.graph.nodes())

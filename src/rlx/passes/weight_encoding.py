@@ -43,6 +43,7 @@ from rlx.ir.ops.shaping import Gather
 from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter, constant_value
 from rlx.ir.shape import Shape
+from rlx.passes.subgraphs import capture_offsets
 
 __all__ = ["WeightRole", "WeightChoice", "plan_weight_encodings", "apply_weight_encodings",
            "MIN_ELEMENTS", "F16_MAX_REL_ERROR", "Q8_0", "TQ2_0", "F16"]
@@ -141,7 +142,8 @@ def _role(graph: Graph, weight: Node, shape: tuple[int, ...], readers: list[int]
     """The role every reader agrees on, with the stored rows and perm; OTHER if they differ."""
     dims = tuple(int(d) for d in shape)
     numel = int(np.prod(dims))
-    found = {_reader_role(graph.node(r), weight.id, len(dims)) for r in readers}
+    found = {role for r in readers for role in _reader_roles(graph, graph.node(r), weight.id,
+                                                             len(dims))}
     if len(found) != 1:
         return WeightRole.OTHER, 1, ()
     role = found.pop()
@@ -157,6 +159,31 @@ def _role(graph: Graph, weight: Node, shape: tuple[int, ...], readers: list[int]
     if role in (WeightRole.MATMUL_LEFT, WeightRole.RECURRENT):
         return role, numel // dims[-1], ()
     return WeightRole.OTHER, 1, ()
+
+
+def _reader_roles(graph: Graph, reader: Node, weight: int, rank: int) -> set[WeightRole]:
+    """The roles `reader` gives `weight`; through control flow, those its subgraphs' readers
+    of the captured value give it. Captured weights can only be decoded before the If/Loop
+    (its subgraph readers stay as they are), so MATMUL reads as MATMUL_DECODED there."""
+    offsets = capture_offsets(reader.op)
+    if offsets is None:
+        return {_reader_role(reader, weight, rank)}
+    first, sub_first = offsets
+    slots = [i for i, x in enumerate(reader.inputs) if x == weight]
+    if any(s < first for s in slots):
+        return {WeightRole.OTHER}  # read as a condition, a trip count or a carried value
+    roles: set[WeightRole] = set()
+    for sub in reader.op.subgraphs():
+        inputs = sub.inputs()
+        users = sub.users()
+        for slot in slots:
+            inner = inputs[slot - first + sub_first]
+            found = {r for u in users[inner.id]
+                     for r in _reader_roles(sub, sub.node(u), inner.id, rank)}
+            roles |= found
+    roles = {WeightRole.MATMUL_DECODED if r is WeightRole.MATMUL else
+             WeightRole.OTHER if r is WeightRole.GATHER else r for r in roles}
+    return roles or {WeightRole.OTHER}
 
 
 def _reader_role(reader: Node, weight: int, rank: int) -> WeightRole:
