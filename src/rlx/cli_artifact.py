@@ -272,6 +272,10 @@ def _render_bake(d: dict, ui: Ui) -> None:
         ("matmuls packed as TQ2_0 (ternary)", stats["ternary_packed"]),
         ("matmuls packed as Q8_0", stats["quant_packed"]),
         *(_not_packed(key, n) for key, n in stats["not_packed"].items()),
+        ("weights stored encoded (all readers)", ", ".join(
+            f"{n} {e}" for e, n in sorted(stats["encoded"].items())) or "none"),
+        *((f"large f32 weights left as they are ({reason})", n)
+          for reason, n in stats["not_encoded"].items()),
         ("nodes simplified", stats["simplified"]),
         ("op chains fused (HardSwish, GELU, conv bias)", stats["fused"]),
         ("BatchNorms folded", stats["batchnorms_folded"]),
