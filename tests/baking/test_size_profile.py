@@ -215,3 +215,20 @@ def test_weights_captured_by_control_flow_go_by_their_readers_inside(tmp_path):
         np.testing.assert_allclose(out, _ort(decoded, feeds), rtol=1e-4, atol=1e-4)
     assert [w.encoding for w in file.weights] == ["gguf_q8_0"]
     assert any(isinstance(n.op, DecodeWeight) for n in file.graph.nodes())
+
+
+def test_dequant_gather_refuses_an_index_past_the_table():
+    from rlx.codecs import encode_rows
+    from rlx.errors import KernelError
+    from rlx.ir import DType, Graph, Shape
+
+    table = RNG.standard_normal((10, 32)).astype(np.float32)
+    g = Graph("gather")
+    ids = g.input("ids", Shape([2], DType.I64))
+    packed = g.constant(encode_rows("gguf_q8_0", table), name="t")
+    g.set_outputs([g.add_node(DequantGather("gguf_q8_0", 10, 32), (packed, ids))])
+    compiled = Session().compile(g)
+    out = compiled.run({"ids": np.array([-10, 9])})[0]
+    np.testing.assert_array_equal(out, _q8_rows(table)[[0, 9]])
+    with pytest.raises(KernelError, match="index 10 is out of range for a table of 10 rows"):
+        compiled.run({"ids": np.array([1, 10])})
