@@ -22,7 +22,8 @@ ALLOWED: dict[str, set[str]] = {
     "stored_zip": {"errors"},  # STORE-only zip archives: .rlxp zip packages, .dduf bundles
     "enums": set(),
     "artifact": {"errors", "ir", "codecs", "enums", "version", "safeio", "stored_zip"},
-    "baking": {"errors", "ir", "codecs", "passes", "weights", "artifact", "enums"},
+    "baking": {"errors", "ir", "codecs", "kernels", "runtime", "passes", "weights", "artifact",
+               "enums"},
     "frontends": {"errors", "ir", "kernels", "codecs", "version", "_lazy", "safeio"},
     # engines: rlx.load / Model over numpy, onnxruntime, openvino (never passes or baking)
     "engines": {"errors", "ir", "codecs", "kernels", "runtime", "artifact", "frontends",

@@ -22,8 +22,8 @@ from rlx.artifact.layout import SCHEMA_VERSION
 from rlx import BakeOptions, BakeProfile, MemoryMode, RlxFile, RlxWeight, bake_bundle
 from rlx import relayout as relayout_file
 from rlx.cli_ui import (
-    CliError, Outcome, Ui, add_password_options, check_output, fmt_bytes, fmt_shape, parsed,
-    password_from,
+    CliError, Outcome, Ui, add_password_options, check_output, fmt_bytes, fmt_shape, load_npz,
+    parsed, password_from,
 )
 from rlx.cli_package import add_commands as add_package_commands
 from rlx.cli_package import (
@@ -107,6 +107,16 @@ def add_bake_arguments(p, package: bool = False) -> None:
                    help=f"one of {names}; default exact")
     p.add_argument("--memory", metavar="MODE", type=parsed(MemoryMode.parse, "memory mode"),
                    help="duplex, runtime or compact (or an alias); default: the profile's")
+    guard = p.add_argument_group(
+        "accuracy guard (lossy encodings of the size profile)",
+        "Run the exact and the encoded graph on calibration inputs and keep the most sensitive "
+        "weights at full precision until every output meets the targets.")
+    guard.add_argument("--calibrate", action="append", metavar="FEEDS.npz",
+                       help="inputs by name in an .npz (repeat for several sets)")
+    guard.add_argument("--min-cosine", type=float, metavar="C",
+                       help="least cosine of every output to the exact one (default 0.9995)")
+    guard.add_argument("--max-abs-error", type=float, metavar="E",
+                       help="largest abs error of any output element (default: none)")
     switches = p.add_argument_group("switches (change the profile's settings)")
     for s in SWITCHES:
         switches.add_argument(f"--{s.on}", f"--{s.off}", dest=s.option, action=_Toggle,
@@ -140,8 +150,14 @@ def bake_options(args: argparse.Namespace) -> BakeOptions:
         opts = opts.replace(memory=args.memory)
     if args.cleanup is False:
         opts = opts.replace(**dict.fromkeys(_CLEANUP, False))
-    return opts.replace(**{s.option: getattr(args, s.option) for s in SWITCHES
+    opts = opts.replace(**{s.option: getattr(args, s.option) for s in SWITCHES
                            if getattr(args, s.option) is not None})
+    if (args.min_cosine is not None or args.max_abs_error is not None) and not args.calibrate:
+        raise CliError("--min-cosine and --max-abs-error need --calibrate FEEDS.npz")
+    if args.calibrate:
+        opts = opts.replace(calibration=[load_npz(path) for path in args.calibrate],
+                            min_cosine=args.min_cosine, max_abs_error=args.max_abs_error)
+    return opts
 
 
 @dataclass(frozen=True)
@@ -181,7 +197,7 @@ def _bundle(model: _Model, args, opts: BakeOptions) -> tuple[WeightBundle, dict 
     tensors = {k: v for k, v in {**model.bindings, **loaded.tensors}.items() if k not in packed}
     info = {"path": str(path), "dense": len(loaded.tensors), "packed": len(loaded.packed),
             "verdict": str(loaded.verdict) if loaded.verdict else None}
-    return WeightBundle(tensors, list(loaded.packed), str(path)), info
+    return WeightBundle(tensors, list(loaded.packed), str(path), bt=loaded.bt), info
 
 
 def _some(names: set[str], limit: int = 6) -> str:
@@ -217,7 +233,7 @@ def _bake(args, ui: Ui) -> Outcome:
         "command": "bake", "input": args.input, "source": model.source, "output": args.output,
         "encrypted": password is not None, "file_bytes": artifact_bytes(args.output),
         **written,
-        "options": dataclasses.asdict(opts), "weights": weights,
+        "options": _options_data(opts), "weights": weights,
         "report": dataclasses.asdict(report), "weights_in_bytes": weights_in,
         # what the file holds: the table's bytes and the constants no table row stands for
         "weights_out_bytes": sum(r["bytes"] for r in rows) + _constant_bytes(
@@ -225,6 +241,13 @@ def _bake(args, ui: Ui) -> Outcome:
         "by_encoding": _by_encoding(rows),
     }
     return Outcome(data, _render_bake)
+
+
+def _options_data(opts: BakeOptions) -> dict[str, Any]:
+    """The options as JSON-ready data; the calibration feeds as their count."""
+    data = dataclasses.asdict(dataclasses.replace(opts, calibration=None))
+    data["calibration"] = len(opts.calibration) if opts.calibration else 0
+    return data
 
 
 def _not_packed(key: str, count: int) -> tuple[str, int]:
@@ -264,6 +287,10 @@ def _render_bake(d: dict, ui: Ui) -> None:
         ("matmuls packed as TQ2_0 (ternary)", stats["ternary_packed"]),
         ("matmuls packed as Q8_0", stats["quant_packed"]),
         *(_not_packed(key, n) for key, n in stats["not_packed"].items()),
+        ("weights stored encoded (all readers)", ", ".join(
+            f"{n} {e}" for e, n in sorted(stats["encoded"].items())) or "none"),
+        *((f"large f32 weights left as they are ({reason})", n)
+          for reason, n in stats["not_encoded"].items()),
         ("nodes simplified", stats["simplified"]),
         ("op chains fused (HardSwish, GELU, conv bias)", stats["fused"]),
         ("BatchNorms folded", stats["batchnorms_folded"]),
@@ -283,10 +310,43 @@ def _render_bake(d: dict, ui: Ui) -> None:
         ui.table("weight table by encoding", ("encoding", "tensors", "bytes"),
                  [(e["encoding"], e["tensors"], fmt_bytes(e["bytes"]))
                   for e in d["by_encoding"]], numeric=("tensors", "bytes"))
+    _render_accuracy(report["accuracy"], ui)
     ui.pairs(None, [("file", d["output"] + (" (encrypted)" if d["encrypted"] else "")),
                     ("file size", f"{fmt_bytes(d['file_bytes'])} bytes (graph constants "
                                   f"{fmt_bytes(report['constant_bytes'])}, weight table "
                                   f"{fmt_bytes(report['weight_bytes'])})")])
+
+
+def _render_accuracy(acc: dict, ui: Ui) -> None:
+    """The encoded weights, each with its measured contribution, and the guard's verdict."""
+    rows = acc["tensors"]
+    if not rows:
+        return
+    measured = acc["checked"]
+    columns = ("weight", "role", "stored as", "f32 bytes", "stored bytes", "own rel err",
+               *(("cosine alone", "max abs alone") if measured else ()), "kept f32 because")
+    ui.table("weights stored encoded" + (" (contribution measured one at a time on "
+                                          f"{acc['samples']} calibration input set(s))"
+                                          if measured else ""), columns,
+             [(r["name"], r["role"], "f32" if r["kept"] else r["encoding"],
+               f"{r['f32_bytes']:,}", f"{r['f32_bytes'] if r['kept'] else r['packed_bytes']:,}",
+               f"{r['rel_error']:.2g}",
+               *((f"{r['cosine']:.6f}", f"{r['max_abs']:.3g}") if measured else ()),
+               r["reason"]) for r in rows],
+             numeric=("f32 bytes", "stored bytes", "own rel err", "cosine alone",
+                      "max abs alone"))
+    if not measured:
+        return
+    target = f"cosine >= {acc['min_cosine']:g}" + (
+        f", max abs <= {acc['max_abs_error']:g}" if acc["max_abs_error"] is not None else "")
+    ui.table(f"accuracy on the calibration inputs ({target})",
+             ("output", "cosine, all encoded", "max abs, all encoded", "cosine", "max abs"),
+             [(p["name"], f"{p['cosine']:.6f}", f"{p['max_abs']:.3g}", f"{f['cosine']:.6f}",
+               f"{f['max_abs']:.3g}") for p, f in zip(acc["proposed"], acc["final"])],
+             numeric=("cosine, all encoded", "max abs, all encoded", "cosine", "max abs"))
+    kept = sum(r["kept"] for r in rows)
+    ui.line(f"accuracy guard: {'targets met' if acc['met'] else 'TARGETS MISSED'}; {kept} "
+            f"weight(s) kept at f32; {acc['runs']} graph runs")
 
 
 # --- what a file holds (shared by inspect and bake) ---------------------------------------

@@ -20,8 +20,8 @@ from rlx.artifact.atomic import atomic_write
 from rlx.artifact.crypto import DEFAULT_KDF
 from rlx.cli_engines import add_engine_options, load_for_cli, uses_engine
 from rlx.cli_ui import (
-    CliError, Outcome, Ui, add_password_options, check_output, fmt_ms, fmt_shape, one_line,
-    password_from, positive_int,
+    CliError, Outcome, Ui, add_password_options, check_output, fmt_ms, fmt_shape, load_array,
+    load_npz, one_line, password_from, positive_int,
 )
 from rlx.demo import DEMO_KDF, DEMO_PASSWORD, run_demo
 from rlx.ir import DType, Shape
@@ -48,44 +48,18 @@ def _named_path(text: str) -> tuple[str, str]:
     return name, path
 
 
-_NUMPY_MAGICS = (b"\x93NUMPY", b"PK\x03\x04")  # .npy, and the zip archive of an .npz
-
-
-def _load_array(path: str) -> Any:
-    """np.load without pickles; a file numpy cannot read is a user error naming it. (For
-    any other file np.load would talk about pickles, hence the magic check first.)"""
-    with open(path, "rb") as f:
-        if not f.read(6).startswith(_NUMPY_MAGICS):
-            raise CliError(f"{path} is not a .npy or .npz file")
-    try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, EOFError, zipfile.BadZipFile) as err:
-        raise CliError(f"cannot read {path} as .npy/.npz: {one_line(err)}") from None
-
-
 def _feeds(args) -> dict[str, np.ndarray]:
     if args.inputs:
-        return _npz(args.inputs)
+        return load_npz(args.inputs)
     feeds: dict[str, np.ndarray] = {}
     for name, path in args.input or ():
         if name in feeds:
             raise CliError(f"input {name!r} is given twice")
-        value = _load_array(path)
+        value = load_array(path)
         if not isinstance(value, np.ndarray):
             raise CliError(f"--input {name}={path}: expected one array (.npy), got an archive")
         feeds[name] = value
     return feeds
-
-
-def _npz(path: str) -> dict[str, np.ndarray]:
-    archive = _load_array(path)
-    if isinstance(archive, np.ndarray):
-        raise CliError(f"{path} holds one array; --inputs expects an .npz archive of them")
-    with archive:
-        try:  # members are read here, lazily: a pickled one fails only now
-            return {name: archive[name] for name in archive.files}
-        except ValueError as err:
-            raise CliError(f"cannot read {path}: {one_line(err)}") from None
 
 
 def _save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
@@ -252,19 +226,27 @@ def _add_verify(sub, common) -> None:
     p = sub.add_parser("verify", parents=[common], formatter_class=_FORMATTER,
                        help="compare a .rlx file's outputs with onnxruntime on the ONNX model",
                        description="Run the .rlx file and the ONNX model (with onnxruntime) on "
-                                   "the same inputs and compare each output; exit 0 only when "
-                                   "every element is within atol + rtol * |reference|. Without "
-                                   "--inputs, inputs are random (seeded) from the declared "
-                                   "shapes: symbolic dims are 1, floats standard normal, "
-                                   "integers in 0..3, booleans fair coins.",
+                                   "the same inputs and compare each output. An output passes "
+                                   "when every element is within atol + rtol * |reference| or, "
+                                   "with --min-cosine, when its cosine to the reference is at "
+                                   "least C (give --rtol/--atol as well to require both). Exit "
+                                   "0 when every output passes, 1 when a check fails, another "
+                                   "code on an error. Without --inputs, inputs are random "
+                                   "(seeded) from the declared shapes: symbolic dims are 1, "
+                                   "floats standard normal, integers in 0..3, booleans fair "
+                                   "coins.",
                        epilog="examples:\n  rlx-bake verify model.rlx --onnx model.onnx\n"
                               "  rlx-bake verify small.rlx --onnx model.onnx --rtol 0.05 "
-                              "--atol 0.01")
+                              "--atol 0.01\n"
+                              "  rlx-bake verify small.rlx --onnx model.onnx --inputs x.npz "
+                              "--min-cosine 0.999")
     p.add_argument("file", help="a .rlx file")
     p.add_argument("--onnx", required=True, metavar="MODEL.onnx", help="the reference model")
     p.add_argument("--inputs", metavar="FILE.npz", help="inputs by name (default: random)")
-    p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (1e-4)")
-    p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (1e-5)")
+    p.add_argument("--rtol", type=float, help="relative tolerance (1e-4)")
+    p.add_argument("--atol", type=float, help="absolute tolerance (1e-5)")
+    p.add_argument("--min-cosine", type=float, metavar="C",
+                   help="pass an output on its cosine to the reference (>= C) instead")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (0)")
     add_password_options(p.add_argument_group("encrypted files"))
     add_engine_options(p)
@@ -315,42 +297,76 @@ def _reference_outputs(ort, path: str, feeds: Mapping[str, np.ndarray]) -> tuple
     return [o.name for o in session.get_outputs()], outputs
 
 
-def _compare(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> dict[str, Any]:
-    """Max abs error, max error relative to the largest |reference|, cosine, verdict."""
+_RTOL, _ATOL = 1e-4, 1e-5
+_MAX_CLASSES = 1000  # a last axis of 2..this many floats reads as class scores
+
+
+def _compare(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float,
+             min_cosine: float | None, elementwise: bool) -> dict[str, Any]:
+    """Max abs error, max error relative to the largest |reference|, cosine, elements out of
+    tolerance, argmax agreement of class-score rows, and the verdict."""
+    empty = {"max_abs": None, "max_rel": None, "cosine": None, "mismatched": None,
+             "mismatched_share": None, "argmax_agree": None}
     if ours.shape != ref.shape:
-        return {"ok": False, "note": f"shape {list(ours.shape)} vs reference {list(ref.shape)}",
-                "max_abs": None, "max_rel": None, "cosine": None}
+        return {**empty, "ok": False,
+                "note": f"shape {list(ours.shape)} vs reference {list(ref.shape)}"}
     a, b = ours.astype(np.float64).ravel(), ref.astype(np.float64).ravel()
-    ok = bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
+    close = np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
+    mismatched = int(close.size - np.count_nonzero(close))
     if not a.size:
-        return {"ok": ok, "note": "empty", "max_abs": 0.0, "max_rel": 0.0, "cosine": None}
+        return {**empty, "ok": True, "note": "empty", "max_abs": 0.0, "max_rel": 0.0,
+                "mismatched": 0, "mismatched_share": 0.0}
     with np.errstate(invalid="ignore", divide="ignore"):
         max_abs = float(np.max(np.abs(a - b)))
         scale = float(np.max(np.abs(b)))
         norms = float(np.linalg.norm(a) * np.linalg.norm(b))
         cosine = float(a @ b / norms) if norms else None
+    if norms == 0 and not np.any(a) and not np.any(b):
+        cosine = 1.0  # both all zero: identical
+    ok = mismatched == 0 if elementwise else True
+    if min_cosine is not None:
+        ok = ok and cosine is not None and cosine >= min_cosine
     note = "" if ours.dtype == ref.dtype else f"dtype {ours.dtype} vs reference {ref.dtype}"
     return {"ok": ok, "note": note, "max_abs": max_abs,
-            "max_rel": max_abs / scale if scale else max_abs, "cosine": cosine}
+            "max_rel": max_abs / scale if scale else max_abs, "cosine": cosine,
+            "mismatched": mismatched, "mismatched_share": mismatched / a.size,
+            "argmax_agree": _argmax_agreement(ours, ref)}
+
+
+def _argmax_agreement(ours: np.ndarray, ref: np.ndarray) -> float | None:
+    """Share of rows (all axes but the last) whose largest entry is the same one, for
+    float outputs that look like class scores (rank >= 2, 2..1000 on the last axis)."""
+    if ref.ndim < 2 or not 2 <= ref.shape[-1] <= _MAX_CLASSES or ref.dtype.kind != "f":
+        return None
+    rows = ref.reshape(-1, ref.shape[-1])
+    if not rows.shape[0]:
+        return None
+    same = np.argmax(ours.reshape(rows.shape), axis=-1) == np.argmax(rows, axis=-1)
+    return float(np.mean(same))
 
 
 def _verify(args, ui: Ui) -> Outcome:
     ort = _onnxruntime()  # first: fail before any work when it is missing
     password = password_from(args, ui)
     compiled, _ = _load_compiled(args.file, password, ui, args)
-    feeds = _npz(args.inputs) if args.inputs else _random_feeds(compiled.input_shapes,
+    feeds = load_npz(args.inputs) if args.inputs else _random_feeds(compiled.input_shapes,
                                                                 args.seed)
     with ui.step("running both"):
         ours = compiled.run(feeds)
         ref_names, refs = _reference_outputs(ort, args.onnx, feeds)
     if len(refs) != len(ours):
         raise CliError(f"{args.file} has {len(ours)} output(s), {args.onnx} has {len(refs)}")
+    # --min-cosine alone checks the cosine; with it, --rtol/--atol add the elementwise check
+    elementwise = args.min_cosine is None or args.rtol is not None or args.atol is not None
+    rtol = _RTOL if args.rtol is None else args.rtol
+    atol = _ATOL if args.atol is None else args.atol
     rows = [{"name": name, "reference_name": ref_name, "shape": list(o.shape),
-             **_compare(o, r, args.rtol, args.atol)}
+             **_compare(o, r, rtol, atol, args.min_cosine, elementwise)}
             for name, ref_name, o, r in zip(compiled.output_names, ref_names, ours, refs)]
     ok = all(r["ok"] for r in rows)
     data = {"command": "verify", "file": args.file, "onnx": args.onnx, "ok": ok,
-            "rtol": args.rtol, "atol": args.atol,
+            "rtol": rtol, "atol": atol, "min_cosine": args.min_cosine,
+            "elementwise": elementwise,
             "inputs": args.inputs or f"random (seed {args.seed})",
             "feeds": [_summary(k, v) for k, v in feeds.items()], "outputs": rows}
     return Outcome(data, _render_verify, 0 if ok else 1)
@@ -358,13 +374,32 @@ def _verify(args, ui: Ui) -> Outcome:
 
 def _render_verify(d: dict, ui: Ui) -> None:
     ui.table(f"{d['file']} vs onnxruntime on {d['onnx']} (inputs: {d['inputs']})",
-             ("output", "shape", "max abs err", "max rel err", "cosine", "within tol", "note"),
+             ("output", "shape", "max abs err", "max rel err", "cosine", "out of tol",
+              "argmax agrees", "passes", "note"),
              [(r["name"], fmt_shape(r["shape"]), _num(r["max_abs"]), _num(r["max_rel"]),
-               _num(r["cosine"]), "yes" if r["ok"] else "NO", r["note"])
-              for r in d["outputs"]], numeric=("max abs err", "max rel err", "cosine"))
+               _num(r["cosine"]), _mismatch(r), _share(r["argmax_agree"]),
+               "yes" if r["ok"] else "NO", r["note"])
+              for r in d["outputs"]],
+             numeric=("max abs err", "max rel err", "cosine", "out of tol", "argmax agrees"))
     verdict = "OK" if d["ok"] else "FAILED"
-    ui.line(f"{verdict}: tolerance atol {d['atol']:g} + rtol {d['rtol']:g} * |reference| "
-            "(max rel err is relative to the largest |reference| value)")
+    checks = []
+    if d["elementwise"]:
+        checks.append(f"every element within atol {d['atol']:g} + rtol {d['rtol']:g} * "
+                      "|reference|")
+    if d["min_cosine"] is not None:
+        checks.append(f"cosine >= {d['min_cosine']:g}")
+    ui.line(f"{verdict}: {' and '.join(checks)} (max rel err is relative to the largest "
+            "|reference| value; out of tol counts elements outside atol + rtol * |reference|)")
+
+
+def _mismatch(r: dict) -> str:
+    if r["mismatched"] is None:
+        return ""
+    return f"{r['mismatched']:,} ({_share(r['mismatched_share'])})"
+
+
+def _share(value: float | None) -> str:
+    return "" if value is None else f"{value:.2%}"
 
 
 # --- demo ---------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import sys
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -29,6 +30,7 @@ from rich.text import Text
 from rlx.errors import RlxError
 
 __all__ = [
+    "load_array", "load_npz",
     "CliError", "Outcome", "Ui", "add_password_options", "check_output", "fmt_bytes", "fmt_ms",
     "fmt_shape", "jsonable", "one_line", "parsed", "password_from", "positive_int",
 ]
@@ -236,3 +238,32 @@ def _non_empty(password: str, source: str) -> str:
     if not password:
         raise CliError(f"{source} is empty")
     return password
+
+
+# --- arrays from .npy / .npz files (run, verify, bake --calibrate) ---------------------
+
+
+_NUMPY_MAGICS = (b"\x93NUMPY", b"PK\x03\x04")  # .npy, and the zip archive of an .npz
+
+
+def load_array(path: str) -> Any:
+    """np.load without pickles; a file numpy cannot read is a user error naming it. (For
+    any other file np.load would talk about pickles, hence the magic check first.)"""
+    with open(path, "rb") as f:
+        if not f.read(6).startswith(_NUMPY_MAGICS):
+            raise CliError(f"{path} is not a .npy or .npz file")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise CliError(f"cannot read {path} as .npy/.npz: {one_line(err)}") from None
+
+
+def load_npz(path: str) -> dict[str, np.ndarray]:
+    archive = load_array(path)
+    if isinstance(archive, np.ndarray):
+        raise CliError(f"{path} holds one array; expected an .npz archive of arrays by name")
+    with archive:
+        try:  # members are read here, lazily: a pickled one fails only now
+            return {name: archive[name] for name in archive.files}
+        except ValueError as err:
+            raise CliError(f"cannot read {path}: {one_line(err)}") from None

@@ -101,7 +101,8 @@ def test_exact_equals_merge_bit_for_bit_on_ternary_weights():
     x = np.random.default_rng(4).standard_normal((32, 784), np.float32)
     merged, _ = bake(mlp_graph(), weights, opts(BakeProfile.MERGE))
     exact, report = bake(mlp_graph(), weights, opts(BakeProfile.EXACT))
-    assert report.optimize.ternary_packed == 1  # w1 went through TQ2_0 and back exactly
+    # w1 went through TQ2_0 and back exactly (K = 784: one padded-row stream, DecodeWeight)
+    assert report.optimize.ternary_packed == 1
     np.testing.assert_allclose(run(exact, {"x": x})[0], run(merged, {"x": x})[0],
                                rtol=1e-6, atol=1e-6)
 
@@ -122,7 +123,9 @@ def test_mnist_size_profile_table_is_at_most_14kb():
     assert report.bytes_by_encoding == {"gguf_tq2_0": 12936, "gguf_q8_0": 680, "f32": 296}
     assert report.weight_bytes <= 14_000 and raw / report.weight_bytes >= 14.6
     w1 = file.weight("w1")
-    assert w1.shape == (784, 64) and not w1.row_aligned  # K = 784 is not a multiple of 256
+    # K = 784 is not a multiple of 256: not a misaligned DequantMatMul, but one stored row
+    # of all 50,176 values (196 whole blocks) that DecodeWeight decodes exactly
+    assert w1.shape == (784, 64) and w1.layout == "padded_rows" and w1.row_aligned
 
 
 def test_tied_weights_are_stored_once_and_weight_math_folds():

@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 import pytest
 
+from tests.baking.models import mlp_forward
 from tests.cli.conftest import PASSWORD, assert_error, mlp_onnx
 
 
@@ -85,7 +86,7 @@ def test_run_encrypted_without_password(cli, files):
 def test_verify_within_tolerance(cli, files):
     result = cli("verify", files.rlx, "--onnx", files.onnx)
     assert result.code == 0, result.err
-    assert "OK: tolerance" in result.out
+    assert "OK: every element within atol" in result.out
     d = cli("verify", files.rlx, "--onnx", files.onnx, "--seed", "3", "--json").json()
     (out,) = d["outputs"]
     assert d["ok"] and out["ok"] and out["name"] == out["reference_name"] == "logits"
@@ -140,13 +141,44 @@ def test_run_profile_ops(cli, files):
     assert "time per op type" in result.out and "slowest 2 nodes" in result.out
     profile = cli("run", files.rlx, "--input", f"x={files.x_npy}", "--profile-ops",
                   "--top", "50", "--json").json()["profile"]
-    # the baked MLP: its ternary first layer packed (DequantMatMul), the second a MatMul
+    # the baked MLP: its ternary first layer (K = 784, not whole TQ2_0 blocks) stored as
+    # one TQ2_0 stream decoded by DecodeWeight, both layers MatMuls
     ops = {r["op"]: r["nodes"] for r in profile["op_types"]}
-    assert ops == {"DequantMatMul": 1, "MatMul": 1, "Binary(add)": 2, "Unary(relu)": 1}
-    assert len(profile["slowest"]) == 5 and profile["runs"] == 1
+    assert ops == {"DecodeWeight": 1, "MatMul": 2, "Binary(add)": 2, "Unary(relu)": 1}
+    assert len(profile["slowest"]) == 6 and profile["runs"] == 1
     assert abs(sum(r["share"] for r in profile["op_types"]) - 1) < 1e-9
 
 
 def test_run_without_profile_has_none(cli, files):
     assert cli("run", files.rlx, "--input", f"x={files.x_npy}", "--json").json()["profile"] \
         is None
+
+
+def test_verify_min_cosine_mismatches_and_argmax(cli, files, tmp_path):
+    """Weights scaled by 1.01 scale the logits by 1.0201: every element is out of the default
+    tolerance, yet the direction (cosine) and every row's argmax are the same."""
+    import onnxruntime as ort
+
+    other = tmp_path / "scaled.onnx"
+    onnx.save(mlp_onnx({k: v * 1.01 for k, v in files.weights.items()}), other)
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, x=files.x)
+    d = cli("verify", files.rlx, "--onnx", other, "--inputs", feeds, "--json").json()
+    (out,) = d["outputs"]
+    ref = ort.InferenceSession(str(other)).run(None, {"x": files.x})[0].astype(np.float64)
+    ours = mlp_forward(files.x, files.weights).astype(np.float64)
+    want = int(np.count_nonzero(np.abs(ours - ref) > 1e-5 + 1e-4 * np.abs(ref)))
+    assert abs(out["mismatched"] - want) <= 2 and out["mismatched"] > ref.size // 2
+    assert out["mismatched_share"] == pytest.approx(out["mismatched"] / ref.size)
+    agree = float(np.mean(ours.argmax(-1) == ref.argmax(-1)))
+    assert out["argmax_agree"] == pytest.approx(agree) and not d["ok"]
+    passed = cli("verify", files.rlx, "--onnx", other, "--inputs", feeds, "--min-cosine",
+                 "0.9999")
+    assert passed.code == 0, passed.out
+    assert "cosine >= 0.9999" in passed.out
+    both = cli("verify", files.rlx, "--onnx", other, "--inputs", feeds, "--min-cosine",
+               "0.9999", "--atol", "1e-5")
+    assert both.code == 1  # a failed check: exit 1, not an error
+    strict = cli("verify", files.rlx, "--onnx", files.onnx, "--inputs", feeds,
+                 "--min-cosine", "1.5", "--json").json()
+    assert not strict["ok"] and strict["outputs"][0]["cosine"] == pytest.approx(1, abs=1e-6)

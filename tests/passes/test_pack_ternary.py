@@ -49,12 +49,22 @@ def test_seed_pattern_k256_n1_packs_losslessly():
     _assert_matches_dense(g, new)
 
 
-def test_batched_x_and_odd_k():
-    w = _ternary(96, 8)  # 768 values: whole blocks, but K is not a multiple of 256
-    g = _matmul(w, x_dims=(2, 5, 96))
+def test_batched_x_and_whole_block_k():
+    w = _ternary(256, 8)
+    g = _matmul(w, x_dims=(2, 5, 256))
     new, count = checked(pack_ternary, g)
     assert count == 1 and new.find("y").shape == Shape([2, 5, 8])
     _assert_matches_dense(g, new)
+
+
+def test_odd_k_is_refused_not_misaligned():
+    """768 values are whole blocks, but rows of K = 96 are not: blocks would straddle rows
+    (the reference packs them anyway); the bake stores them as padded rows instead."""
+    g = _matmul(_ternary(96, 8), x_dims=(2, 5, 96))
+    _, count = checked(pack_ternary, g)
+    assert count == 0
+    (verdict,) = packing_candidates(g, 256, True)
+    assert verdict[1] is SkipReason.BLOCK
 
 
 def test_mul_by_param_is_not_confused():
@@ -132,7 +142,7 @@ def test_only_eligible_weights_are_packed(caplog):
     assert "stays dense: weight is not exactly ternary" in caplog.text
 
 
-@pytest.mark.parametrize("values", [np.zeros((256, 1)), np.ones((128, 2))])
+@pytest.mark.parametrize("values", [np.zeros((256, 1)), np.ones((256, 2))])
 def test_all_zero_and_all_one_blocks_are_ternary(values):
     new, count = checked(pack_ternary, _matmul(values.astype(np.float32)))
     assert count == 1

@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
 
 from rlx.artifact.memory import MemoryMode
 from rlx.enums import lookup
@@ -51,7 +54,8 @@ _DESCRIPTIONS = {
     BakeProfile.MERGE: "package only: weights bound as constants, graph otherwise untouched",
     BakeProfile.FOLD: "fold weight-only math and clean up, keep dense matmuls",
     BakeProfile.EXACT: "lossless: skip zero matmuls, pack exact-ternary weights (TQ2_0), clean up",
-    BakeProfile.SIZE: "exact + Q8_0 on the remaining matmul weights (changes numerics slightly)",
+    BakeProfile.SIZE: "exact + Q8_0 on matmul/conv/gather weights, f16 on other large "
+                      "floats (lossy: check with --calibrate)",
 }
 
 
@@ -70,6 +74,11 @@ class BakeOptions:
     memory: MemoryMode = MemoryMode.COMPACT
     dedupe_constants: bool = True
     keep_folded_bindings: bool = False
+    # the accuracy guard of the lossy encodings (rlx.baking.guard): feeds to measure on,
+    # and the targets every output must meet on them (cosine default 0.9995 when calibrating)
+    calibration: Sequence[Mapping[str, np.ndarray]] | None = None
+    min_cosine: float | None = None
+    max_abs_error: float | None = None
 
     @classmethod
     def from_profile(cls, profile: BakeProfile | str) -> BakeOptions:

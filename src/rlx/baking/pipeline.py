@@ -1,8 +1,10 @@
 """`bake` and `bake_bundle`: the reference's pipeline, in its order, without its bugs.
 
 specialize -> [fold: resolve shapes -> fold constants -> fold BatchNorm -> DCE] -> skip-zero
--> ternary (TQ2_0) -> quant (Q8_0) -> simplify -> DCE -> fold -> DCE -> dedupe
--> weight table (unfold + binding rows) -> memory layout.
+-> ternary (TQ2_0) -> simplify -> DCE -> fold -> DCE -> hoist -> weight encodings (Q8_0,
+f16, row-aligned TQ2_0; through the accuracy guard) -> dedupe -> weight table (unfold +
+binding rows) -> memory layout. The encodings come last, on the finished graph, so the
+guard compares exactly that graph with its encoded versions.
 
 The bracketed early fold is ours: the reference folds only after packing, so a weight that
 reaches its MatMul through weight-only math (`Transpose(W)` from a PyTorch Linear, a
@@ -22,8 +24,9 @@ import numpy as np
 
 from rlx import passes
 from rlx.artifact.memory import MemoryStats
-from rlx.baking.options import BakeOptions
 from rlx.artifact.model import RlxFile, RlxWeight
+from rlx.baking.guard import AccuracyReport, TensorAccuracy, guard_encodings
+from rlx.baking.options import BakeOptions
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node, unique_name
 from rlx.ir.ops.linalg import QuantScheme
@@ -49,6 +52,8 @@ class OptimizeStats:
     captures_sunk: int = 0  # constants moved into the subgraphs that read them
     weights_hoisted: int = 0  # subgraph weights moved out to the top graph (the table)
     not_packed: dict[str, int] = field(default_factory=dict)  # reason -> weights left dense
+    encoded: dict[str, int] = field(default_factory=dict)  # encoding -> weights stored so
+    not_encoded: dict[str, int] = field(default_factory=dict)  # reason -> large f32 left
 
 
 @dataclass
@@ -64,6 +69,8 @@ class BakeReport:
     bytes_by_encoding: dict[str, int] = field(default_factory=dict)
     optimize: OptimizeStats = field(default_factory=OptimizeStats)
     memory: MemoryStats = field(default_factory=MemoryStats)
+    # every weight the encoding stage stored encoded or kept, with its measured accuracy
+    accuracy: AccuracyReport = field(default_factory=AccuracyReport)
 
 
 def bake(graph: Graph, bindings: Mapping[str, np.ndarray],
@@ -86,7 +93,8 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     if report.unused_bindings:
         log.warning("bindings matching no param: %s", ", ".join(report.unused_bindings))
 
-    g, report.params_baked = passes.specialize(graph, bundle.tensors)
+    tensors = passes.orient_bt_tensors(graph, bundle.tensors, bundle.bt)
+    g, report.params_baked = passes.specialize(graph, tensors)
     g, packed_bound = passes.bind_packed(g, bundle.packed)
     report.params_baked += packed_bound
     if opts.constant_folding:
@@ -94,17 +102,13 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
         g = _fold_weight_math(g, stats, opts.dce)
     if opts.skip_zero:
         g, stats.skipped_zero_matmuls = passes.skip_zero_matmul(g)
-    for enabled, scheme, attr in ((opts.ternary, QuantScheme.GGUF_TQ2_0, "ternary_packed"),
-                                  (opts.quant, QuantScheme.GGUF_Q8_0, "quant_packed")):
-        if enabled:
-            require_ternary = scheme is QuantScheme.GGUF_TQ2_0
-            for _, reason in passes.packing_candidates(g, scheme.block_size, require_ternary):
-                if reason is not None:
-                    key = f"{scheme.label}: {reason.value}"
-                    stats.not_packed[key] = stats.not_packed.get(key, 0) + 1
-            pack = passes.pack_ternary if require_ternary else passes.pack_quant
-            g, count = pack(g)
-            setattr(stats, attr, count)
+    if opts.ternary:
+        scheme = QuantScheme.GGUF_TQ2_0
+        for _, reason in passes.packing_candidates(g, scheme.block_size, True):
+            if reason is not None:
+                key = f"{scheme.label}: {reason.value}"
+                stats.not_packed[key] = stats.not_packed.get(key, 0) + 1
+        g, stats.ternary_packed = passes.pack_ternary(g)
     if opts.algebraic_simplify:
         g, stats.simplified = _simplify(g)
         g, stats.fused = _fuse(g)
@@ -119,6 +123,8 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
             stats.dead_removed += removed
     if opts.unfold:
         g, stats.weights_hoisted = passes.hoist_subgraph_weights(g)
+    if opts.ternary or opts.quant:
+        g = _encode_weights(g, opts, stats, report)
     deduped = 0
     if opts.dedupe_constants:
         g, deduped = _dedupe(g)
@@ -146,6 +152,43 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     log.info("baked %r: %d -> %d nodes, %d weights, %d bytes", graph.name,
              report.nodes_before, report.nodes_after, report.weight_count, report.weight_bytes)
     return file, report
+
+
+UNCHECKED = ("size profile: accuracy unchecked (no calibration data); measure it with "
+             "--calibrate FEEDS.npz [--min-cosine 0.9995] (BakeOptions(calibration=[feeds])), "
+             "or check the baked file with rlx-bake verify --min-cosine 0.999")
+
+
+def _encode_weights(g: Graph, opts: BakeOptions, stats: OptimizeStats,
+                    report: BakeReport) -> Graph:
+    """Store the large float weights encoded (lossless TQ2_0 only, unless `opts.quant`),
+    through the accuracy guard when there is calibration data."""
+    choices, skipped = passes.plan_weight_encodings(g, lossless=not opts.quant,
+                                                    ternary=opts.ternary)
+    stats.not_encoded = dict(skipped)
+    lossy = [c for c in choices if c.encoding != passes.TQ2_0]
+    if lossy and opts.calibration:
+        kept, report.accuracy = guard_encodings(g, choices, opts.calibration,
+                                                opts.min_cosine, opts.max_abs_error)
+        if not report.accuracy.met:
+            log.warning("accuracy guard: targets missed even with every weight at full "
+                        "precision")
+        choices = kept
+    else:
+        if lossy:
+            log.warning(UNCHECKED)
+        report.accuracy.tensors = [
+            TensorAccuracy(c.name, str(c.role), c.encoding, c.f32_bytes, c.packed_bytes,
+                           c.rel_error) for c in choices]
+    g, _ = passes.apply_weight_encodings(g, choices)
+    for c in choices:
+        stats.encoded[c.encoding] = stats.encoded.get(c.encoding, 0) + 1
+        if c.role in (passes.WeightRole.MATMUL, passes.WeightRole.MATMUL_DECODED):
+            if c.encoding == passes.Q8_0:
+                stats.quant_packed += 1
+            elif c.encoding == passes.TQ2_0:
+                stats.ternary_packed += 1
+    return g
 
 
 def _fold_weight_math(g: Graph, stats: OptimizeStats, dce: bool) -> Graph:

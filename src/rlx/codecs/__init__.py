@@ -12,6 +12,7 @@ from rlx.codecs.floats import (
 )
 from rlx.codecs.mlx import MlxScheme, decode_mlx, mlx_scheme
 from rlx.codecs.q8_0 import dequantize_q8_0, quantize_q8_0
+from rlx.codecs.rows import decode_rows, encode_rows, padded_length
 from rlx.codecs.tq2_0 import dequantize_tq2_0, is_ternary, quantize_tq2_0
 
 __all__ = [
@@ -19,4 +20,5 @@ __all__ = [
     "encode_f32", "decode_f32", "encode_f16", "decode_f16", "encode_bf16", "decode_bf16",
     "quantize_q8_0", "dequantize_q8_0", "quantize_tq2_0", "dequantize_tq2_0", "is_ternary",
     "MlxScheme", "decode_mlx", "mlx_scheme",
+    "encode_rows", "decode_rows", "padded_length",
 ]

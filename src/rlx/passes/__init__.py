@@ -12,6 +12,7 @@ from rlx._lazy import lazy_exports
 _LAZY = {
     "bind_packed": "rlx.passes.packed_binding",
     "mlx_companions": "rlx.passes.packed_binding",
+    "orient_bt_tensors": "rlx.passes.packed_binding",
     "eliminate_dead_code": "rlx.passes.dce",
     "dedupe_identical_constants": "rlx.passes.dedupe_constants",
     "fold_batchnorm": "rlx.passes.batchnorm_folding",
@@ -32,6 +33,9 @@ _LAZY = {
     "sink_constant_captures": "rlx.passes.subgraphs",
     "WeightRow": "rlx.passes.weight_rows",
     "unfold_weights": "rlx.passes.weight_rows",
+    **dict.fromkeys(("WeightRole", "WeightChoice", "plan_weight_encodings",
+                     "apply_weight_encodings", "Q8_0", "TQ2_0", "F16"),
+                    "rlx.passes.weight_encoding"),
 }
 __all__ = sorted(_LAZY)
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

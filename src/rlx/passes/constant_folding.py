@@ -6,7 +6,8 @@ on the graph being built, so whole constant subgraphs collapse in one pass. Not 
 
 - nodes with no inputs (leaves, generators) and nodes reading an Input or Param;
 - ops that only have compile-time builders (control flow, subgraphs);
-- `DequantMatMul`: folding it would decode a packed weight back to dense floats;
+- `DequantMatMul`, `DecodeWeight`, `DequantGather`: folding them would decode a packed
+  weight back to dense floats;
 - results that GROW: larger than the node's inputs combined and over `MAX_GROWN_ELEMENTS`
   elements (an `Expand` or fill of a scalar would otherwise bloat the artifact);
 - nodes whose kernel fails (logged; the error will surface at run time instead).
@@ -25,6 +26,7 @@ import numpy as np
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.base import Op
 from rlx.ir.ops.linalg import DequantMatMul
+from rlx.ir.ops.packed import DecodeWeight, DequantGather
 from rlx.ir.ops.multi import TupleGet
 from rlx.ir.rewrite import Rewriter, constant_value
 from rlx.kernels import KERNELS
@@ -36,7 +38,7 @@ log = logging.getLogger(__name__)
 MAX_GROWN_ELEMENTS = 256 * 1024
 """A folded result larger than its inputs may have at most this many elements."""
 
-NEVER_FOLD: tuple[type[Op], ...] = (DequantMatMul,)
+NEVER_FOLD: tuple[type[Op], ...] = (DequantMatMul, DecodeWeight, DequantGather)
 """Ops kept even over constant inputs."""
 
 

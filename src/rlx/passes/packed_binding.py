@@ -17,7 +17,7 @@ becoming Constants of their own dtype and the Transposes going away.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -32,7 +32,7 @@ from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter
 from rlx.ir.shape import Shape
 
-__all__ = ["bind_packed", "mlx_companions"]
+__all__ = ["bind_packed", "mlx_companions", "orient_bt_tensors"]
 
 log = logging.getLogger(__name__)
 
@@ -187,3 +187,31 @@ def _check(graph: Graph, param: Node, row: PackedRow,
             raise BindingError(f"packed weight {name!r} is read by {node.label}, which cannot "
                                "take packed bytes: load it with --weights-policy f32")
     return scheme, n
+
+
+def orient_bt_tensors(graph: Graph, tensors: Mapping[str, np.ndarray],
+                      bt: Collection[str]) -> dict[str, np.ndarray]:
+    """`tensors` with each `[N, K]`-stored matrix (names in `bt`) transposed to `[K, N]`
+    where it binds a Param [K, N] read only as MatMuls' right operand: the rule by which
+    `bind_packed` takes a packed row's bytes as BT, so a model baked from decoded (dense)
+    GGUF tensors is the model baked from the packed ones. Others are left as they are."""
+    if not bt:
+        return dict(tensors)
+    users = graph.users()
+    out = dict(tensors)
+    for node in graph.params():
+        name = node.op.name
+        value = tensors.get(name)
+        shape: Shape = node.shape
+        if name not in bt or value is None or shape.rank != 2 or np.ndim(value) != 2:
+            continue
+        readers = [graph.node(r) for r in users[node.id]]
+        if not readers or not all(isinstance(r.op, MatMul) and r.inputs[1] == node.id
+                                  and r.inputs[0] != node.id for r in readers):
+            continue
+        k, n = shape.dims
+        if isinstance(k, int) and isinstance(n, int) and tuple(np.shape(value)) == (n, k):
+            out[name] = np.asarray(value).T
+            log.debug("GGUF matrix %r [%d, %d] bound transposed to its MatMul weight", name,
+                      *np.shape(value))
+    return out

@@ -1,8 +1,9 @@
 """What the two packing passes share: which MatMul weights qualify, and the rewrite itself.
 
 A MatMul `[x, w]` qualifies when `w` is a float32 Constant with bytes, of rank 2 `[K, N]`,
-whose `K * N` values fill whole blocks (and, for the ternary scheme, are all -1/0/+1; for
-others, all finite). It becomes `DequantMatMul(scheme, n=N)` over a U8 Constant holding
+whose rows of K values are whole blocks, so no block straddles two rows (and, for the
+ternary scheme, are all -1/0/+1; for others, all finite). It becomes
+`DequantMatMul(scheme, n=N)` over a U8 Constant holding
 the GGUF block stream of `w.T` (the "BT" `[N, K]` layout); the MatMul's name moves to the
 DequantMatMul. Rank-1 and batched (rank > 2) weights are never packed: the seed packed
 batched weights untransposed, an inconsistent layout (inventory 9.6).
@@ -43,7 +44,7 @@ class SkipReason(str, enum.Enum):
     STRIPPED = "weight constant has no bytes (stripped)"
     NOT_F32 = "weight is not float32"
     RANK = "weight rank is not 2 (vectors and batched weights are not packed)"
-    BLOCK = "weight element count is not a positive multiple of the block size"
+    BLOCK = "weight rows (K) are not whole blocks (packed rows would be misaligned)"
     NOT_TERNARY = "weight is not exactly ternary"
     NOT_FINITE = "weight holds inf or NaN"
 
@@ -75,7 +76,7 @@ def _skip_reason(weight: Node, block_size: int, require_ternary: bool) -> SkipRe
         return SkipReason.STRIPPED
     if values.ndim != 2:
         return SkipReason.RANK
-    if values.size == 0 or values.size % block_size:
+    if values.size == 0 or values.shape[0] % block_size:
         return SkipReason.BLOCK
     if require_ternary:
         return None if is_ternary(values) else SkipReason.NOT_TERNARY

@@ -25,7 +25,7 @@ from rlx.ir.ops.sources import Constant, Input
 from rlx.ir.rewrite import Rewriter
 
 __all__ = [
-    "HOIST_MIN_BYTES", "captured_inputs", "hoist_subgraph_weights", "in_subgraphs",
+    "HOIST_MIN_BYTES", "capture_offsets", "captured_inputs", "hoist_subgraph_weights", "in_subgraphs",
     "sink_constant_captures",
 ]
 
@@ -47,6 +47,9 @@ def _capture_offsets(op: Op) -> tuple[int, int] | None:
         first = 2 + op.n_carried  # [max_trip, cond, *carried, *captured] -> body, same slots
         return first, first
     return None
+
+
+capture_offsets = _capture_offsets  # public name: the weight-encoding pass follows captures
 
 
 def captured_inputs(node: Node) -> tuple[int, ...]:

@@ -17,6 +17,7 @@ from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.linalg import DequantMatMul, MatMul
 from rlx.ir.ops.nn import Conv, ConvTranspose
+from rlx.ir.ops.packed import PACKED_ENCODINGS, DecodeWeight, DequantGather
 from rlx.ir.ops.sources import Constant
 from rlx.ir.shape import Dim
 from rlx.passes.subgraphs import captured_inputs
@@ -27,6 +28,9 @@ log = logging.getLogger(__name__)
 
 WEIGHT_CONSUMERS = (MatMul, DequantMatMul, Conv, ConvTranspose)
 """Ops whose input 1 is a weight."""
+
+STORED_WEIGHT_READERS = (DecodeWeight, DequantGather)
+"""Ops whose input 0 is a weight stored as padded rows (rlx.ir.ops.packed)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,8 @@ def unfold_weights(graph: Graph) -> list[WeightRow]:
     for node in graph.nodes():
         if isinstance(node.op, WEIGHT_CONSUMERS):
             weights = node.inputs[1:2]
+        elif isinstance(node.op, STORED_WEIGHT_READERS):
+            weights = node.inputs[:1]
         else:
             weights = captured_inputs(node)
         for weight in map(graph.node, weights):
@@ -66,6 +72,8 @@ def unfold_weights(graph: Graph) -> list[WeightRow]:
             seen.add(weight.id)
             if isinstance(node.op, DequantMatMul):
                 rows.append(_packed_row(graph, node, weight))
+            elif isinstance(node.op, STORED_WEIGHT_READERS):
+                rows.append(_stored_row(node, weight))
             else:
                 rows.append(_dense_row(weight))
             log.debug("unfold: %s", rows[-1])
@@ -91,3 +99,26 @@ def _packed_row(graph: Graph, matmul: Node, weight: Node) -> WeightRow:
     aligned = isinstance(k, int) and k % scheme.block_size == 0
     return WeightRow(weight.name, weight.id, (k, n), matmul.shape.dtype, scheme.label, "bt_nk",
                      aligned, f"packed {scheme} (BT [N, K] = [{n}, {k}])")
+
+
+def _stored_row(reader: Node, weight: Node) -> WeightRow:
+    """A weight stored as padded rows: the table shape is the tensor's (layout
+    `padded_rows`), or when padding was added the stored `[rows, padded L]` matrix, which is
+    what the bytes hold (readers check a row's bytes against its shape); the note says
+    both."""
+    op = reader.op
+    shape: tuple[int, ...]
+    if isinstance(op, DequantGather):
+        rows, length, shape, what = op.vocab, op.dim, (op.vocab, op.dim), "gather table"
+        perm = ""
+    else:
+        assert isinstance(op, DecodeWeight)
+        rows, length, shape, what = op.rows, op.row_length, op.shape, "tensor"
+        perm = f", stored transposed {list(op.perm)}" if op.perm else ""
+    block = PACKED_ENCODINGS[op.encoding][0]
+    padded = -(-length // block) * block
+    pad = f" padded to {padded}" if padded != length else ""
+    table_shape = tuple(shape) if padded == length else (rows, padded)
+    return WeightRow(weight.name, weight.id, table_shape, DType.F32, op.encoding,
+                     "padded_rows", True, f"packed {op.encoding}: {what} {list(shape)} as "
+                                          f"{rows} rows of {length}{pad}{perm}")

@@ -32,3 +32,6 @@ class WeightBundle:
     source: str = ""
     verdict: F32FirstVerdict | None = None
     info: WeightSourceInfo | None = None
+    # names of matrices stored `[N, K]` (GGUF orientation): a dense one bound to a MatMul's
+    # `[K, N]` weight is transposed, as the packed path reads the same bytes as BT
+    bt: frozenset[str] = frozenset()

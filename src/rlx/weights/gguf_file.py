@@ -10,7 +10,9 @@ Shapes: GGUF lists a tensor's dims fastest-first (`ne[0]` is the contiguous axis
 numpy shape rlx gives is `reversed(ne)` - the same as `GGUFReader`'s own arrays and as the
 PyTorch weight a converter started from. A linear layer stored as `ne = [K, N]` is the numpy
 matrix `[N, K]`: each of its N rows holds K values, cut into blocks along K - the
-"BT [N, K]" layout `DequantMatMul` consumes.
+"BT [N, K]" layout `DequantMatMul` consumes. Every matrix is listed in `SourceTensors.bt`,
+so the bake binds a dense (or decoded) one to a MatMul's `[K, N]` weight transposed, as
+the packed path uses the same bytes.
 
 Plain tensors (F32, F16, BF16, F64, I8..I64) become dense arrays in their own dtype, as
 read-only views of the map. Block-quantized ones become `LoadedWeight`s with the encoding
@@ -202,7 +204,9 @@ def read_gguf(path: Path) -> SourceTensors:
         raise WeightError(f"corrupt GGUF file {path}: {err}") from None
     source = SourceTensors()
     for info in infos:
-        raw = data[start + info.offset:start + info.offset + info.nbytes]
+        if len(info.shape) == 2:
+            source.bt.add(info.name)
+        raw = data[start + info.offset:start + info.offset + info.nbytes].view(np.ndarray)
         dtype = _DENSE.get(info.qtype)
         if dtype is None:
             encoding = _PREFIX + info.qtype.name.lower()

@@ -67,7 +67,7 @@ def load_weights(path: str | os.PathLike[str],
     log.info("f32-first %s", verdict)
     tensors, packed = _resolve(source, verdict, path)
     log.info("loaded %d dense + %d packed tensors from %s", len(tensors), len(packed), path)
-    return WeightBundle(tensors, packed, str(path), verdict, info)
+    return WeightBundle(tensors, packed, str(path), verdict, info, frozenset(source.bt))
 
 
 def _load_mlx(folder: Path, quant: dict, policy: WeightLoadPolicy, opts: Any) -> WeightBundle:
@@ -123,6 +123,7 @@ def _read_dir(path: Path) -> SourceTensors:
             origin[name] = file
         merged.dense.update(part.dense)
         merged.packs.extend(part.packs)
+        merged.bt.update(part.bt)
     return merged
 
 

@@ -28,6 +28,8 @@ class SourceTensors:
 
     dense: dict[str, np.ndarray] = field(default_factory=dict)
     packs: list[LoadedWeight] = field(default_factory=list)
+    # matrices stored [N, K] (GGUF's linear-layer orientation, "BT"), dense or packed
+    bt: set[str] = field(default_factory=set)
 
     @property
     def has_native_half(self) -> bool:

@@ -1,0 +1,162 @@
+"""The accuracy guard of the lossy encodings: measured on calibration feeds, not guessed.
+
+The bake hands over the graph as it is without lossy encodings (the exact graph) and the
+encodings proposed for it. The guard runs the exact graph and encoded graphs with the numpy
+runtime on every calibration feed and compares every output (cosine, and max abs error):
+
+1. each proposed tensor alone (its measured contribution, reported for every tensor);
+2. all of them together; while a target is missed, the tensor with the largest measured
+   contribution (relative to the targets) is kept at full precision and the rest measured
+   again.
+
+Why greedy by single contributions: the errors are small perturbations, so to first order
+their effects on the outputs add up; dropping the largest contributor is the steepest step
+toward the target, and re-measuring after every step checks the real combined effect, so
+the result never relies on the additivity it assumes. It costs one run per tensor plus one
+per tensor kept (an exhaustive search is exponential).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from rlx.ir.graph import Graph
+from rlx.passes.weight_encoding import WeightChoice, apply_weight_encodings
+from rlx.runtime import Session
+
+__all__ = ["OutputAccuracy", "TensorAccuracy", "AccuracyReport", "guard_encodings",
+           "compare_outputs", "DEFAULT_MIN_COSINE"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MIN_COSINE = 0.9995
+Feeds = Mapping[str, np.ndarray]
+
+
+@dataclass
+class OutputAccuracy:
+    """One output: worst cosine and largest abs error over the calibration feeds."""
+
+    name: str
+    cosine: float
+    max_abs: float
+
+
+@dataclass
+class TensorAccuracy:
+    name: str
+    role: str
+    encoding: str
+    f32_bytes: int
+    packed_bytes: int
+    rel_error: float  # the tensor's own ||w - decoded|| / ||w||
+    cosine: float | None = None  # worst output cosine with only this tensor encoded
+    max_abs: float | None = None  # largest output abs error with only this tensor encoded
+    kept: bool = False  # kept at full precision by the guard
+    reason: str = ""
+
+
+@dataclass
+class AccuracyReport:
+    """What the guard measured; `checked` is False when there was no calibration data."""
+
+    checked: bool = False
+    samples: int = 0
+    min_cosine: float | None = None
+    max_abs_error: float | None = None
+    met: bool | None = None
+    proposed: list[OutputAccuracy] = field(default_factory=list)  # everything encoded
+    final: list[OutputAccuracy] = field(default_factory=list)  # after the guard
+    tensors: list[TensorAccuracy] = field(default_factory=list)
+    runs: int = 0
+
+
+def compare_outputs(names: Sequence[str], refs: Sequence[Sequence[np.ndarray]],
+                    outs: Sequence[Sequence[np.ndarray]]) -> list[OutputAccuracy]:
+    """Per output: min cosine and max abs error over the feeds (refs[i][j]: feed i, out j)."""
+    result = []
+    for j, name in enumerate(names):
+        cosines, errors = [], []
+        for ref, out in zip(refs, outs, strict=True):
+            a = np.asarray(ref[j], np.float64).ravel()
+            b = np.asarray(out[j], np.float64).ravel()
+            cosines.append(cosine(a, b))
+            errors.append(float(np.max(np.abs(a - b))) if a.size else 0.0)
+        result.append(OutputAccuracy(name, min(cosines), max(errors)))
+    return result
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine similarity; 1 for two all-zero vectors (identical), 0 when one is zero, NaN
+    results (NaN outputs) count as 0."""
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0 and nb == 0:
+        return 1.0
+    if na == 0 or nb == 0:
+        return 0.0
+    value = float(a @ b / (na * nb))
+    return value if np.isfinite(value) else 0.0
+
+
+class _Runner:
+    def __init__(self, graph: Graph, feeds: Sequence[Feeds]):
+        self.graph, self.feeds = graph, list(feeds)
+        compiled = Session().compile(graph)
+        self.names = compiled.output_names
+        self.refs = [compiled.run(f) for f in self.feeds]
+        self.runs = 1
+
+    def measure(self, choices: Sequence[WeightChoice]) -> list[OutputAccuracy]:
+        encoded, _ = apply_weight_encodings(self.graph, list(choices))
+        compiled = Session().compile(encoded)
+        self.runs += 1
+        return compare_outputs(self.names, self.refs, [compiled.run(f) for f in self.feeds])
+
+
+def _misses(acc: list[OutputAccuracy], min_cosine: float, max_abs: float | None) -> float:
+    """How far past the targets the worst output is (<= 1 when every target holds)."""
+    worst = max((1 - a.cosine) / max(1 - min_cosine, 1e-12) for a in acc)
+    if max_abs is not None:
+        worst = max(worst, max(a.max_abs / max(max_abs, 1e-30) for a in acc))
+    return worst
+
+
+def guard_encodings(graph: Graph, choices: Sequence[WeightChoice], feeds: Sequence[Feeds],
+                    min_cosine: float | None = None, max_abs_error: float | None = None
+                    ) -> tuple[list[WeightChoice], AccuracyReport]:
+    """The choices that keep every output within the targets on `feeds`, and the report."""
+    min_cos = DEFAULT_MIN_COSINE if min_cosine is None else float(min_cosine)
+    report = AccuracyReport(True, len(feeds), min_cos, max_abs_error)
+    runner = _Runner(graph, feeds)
+    rows = {c.node_id: TensorAccuracy(c.name, str(c.role), c.encoding, c.f32_bytes,
+                                      c.packed_bytes, c.rel_error) for c in choices}
+    score: dict[int, float] = {}
+    for c in choices:
+        alone = runner.measure([c])
+        row = rows[c.node_id]
+        row.cosine = min(a.cosine for a in alone)
+        row.max_abs = max(a.max_abs for a in alone)
+        score[c.node_id] = _misses(alone, min_cos, max_abs_error)
+    kept = list(choices)
+    acc = runner.measure(kept)
+    report.proposed = acc
+    while kept and _misses(acc, min_cos, max_abs_error) > 1:
+        worst = max(kept, key=lambda c: (score[c.node_id], c.node_id))
+        kept.remove(worst)
+        row = rows[worst.node_id]
+        row.kept = True
+        row.reason = (f"most sensitive left (alone: cosine {row.cosine:.6f}, max abs "
+                      f"{row.max_abs:.3g}); with it encoded the worst output cosine was "
+                      f"{min(a.cosine for a in acc):.6f}")
+        log.info("guard: %s kept at f32: %s", worst.name, row.reason)
+        acc = runner.measure(kept) if kept else [
+            type(a)(a.name, 1.0, 0.0) for a in acc]
+    report.final = acc
+    report.met = _misses(acc, min_cos, max_abs_error) <= 1
+    report.tensors = [rows[c.node_id] for c in choices]
+    report.runs = runner.runs
+    return kept, report

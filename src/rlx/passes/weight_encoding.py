@@ -1,0 +1,308 @@
+"""Encode weights for size: every large float32 constant, by the role its readers give it.
+
+`plan_weight_encodings` proposes one `WeightChoice` per weight constant; the bake (and its
+accuracy guard, which drops the choices that cost too much accuracy) passes the ones it
+keeps to `apply_weight_encodings`. The roles, by what reads the constant:
+
+- MatMul right operand `[K, N]` with K a whole number of blocks: `DequantMatMul` over the
+  GGUF stream of W^T (the "BT [N, K]" layout, blocks along K);
+- Gather (axis 0) of a `[V, D]` table: `DequantGather` over V padded rows (embeddings);
+- Conv `[Co, Ci/g, kH, kW]`: Co rows of Ci/g x kH x kW (the reduction axis);
+- ConvTranspose `[Ci, Co/g, kH, kW]`: stored transposed `[Co/g, Ci, kH, kW]`, rows along
+  its reduction axis;
+- MatMul right operand that DequantMatMul cannot take (K not whole blocks, batched):
+  stored transposed, rows along K; left operand `[.., M, K]`: rows along K;
+- LSTM / GRU / RNN W and R `[dirs, gates x H, I]`: rows along I;
+- anything else: f16 only (blocks along no meaningful axis would be arbitrary).
+
+All but the first two become `DecodeWeight` over the packed constant (decoded once at run
+time, consumers unchanged). A row length that is not whole blocks is padded in the stored
+layout, never straddled. Q8_0 is proposed only when it is smaller than f16 (a 3x3
+depthwise row of 9 values padded to 32 is not); f16 only when it holds the values (no
+overflow, relative error <= `F16_MAX_REL_ERROR`). Exactly ternary weights (-1/0/+1) are
+proposed as TQ2_0, which is lossless; `lossless=True` proposes only those.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlx.codecs import decode_rows, encode_rows, is_ternary, quantize_q8_0, quantize_tq2_0
+from rlx.ir.dtype import DType
+from rlx.ir.graph import Graph, Node
+from rlx.ir.ops.control import GRU, LSTM, RNN
+from rlx.ir.ops.linalg import DequantMatMul, MatMul, QuantScheme
+from rlx.ir.ops.nn import Conv, ConvTranspose
+from rlx.ir.ops.packed import DecodeWeight, DequantGather, padded_row_bytes
+from rlx.ir.ops.shaping import Gather
+from rlx.ir.ops.sources import Constant
+from rlx.ir.rewrite import Rewriter, constant_value
+from rlx.ir.shape import Shape
+from rlx.passes.subgraphs import capture_offsets
+
+__all__ = ["WeightRole", "WeightChoice", "plan_weight_encodings", "apply_weight_encodings",
+           "MIN_ELEMENTS", "F16_MAX_REL_ERROR", "Q8_0", "TQ2_0", "F16"]
+
+log = logging.getLogger(__name__)
+
+Q8_0, TQ2_0, F16 = QuantScheme.GGUF_Q8_0.label, QuantScheme.GGUF_TQ2_0.label, "f16"
+
+MIN_ELEMENTS = 256
+"""Constants smaller than this stay as they are (biases, norms: bytes too few to matter)."""
+
+F16_MAX_REL_ERROR = 1e-3
+"""f16 is proposed when ||w - f16(w)|| / ||w|| is at most this (f16 keeps ~4.9e-4)."""
+
+
+class WeightRole(str, enum.Enum):
+    MATMUL = "matmul weight"
+    GATHER = "gather table"
+    CONV = "conv weight"
+    CONV_TRANSPOSE = "conv-transpose weight"
+    MATMUL_DECODED = "matmul weight (decoded)"
+    MATMUL_LEFT = "matmul left operand"
+    RECURRENT = "recurrent weight"
+    OTHER = "other constant"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_LINEAR = {WeightRole.MATMUL, WeightRole.GATHER, WeightRole.CONV, WeightRole.CONV_TRANSPOSE,
+           WeightRole.MATMUL_DECODED, WeightRole.MATMUL_LEFT, WeightRole.RECURRENT}
+
+
+@dataclass(frozen=True)
+class WeightChoice:
+    """How one weight constant (`node_id` in the planned graph) is to be stored.
+
+    `rows` x `row_length` is the stored matrix (after `perm`); `packed_bytes` its encoded
+    size; `rel_error` the tensor's own ||w - decoded|| / ||w||.
+    """
+
+    node_id: int
+    name: str
+    role: WeightRole
+    encoding: str
+    shape: tuple[int, ...]
+    rows: int
+    perm: tuple[int, ...]
+    f32_bytes: int
+    packed_bytes: int
+    rel_error: float
+
+    @property
+    def row_length(self) -> int:
+        return int(np.prod(self.shape)) // self.rows
+
+    @property
+    def saved_bytes(self) -> int:
+        return self.f32_bytes - self.packed_bytes
+
+
+def plan_weight_encodings(graph: Graph, lossless: bool = False, ternary: bool = True,
+                          min_elements: int = MIN_ELEMENTS
+                          ) -> tuple[list[WeightChoice], Counter]:
+    """(choices, reasons -> count of large f32 constants left as they are). `ternary=False`
+    never proposes TQ2_0 (ternary weights are then treated like any other)."""
+    users = graph.users()
+    choices: list[WeightChoice] = []
+    skipped: Counter = Counter()
+    for node in graph.nodes():
+        if not isinstance(node.op, Constant) or node.shape.dtype is not DType.F32:
+            continue
+        values = constant_value(node)
+        if values is None or values.size < min_elements or not users[node.id]:
+            continue
+        if node.id in graph.outputs:
+            skipped["a graph output"] += 1
+            continue
+        if not np.isfinite(values).all():
+            skipped["holds inf or NaN"] += 1
+            continue
+        role, rows, perm = _role(graph, node, values.shape, users[node.id])
+        choice, reason = _choose(node, values, role, rows, perm, lossless, ternary)
+        if choice is None:
+            if reason:
+                skipped[reason] += 1
+            continue
+        choices.append(choice)
+        log.debug("weight encoding: %s (%s) -> %s, %d -> %d bytes, rel err %.2g", node.label,
+                  role, choice.encoding, choice.f32_bytes, choice.packed_bytes, choice.rel_error)
+    return choices, skipped
+
+
+def _role(graph: Graph, weight: Node, shape: tuple[int, ...], readers: list[int]
+          ) -> tuple[WeightRole, int, tuple[int, ...]]:
+    """The role every reader agrees on, with the stored rows and perm; OTHER if they differ."""
+    dims = tuple(int(d) for d in shape)
+    numel = int(np.prod(dims))
+    found = {role for r in readers for role in _reader_roles(graph, graph.node(r), weight.id,
+                                                             len(dims))}
+    if len(found) != 1:
+        return WeightRole.OTHER, 1, ()
+    role = found.pop()
+    if role is WeightRole.CONV:
+        return role, dims[0], ()
+    if role is WeightRole.CONV_TRANSPOSE:
+        return role, dims[1], (1, 0, *range(2, len(dims)))
+    if role in (WeightRole.MATMUL, WeightRole.MATMUL_DECODED):
+        perm = (*range(len(dims) - 2), len(dims) - 1, len(dims) - 2)
+        return role, numel // dims[-2], perm
+    if role is WeightRole.GATHER:
+        return role, dims[0], ()
+    if role in (WeightRole.MATMUL_LEFT, WeightRole.RECURRENT):
+        return role, numel // dims[-1], ()
+    return WeightRole.OTHER, 1, ()
+
+
+def _reader_roles(graph: Graph, reader: Node, weight: int, rank: int) -> set[WeightRole]:
+    """The roles `reader` gives `weight`; through control flow, those its subgraphs' readers
+    of the captured value give it. Captured weights can only be decoded before the If/Loop
+    (its subgraph readers stay as they are), so MATMUL reads as MATMUL_DECODED there."""
+    offsets = capture_offsets(reader.op)
+    if offsets is None:
+        return {_reader_role(reader, weight, rank)}
+    first, sub_first = offsets
+    slots = [i for i, x in enumerate(reader.inputs) if x == weight]
+    if any(s < first for s in slots):
+        return {WeightRole.OTHER}  # read as a condition, a trip count or a carried value
+    roles: set[WeightRole] = set()
+    for sub in reader.op.subgraphs():
+        inputs = sub.inputs()
+        users = sub.users()
+        for slot in slots:
+            inner = inputs[slot - first + sub_first]
+            found = {r for u in users[inner.id]
+                     for r in _reader_roles(sub, sub.node(u), inner.id, rank)}
+            roles |= found
+    roles = {WeightRole.MATMUL_DECODED if r is WeightRole.MATMUL else
+             WeightRole.OTHER if r is WeightRole.GATHER else r for r in roles}
+    return roles or {WeightRole.OTHER}
+
+
+def _reader_role(reader: Node, weight: int, rank: int) -> WeightRole:
+    op, inputs = reader.op, reader.inputs
+    slots = [i for i, x in enumerate(inputs) if x == weight]
+    if len(slots) != 1:
+        return WeightRole.OTHER
+    slot = slots[0]
+    if isinstance(op, MatMul) and rank >= 2:
+        if slot == 1:
+            return WeightRole.MATMUL if rank == 2 else WeightRole.MATMUL_DECODED
+        return WeightRole.MATMUL_LEFT
+    if isinstance(op, Conv) and slot == 1 and rank >= 3:
+        return WeightRole.CONV
+    if isinstance(op, ConvTranspose) and slot == 1 and rank >= 3:
+        return WeightRole.CONV_TRANSPOSE
+    if isinstance(op, Gather) and slot == 0 and rank == 2 and op.axis in (0, -2):
+        return WeightRole.GATHER
+    if isinstance(op, (LSTM, GRU, RNN)) and slot in (1, 2) and rank == 3:
+        return WeightRole.RECURRENT
+    return WeightRole.OTHER
+
+
+def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
+            perm: tuple[int, ...], lossless: bool,
+            ternary: bool) -> tuple[WeightChoice | None, str | None]:
+    shape = tuple(int(d) for d in values.shape)
+    length = values.size // rows
+    if role is WeightRole.MATMUL and shape[0] % QuantScheme.GGUF_Q8_0.block_size:
+        role = WeightRole.MATMUL_DECODED  # K rows not whole blocks: padded rows instead
+    stored = values.transpose(perm) if perm else values
+    matrix = np.ascontiguousarray(stored, np.float32).reshape(rows, length)
+    candidates = []
+    if ternary and role in _LINEAR and is_ternary(values):
+        candidates.append(TQ2_0)
+    elif not lossless:
+        if role in _LINEAR:
+            candidates.append(Q8_0)
+        candidates.append(F16)
+    if not candidates:
+        return None, None
+    f16_bytes = values.size * 2
+    for encoding in candidates:
+        if role is WeightRole.MATMUL and encoding == TQ2_0 and \
+                shape[0] % QuantScheme.GGUF_TQ2_0.block_size:
+            role = WeightRole.MATMUL_DECODED
+        if encoding == TQ2_0 and rows > 1 and rows * padded_row_bytes(encoding, length) > \
+                padded_row_bytes(encoding, values.size):
+            # exact whatever the blocking (ternary blocks decode to exactly -1/0/+1), so
+            # one row of the whole tensor saves the per-row padding
+            rows, perm, length = 1, (), values.size
+            matrix = np.ascontiguousarray(values, np.float32).reshape(1, -1)
+        nbytes = rows * padded_row_bytes(encoding, length)
+        if encoding != F16 and nbytes >= f16_bytes and not (encoding == TQ2_0 and lossless):
+            continue  # padding made it no smaller than f16
+        if encoding == F16 and np.abs(values).max() > float(np.finfo(np.float16).max):
+            return None, "f16 would overflow"
+        error = _rel_error(matrix, encoding)
+        if encoding == F16 and error > F16_MAX_REL_ERROR:
+            return None, f"f16 relative error above {F16_MAX_REL_ERROR:g}"
+        if encoding == F16 and role not in (WeightRole.OTHER, WeightRole.GATHER):
+            role, rows, perm = WeightRole.OTHER, 1, ()  # plain floats: no rows to keep
+        return WeightChoice(node.id, node.name or node.label, role, encoding, shape, rows, perm,
+                            values.nbytes, nbytes, error), None
+    return None, None
+
+
+def _rel_error(matrix: np.ndarray, encoding: str) -> float:
+    rows, length = matrix.shape
+    decoded = decode_rows(encoding, encode_rows(encoding, matrix), rows, length)
+    norm = float(np.linalg.norm(matrix))
+    return float(np.linalg.norm(decoded - matrix)) / norm if norm else 0.0
+
+
+def apply_weight_encodings(graph: Graph, choices: list[WeightChoice]) -> tuple[Graph, int]:
+    """The graph with each chosen constant stored encoded; (graph, constants encoded)."""
+    by_id = {c.node_id: c for c in choices}
+    if not by_id:
+        return graph, 0
+    rw = Rewriter(graph)
+    packed: dict[int, int] = {}  # weight id -> new id of its packed constant
+    for node in graph.nodes():
+        choice = by_id.get(node.id)
+        if choice is not None:
+            packed[node.id] = _emit(rw, node, choice)
+            continue
+        readers = [i for i in node.inputs if i in packed and
+                   by_id[i].role in (WeightRole.MATMUL, WeightRole.GATHER)]
+        if not readers:
+            rw.copy(node)
+            continue
+        weight = readers[0]
+        choice = by_id[weight]
+        if choice.role is WeightRole.MATMUL:
+            scheme = QuantScheme.parse(choice.encoding)
+            rw.substitute(node, DequantMatMul(scheme, choice.shape[1]),
+                          (rw.id(node.inputs[0]), packed[weight]), node.shape)
+        else:
+            rw.substitute(node, DequantGather(choice.encoding, *choice.shape),
+                          (packed[weight], rw.id(node.inputs[1])), node.shape)
+    log.info("weight encoding %r: %d constant(s) encoded", graph.name, len(packed))
+    return rw.finish(), len(packed)
+
+
+def _emit(rw: Rewriter, node: Node, choice: WeightChoice) -> int:
+    values = constant_value(node)
+    assert values is not None
+    if choice.role is WeightRole.MATMUL:
+        quantize = quantize_q8_0 if choice.encoding == Q8_0 else quantize_tq2_0
+        stream = quantize(np.ascontiguousarray(values.T))
+    else:
+        stored = values.transpose(choice.perm) if choice.perm else values
+        matrix = np.ascontiguousarray(stored, np.float32).reshape(choice.rows, -1)
+        stream = encode_rows(choice.encoding, matrix)
+    packed = rw.emit_constant(stream, node.name)
+    if choice.role in (WeightRole.MATMUL, WeightRole.GATHER):
+        rw.drop(node.id)
+        return packed
+    op = DecodeWeight(choice.encoding, choice.shape, choice.rows, choice.perm)
+    decoded = rw.emit(op, (packed,), Shape(choice.shape, DType.F32))
+    rw.replace(node.id, decoded)
+    return packed

@@ -1,0 +1,112 @@
+"""The accuracy guard: measured on calibration feeds with the numpy runtime.
+
+A two-layer model whose first weight has a few huge outliers per block (Q8_0's one scale
+per 32 values then crushes the small values of those blocks) and whose second weight is
+benign. Cosines are recomputed here in float64 from a plain numpy forward pass."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from rlx import BakeOptions, bake
+from rlx.baking.pipeline import UNCHECKED
+from rlx.ir import Graph, Shape
+from rlx.runtime import Session
+
+K, H, N = 64, 64, 16
+
+
+def _model(rng):
+    g = Graph("two_layers")
+    x = g.input("x", Shape([8, K]))
+    w1 = g.param("w1", Shape([K, H]))
+    w2 = g.param("w2", Shape([H, N]))
+    g.set_outputs([g.matmul(g.matmul(x, w1), w2)])
+    w1v = rng.standard_normal((K, H)).astype(np.float32) * 0.01
+    w1v[::32] = 2.0  # one outlier per block of 32 along K: the rest get ~1 bit in Q8_0
+    w2v = rng.standard_normal((H, N)).astype(np.float32)
+    return g, {"w1": w1v, "w2": w2v}
+
+
+def _feeds(seed):
+    x = np.random.default_rng(seed).standard_normal((8, K)).astype(np.float32)
+    x[:, ::32] = 0  # the outliers' inputs are silent: only the crushed values matter
+    return {"x": x}
+
+
+def _cosine(a, b):
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def _run(file, feeds):
+    return Session().compile(file.into_runtime_graph()).run(feeds)[0]
+
+
+def test_guard_keeps_the_sensitive_weight_and_reports_why():
+    g, weights = _model(np.random.default_rng(0))
+    exact = lambda f: f["x"].astype(np.float64) @ weights["w1"] @ weights["w2"]  # noqa: E731
+    unguarded, _ = bake(g, weights, BakeOptions.from_profile("size"))
+    assert _cosine(_run(unguarded, _feeds(1)), exact(_feeds(1))) < 0.99  # Q8_0 hurts here
+    opts = BakeOptions.from_profile("size").replace(calibration=[_feeds(0)], min_cosine=0.9995)
+    file, report = bake(g, weights, opts)
+    acc = report.accuracy
+    assert acc.checked and acc.met and acc.samples == 1
+    rows = {t.name: t for t in acc.tensors}
+    assert rows["w1"].kept and "most sensitive" in rows["w1"].reason
+    assert not rows["w2"].kept and rows["w2"].cosine > 0.9995  # measured alone
+    assert rows["w1"].cosine < 0.99
+    assert file.weight("w1").encoding == "f32" and file.weight("w2").encoding == "gguf_q8_0"
+    for seed in (0, 5, 6):  # calibration and held-out inputs
+        assert _cosine(_run(file, _feeds(seed)), exact(_feeds(seed))) >= 0.9995
+    assert acc.final[0].cosine >= 0.9995 > acc.proposed[0].cosine
+
+
+def test_max_abs_error_target_is_held_too():
+    g, weights = _model(np.random.default_rng(0))
+    weights["w1"] = np.random.default_rng(3).standard_normal((K, H)).astype(np.float32)
+    opts = BakeOptions.from_profile("size").replace(calibration=[_feeds(0)],
+                                                    max_abs_error=1e-6, min_cosine=0.5)
+    file, report = bake(g, weights, opts)
+    assert report.accuracy.met and all(t.kept for t in report.accuracy.tensors)
+    want = _feeds(0)["x"].astype(np.float64) @ weights["w1"] @ weights["w2"]
+    assert np.max(np.abs(_run(file, _feeds(0)) - want)) < 1e-3  # f32 rounding only
+
+
+def test_without_calibration_the_size_profile_warns_once(caplog):
+    g, weights = _model(np.random.default_rng(0))
+    with caplog.at_level(logging.WARNING, logger="rlx"):
+        _, report = bake(g, weights, BakeOptions.from_profile("size"))
+    assert [r.getMessage() for r in caplog.records].count(UNCHECKED) == 1
+    assert not report.accuracy.checked and len(report.accuracy.tensors) == 2
+    with caplog.at_level(logging.WARNING, logger="rlx"):
+        caplog.clear()
+        bake(g, weights, BakeOptions.from_profile("exact"))
+    assert UNCHECKED not in [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.parametrize("argv_extra, code", [((), 0), (("--max-abs-error", "1e-9"), 0)])
+def test_cli_calibrate(tmp_path, argv_extra, code):
+    from rlx.cli import main
+    from rlx.ir import graph_to_json
+
+    g, weights = _model(np.random.default_rng(0))
+    (tmp_path / "g.json").write_text(graph_to_json(g))
+    np.savez(tmp_path / "w.npz", **weights)
+    np.savez(tmp_path / "calib.npz", **_feeds(0))
+    out = tmp_path / "m.rlx"
+    argv = ["bake", str(tmp_path / "g.json"), "-w", str(tmp_path / "w.npz"), "-o", str(out),
+            "--profile", "size", "--calibrate", str(tmp_path / "calib.npz"), "--json",
+            *argv_extra]
+    assert main(argv) == code
+    assert main([*argv[:-len(argv_extra) or None], "--min-cosine", "0.9995"]) == 0
+
+
+def test_cli_min_cosine_needs_calibrate(tmp_path, capsys):
+    from rlx.cli import main
+
+    assert main(["bake", "x.onnx", "-o", str(tmp_path / "m.rlx"), "--min-cosine", "0.9"]) != 0
+    assert "--calibrate" in capsys.readouterr().err

@@ -1,0 +1,234 @@
+"""The size profile on synthetic ONNX models, one weight-reading op each.
+
+Oracle: onnxruntime on the same model whose weight is replaced by what the `gguf` package
+decodes from its own quantisation of that weight, cut into the rows the rule describes
+(Conv: one row per output channel over C_in/group x kH x kW, zero-padded to whole blocks;
+ConvTranspose: the same after swapping its two channel axes; Gemm/MatMul: rows along K;
+Gather: one row per table entry; LSTM: rows along the input axis). rlx must compute the same
+numbers up to float rounding, and store the weight in the encoding the rule says.
+"""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from gguf.quants import dequantize, quantize
+from onnx import TensorProto, helper, numpy_helper
+
+from rlx import BakeOptions, bake
+from rlx.frontends.onnx import import_onnx
+from rlx.ir import DecodeWeight, DequantGather, DequantMatMul
+from rlx.runtime import Session
+
+Q8 = gguf.GGMLQuantizationType.Q8_0
+RNG = np.random.default_rng(11)
+
+
+def _q8_rows(matrix: np.ndarray) -> np.ndarray:
+    """What gguf decodes from Q8_0 rows of `matrix` [R, L], each zero-padded to 32."""
+    rows, length = matrix.shape
+    pad = -length % 32
+    padded = np.pad(matrix.astype(np.float32), ((0, 0), (0, pad)))
+    return dequantize(quantize(padded, Q8), Q8)[:, :length]
+
+
+def _model(op: str, inputs: list[tuple[str, list, int]], weights: dict[str, np.ndarray],
+           out_shape: list, node_inputs: list[str], **attrs) -> onnx.ModelProto:
+    node = helper.make_node(op, node_inputs, ["y"], **attrs)
+    graph = helper.make_graph(
+        [node], "one_op",
+        [helper.make_tensor_value_info(n, t, s) for n, s, t in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _ort(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+def _with(model: onnx.ModelProto, name: str, value: np.ndarray) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for i, init in enumerate(out.graph.initializer):
+        if init.name == name:
+            out.graph.initializer[i].CopyFrom(numpy_helper.from_array(
+                value.astype(np.float32), name))
+    return out
+
+
+def _bake_and_run(model: onnx.ModelProto, feeds: dict, tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    graph, bindings = import_onnx(path)
+    file, report = bake(graph, bindings, BakeOptions.from_profile("size"))
+    (out,) = Session().compile(file.into_runtime_graph()).run(feeds)
+    return out, file, report
+
+
+def _conv_case(groups: int):
+    w = RNG.standard_normal((16, 8 // groups, 3, 3)).astype(np.float32)
+    model = _model("Conv", [("x", [1, 8, 9, 9], TensorProto.FLOAT)], {"w": w}, [1, 16, 9, 9],
+                   ["x", "w"], pads=[1, 1, 1, 1], group=groups)
+    decoded = _q8_rows(w.reshape(16, -1)).reshape(w.shape)
+    return model, {"x": RNG.standard_normal((1, 8, 9, 9)).astype(np.float32)}, "w", decoded
+
+
+def _conv_transpose_case():
+    w = RNG.standard_normal((8, 16, 3, 3)).astype(np.float32)  # [C_in, C_out, kH, kW]
+    model = _model("ConvTranspose", [("x", [1, 8, 5, 5], TensorProto.FLOAT)], {"w": w},
+                   [1, 16, 11, 11], ["x", "w"], strides=[2, 2])
+    swapped = w.transpose(1, 0, 2, 3)
+    decoded = _q8_rows(swapped.reshape(16, -1)).reshape(swapped.shape).transpose(1, 0, 2, 3)
+    return model, {"x": RNG.standard_normal((1, 8, 5, 5)).astype(np.float32)}, "w", decoded
+
+
+def _gemm_case():
+    b = RNG.standard_normal((40, 64)).astype(np.float32)  # transB: [N, K]
+    c = RNG.standard_normal((40,)).astype(np.float32)
+    model = _model("Gemm", [("x", [3, 64], TensorProto.FLOAT)], {"b": b, "c": c}, [3, 40],
+                   ["x", "b", "c"], transB=1, alpha=0.5, beta=2.0)
+    return model, {"x": RNG.standard_normal((3, 64)).astype(np.float32)}, "b", _q8_rows(b)
+
+
+def _matmul_left_case():
+    a = RNG.standard_normal((24, 48)).astype(np.float32)  # constant LEFT operand, K = 48
+    model = _model("MatMul", [("x", [48, 5], TensorProto.FLOAT)], {"a": a}, [24, 5],
+                   ["a", "x"])
+    return model, {"x": RNG.standard_normal((48, 5)).astype(np.float32)}, "a", _q8_rows(a)
+
+
+def _lstm_case():
+    hidden, inputs = 16, 40
+    w = RNG.standard_normal((1, 4 * hidden, inputs)).astype(np.float32) * 0.3
+    r = RNG.standard_normal((1, 4 * hidden, hidden)).astype(np.float32) * 0.3
+    node = helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=hidden)
+    graph = helper.make_graph(
+        [node], "lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 1, inputs])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 1, 1, hidden])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(r, "r")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    decoded = _q8_rows(w.reshape(-1, inputs)).reshape(w.shape)
+    # R's rows of H = 16 would be padded to 32 for Q8_0 (34 bytes): f16's 32 are fewer
+    model = _with(model, "r", r.astype(np.float16))
+    return model, {"x": RNG.standard_normal((5, 1, inputs)).astype(np.float32)}, "w", decoded
+
+
+@pytest.mark.parametrize("case, op_type", [
+    (lambda: _conv_case(1), DecodeWeight), (lambda: _conv_case(2), DecodeWeight),
+    (_conv_transpose_case, DecodeWeight), (_gemm_case, DequantMatMul),
+    (_matmul_left_case, DecodeWeight), (_lstm_case, DecodeWeight),
+], ids=["conv", "conv-groups", "conv-transpose", "gemm-transB", "matmul-left", "lstm"])
+def test_q8_0_weights_compute_what_onnxruntime_computes_on_the_decoded_weights(
+        case, op_type, tmp_path):
+    model, feeds, name, decoded = case()
+    out, file, report = _bake_and_run(model, feeds, tmp_path)
+    want = _ort(_with(model, name, decoded), feeds)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    assert any(isinstance(n.op, op_type) for n in file.graph.nodes())
+    assert report.optimize.encoded.get("gguf_q8_0", 0) >= 1
+    # (Gemm's weight is the folded Transpose(b), named after that node; LSTM's R is f16)
+    assert "gguf_q8_0" in {w.encoding for w in file.weights}
+
+
+def test_embedding_rows_are_gathered_then_decoded(tmp_path):
+    table = RNG.standard_normal((100, 48)).astype(np.float32)  # D = 48: padded to 64
+    model = _model("Gather", [("ids", [2, 3], TensorProto.INT64)], {"t": table}, [2, 3, 48],
+                   ["t", "ids"], axis=0)
+    feeds = {"ids": np.array([[0, 99, -1], [5, 5, -100]], np.int64)}
+    out, file, _ = _bake_and_run(model, feeds, tmp_path)
+    np.testing.assert_allclose(out, _ort(_with(model, "t", _q8_rows(table)), feeds),
+                               rtol=0, atol=1e-6)
+    (gather,) = [n for n in file.graph.nodes() if isinstance(n.op, DequantGather)]
+    row = file.weight("t")
+    assert row.encoding == "gguf_q8_0" and row.shape == (100, 64) and row.nbytes == 100 * 68
+
+
+def test_short_rows_go_f16_and_other_large_floats_too(tmp_path):
+    """A depthwise 3x3 row is 9 values: padded to a 32-value Q8_0 block it would take 34
+    bytes, more than f16's 18; an additive constant is no weight: f16 (when it holds)."""
+    w = RNG.standard_normal((64, 1, 3, 3)).astype(np.float32)
+    bias = RNG.standard_normal((1, 64, 6, 6)).astype(np.float32)
+    conv = helper.make_node("Conv", ["x", "w"], ["h"], group=64, pads=[1, 1, 1, 1])
+    add = helper.make_node("Add", ["h", "b"], ["y"])
+    graph = helper.make_graph(
+        [conv, add], "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 6, 6])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": RNG.standard_normal((1, 64, 6, 6)).astype(np.float32)}
+    out, file, _ = _bake_and_run(model, feeds, tmp_path)
+    half = _with(_with(model, "w", w.astype(np.float16)), "b", bias.astype(np.float16))
+    np.testing.assert_allclose(out, _ort(half, feeds), rtol=1e-5, atol=1e-5)
+    assert {file.weight("w").encoding, file.weight("b").encoding} == {"f16"}
+
+
+def test_decode_weight_decodes_once_across_runs(tmp_path, monkeypatch):
+    from rlx.kernels import packed as packed_kernels
+
+    model, feeds, _, _ = _conv_case(1)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    graph, bindings = import_onnx(path)
+    file, _ = bake(graph, bindings, BakeOptions.from_profile("size"))
+    calls = []
+    real = packed_kernels.decode_rows
+    monkeypatch.setattr(packed_kernels, "decode_rows",
+                        lambda *a: calls.append(1) or real(*a))
+    compiled = Session().compile(file.into_runtime_graph())
+    first = compiled.run(feeds)[0]
+    for _ in range(3):
+        np.testing.assert_array_equal(compiled.run(feeds)[0], first)
+    assert len(calls) == 1
+
+
+def test_weights_captured_by_control_flow_go_by_their_readers_inside(tmp_path):
+    """A Conv weight read inside both branches of an If (silero-vad's layout): the size
+    profile follows the capture to the Conv and stores it as Q8_0 rows, decoded before the
+    If; the branches are unchanged."""
+    w = RNG.standard_normal((16, 8, 3, 3)).astype(np.float32)
+
+    def branch(name: str, pads: list[int]) -> onnx.GraphProto:
+        conv = helper.make_node("Conv", ["x", "w"], [f"{name}_y"], pads=pads)
+        return helper.make_graph(
+            [conv], name, [],
+            [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, None)])
+
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch("then", [1, 1, 1, 1]),
+                            else_branch=branch("else", [0, 0, 0, 0]))
+    graph = helper.make_graph(
+        [node], "captured",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 9, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    decoded = _with(model, "w", _q8_rows(w.reshape(16, -1)).reshape(w.shape))
+    for cond in (True, False):
+        feeds = {"c": np.array(cond), "x": RNG.standard_normal((1, 8, 9, 9)).astype(np.float32)}
+        out, file, _ = _bake_and_run(model, feeds, tmp_path)
+        np.testing.assert_allclose(out, _ort(decoded, feeds), rtol=1e-4, atol=1e-4)
+    assert [w.encoding for w in file.weights] == ["gguf_q8_0"]
+    assert any(isinstance(n.op, DecodeWeight) for n in file.graph.nodes())
+
+
+def test_dequant_gather_refuses_an_index_past_the_table():
+    from rlx.codecs import encode_rows
+    from rlx.errors import KernelError
+    from rlx.ir import DType, Graph, Shape
+
+    table = RNG.standard_normal((10, 32)).astype(np.float32)
+    g = Graph("gather")
+    ids = g.input("ids", Shape([2], DType.I64))
+    packed = g.constant(encode_rows("gguf_q8_0", table), name="t")
+    g.set_outputs([g.add_node(DequantGather("gguf_q8_0", 10, 32), (packed, ids))])
+    compiled = Session().compile(g)
+    out = compiled.run({"ids": np.array([-10, 9])})[0]
+    np.testing.assert_array_equal(out, _q8_rows(table)[[0, 9]])
+    with pytest.raises(KernelError, match="index 10 is out of range for a table of 10 rows"):
+        compiled.run({"ids": np.array([1, 10])})
