@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +23,8 @@ from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.shape import Shape
 from rlx.ir.verify import verify
 from rlx.kernels import BUILDERS, KERNELS, has_kernel
+from rlx.runtime.reuse import into as _into
+from rlx.runtime.reuse import plan_reuse
 
 DEVICES = ("cpu",)
 
@@ -69,7 +72,12 @@ class CompiledGraph:
         self._steps = _plan(graph, steps, keep=set(graph.outputs) | set(self._constants))
         self.steps: tuple[Node, ...] = tuple(st.node for st in self._steps)
         """The nodes that run, in run order (Inputs and Constants are not steps)."""
-        self._loop = [(st.run, *_fetcher(st.inputs), st.node.id, st.frees)
+        self.reuses: dict[int, int] = plan_reuse(graph, self._steps)
+        """Node id -> the input position whose dying buffer that step writes its result
+        into (elementwise steps after a fresh producer, `plan_reuse`)."""
+        self._loop = [(_into(st.run, st.node, self.reuses[st.node.id])
+                       if st.node.id in self.reuses else st.run,
+                       *_fetcher(st.inputs), st.node.id, st.frees)
                       for st in self._steps]
 
     @staticmethod
