@@ -104,18 +104,23 @@ def _views(graph: Graph, steps: Sequence[Any]) -> dict[int, set[int]]:
 
 def into(run: Callable[..., Any], node: Node, k: int) -> Callable[..., Any]:
     """`run` with input `k`'s buffer as `out=` when it is a writable array of the output's
-    shape and dtype (else as before). One input: the shapes agree by construction; several:
-    the static output shape, or the inputs' broadcast shape where dims are symbolic."""
-    dims, dtype = node.shape.dims, node.shape.dtype.numpy
-    static = tuple(dims) if all(isinstance(d, int) for d in dims) else None
+    dtype (else as before). The planner matched its shape to the output's symbolically, so
+    sizes agree unless a dim is unknown ("?"): only then are shapes compared."""
+    dtype = node.shape.dtype.numpy
+    if "?" not in node.shape.dims:
+        def step(*args: Any) -> Any:
+            buf = args[k]
+            if type(buf) is np.ndarray and buf.dtype == dtype and buf.flags.writeable:
+                return run(*args, out=buf)
+            return run(*args)
 
-    def step(*args: Any) -> Any:
+        return step
+
+    def checked(*args: Any) -> Any:
         buf = args[k]
         if type(buf) is np.ndarray and buf.dtype == dtype and buf.flags.writeable and (
-                len(args) == 1 or buf.shape == (
-                    static if static is not None else np.broadcast_shapes(
-                        *(a.shape for a in args)))):
+                len(args) == 1 or buf.shape == np.broadcast_shapes(*(a.shape for a in args))):
             return run(*args, out=buf)
         return run(*args)
 
-    return step
+    return checked

@@ -116,17 +116,21 @@ class CompiledGraph:
     def _execute(self, values: dict[int, Any]) -> list[np.ndarray]:
         values.update(self._constants)
         timer = STEP_TIMER.get()
-        # the hot loop: plain tuples, no attribute lookups per step
-        for run, fetch, single, out, frees in self._loop if timer is None else timer.loop(self):
-            try:
-                values[out] = run(fetch(values)) if single else run(*fetch(values))
-            except RlxError:
-                raise
-            except Exception as err:
-                node = self.graph.node(out)
-                raise KernelError(f"while running {node.label}: {err}") from err
-            for i in frees:
-                del values[i]
+        # IEEE results (inf, NaN) are values here, not warnings: one context for the whole
+        # run, so the elementwise steps need none of their own (`kernels.elementwise.quiet`)
+        with np.errstate(all="ignore"):
+            # the hot loop: plain tuples, no attribute lookups per step
+            for run, fetch, single, out, frees in (self._loop if timer is None
+                                                   else timer.loop(self)):
+                try:
+                    values[out] = run(fetch(values)) if single else run(*fetch(values))
+                except RlxError:
+                    raise
+                except Exception as err:
+                    node = self.graph.node(out)
+                    raise KernelError(f"while running {node.label}: {err}") from err
+                for i in frees:
+                    del values[i]
         return [values[o] for o in self.graph.outputs]
 
     def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[int, np.ndarray]:
