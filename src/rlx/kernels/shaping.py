@@ -7,6 +7,7 @@ Expand, Split) return numpy views where numpy gives them; kernels never write th
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any, Callable
 
 import numpy as np
@@ -126,7 +127,7 @@ def build_split(node, compile):
     rank = node.shape[0].rank
     axis = normalize_axis(node.op.axis, rank)
     bounds = np.cumsum((0, *node.op.sizes)).tolist()
-    index = [(slice(None),) * axis + (slice(a, b),) for a, b in zip(bounds, bounds[1:])]
+    index = [(slice(None),) * axis + (slice(a, b),) for a, b in pairwise(bounds)]
     return lambda x: tuple(x[i] for i in index)
 
 
