@@ -10,7 +10,6 @@ gate equations.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
 import numpy as np
@@ -19,6 +18,7 @@ from rlx.errors import KernelError
 from rlx.ir.ops.control import (
     GRU, LSTM, RNN, RNN_ACTIVATIONS, Fail, If, Loop, RnnDirection, Scan,
 )
+from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape, normalize_axis
 from rlx.kernels.registry import builder, kernel
 

@@ -14,7 +14,6 @@ the range), then cast back; float64 stays float64.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -24,6 +23,7 @@ from rlx.ir.ops.nn import (
     LayerNorm, LogSoftmax, NearestMode, Pool, PoolKind, PRelu, Resize, ResizeMode, Softmax,
     Window,
 )
+from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import normalize_axis
 from rlx.kernels.registry import kernel, staged
 

@@ -11,7 +11,6 @@ import functools
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,6 +19,7 @@ from rlx.errors import GraphError, InputError, KernelError, RlxError, Unsupporte
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.sources import Constant, Input, Param
+from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape
 from rlx.ir.verify import verify
 from rlx.kernels import BUILDERS, KERNELS, has_kernel

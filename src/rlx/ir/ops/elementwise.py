@@ -7,12 +7,12 @@ the closed sets of kinds; `Unary`, `Binary`, `Compare`, `Logical` are the ops th
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op, expect_dtype
+from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape, broadcast_dims
 
 __all__ = [
