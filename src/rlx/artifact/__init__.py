@@ -19,7 +19,17 @@ from rlx.artifact.memory import (
 )
 from rlx.artifact.model import RlxFile, RlxIo, RlxMeta, RlxWeight
 from rlx.artifact.reader import parse_rlx, read_rlx
-from rlx.artifact.writer import write_rlx
+
+
+def __getattr__(name: str):
+    """`write_rlx` loads on first use: reading and running never write (the writer brings
+    `secrets`, `random` and the atomic-file helpers, ~15% of the import of a reader)."""
+    if name == "write_rlx":
+        from rlx.artifact.writer import write_rlx
+
+        globals()[name] = write_rlx
+        return write_rlx
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "MemoryMode", "MemoryStats", "RlxFile", "RlxIo", "RlxMeta", "RlxWeight",
