@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from rlx.kernels import parallel
+
 __all__ = ["BLOCK", "blockwise"]
 
 BLOCK = 32768
@@ -28,7 +30,9 @@ def blockwise(formula: Formula, x: np.ndarray, out: np.ndarray | None = None,
     """f(x) into `out` (a new array when None; `out` may be `x`) in blocks of `BLOCK`,
     with `scratch` temporary buffers of a block's size passed after `x`.
 
-    Non-contiguous arrays run as one block (a flat view would be a copy)."""
+    Non-contiguous arrays run as one block (a flat view would be a copy). Arrays of
+    `parallel.PARALLEL_MIN` elements or more are cut into one contiguous part per thread
+    the BLAS limit allows (`parallel.workers`)."""
     if out is None:
         out = np.empty(x.shape, x.dtype)
     n = x.size
@@ -36,9 +40,21 @@ def blockwise(formula: Formula, x: np.ndarray, out: np.ndarray | None = None,
         formula(out, x, *(np.empty(x.shape, x.dtype) for _ in range(scratch)))
         return out
     flat_x, flat_out = x.reshape(-1), out.reshape(-1)
-    buffers = [np.empty(BLOCK, x.dtype) for _ in range(scratch)]
+    threads = parallel.workers() if n >= parallel.PARALLEL_MIN else 1
+    if threads == 1:
+        _blocks(formula, flat_out, flat_x, scratch)
+        return out
+    per = -(-n // threads // BLOCK) * BLOCK  # whole blocks per part
+    parts = [(formula, flat_out[i:i + per], flat_x[i:i + per], scratch)
+             for i in range(0, n, per)]
+    parallel.run_parts(_blocks, parts)
+    return out
+
+
+def _blocks(formula: Formula, flat_out: np.ndarray, flat_x: np.ndarray, scratch: int) -> None:
+    n = flat_x.size
+    buffers = [np.empty(min(BLOCK, n), flat_x.dtype) for _ in range(scratch)]
     for start in range(0, n, BLOCK):
         stop = min(start + BLOCK, n)
         size = stop - start
         formula(flat_out[start:stop], flat_x[start:stop], *(b[:size] for b in buffers))
-    return out

@@ -116,12 +116,11 @@ def build_scan(node, compile):
 
 # -- recurrences ---------------------------------------------------------------------------
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    """(1 + tanh(x / 2)) / 2: the same function, without exp overflow, on one buffer."""
-    t = np.multiply(x, 0.5)
-    np.tanh(t, out=t)
-    t *= 0.5
-    t += 0.5
-    return t
+    """1 / (1 + exp(-x)) on one buffer (exp overflowing to inf gives the right 0)."""
+    t = np.negative(x)
+    np.exp(t, out=t)  # (runs inside the session's np.errstate)
+    t += 1
+    return np.reciprocal(t, out=t)
 
 
 Activation = Callable[[np.ndarray], np.ndarray]
