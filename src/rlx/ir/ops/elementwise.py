@@ -133,6 +133,14 @@ class Unary(Op):
 
     `alpha`/`beta` parameterise the kinds that take them (Elu, Selu, Celu, LeakyRelu,
     ThresholdedRelu, HardSigmoid: `alpha * x + beta`), with ONNX's defaults when None.
+
+    Kinds that `rlx.passes.fuse` makes out of op chains, as the ONNX ops they replace:
+    - `gelu`: `Mul(Mul(x, 0.5), Add(Erf(Div(x, sqrt 2)), 1))` (ONNX 20: `Gelu`);
+    - `gelu_approx`: `0.5 x (1 + Tanh(sqrt(2/pi) (x + 0.044715 x^3)))` (ONNX 20:
+      `Gelu(approximate="tanh")`);
+    - `silu`: `Mul(x, Sigmoid(x))`;
+    - `mish`: `Mul(x, Tanh(Softplus(x)))` (ONNX 18: `Mish`);
+    - `hard_swish`: `x * Clip(x + 3, 0, 6) / 6` (ONNX 14: `HardSwish`).
     """
 
     kind: Activation
