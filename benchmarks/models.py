@@ -16,7 +16,8 @@ import numpy as np
 
 from benchmarks.probes import MLP_SOURCE
 
-MODEL_NAMES = ("mlp", "minilm-l3", "ppocr-cls", "silero-vad")
+MODEL_NAMES = ("mlp", "minilm-l3", "ppocr-cls", "silero-vad", "nudenet-320n", "captcha-crnn",
+               "orientation-lcnet")  # the demo MLP and the six of MODELS.md
 QUANT_ROW = 256  # a multiple of both block sizes (Q8_0: 32, TQ2_0: 256)
 
 

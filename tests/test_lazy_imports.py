@@ -57,3 +57,43 @@ def test_every_name_means_one_thing():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.split() == ["True", "BakeOptions", "True", "True"]
+
+
+_READ_AND_COMPILE = """
+import dataclasses, sys
+import numpy
+counts = {"classes": 0}
+standard = dataclasses._process_class
+def counted(*args, **kwargs):
+    counts["classes"] += 1
+    return standard(*args, **kwargs)
+dataclasses._process_class = counted
+before = set(sys.modules)
+import rlx
+file = rlx.read_rlx(path)
+compiled = rlx.Session().compile(file.into_runtime_graph())
+compiled.run({n: numpy.zeros([d if isinstance(d, int) else 1 for d in s.dims], s.dtype.numpy)
+              for n, s in compiled.input_shapes.items()})
+print(counts["classes"], *sorted(set(sys.modules) - before))
+"""
+
+
+def test_reading_and_compiling_builds_few_classes_and_no_bake_modules(tmp_path):
+    """Deterministic stand-ins for the time to a compiled model: op types are records
+    (`rlx.ir.record`), not standard dataclasses (each one ~6 `exec` calls), and the read
+    -> compile -> run path imports no optimiser, pass, frontend or weight-loader module."""
+    from rlx import BakeOptions, BakeProfile, bake, write_rlx
+    from rlx.models import mlp_graph, mlp_weights
+
+    path = tmp_path / "mlp.rlx"
+    file, _ = bake(mlp_graph(), mlp_weights(), BakeOptions.from_profile(BakeProfile.EXACT))
+    write_rlx(path, file)
+    code = _READ_AND_COMPILE.replace("rlx.read_rlx(path)", f"rlx.read_rlx({str(path)!r})")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    classes, modules = int(out[0]), set(out[1:])
+    assert classes <= 16, classes  # the artifact and codec records; none for the ~70 ops
+    assert "rlx.runtime.session" in modules and "rlx.artifact.reader" in modules
+    banned = ("rlx.baking", "rlx.passes", "rlx.frontends", "rlx.weights", "onnx", "gguf",
+              "rlx.runtime.profile", "rlx.artifact.writer")
+    assert not {m for m in modules if m.startswith(banned)}, modules

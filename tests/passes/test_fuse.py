@@ -97,9 +97,67 @@ GELU_FORMS = {
         g, BinaryOp.MUL, x, _bin(g, BinaryOp.MUL, _c(g, 0.5), _tanh_part(g, x, _mul3))),
 }
 
+def _erf_gelu64(x):
+    x = x.astype(np.float64)
+    return np.array([v * 0.5 * math.erfc(-v / math.sqrt(2)) for v in x.ravel()]).reshape(x.shape)
+
+
+def _one_plus_erf(g: Graph, x: int, scaled) -> int:
+    return _bin(g, BinaryOp.ADD, _c(g, 1.0), g.unary(Activation.ERF, scaled(g, x)))
+
+
+def _div_sqrt2(g, x):
+    return _bin(g, BinaryOp.DIV, x, _c(g, math.sqrt(2)))
+
+
+def _mul_inv_sqrt2(g, x):
+    return _bin(g, BinaryOp.MUL, _c(g, 1 / math.sqrt(2)), x)
+
+
+ERF_GELU_FORMS = {  # the groupings exporters write (PyTorch: the third)
+    "(x * 0.5) * (1 + erf(x / sqrt2))": lambda g, x: _bin(
+        g, BinaryOp.MUL, _bin(g, BinaryOp.MUL, x, _c(g, 0.5)), _one_plus_erf(g, x, _div_sqrt2)),
+    "x * (0.5 * (1 + erf(1/sqrt2 * x)))": lambda g, x: _bin(
+        g, BinaryOp.MUL, x, _bin(g, BinaryOp.MUL, _c(g, 0.5), _one_plus_erf(
+            g, x, _mul_inv_sqrt2))),
+    "((1 + erf(x / sqrt2)) * x) * 0.5": lambda g, x: _bin(
+        g, BinaryOp.MUL, _bin(g, BinaryOp.MUL, _one_plus_erf(g, x, _div_sqrt2), x),
+        _c(g, 0.5)),
+    "(x * (1 + erf(x / sqrt2))) / 2": lambda g, x: _bin(
+        g, BinaryOp.DIV, _bin(g, BinaryOp.MUL, x, _one_plus_erf(g, x, _div_sqrt2)), _c(g, 2)),
+    "0.5 * ((1 + erf(x * 1/sqrt2)) * x)": lambda g, x: _bin(
+        g, BinaryOp.MUL, _c(g, 0.5), _bin(g, BinaryOp.MUL, _one_plus_erf(
+            g, x, lambda g, x: _bin(g, BinaryOp.MUL, x, _c(g, 1 / math.sqrt(2)))), x)),
+}
+
+
+def _silu64(x):
+    x = x.astype(np.float64)
+    return x / (1 + np.exp(-x))
+
+
+def _mish64(x):
+    x = x.astype(np.float64)
+    return x * np.tanh(np.log1p(np.exp(x)))
+
+
+ACTIVATION_PRODUCTS = {
+    "x * sigmoid(x)": (Activation.SILU, _silu64, lambda g, x: _bin(
+        g, BinaryOp.MUL, x, g.unary(Activation.SIGMOID, x))),
+    "sigmoid(x) * x": (Activation.SILU, _silu64, lambda g, x: _bin(
+        g, BinaryOp.MUL, g.unary(Activation.SIGMOID, x), x)),
+    "x * tanh(softplus(x))": (Activation.MISH, _mish64, lambda g, x: _bin(
+        g, BinaryOp.MUL, x, g.unary(Activation.TANH, g.unary(Activation.SOFTPLUS, x)))),
+    "tanh(log(exp(x) + 1)) * x": (Activation.MISH, _mish64, lambda g, x: _bin(
+        g, BinaryOp.MUL, g.unary(Activation.TANH, g.unary(Activation.LOG, _bin(
+            g, BinaryOp.ADD, g.unary(Activation.EXP, x), _c(g, 1.0)))), x)),
+}
+
 CHAINS = [  # (form, builder, the op it is, float64 reference, tolerance)
     *((f, b, Activation.HARD_SWISH, _hard_swish64, 1e-6) for f, b in HARD_SWISH_FORMS.items()),
     *((f, b, Activation.GELU_APPROX, _gelu64, 1e-5) for f, b in GELU_FORMS.items()),
+    *((f, b, Activation.GELU, _erf_gelu64, 2e-6) for f, b in ERF_GELU_FORMS.items()),
+    *((f, b, kind, ref, 2e-6) for f, (kind, ref, b) in ACTIVATION_PRODUCTS.items()),
 ]
 
 
@@ -109,6 +167,28 @@ def test_chains_become_one_op(form, build, kind, reference, tol):
     assert count == 1 and _ops(fused) == ["Unary"]
     assert fused.node(fused.outputs[0]).op == Unary(kind)
     np.testing.assert_allclose(_run(fused), reference(X), rtol=tol, atol=1e-6)
+
+
+def test_gelu_with_another_scale_is_not_gelu():
+    graph = _graph(lambda g, x: _bin(g, BinaryOp.MUL, _bin(g, BinaryOp.MUL, x, _c(g, 0.6)),
+                                     _one_plus_erf(g, x, _div_sqrt2)))
+    assert fuse_patterns(graph) == (graph, 0)
+
+
+def test_silu_of_another_value_is_not_silu():
+    def build(g, x):
+        y = g.unary(Activation.EXP, x)
+        return _bin(g, BinaryOp.MUL, x, g.unary(Activation.SIGMOID, y))
+    graph = _graph(build)
+    assert fuse_patterns(graph) == (graph, 0)
+
+
+def test_a_sigmoid_read_elsewhere_is_not_fused():
+    def build(g, x):
+        s = g.unary(Activation.SIGMOID, x)
+        return _bin(g, BinaryOp.ADD, _bin(g, BinaryOp.MUL, x, s), s)
+    graph = _graph(build)
+    assert fuse_patterns(graph) == (graph, 0)
 
 
 def test_other_constants_are_not_hard_swish():

@@ -520,3 +520,23 @@ def test_recurrence_shape_errors():
         g.add_node(RNN(HID), [g.input("xi", Shape((SEQ, BATCH, IN), DType.I32))] * 3)
     with pytest.raises(GraphError, match="LSTM takes 3..8 inputs"):
         g.add_node(LSTM(HID), [x, w])
+
+
+@pytest.mark.parametrize("cls", [LSTM, GRU, RNN])
+def test_recurrence_weights_laid_out_once_follow_new_weight_arrays(cls):
+    """The compiled step lays the weights out once per weight array (transposed, biases
+    summed): the same arrays again reuse it, new ones (weights fed as inputs) are laid out
+    anew; both runs match onnx.reference."""
+    from rlx.runtime import Session
+    from tests.support import build_op_graph
+
+    optional = ("B",)
+    first = _rnn_inputs(cls, RnnDirection.BIDIRECTIONAL, 0, optional)
+    second = _rnn_inputs(cls, RnnDirection.BIDIRECTIONAL, 0, optional)
+    op = cls(HID, direction=RnnDirection.BIDIRECTIONAL, present=optional)
+    names = ("X", "W", "R", "B")
+    graph, _ = build_op_graph(op, [first[k] for k in names])
+    compiled = Session().compile(graph)
+    for values in (first, second, first):
+        got = compiled.run({f"in{i}": values[k] for i, k in enumerate(names)})
+        _close(got, _reference(cls, values, direction=RnnDirection.BIDIRECTIONAL))

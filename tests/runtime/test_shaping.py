@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from rlx.errors import ShapeError
+from rlx.errors import KernelError, ShapeError
 from rlx.ir import UNKNOWN, DType, Graph, Shape, graph_from_json, graph_to_json, verify
 from rlx.ir.ops.shaping import (
     Compress, Concat, DepthToSpace, DepthToSpaceMode, Expand, Fill, Flatten, Gather,
@@ -207,6 +207,21 @@ def test_slice_rejects_bad_bounds(op, match):
 def test_gather(shape, indices, axis):
     x = rand(*shape)
     check(Gather(axis), [x, indices], onnx_reference("Gather", [x, indices], axis=axis))
+
+
+@pytest.mark.parametrize("index", [0, 3, -1, -4])
+def test_gather_one_index_of_a_transposed_view(index):
+    """One index picks a view (the fast path) that must equal onnx.reference's copy."""
+    x = np.ascontiguousarray(rand(4, 2, 5)).transpose(2, 1, 0)[:4]  # non-contiguous
+    idx = np.array(index, np.int64)
+    (got,) = run_op(Gather(0), [x, idx])
+    np.testing.assert_array_equal(got, onnx_reference("Gather", [np.ascontiguousarray(x),
+                                                                 idx], axis=0)[0])
+
+
+def test_gather_one_index_out_of_range_is_an_error():
+    with pytest.raises(KernelError, match="out of bounds"):
+        run_op(Gather(1), [rand(2, 3), np.array(3, np.int64)])
 
 
 def test_gather_rejects_axis_out_of_range():

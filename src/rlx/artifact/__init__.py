@@ -20,8 +20,26 @@ from rlx.artifact.memory import (
 from rlx.artifact.model import RlxFile, RlxIo, RlxMeta, RlxWeight
 from rlx.artifact.open import artifact_kind, open_artifact
 from rlx.artifact.reader import parse_rlx, read_rlx
-from rlx.artifact.rlxp import RlxpOptions, RlxpPackage, read_rlxp, read_rlxp_package, write_rlxp
-from rlx.artifact.writer import write_rlx
+
+_LAZY = {
+    "write_rlx": "rlx.artifact.writer",
+    **dict.fromkeys(("RlxpOptions", "RlxpPackage", "read_rlxp", "read_rlxp_package",
+                     "write_rlxp"), "rlx.artifact.rlxp"),
+}
+
+
+def __getattr__(name: str):
+    """Writers and `.rlxp` load on first use: reading and running a `.rlx` file never write
+    (the writer brings `secrets`, `random` and the atomic-file helpers, ~15% of the import
+    of a reader) and need no zstandard."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "MemoryMode", "MemoryStats", "RlxFile", "RlxIo", "RlxMeta", "RlxWeight",

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from rlx.artifact.model import RlxFile
 from rlx.artifact.reader import ENCRYPTED_MAGIC, read_rlx
-from rlx.artifact.rlxp.read import is_rlxp, read_rlxp
 from rlx.errors import ArtifactError
 
 __all__ = ["open_artifact", "artifact_kind"]
@@ -23,19 +22,24 @@ def artifact_kind(path: str | os.PathLike) -> str:
     path = Path(path)
     if not path.exists():
         raise ArtifactError(f"{path} does not exist")
-    if is_rlxp(path):
-        return "rlxp"
-    if path.is_dir():
-        raise ArtifactError(f"{path} is a folder without rlx.json, not an .rlxp package")
-    try:
-        with path.open("rb") as f:
-            head = f.read(8)
-    except OSError as err:
-        raise ArtifactError(f"cannot read {path}: {err.strerror or err}") from None
+    head = b""
+    if not path.is_dir():
+        try:
+            with path.open("rb") as f:
+                head = f.read(8)
+        except OSError as err:
+            raise ArtifactError(f"cannot read {path}: {err.strerror or err}") from None
     if head == ENCRYPTED_MAGIC:
         return "rlx-encrypted"
     if head == b"RLXBAKE1":
         return "rlx"
+    # only now the package reader (and zstandard): a plain .rlx never needs them
+    from rlx.artifact.rlxp.read import is_rlxp
+
+    if is_rlxp(path):
+        return "rlxp"
+    if path.is_dir():
+        raise ArtifactError(f"{path} is a folder without rlx.json, not an .rlxp package")
     raise ArtifactError(f"{path} is not an rlx artifact (magic {head!r}; expected RLXBAKE1, "
                         "RLXENC01, RLXPFLAT or an .rlxp zip/folder)")
 
@@ -48,5 +52,7 @@ def open_artifact(path: str | os.PathLike, password: str | bytes | None = None, 
         if password is not None:
             raise ArtifactError(f"{path} is an .rlxp package, which is never encrypted; "
                                 "open it without a password")
+        from rlx.artifact.rlxp.read import read_rlxp
+
         return read_rlxp(path, verify=verify)
     return read_rlx(path, password=password, verify=verify, kdf_limits=kdf_limits)

@@ -7,11 +7,11 @@ A symbolic dim such as `"batch"` is bound to one size per run; the special name 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Iterable, Union
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
+from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 Dim = Union[int, str]
 UNKNOWN = "?"

@@ -10,7 +10,6 @@ gate equations.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
 import numpy as np
@@ -19,6 +18,7 @@ from rlx.errors import KernelError
 from rlx.ir.ops.control import (
     GRU, LSTM, RNN, RNN_ACTIVATIONS, Fail, If, Loop, RnnDirection, Scan,
 )
+from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape, normalize_axis
 from rlx.kernels.registry import builder, kernel
 
@@ -116,7 +116,11 @@ def build_scan(node, compile):
 
 # -- recurrences ---------------------------------------------------------------------------
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1 + np.tanh(0.5 * x))  # the same function, without exp overflow
+    """1 / (1 + exp(-x)) on one buffer (exp overflowing to inf gives the right 0)."""
+    t = np.negative(x)
+    np.exp(t, out=t)  # (runs inside the session's np.errstate)
+    t += 1
+    return np.reciprocal(t, out=t)
 
 
 Activation = Callable[[np.ndarray], np.ndarray]
@@ -174,6 +178,8 @@ Step = Callable[[np.ndarray, States], States]
 
 def _lstm_cell(op: LSTM, p: _Weights) -> tuple[np.ndarray, Step]:
     f, g, h = p.acts
+    if p.peepholes is None and not op.input_forget:
+        return p.w_bias + p.r_bias, _plain_lstm_step(op.hidden_size, p)
     pi, po, pf = (0, 0, 0) if p.peepholes is None else np.split(p.peepholes, 3)
 
     def step(xw: np.ndarray, states: States) -> States:
@@ -186,6 +192,28 @@ def _lstm_cell(op: LSTM, p: _Weights) -> tuple[np.ndarray, Step]:
         return o * h(c), c
 
     return p.w_bias + p.r_bias, step
+
+
+def _plain_lstm_step(hidden: int, p: _Weights) -> Step:
+    """The LSTM step without peepholes or coupled gates: the gates (ONNX order i, o, f, c)
+    are one [batch, 4H] product, clipped at once, and i, o, f (adjacent) go through `f`
+    in one call; the state update reuses the fresh buffers."""
+    f, g, h = p.acts
+    r_t, clip = p.r_t, p.clip
+    h1, h2, h3 = hidden, 2 * hidden, 3 * hidden
+
+    def step(xw: np.ndarray, states: States) -> States:
+        h_prev, c_prev = states
+        gates = h_prev @ r_t
+        gates += xw
+        gates = clip(gates)
+        ifo = f(gates[:, :h3])
+        c = g(gates[:, h3:])
+        c *= ifo[:, :h1]  # i * g(c~)
+        c += ifo[:, h2:h3] * c_prev  # + f * c_prev
+        return ifo[:, h1:h2] * h(c), c
+
+    return step
 
 
 def _gru_cell(op: GRU, p: _Weights) -> tuple[np.ndarray, Step]:
@@ -234,11 +262,48 @@ def build_recurrence(node, compile):
     clip = _clipper(op.clip)
     dtype = node.shape[0].dtype.numpy
 
+    cache: list[tuple] = [((), [])]  # (the arrays the layout came from, the layout)
+
     def run(x, w, r, *optional):
-        outs = _recurrence(op, acts, clip, x, w, r, dict(zip(op.present, optional)))
+        opt = dict(zip(op.present, optional))
+        cdt = np.float64 if x.dtype == np.float64 else np.float32  # f16/bf16 in f32
+        key = (cdt, w, r, opt.get("B"), opt.get("P"))
+        sources, laid = cache[0]
+        if len(sources) != len(key) or any(a is not b for a, b in zip(sources, key)):
+            laid = _lay_out(op, acts, clip, cdt, w, r, opt)
+            cache[0] = (key, laid)  # constants are the same arrays every run
+        outs = _recurrence(op, laid, cdt, x, opt)
         return tuple(np.ascontiguousarray(a, dtype=dtype) for a in outs)
 
     return run
+
+
+@dataclass(frozen=True)
+class _Direction:
+    """One direction's weights as the run reads them, laid out once per weight array."""
+
+    w_t: np.ndarray  # W^T, C-contiguous [input, gates * hidden]
+    in_bias: np.ndarray  # the biases that add to x W^T (Wb + Rb, per cell)
+    step: Step
+
+
+def _lay_out(op: Recurrent, acts: list[list[Activation]], clip: Activation, cdt,
+             w: np.ndarray, r: np.ndarray, opt: dict[str, np.ndarray]) -> list[_Direction]:
+    """Transposed, contiguous, gates concatenated and biases summed, per direction: the
+    work a run would otherwise redo on every call (a one-chunk VAD runs one time step)."""
+    make_cell, _ = _CELLS[type(op)]
+    w, r = (a.astype(cdt, copy=False) for a in (w, r))
+    dirs, gh = op.direction.count, w.shape[1]
+    bias = _optional(opt, "B", (dirs, 2 * gh), cdt)
+    peepholes = opt.get("P")
+    laid = []
+    for d in range(dirs):
+        weights = _Weights(np.ascontiguousarray(r[d].T), bias[d, :gh], bias[d, gh:],
+                           None if peepholes is None else peepholes[d].astype(cdt), acts[d],
+                           clip)
+        in_bias, step = make_cell(op, weights)
+        laid.append(_Direction(np.ascontiguousarray(w[d].T), in_bias, step))
+    return laid
 
 
 def _clipper(bound: float | None) -> Activation:
@@ -247,20 +312,16 @@ def _clipper(bound: float | None) -> Activation:
     return lambda x: np.clip(x, -bound, bound)
 
 
-def _recurrence(op: Recurrent, acts: list[list[Activation]], clip: Activation,
-                x: np.ndarray, w: np.ndarray, r: np.ndarray,
+def _recurrence(op: Recurrent, laid: list[_Direction], cdt, x: np.ndarray,
                 opt: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
     """ONNX LSTM/GRU/RNN in time-major form; returns (Y, *final states)."""
-    make_cell, state_names = _CELLS[type(op)]
-    cdt = np.float64 if x.dtype == np.float64 else np.float32  # f16/bf16 accumulate in f32
-    x, w, r = (a.astype(cdt, copy=False) for a in (x, w, r))
+    _, state_names = _CELLS[type(op)]
+    x = x.astype(cdt, copy=False)
     if op.layout:
         x = x.swapaxes(0, 1)
     steps, batch, _ = x.shape
-    dirs, gh = op.direction.count, w.shape[1]
+    dirs = op.direction.count
     shape = (dirs, batch, op.hidden_size)
-    bias = _optional(opt, "B", (dirs, 2 * gh), cdt)
-    peepholes = opt.get("P")
     initial = [_optional(opt, n, shape, cdt, swap=bool(op.layout)) for n in state_names]
     lens = opt.get("sequence_lens")
     if lens is not None:
@@ -268,16 +329,14 @@ def _recurrence(op: Recurrent, acts: list[list[Activation]], clip: Activation,
         if np.any((lens < 0) | (lens > steps)):
             raise ValueError(f"sequence_lens must be in [0, {steps}], got {lens.tolist()}")
     ys, finals = [], []
-    for d in range(dirs):
-        weights = _Weights(r[d].T, bias[d, :gh], bias[d, gh:],
-                           None if peepholes is None else peepholes[d].astype(cdt), acts[d],
-                           clip)
-        in_bias, step = make_cell(op, weights)
+    for d, lay in enumerate(laid):
         reverse = op.direction is RnnDirection.REVERSE or d == 1
         order = _time_order(steps, batch, lens, reverse)
         xs = _gather(x, order)
-        xw = (xs.reshape(-1, xs.shape[-1]) @ w[d].T + in_bias).reshape(steps, batch, gh)
-        y, final = _unroll(step, xw, tuple(s[d] for s in initial), lens)
+        xw = xs.reshape(-1, xs.shape[-1]) @ lay.w_t
+        xw += lay.in_bias
+        xw = xw.reshape(steps, batch, -1)
+        y, final = _unroll(lay.step, xw, tuple(s[d] for s in initial), lens)
         ys.append(_gather(y, order))
         finals.append(final)
     y = np.stack(ys, axis=1)  # [seq, dirs, batch, hidden]

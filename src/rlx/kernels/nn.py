@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 
 import math
-from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -26,6 +25,7 @@ from rlx.ir.ops.nn import (
     LayerNorm, LogSoftmax, NearestMode, Pool, PoolKind, PRelu, Resize, ResizeMode, Softmax,
     Window,
 )
+from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import normalize_axis
 from rlx.kernels.registry import kernel, staged
 
@@ -257,6 +257,22 @@ def _fold(parts: Iterator[np.ndarray], ufunc: np.ufunc, dtype: np.dtype) -> np.n
     return acc
 
 
+def _separable_max(xp: np.ndarray, win: Window, out: Sequence[int],
+                   dtype: np.dtype) -> np.ndarray:
+    """Max over a window as a max along one axis at a time (the max over a box is the max
+    of the maxes of its rows): sum(kernel) passes instead of prod(kernel), 10 instead of 25
+    for a 5x5 window (YOLO's SPPF pools 5x5 three times)."""
+    y = xp
+    lead = xp.ndim - len(out)
+    for a in reversed(range(len(out))):
+        k, d, s, o = win.kernel[a], win.dilations[a], win.strides[a], out[a]
+        span = max((o - 1) * s + 1, 0)
+        before = (slice(None),) * (lead + a)
+        y = _fold((y[(*before, slice(t * d, t * d + span, s))] for t in range(k)), np.maximum,
+                  dtype)
+    return y
+
+
 def _window_counts(win: Window, sizes: Sequence[int], out: Sequence[int], include_pad: bool):
     """Elements each average window divides by, [*out]: per axis, the taps landing on the
     input (or on the input and its explicit pads), multiplied across axes."""
@@ -282,6 +298,8 @@ def pool(node, x):
         if not all(out):
             return np.zeros((*x.shape[:2], *out), x.dtype)
         xp = _pad(x, win.begin, end, _lowest(x.dtype))
+        if math.prod(win.kernel) > sum(win.kernel):
+            return _separable_max(xp, win, out, x.dtype)
         return _fold((xp[(..., *sl)] for sl in _taps(win, out)), np.maximum, x.dtype)
     xp = _pad(_to_compute(x), win.begin, end, 0)
     if not all(out):

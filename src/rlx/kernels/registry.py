@@ -12,7 +12,8 @@ folding, so a speed-up never hides an op from them.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rlx.ir.ops.base import Op
 
@@ -21,6 +22,11 @@ Builder = Callable[..., Callable[..., Any]]
 
 KERNELS: dict[type[Op], Kernel] = {}
 BUILDERS: dict[type[Op], Builder] = {}
+WRITES_INTO: dict[type[Op], Callable[[Any], bool]] = {}
+"""Op types whose built step takes `out=` (an array of the node's shape and dtype, which may
+be one of its inputs) and writes its result there: `WRITES_INTO[type](node)` says whether
+this node's step does. The runtime passes a dying input's buffer, so a chain of elementwise
+ops runs in one buffer (every kernel it names is elementwise: same position in, out)."""
 
 
 def kernel(*op_types: type[Op]) -> Callable[[Kernel], Kernel]:
@@ -49,6 +55,16 @@ def staged(*op_types: type[Op]) -> Callable[[Builder], Builder]:
             assert op_type not in KERNELS and op_type not in BUILDERS, op_type
             BUILDERS[op_type] = fn
             KERNELS[op_type] = functools.partial(_build_and_run, fn)
+        return fn
+
+    return register
+
+
+def writes_into(*op_types: type[Op]) -> Callable[[Callable[[Any], bool]], Callable]:
+    def register(fn: Callable[[Any], bool]) -> Callable[[Any], bool]:
+        for op_type in op_types:
+            assert op_type in BUILDERS, op_type  # `out=` is a keyword of a built step
+            WRITES_INTO[op_type] = fn
         return fn
 
     return register

@@ -9,6 +9,11 @@ left for dead-code elimination.
   in either order) -> `Unary(hard_swish)(x)`;
 - GELU, tanh form: `0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))` (BERT-style
   exports; the factors in any order) -> `Unary(gelu_approx)(x)`;
+- GELU, exact: `0.5 * x * (1 + erf(x / sqrt 2))` with the product in any grouping and
+  order, `* 0.5` or `/ 2`, and `/ sqrt 2` or `* (1/sqrt 2)`, constants on either side
+  (PyTorch writes `((1 + erf(x / 1.4142)) * x) * 0.5`) -> `Unary(gelu)(x)`;
+- SiLU / Swish: `x * sigmoid(x)` (either order) -> `Unary(silu)(x)`;
+- Mish: `x * tanh(softplus(x))`, softplus also as `log(1 + exp(x))` -> `Unary(mish)(x)`;
 - convolution bias: `Conv(x, w[, b]) + c` with a constant `c` that varies only along the
   channel axis -> `Conv(x, w, b + c)`.
 
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -167,6 +172,89 @@ def _is_cube_of(m: _Match, node_id: int, x: int) -> bool:
     return square is not None and square.inputs == (x, x)
 
 
+# -- products (GELU exact, SiLU, Mish) --------------------------------------------------------
+def _factors(m: _Match, node: Node) -> tuple[float, list[int]] | None:
+    """`node` (a Mul, or a Div by a constant) as a constant times a list of non-constant
+    factors: inner Muls and Divs by a scalar constant are opened up, in any grouping."""
+    scale, leaves = 1.0, []
+
+    def walk(node: Node) -> bool:
+        nonlocal scale
+        if node.op.op is BinaryOp.DIV:
+            c = m.scalar(node.inputs[1])
+            if not c:
+                return False
+            scale /= c
+            return leaf(node.inputs[0])
+        return node.op.op is BinaryOp.MUL and all(leaf(i) for i in node.inputs)
+
+    def leaf(i: int) -> bool:
+        nonlocal scale
+        c = m.scalar(i)
+        if c is not None:
+            scale *= c
+            return True
+        inner = m.inner(i, Binary)
+        if inner is not None and inner.op.op in (BinaryOp.MUL, BinaryOp.DIV) \
+                and m.node(i).shape == node.shape:
+            return walk(inner)
+        leaves.append(i)
+        return True
+
+    return (scale, leaves) if walk(node) else None
+
+
+def _unary_of(m: _Match, node_id: int, kind: Activation) -> int | None:
+    """x, when inner node `node_id` is `Unary(kind)(x)`."""
+    node = m.inner(node_id, Unary)
+    return node.inputs[0] if node is not None and node.op.kind is kind \
+        and node.op.alpha is None and node.op.beta is None else None
+
+
+def _erf_gelu_arg(m: _Match, node_id: int) -> int | None:
+    """x, when node `node_id` is `1 + erf(x / sqrt 2)` (or `* (1/sqrt 2)`)."""
+    arg = m.operand(node_id, BinaryOp.ADD, 1.0)
+    inner = None if arg is None else _unary_of(m, arg, Activation.ERF)
+    scaled = None if inner is None else m.inner(inner, Binary)
+    if scaled is None or scaled.op.op not in (BinaryOp.MUL, BinaryOp.DIV):
+        return None
+    parts = _factors(m, scaled)
+    if parts is None or len(parts[1]) != 1 or not _close(parts[0], 1 / math.sqrt(2)):
+        return None
+    return parts[1][0]
+
+
+def _softplus_of(m: _Match, node_id: int) -> int | None:
+    """x, when inner node `node_id` is `softplus(x)` or `log(1 + exp(x))`."""
+    x = _unary_of(m, node_id, Activation.SOFTPLUS)
+    if x is not None:
+        return x
+    arg = _unary_of(m, node_id, Activation.LOG)
+    one_plus = None if arg is None else m.operand(arg, BinaryOp.ADD, 1.0)
+    return None if one_plus is None else _unary_of(m, one_plus, Activation.EXP)
+
+
+def _product_end(m: _Match, node: Node) -> bool:
+    """GELU (exact), SiLU and Mish, matched at the last Mul (or Div) of their product."""
+    if node.op.op not in (BinaryOp.MUL, BinaryOp.DIV) or not node.shape.dtype.is_float:
+        return False
+    parts = _factors(m, node)
+    if parts is None or len(parts[1]) != 2:
+        return False
+    scale, (a, b) = parts
+    for x, other in ((a, b), (b, a)):
+        if _close(scale, 0.5) and _erf_gelu_arg(m, other) == x:
+            return _emit_unary(m, node, Activation.GELU, x, "gelu (erf)")
+        if not _close(scale, 1.0):
+            continue
+        if _unary_of(m, other, Activation.SIGMOID) == x:
+            return _emit_unary(m, node, Activation.SILU, x, "silu")
+        tanh = _unary_of(m, other, Activation.TANH)
+        if tanh is not None and _softplus_of(m, tanh) == x:
+            return _emit_unary(m, node, Activation.MISH, x, "mish")
+    return False
+
+
 # -- convolution bias -----------------------------------------------------------------------
 def _conv_bias(m: _Match, node: Node) -> bool:
     """`Conv(x, w[, b]) + c`, c constant along all axes but the channel axis (1)."""
@@ -202,7 +290,8 @@ def _per_channel(value: np.ndarray, rank: int, channels) -> np.ndarray | None:
 
 
 def _binary_end(m: _Match, node: Node) -> bool:
-    return any(rule(m, node) for rule in (_hard_swish_end, _gelu_tanh_end, _conv_bias))
+    return any(rule(m, node)
+               for rule in (_hard_swish_end, _gelu_tanh_end, _product_end, _conv_bias))
 
 
 _RULES: dict[type, Callable[[_Match, Node], bool]] = {Binary: _binary_end}

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -19,9 +19,12 @@ from rlx.errors import GraphError, InputError, KernelError, RlxError, Unsupporte
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.sources import Constant, Input, Param
+from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape
 from rlx.ir.verify import verify
 from rlx.kernels import BUILDERS, KERNELS, has_kernel
+from rlx.runtime.reuse import into as _into
+from rlx.runtime.reuse import plan_reuse
 
 DEVICES = ("cpu",)
 
@@ -69,7 +72,12 @@ class CompiledGraph:
         self._steps = _plan(graph, steps, keep=set(graph.outputs) | set(self._constants))
         self.steps: tuple[Node, ...] = tuple(st.node for st in self._steps)
         """The nodes that run, in run order (Inputs and Constants are not steps)."""
-        self._loop = [(st.run, *_fetcher(st.inputs), st.node.id, st.frees)
+        self.reuses: dict[int, int] = plan_reuse(graph, self._steps)
+        """Node id -> the input position whose dying buffer that step writes its result
+        into (elementwise steps after a fresh producer, `plan_reuse`)."""
+        self._loop = [(_into(st.run, st.node, self.reuses[st.node.id])
+                       if st.node.id in self.reuses else st.run,
+                       *_fetcher(st.inputs), st.node.id, st.frees)
                       for st in self._steps]
 
     @staticmethod
@@ -108,17 +116,21 @@ class CompiledGraph:
     def _execute(self, values: dict[int, Any]) -> list[np.ndarray]:
         values.update(self._constants)
         timer = STEP_TIMER.get()
-        # the hot loop: plain tuples, no attribute lookups per step
-        for run, fetch, single, out, frees in self._loop if timer is None else timer.loop(self):
-            try:
-                values[out] = run(fetch(values)) if single else run(*fetch(values))
-            except RlxError:
-                raise
-            except Exception as err:
-                node = self.graph.node(out)
-                raise KernelError(f"while running {node.label}: {err}") from err
-            for i in frees:
-                del values[i]
+        # IEEE results (inf, NaN) are values here, not warnings: one context for the whole
+        # run, so the elementwise steps need none of their own (`kernels.elementwise.quiet`)
+        with np.errstate(all="ignore"):
+            # the hot loop: plain tuples, no attribute lookups per step
+            for run, fetch, single, out, frees in (self._loop if timer is None
+                                                   else timer.loop(self)):
+                try:
+                    values[out] = run(fetch(values)) if single else run(*fetch(values))
+                except RlxError:
+                    raise
+                except Exception as err:
+                    node = self.graph.node(out)
+                    raise KernelError(f"while running {node.label}: {err}") from err
+                for i in frees:
+                    del values[i]
         return [values[o] for o in self.graph.outputs]
 
     def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[int, np.ndarray]:

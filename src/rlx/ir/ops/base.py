@@ -7,10 +7,11 @@ its output shape; kernels live in `rlx.runtime`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING, ClassVar, Sequence, Union
 
 from rlx.errors import ShapeError
+from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape, normalize_axis
 
 if TYPE_CHECKING:

@@ -13,12 +13,12 @@ holes in their input list, so `present` names which ONNX optional inputs follow 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Sequence
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op, expect_dtype, op_axis
+from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import UNKNOWN, Dim, Shape
 
 if TYPE_CHECKING:

@@ -7,12 +7,12 @@ the closed sets of kinds; `Unary`, `Binary`, `Compare`, `Logical` are the ops th
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op, expect_dtype
+from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape, broadcast_dims
 
 __all__ = [
@@ -133,6 +133,14 @@ class Unary(Op):
 
     `alpha`/`beta` parameterise the kinds that take them (Elu, Selu, Celu, LeakyRelu,
     ThresholdedRelu, HardSigmoid: `alpha * x + beta`), with ONNX's defaults when None.
+
+    Kinds that `rlx.passes.fuse` makes out of op chains, as the ONNX ops they replace:
+    - `gelu`: `Mul(Mul(x, 0.5), Add(Erf(Div(x, sqrt 2)), 1))` (ONNX 20: `Gelu`);
+    - `gelu_approx`: `0.5 x (1 + Tanh(sqrt(2/pi) (x + 0.044715 x^3)))` (ONNX 20:
+      `Gelu(approximate="tanh")`);
+    - `silu`: `Mul(x, Sigmoid(x))`;
+    - `mish`: `Mul(x, Tanh(Softplus(x)))` (ONNX 18: `Mish`);
+    - `hard_swish`: `x * Clip(x + 3, 0, 6) / 6` (ONNX 14: `HardSwish`).
     """
 
     kind: Activation

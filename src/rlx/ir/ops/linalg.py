@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
 from typing import ClassVar
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op, expect_dtype
+from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Dim, Shape, broadcast_dims
 
 __all__ = ["MatMul", "QuantScheme", "DequantMatMul", "Einsum"]

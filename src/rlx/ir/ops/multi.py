@@ -7,10 +7,9 @@ and only `TupleGet` may consume a tuple-valued node. The builder's `Graph.unpack
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rlx.errors import ShapeError
 from rlx.ir.ops.base import Op
+from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = ["TupleGet"]
 

@@ -9,12 +9,12 @@ is None and the operand is a second input (as the shape ops of `ops.shaping` do)
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op, op_axis
+from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import UNKNOWN, Dim, Shape, normalize_axis
 
 __all__ = ["ReduceOp", "Reduce", "ArgMax", "ArgMin", "CumSum", "TopK"]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar
 
 import numpy as np
 
 from rlx.errors import ShapeError
 from rlx.ir.ops.base import Op
+from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape
 
 __all__ = ["Input", "Param", "Constant", "as_byte_array"]

@@ -1,0 +1,165 @@
+"""`dataclass(frozen=True)` for the op classes, without its class-creation cost.
+
+The standard decorator compiles six methods per class with `exec` (init, repr, eq, hash,
+setattr, delattr) and builds a signature for the docstring: ~70 op classes made that about
+half of `import rlx.runtime`. Here a class gets shared generic methods (repr, eq, hash and
+the frozen setattr/delattr read one tuple of field names), and its `__init__` is compiled on
+first use, so a process pays only for the op types it builds. The result is a real
+dataclass to the standard library: `dataclasses.fields`, `replace` and `is_dataclass` work,
+and instances compare, hash and print exactly as before.
+
+Anything but plain `frozen=True` (other options) falls back to the standard decorator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["dataclass"]
+
+_MISSING = dataclasses.MISSING
+
+
+def dataclass(cls: type | None = None, /, *, frozen: bool = False, eq: bool = True,
+              **options: Any) -> Any:
+    """Drop-in for `dataclasses.dataclass`; `frozen=True` (with or without `eq`) takes the
+    fast path, any other option the standard decorator."""
+    if not frozen or options:
+        make = dataclasses.dataclass(frozen=frozen, eq=eq, **options)
+        return make if cls is None else make(cls)
+
+    def wrap(c: type) -> type:
+        return _frozen(c, eq)
+
+    return wrap if cls is None else wrap(cls)
+
+
+@dataclasses.dataclass(frozen=True)
+class _FrozenEq:
+    pass
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _FrozenNoEq:
+    pass
+
+
+_PARAMS = {True: _FrozenEq.__dataclass_params__,  # type: ignore[attr-defined]
+           False: _FrozenNoEq.__dataclass_params__}  # type: ignore[attr-defined]
+"""What the standard decorator records per class (it checks a base's `frozen` flag)."""
+
+
+def _is_classvar(annotation: Any) -> bool:
+    text = annotation if isinstance(annotation, str) else repr(annotation)
+    return text.startswith(("ClassVar", "typing.ClassVar"))
+
+
+def _frozen(cls: type, eq: bool) -> type:
+    fields: dict[str, dataclasses.Field] = {}
+    for base in reversed(cls.__mro__[1:]):
+        fields.update(getattr(base, "__dataclass_fields__", {}))
+    own = cls.__dict__
+    for name, annotation in own.get("__annotations__", {}).items():
+        if _is_classvar(annotation):
+            continue
+        value = cls.__dict__.get(name, _MISSING)
+        if isinstance(value, dataclasses.Field):
+            f = value
+            if f.default is _MISSING:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, f.default)
+        else:
+            f = dataclasses.field(default=value)
+        f.name, f.type = name, annotation
+        f._field_type = dataclasses._FIELD  # type: ignore[attr-defined]
+        if f.kw_only is _MISSING:  # as the standard decorator resolves it
+            f.kw_only = False  # type: ignore[assignment]
+        fields[name] = f
+    cls.__dataclass_fields__ = fields  # type: ignore[attr-defined]
+    cls.__dataclass_params__ = _PARAMS[eq]  # type: ignore[attr-defined]
+    names = tuple(fields)
+    compared = tuple(n for n, f in fields.items() if f.compare)
+    shown = tuple(n for n, f in fields.items() if f.repr)
+    if eq:  # eq=False keeps what the bases compare (the standard decorator leaves it too)
+        cls._record_key = staticmethod(_getter(compared))  # type: ignore[attr-defined]
+    cls._record_shown = shown  # type: ignore[attr-defined]
+    cls.__match_args__ = tuple(n for n, f in fields.items() if f.init)  # type: ignore
+    methods: dict[str, Callable] = {
+        "__init__": _first_init, "__repr__": _repr, "__setattr__": _setattr,
+        "__delattr__": _delattr, **({"__eq__": _eq, "__hash__": _hash} if eq else {}),
+    }
+    for attr, fn in methods.items():
+        # as the standard decorator: methods the class defines stay (an `__eq__` of its own
+        # leaves `__hash__` None implicitly, which still gets the generated hash)
+        if attr not in own or (attr == "__hash__" and own[attr] is None and "__eq__" in own):
+            setattr(cls, attr, fn)
+    cls._record_names = names  # type: ignore[attr-defined]
+    return cls
+
+
+def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple]:
+    if not names:
+        return lambda self: ()
+    if len(names) == 1:
+        get = operator.attrgetter(names[0])
+        return lambda self: (get(self),)
+    return operator.attrgetter(*names)
+
+
+def _first_init(self, *args: Any, **kwargs: Any) -> None:
+    """Compile this class's `__init__` (once), install it and run it."""
+    cls = type(self)
+    init = _compile_init(cls)
+    cls.__init__ = init  # type: ignore[misc]
+    init(self, *args, **kwargs)
+
+
+def _compile_init(cls: type) -> Callable[..., None]:
+    fields = [f for f in cls.__dataclass_fields__.values() if f.init]  # type: ignore
+    scope: dict[str, Any] = {"__setattr": object.__setattr__, "_FACTORY": _MISSING}
+    params, body = [], []
+    for f in fields:
+        if f.default is not _MISSING:
+            scope[f"_d_{f.name}"] = f.default
+            params.append(f"{f.name}=_d_{f.name}")
+        elif f.default_factory is not _MISSING:
+            scope[f"_f_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_FACTORY")
+            body.append(f"if {f.name} is _FACTORY: {f.name} = _f_{f.name}()")
+        else:
+            params.append(f.name)
+        body.append(f"__setattr(self, {f.name!r}, {f.name})")
+    if hasattr(cls, "__post_init__"):
+        body.append("self.__post_init__()")
+    source = f"def __init__(self, {', '.join(params)}):\n    " + "\n    ".join(body or ["pass"])
+    exec(source, scope)  # noqa: S102  (the standard decorator does the same, per method)
+    init = scope["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    return init
+
+
+def _repr(self) -> str:
+    parts = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._record_shown)
+    return f"{type(self).__qualname__}({parts})"
+
+
+def _eq(self, other: Any) -> Any:
+    if other.__class__ is self.__class__:
+        return self._record_key(self) == other._record_key(other)
+    return NotImplemented
+
+
+def _hash(self) -> int:
+    return hash(self._record_key(self))
+
+
+def _setattr(self, name: str, value: Any) -> None:
+    raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+def _delattr(self, name: str) -> None:
+    raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")

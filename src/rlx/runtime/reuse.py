@@ -1,0 +1,126 @@
+"""Buffer reuse: an elementwise step writes its result into an input buffer that dies there.
+
+Without it every step of a chain (`Conv -> Add -> Sigmoid -> Mul ...`) allocates a fresh
+output; large fresh buffers are fresh pages from the OS (a page fault per 4 KiB on first
+touch), and the chain streams through more memory than it needs. With it a chain of any
+length after a fresh producer runs in the producer's buffer.
+
+A value's buffer may be reused by step s when, at compile time:
+- s's op writes into a given buffer (`rlx.kernels.WRITES_INTO`) and the value is one of its
+  inputs with exactly the output's shape and dtype;
+- s is the value's last reader, and the value is no graph output, input or constant;
+- its producer is *fresh*: an op whose kernel always returns a new array, never an input,
+  a view of one or a cached array (`_FRESH`, or itself a reusing step);
+- no view of it can still be read: every value that may alias it (an output of a non-fresh
+  op fed by it, transitively) has been read for the last time before s.
+At run time the step also checks that the array really is writable and of that shape and
+dtype, and otherwise computes into a new one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from rlx.ir.graph import Graph, Node
+from rlx.ir.ops.elementwise import Binary, Clamp, Unary
+from rlx.ir.ops.linalg import MatMul
+from rlx.ir.ops.nn import BatchNormInference, Conv, GlobalPool, LayerNorm, Softmax
+from rlx.ir.ops.shaping import Concat
+from rlx.ir.ops.sources import Constant, Input, Param
+from rlx.kernels import WRITES_INTO
+
+__all__ = ["into", "plan_reuse"]
+
+_FRESH = (Unary, Binary, Conv, MatMul, Softmax, LayerNorm, BatchNormInference, GlobalPool,
+          Concat)
+"""Ops whose kernels always return a new array (Clamp too when it has a bound)."""
+
+
+def _is_fresh(node: Node) -> bool:
+    op = node.op
+    if isinstance(op, Clamp):
+        return op.min is not None or op.max is not None
+    return isinstance(op, _FRESH) and not isinstance(node.shape, tuple)
+
+
+def plan_reuse(graph: Graph, steps: Sequence[Any]) -> dict[int, int]:
+    """Node id -> position of the input whose buffer that step may write into; `steps` are
+    the planned steps (`.node`) in run order."""
+    last_use: dict[int, int] = {}
+    for p, st in enumerate(steps):
+        for i in st.node.inputs:
+            last_use[i] = p
+    keep = set(graph.outputs)
+    views = _views(graph, steps)
+    fresh: set[int] = set()
+    reuses: dict[int, int] = {}
+    for p, st in enumerate(steps):
+        node = st.node
+        if _is_fresh(node):
+            fresh.add(node.id)
+        writes = WRITES_INTO.get(type(node.op))
+        if writes is None or isinstance(node.shape, tuple) or not writes(node):
+            continue
+        for k, v in enumerate(node.inputs):
+            source = graph.node(v)
+            if (v in fresh and v not in keep and last_use.get(v) == p
+                    and not isinstance(source.op, (Input, Constant, Param))
+                    and source.shape == node.shape and node.inputs.count(v) == 1
+                    and all(last_use.get(a, -1) < p and a not in keep for a in views[v])):
+                reuses[node.id] = k
+                fresh.add(node.id)  # its result is that buffer: fresh for the next step
+                break
+    return reuses
+
+
+def _views(graph: Graph, steps: Sequence[Any]) -> dict[int, set[int]]:
+    """Per value: the values that may share its memory (outputs of non-fresh ops fed by it,
+    transitively, including through tuple-valued nodes and their TupleGets)."""
+    readers: dict[int, list[Node]] = {}
+    for st in steps:
+        for i in st.node.inputs:
+            readers.setdefault(i, []).append(st.node)
+    memo: dict[int, set[int]] = {}
+
+    def aliases(v: int) -> set[int]:
+        if v in memo:
+            return memo[v]
+        memo[v] = out = set()
+        for reader in readers.get(v, ()):
+            if not _is_fresh(reader):
+                out.add(reader.id)
+                out |= aliases(reader.id)
+        return out
+
+    for st in reversed(steps):  # readers before their inputs: shallow recursion
+        aliases(st.node.id)
+    for node in graph.nodes():
+        aliases(node.id)
+    return memo
+
+
+def into(run: Callable[..., Any], node: Node, k: int) -> Callable[..., Any]:
+    """`run` with input `k`'s buffer as `out=` when it is a writable array of the output's
+    dtype (else as before). The planner matched its shape to the output's symbolically, so
+    sizes agree unless a dim is unknown ("?"): only then are shapes compared."""
+    dtype = node.shape.dtype.numpy
+    if "?" not in node.shape.dims:
+        def step(*args: Any) -> Any:
+            buf = args[k]
+            if type(buf) is np.ndarray and buf.dtype == dtype and buf.flags.writeable:
+                return run(*args, out=buf)
+            return run(*args)
+
+        return step
+
+    def checked(*args: Any) -> Any:
+        buf = args[k]
+        if type(buf) is np.ndarray and buf.dtype == dtype and buf.flags.writeable and (
+                len(args) == 1 or buf.shape == np.broadcast_shapes(*(a.shape for a in args))):
+            return run(*args, out=buf)
+        return run(*args)
+
+    return checked

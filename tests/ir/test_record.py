@@ -1,0 +1,93 @@
+"""`rlx.ir.record.dataclass` behaves as `dataclasses.dataclass(frozen=True)`: the same class
+built both ways gives equal fields, repr, equality, hashes, `replace`, frozen errors,
+defaults and `__post_init__`; the standard decorator accepts it as a base."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import pytest
+
+from rlx.ir.record import dataclass
+
+
+def _pair(eq: bool = True):
+    """The same class built with the standard decorator and with ours."""
+
+    def body():
+        class Base:
+            arity: ClassVar[tuple[int, int]] = (1, 1)
+            a: int
+            b: float | None = None
+            c: tuple[int, ...] = ()
+            d: list = dataclasses.field(default_factory=list, compare=False)
+            hidden: str = dataclasses.field(default="h", repr=False)
+            seen: ClassVar[list] = []
+
+            def __post_init__(self):
+                type(self).seen.append(self.a)
+
+        return Base
+
+    std = dataclasses.dataclass(frozen=True, eq=eq)(body())
+    ours = dataclass(frozen=True, eq=eq)(body())
+    return std, ours
+
+
+def test_fields_repr_eq_hash_and_replace_match_the_standard_decorator():
+    std, ours = _pair()
+    args = [(1,), (2, 0.5), (3, None, (1, 2))]
+    for a in args:
+        s, o = std(*a), ours(*a)
+        assert repr(s) == repr(o)
+        assert hash(s) == hash(o)
+        assert [(f.name, f.default, f.repr, f.compare) for f in dataclasses.fields(s)] == \
+               [(f.name, f.default, f.repr, f.compare) for f in dataclasses.fields(o)]
+        assert dataclasses.replace(o, b=9.0) == ours(a[0], 9.0, *a[2:])
+        assert dataclasses.asdict(o) == dataclasses.asdict(s)
+    assert ours(1) == ours(1, d=[5])  # d does not compare
+    assert ours(1) != ours(2) and ours(1) != std(1)  # other class: not equal
+    assert ours(a=4, c=(1,)).c == (1,) and ours(4).d == [] and ours(4).d is not ours(4).d
+    assert std.seen[:3] == [1, 2, 3] and ours.seen[:4] == [1, 1, 1, 2]  # __post_init__ ran
+    assert dataclasses.is_dataclass(ours(1)) and ours.__match_args__ == std.__match_args__
+
+
+def test_instances_are_frozen():
+    _, ours = _pair()
+    o = ours(1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.a = 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del o.a
+    with pytest.raises(TypeError):
+        ours()  # a is required
+
+
+def test_eq_false_keeps_identity_semantics():
+    std, ours = _pair(eq=False)
+    o = ours(1)
+    assert o != ours(1) and o == o and (o == ours(1)) == (std(1) == std(1))
+    assert type(o).__eq__ is object.__eq__ and type(std(1)).__eq__ is object.__eq__
+
+
+def test_standard_dataclasses_can_extend_a_record():
+    _, ours = _pair()
+
+    @dataclasses.dataclass(frozen=True)
+    class Child(ours):
+        e: int = 7
+
+    c = Child(1)
+    assert c.e == 7 and [f.name for f in dataclasses.fields(c)] == ["a", "b", "c", "d",
+                                                                    "hidden", "e"]
+
+
+def test_ops_built_as_records_still_compare_and_serialise():
+    from rlx.ir.ops.elementwise import Activation, Unary
+
+    assert Unary(Activation.RELU) == Unary(Activation.RELU)
+    assert len({Unary(Activation.RELU), Unary(Activation.RELU), Unary(Activation.TANH)}) == 2
+    assert repr(Unary(Activation.TANH)) == \
+        "Unary(kind=<Activation.TANH: 'tanh'>, alpha=None, beta=None)"
+    assert Unary(Activation.RELU, alpha=0.1) != Unary(Activation.RELU)
