@@ -26,6 +26,7 @@ from rlx.baking.options import BakeOptions
 from rlx.artifact.model import RlxFile, RlxWeight
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node, unique_name
+from rlx.ir.naming import op_type_counts
 from rlx.ir.ops.linalg import QuantScheme
 from rlx.ir.ops.sources import Constant
 from rlx.ir.verify import verify
@@ -53,8 +54,11 @@ class OptimizeStats:
 
 @dataclass
 class BakeReport:
-    nodes_before: int = 0
+    nodes_before: int = 0  # every IR node of the top graph (inputs and constants too)
     nodes_after: int = 0
+    # computing nodes (rlx.ir.naming.COMPUTING_NODES) by ONNX op type, before and after
+    op_types_before: dict[str, int] = field(default_factory=dict)
+    op_types_after: dict[str, int] = field(default_factory=dict)
     params_baked: int = 0  # params turned into constants (whether or not later folded)
     params_remaining: list[str] = field(default_factory=list)
     unused_bindings: list[str] = field(default_factory=list)  # bindings matching no param
@@ -77,7 +81,7 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     """Bake `graph` with a loaded `WeightBundle` (dense tensors and packed rows)."""
     opts = opts or BakeOptions()
     verify(graph)
-    report = BakeReport(nodes_before=len(graph))
+    report = BakeReport(nodes_before=len(graph), op_types_before=_op_types(graph))
     stats = report.optimize
     param_names = {n.op.name for n in graph.params()}
     report.unused_bindings = sorted(
@@ -135,6 +139,7 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     report.memory.constants_deduped = deduped
     report.memory.folded_bindings_dropped = dropped
     report.nodes_after = file.meta.nodes
+    report.op_types_after = _op_types(file.graph)
     report.params_remaining = file.meta.params_remaining
     report.constant_bytes = file.meta.constant_bytes
     report.weight_count = file.meta.weight_count
@@ -145,6 +150,10 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     log.info("baked %r: %d -> %d nodes, %d weights, %d bytes", graph.name,
              report.nodes_before, report.nodes_after, report.weight_count, report.weight_bytes)
     return file, report
+
+
+def _op_types(graph: Graph) -> dict[str, int]:
+    return dict(sorted(op_type_counts(graph).items()))
 
 
 def _fold_weight_math(g: Graph, stats: OptimizeStats, dce: bool) -> Graph:

@@ -6,6 +6,8 @@ the names visible in it (subgraph captures), `node` is a converter's view of one
 holds one converter module per op family.
 """
 
-from rlx.frontends.onnx.importer import MAX_OPSET, MIN_OPSET, import_onnx
+from rlx.frontends.onnx.importer import (
+    MAX_OPSET, MIN_OPSET, import_onnx, onnx_op_types, read_model,
+)
 
-__all__ = ["import_onnx", "MIN_OPSET", "MAX_OPSET"]
+__all__ = ["import_onnx", "MIN_OPSET", "MAX_OPSET", "onnx_op_types", "read_model"]
