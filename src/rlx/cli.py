@@ -1,23 +1,29 @@
 """The `rlx-bake` command (also `python -m rlx`): thin functions over the public API.
 
-The subcommands live in `cli_artifact` (bake, inspect, relayout, encrypt, decrypt) and
-`cli_run` (run, verify, demo); this module owns the parser and the exit codes: a user error
-(`RlxError`, or an OS error on a path the user gave) prints one line `error: ...` on stderr
-and exits 1, bad usage exits 2 (with a one-line message too), success 0.
+The subcommands live in `cli_artifact` (bake, inspect, tensors, relayout, encrypt, decrypt)
+and `cli_run` (run, verify, demo); this module owns the parser and the exit codes, the same
+for every command (see `cli_ui`): 0 success, 1 a failed check, 2 bad usage (one line, with
+"did you mean" for a mistyped command or option), 3 an error (`RlxError`, or an OS error on
+a path the user gave: one line `error: ...` on stderr). With --json the error is also a JSON
+object on stdout. Anything else is a bug and stays a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import logging
+import re
 import sys
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from rlx.version import __version__
 from rlx.cli_artifact import add_commands as add_artifact_commands
 from rlx.cli_run import add_commands as add_run_commands
-from rlx.cli_ui import Ui, one_line
+from rlx.cli_ui import (
+    EXIT_ERROR, EXIT_USAGE, Ui, UsageError, one_line,
+)
 from rlx.errors import RlxError
 
 EXAMPLES = """examples:
@@ -27,14 +33,63 @@ EXAMPLES = """examples:
   rlx-bake run model.rlx --input x=x.npy --repeat 10
   rlx-bake verify model.rlx --onnx model.onnx
   rlx-bake <command> --help                       options of one command
+
+exit codes (every command):
+  0  success
+  1  a check failed (verify found a mismatch, a checksum or signature is wrong)
+  2  bad usage (an unknown command or option, a bad value)
+  3  an error (bad input, a missing file: one line on stderr; with --json also a JSON
+     object {"error": {...}} on stdout)
 """
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line, `error: ... (see 'prog --help')`, exit 2."""
+    """argparse whose usage errors raise `UsageError` (one line, exit 2, with a "did you
+    mean" for a mistyped command or option) instead of exiting."""
 
     def error(self, message: str):
-        self.exit(2, f"error: {one_line(message)} (see '{self.prog} --help')\n")
+        chosen = _chosen_command(self)
+        raise UsageError(one_line(message) + _suggestion(message, self),
+                         self.prog if chosen is None else chosen.prog)
+
+
+_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+_UNKNOWN = re.compile(r"unrecognized arguments: (.*)")
+
+
+def _suggestion(message: str, parser: argparse.ArgumentParser) -> str:
+    """` (did you mean X?)` for a mistyped choice (a command) or option, else ""."""
+    found = _CHOICE.search(message)
+    if found:
+        choices = re.findall(r"'([^']*)'", found.group(2))
+        return _did_you_mean(found.group(1), choices)
+    found = _UNKNOWN.search(message)
+    words = [w.split("=")[0] for w in found.group(1).split() if w.startswith("-")] \
+        if found else []
+    if not words:
+        return ""
+    chosen = _chosen_command(parser)
+    own = [o for a in parser._actions for o in a.option_strings]
+    theirs = [] if chosen is None else [o for a in chosen._actions for o in a.option_strings]
+    if words[0] in theirs and words[0] not in own:  # `rlx-bake --json inspect ...`
+        name = chosen.prog.split()[-1]  # type: ignore[union-attr]
+        return f" ({words[0]} is an option of '{name}': put it after the command)"
+    return _did_you_mean(words[0], own + theirs)
+
+
+def _did_you_mean(word: str, candidates: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, candidates, n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
+def _chosen_command(parser: argparse.ArgumentParser) -> argparse.ArgumentParser | None:
+    """The subcommand's parser named on this command line, when `parser` is the top one
+    (it reports the options no parser took, so it looks into the chosen one)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return next((action.choices[w] for w in getattr(parser, "argv", ())
+                         if w in action.choices), None)
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,26 +134,26 @@ class _LevelFormatter(logging.Formatter):
         return f"{record.levelname.lower()}: {one_line(record.getMessage())}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    parser.argv = argv  # type: ignore[attr-defined]  # for the "did you mean" of options
     try:
         args = parser.parse_args(argv)
-    except SystemExit as done:  # --help, --version, or a usage error (2)
+    except UsageError as err:
+        ui = Ui(as_json="--json" in argv)
+        return ui.fail(f"{err} (see '{err.prog} --help')", EXIT_USAGE, "usage")
+    except SystemExit as done:  # --help, --version
         return done.code if isinstance(done.code, int) else 0
     ui = Ui(as_json=args.json, quiet=args.quiet)
     with _logging(args.quiet, args.verbose):
         try:
             return ui.finish(args.run(args, ui))
         except RlxError as err:
-            return _fail(str(err))
+            return ui.fail(str(err), EXIT_ERROR, error=err)
         except OSError as err:
             where = f"{err.filename}: " if err.filename else ""
-            return _fail(f"{where}{err.strerror or err}")
+            return ui.fail(f"{where}{err.strerror or err}", EXIT_ERROR, error=err)
         except KeyboardInterrupt:
-            return _fail("interrupted", code=130)
-
-
-def _fail(message: str, code: int = 1) -> int:
-    print(f"error: {one_line(message)}", file=sys.stderr)
-    return code
+            return ui.fail("interrupted", 130, "interrupted")
 

@@ -19,8 +19,8 @@ from rlx.artifact import read_rlx
 from rlx.artifact.atomic import atomic_write
 from rlx.artifact.crypto import DEFAULT_KDF
 from rlx.cli_ui import (
-    CliError, Outcome, Ui, add_password_options, check_output, fmt_ms, fmt_shape, one_line,
-    password_from, positive_int,
+    CliError, Outcome, Ui, add_password_options, check_output, fmt_ms, fmt_shape,
+    non_negative_float, one_line, password_from, positive_int,
 )
 from rlx.demo import DEMO_KDF, DEMO_PASSWORD, run_demo
 from rlx.ir import DType, Shape
@@ -251,8 +251,10 @@ def _add_verify(sub, common) -> None:
     p.add_argument("file", help="a .rlx file")
     p.add_argument("--onnx", required=True, metavar="MODEL.onnx", help="the reference model")
     p.add_argument("--inputs", metavar="FILE.npz", help="inputs by name (default: random)")
-    p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (1e-4)")
-    p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (1e-5)")
+    p.add_argument("--rtol", type=non_negative_float, default=1e-4,
+                   help="relative tolerance, >= 0 (1e-4)")
+    p.add_argument("--atol", type=non_negative_float, default=1e-5,
+                   help="absolute tolerance, >= 0 (1e-5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (0)")
     add_password_options(p.add_argument_group("encrypted files"))
     p.set_defaults(run=_verify)

@@ -30,7 +30,7 @@ def test_console_script(files):
     assert json.loads(done.stdout)["meta"]["name"] == "mnist_mlp"
     missing = subprocess.run([str(RLX_BAKE), "inspect", "no-such-file.rlx"],
                              capture_output=True, text=True, timeout=60)
-    assert missing.returncode == 1 and missing.stdout == ""
+    assert missing.returncode == 3 and missing.stdout == ""  # an error (RlxError, OSError)
     assert missing.stderr == "error: no-such-file.rlx: No such file or directory\n"
 
 

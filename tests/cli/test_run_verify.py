@@ -142,7 +142,7 @@ def test_run_profile_ops(cli, files):
                   "--top", "50", "--json").json()["profile"]
     # the baked MLP: its ternary first layer packed (DequantMatMul), the second a MatMul
     ops = {r["op"]: r["nodes"] for r in profile["op_types"]}
-    assert ops == {"DequantMatMul": 1, "MatMul": 1, "Binary(add)": 2, "Unary(relu)": 1}
+    assert ops == {"MatMul (TQ2_0)": 1, "MatMul": 1, "Add": 2, "Relu": 1}  # ONNX op types
     assert len(profile["slowest"]) == 5 and profile["runs"] == 1
     assert abs(sum(r["share"] for r in profile["op_types"]) - 1) < 1e-9
 

@@ -69,7 +69,7 @@ def op_type(op: Op) -> str:
     if isinstance(op, GlobalPool):
         return "GlobalMaxPool" if op.kind is PoolKind.MAX else "GlobalAveragePool"
     if isinstance(op, DequantMatMul):
-        return f"MatMul ({op.scheme.label})"
+        return f"MatMul ({op.scheme.label.removeprefix('gguf_').upper()})"
     return _RENAMED.get(type(op), type(op).__name__)
 
 

@@ -26,7 +26,7 @@ def write_safetensors(out: BinaryIO, tensors: Mapping[str, np.ndarray],
                       metadata: Mapping[str, str] | None = None) -> int:
     """Write `tensors` (in the order given) to the binary stream `out` (an atomic file:
     `rlx.artifact.atomic.atomic_write`); returns the bytes written."""
-    arrays = {name: np.ascontiguousarray(value) for name, value in tensors.items()}
+    arrays = {name: np.asarray(value, order="C") for name, value in tensors.items()}
     header: dict[str, object] = {}
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
