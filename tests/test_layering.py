@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     # the rlx-bake command: cli (parser, exit codes) over cli_artifact and cli_run
     "cli_ui": {"errors"},
     "cli_artifact": {"errors", "ir", "weights", "baking", "artifact", "frontends", "cli_ui"},
-    "cli_run": {"ir", "runtime", "artifact", "demo", "cli_ui"},
+    "cli_run": {"ir", "runtime", "artifact", "demo", "cli_ui", "weights"},
     "cli": {"errors", "version", "cli_ui", "cli_artifact", "cli_run"},
     "__main__": {"cli"},
     "__init__": {"errors", "ir", "codecs", "kernels", "runtime", "passes", "weights", "baking", "artifact",

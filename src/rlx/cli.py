@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import difflib
 import logging
+import os
 import re
 import sys
 from typing import Iterator, Sequence
@@ -151,9 +152,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             return ui.finish(args.run(args, ui))
         except RlxError as err:
             return ui.fail(str(err), EXIT_ERROR, error=err)
+        except BrokenPipeError:  # `rlx-bake inspect x.rlx --graph | head`: not an error
+            _silence_stdout()
+            return EXIT_BROKEN_PIPE
         except OSError as err:
             where = f"{err.filename}: " if err.filename else ""
             return ui.fail(f"{where}{err.strerror or err}", EXIT_ERROR, error=err)
         except KeyboardInterrupt:
             return ui.fail("interrupted", 130, "interrupted")
 
+
+
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a process a closed pipe stopped (128 + 13)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

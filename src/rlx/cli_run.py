@@ -26,6 +26,7 @@ from rlx.demo import DEMO_KDF, DEMO_PASSWORD, run_demo
 from rlx.ir import DType, Shape
 from rlx.runtime import CompiledGraph, Session
 from rlx.runtime.profile import OpProfile, profile_ops
+from rlx.weights.writers import write_npz
 
 __all__ = ["add_commands"]
 
@@ -88,12 +89,8 @@ def _npz(path: str) -> dict[str, np.ndarray]:
 
 
 def _save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
-    """An .npz written atomically. np.savez would take the names as keyword arguments, so an
-    output named `file` would clash with its own parameter; this writes the same format."""
-    with atomic_write(path) as out, zipfile.ZipFile(out, "w") as archive:
-        for name, array in arrays.items():
-            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.asarray(array), allow_pickle=False)
+    with atomic_write(path) as out:
+        write_npz(out, arrays)
 
 
 def _summary(name: str, value: np.ndarray) -> dict[str, Any]:

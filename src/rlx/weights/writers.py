@@ -1,5 +1,7 @@
-"""`write_safetensors`: arrays to a .safetensors stream, the format written here.
+"""Arrays out to weight files: `write_safetensors` and `write_npz`, onto an open stream
+(the caller makes it atomic: `rlx.artifact.atomic.atomic_write`).
 
+safetensors, written here:
 The format (see `safetensors_file`): an 8-byte little-endian header length, the JSON header
 `{name: {"dtype", "shape", "data_offsets"}}` padded with spaces to a multiple of 8 (as the
 safetensors package pads it), then the tensors' bytes back to back, little-endian, C order.
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import json
 import struct
+import zipfile
 from typing import BinaryIO, Mapping
 
 import numpy as np
@@ -17,7 +20,7 @@ import numpy as np
 from rlx.errors import WeightError
 from rlx.weights.safetensors_file import _DTYPES
 
-__all__ = ["write_safetensors"]
+__all__ = ["write_npz", "write_safetensors"]
 
 _NAMES = {dtype: name for name, dtype in _DTYPES.items()}
 
@@ -48,3 +51,12 @@ def write_safetensors(out: BinaryIO, tensors: Mapping[str, np.ndarray],
         if array.size:
             out.write(array.reshape(-1).view(np.uint8).data)
     return 8 + len(text) + offset
+
+
+def write_npz(out: BinaryIO, arrays: Mapping[str, np.ndarray]) -> None:
+    """An .npz archive (what `np.load` reads) of `arrays`. `np.savez` would take the names
+    as keyword arguments, so a tensor named `file` would clash with its own parameter."""
+    with zipfile.ZipFile(out, "w") as archive:
+        for name, array in arrays.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asarray(array), allow_pickle=False)
