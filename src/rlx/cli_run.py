@@ -191,7 +191,7 @@ def _profile_data(profile: OpProfile, top: int) -> dict[str, Any]:
         "runs": profile.runs, "total_ms": total * 1e3,
         "op_types": [{"op": r.op_type, "nodes": r.count, "ms": r.seconds * 1e3,
                       "share": r.share(total)} for r in profile.by_op_type()],
-        "slowest": [{"node": n.label, "op": n.op, "ms": n.seconds * 1e3,
+        "slowest": [{"node": n.label, "op": n.op, "ir_node": n.ir_label, "ms": n.seconds * 1e3,
                      "share": n.seconds / total if total else 0.0}
                     for n in profile.slowest(top)],
     }

@@ -33,6 +33,7 @@ from rlx.ir.verify import verify
 from rlx.weights.bundle import WeightBundle
 
 log = logging.getLogger(__name__)
+progress = logging.getLogger("rlx.progress")  # what a terminal shows while it runs (cli_ui)
 
 
 @dataclass
@@ -89,13 +90,16 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     if report.unused_bindings:
         log.warning("bindings matching no param: %s", ", ".join(report.unused_bindings))
 
+    progress.debug("pass 1: binding weights")
     g, report.params_baked = passes.specialize(graph, bundle.tensors)
     g, packed_bound = passes.bind_packed(g, bundle.packed)
     report.params_baked += packed_bound
     if opts.constant_folding:
+        progress.debug("pass 2: resolving shapes, folding constants and BatchNorms")
         g, stats.captures_sunk = passes.sink_constant_captures(g)
         g = _fold_weight_math(g, stats, opts.dce)
     if opts.skip_zero:
+        progress.debug("pass 3: skipping all-zero matmuls")
         g, stats.skipped_zero_matmuls = passes.skip_zero_matmul(g)
     for enabled, scheme, attr in ((opts.ternary, QuantScheme.GGUF_TQ2_0, "ternary_packed"),
                                   (opts.quant, QuantScheme.GGUF_Q8_0, "quant_packed")):
@@ -105,12 +109,15 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
                 if reason is not None:
                     key = f"{scheme.label}: {reason.value}"
                     stats.not_packed[key] = stats.not_packed.get(key, 0) + 1
+            progress.debug(f"pass 4: packing matmul weights as {scheme.label}")
             pack = passes.pack_ternary if require_ternary else passes.pack_quant
             g, count = pack(g)
             setattr(stats, attr, count)
     if opts.algebraic_simplify:
+        progress.debug("pass 5: simplifying and fusing op chains")
         g, stats.simplified = _simplify(g)
         g, stats.fused = _fuse(g)
+    progress.debug("pass 6: removing dead nodes, folding, deduplicating constants")
     if opts.dce:
         g, removed = _dce(g)
         stats.dead_removed += removed
@@ -127,6 +134,7 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
         g, deduped = _dedupe(g)
     verify(g)
 
+    progress.debug("pass 7: building the weight table and the memory layout")
     rows = _weight_table(g, bundle, opts, stats, report)
     file = RlxFile.from_baked(
         g, rows, params_baked=report.params_baked,

@@ -1,0 +1,71 @@
+"""Packaging: runtime dependencies are exactly what src/ imports, the version lives in one
+place, and the package ships `py.typed`."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import rlx
+from rlx.version import __version__
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "rlx"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+# import name -> distribution name, where they differ
+DISTRIBUTION = {"argon2": "argon2-cffi", "google": "protobuf", "gguf": "gguf"}
+
+
+def _third_party_imports() -> set[str]:
+    found: set[str] = set()
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module.split(".")[0])
+    return {m for m in found if m not in sys.stdlib_module_names and m != "rlx"}
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_runtime_dependencies_are_what_src_imports():
+    imported = {DISTRIBUTION.get(m, m).lower().replace("_", "-") for m in
+                _third_party_imports()}
+    declared = {_name(r) for r in PYPROJECT["project"]["dependencies"]}
+    assert declared == imported
+    # safetensors is only a test oracle (rlx reads and writes the format itself)
+    assert "safetensors" in {_name(r) for r in PYPROJECT["project"]["optional-dependencies"]
+                             ["dev"]}
+
+
+def test_version_comes_from_one_place():
+    assert PYPROJECT["project"]["dynamic"] == ["version"]
+    assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "rlx.version.__version__"}
+    assert rlx.__version__ == __version__ == "0.2.0"
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert f"## {__version__}" in changelog
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_py_typed(tmp_path):
+    assert (SRC / "py.typed").is_file()
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w",
+                           str(tmp_path), str(ROOT)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (wheel,) = tmp_path.glob("rlx-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "rlx/py.typed" in names and f"rlx-{__version__}.dist-info/METADATA" in names
+    metadata = zipfile.ZipFile(wheel).read(f"rlx-{__version__}.dist-info/METADATA").decode()
+    assert "Requires-Dist: safetensors" not in metadata.split("Provides-Extra")[0]
