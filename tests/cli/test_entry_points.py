@@ -11,7 +11,8 @@ import pytest
 
 RLX_BAKE = Path(sys.executable).with_name("rlx-bake")  # installed next to this interpreter
 
-COMMANDS = ["bake", "inspect", "run", "verify", "relayout", "encrypt", "decrypt", "demo"]
+COMMANDS = ["bake", "inspect", "tensors", "run", "verify", "relayout", "encrypt", "decrypt",
+            "demo"]
 
 
 def test_python_m_rlx_help():
