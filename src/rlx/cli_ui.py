@@ -30,7 +30,9 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 from rich import box
 from rich.console import Console
+from rich.live import Live
 from rich.progress import track
+from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
@@ -53,6 +55,7 @@ PROGRESS_LOGGER = "rlx.progress"
 """Long work (passes, packing, writing) logs what it is doing here at DEBUG; the command
 line shows the latest message beside its spinner, on a terminal only."""
 
+_SHORT_CELL = 16  # a column whose cells are all this short never wraps
 _STYLES = {"OK": "bold green", "yes": "green", "NO": "bold red", "FAILED": "bold red"}
 
 
@@ -119,9 +122,15 @@ class Ui:
         if not self.interactive:
             yield lambda _: None
             return
-        with self.err.status(text) as status, _progress_to(
-                lambda detail: status.update(f"{text}: {detail}")):
-            yield lambda new: status.update(new)
+        spinner = Spinner("dots", Text(text), style="green")
+        with Live(spinner, console=self.err, transient=True, refresh_per_second=12.5) as live:
+
+            def show(new: str) -> None:  # drawn now: a fast step's message is seen too
+                spinner.update(text=Text(new))
+                live.refresh()
+
+            with _progress_to(lambda detail: show(f"{text}: {detail}")):
+                yield show
 
     def track(self, items: Sequence, text: str) -> Iterable:
         """A progress bar over `items` (several repeats, say), when interactive."""
@@ -157,11 +166,15 @@ class Ui:
         table = Table(title=None if title is None else Text(title, style="bold"),
                       box=box.SIMPLE_HEAD, title_justify="left", highlight=False,
                       show_header=header, header_style="bold")
-        for name in columns:
+        cells = [[self.styled(v) for v in row] for row in rows]
+        for i, name in enumerate(columns):
+            # short columns (numbers, encodings, shapes) stay on one line; the long ones
+            # (names, notes) take the folding when a terminal is too narrow
+            longest = max((len(row[i].plain) for row in cells if i < len(row)), default=0)
             table.add_column(Text(name), justify="right" if name in numeric else "left",
-                             overflow="fold")
-        for row in rows:
-            table.add_row(*(self.styled(v) for v in row))
+                             overflow="fold", no_wrap=longest <= _SHORT_CELL)
+        for row in cells:
+            table.add_row(*row)
         self._print(table)
 
     def _print(self, renderable: Any) -> None:
