@@ -9,7 +9,6 @@ import pytest
 from rlx import BakeOptions, BakeProfile, MemoryMode, bake
 from rlx.artifact import read_rlx, write_rlx
 from rlx.errors import ArtifactError
-
 from tests.baking.models import mlp_graph, mlp_weights
 
 

@@ -13,7 +13,6 @@ from onnx import TensorProto, helper, numpy_helper
 from rlx.artifact import read_rlx
 from rlx.ir import format_graph
 from rlx.ir.naming import computing_nodes
-
 from tests.cli.conftest import assert_error
 from tests.real_models import FEEDS, MODELS, fetch
 

@@ -9,7 +9,6 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from rlx.cli import main
-
 from tests.cli.conftest import assert_error
 
 

@@ -42,9 +42,11 @@ class Node:
 
     @property
     def label(self) -> str:
-        """How messages refer to this node: `%3 'name' (Conv)`."""
+        """How messages refer to this node: `%3 'name' (Conv)`, and the ONNX node it came
+        from when that is another name (`%7 (MatMul) of '/fc/Gemm'`)."""
         name = f" {self.name!r}" if self.name else ""
-        return f"%{self.id}{name} ({type(self.op).__name__})"
+        origin = f" of {self.origin!r}" if self.origin and self.origin != self.name else ""
+        return f"%{self.id}{name} ({type(self.op).__name__}){origin}"
 
 
 class Graph:

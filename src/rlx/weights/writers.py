@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import struct
 import zipfile
-from typing import BinaryIO, Mapping
+from collections.abc import Mapping
+from typing import BinaryIO
 
 import numpy as np
 
