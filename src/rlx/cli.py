@@ -44,6 +44,10 @@ exit codes (every command):
 """
 
 
+EXIT_CODES_SHORT = ("exit codes: 0 success, 1 a check failed, 2 bad usage, 3 an error "
+                    "(see 'rlx-bake --help')")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse whose usage errors raise `UsageError` (one line, exit 2, with a "did you
     mean" for a mistyped command or option) instead of exiting."""
@@ -110,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_artifact_commands(sub, common)
     add_run_commands(sub, common)
+    for command in sub.choices.values():  # every command, whoever added it
+        command.epilog = (command.epilog or "").rstrip("\n") + "\n\n" + EXIT_CODES_SHORT
     return parser
 
 

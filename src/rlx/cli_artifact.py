@@ -18,6 +18,7 @@ from rlx.artifact.crypto import (
     ENC_MAGIC, EncryptionInfo, decrypt_file, encrypt_file, is_encrypted, read_encryption_info,
 )
 from rlx.artifact.layout import SCHEMA_VERSION
+from rlx.artifact.sniff import ARTIFACT, ENCRYPTED_ARTIFACT, ONNX_MODEL, file_format
 from rlx import BakeOptions, BakeProfile, MemoryMode, RlxFile, RlxWeight, bake_bundle
 from rlx import relayout as relayout_file
 from rlx.cli_ui import (
@@ -173,7 +174,14 @@ def _load_model(path: Path, args) -> _Model:
     # Frontends are imported here, not at the top: importing onnx takes a good part of a
     # second, which every other command would pay for nothing.
     shapes, dims = dict(args.input_shapes), dict(args.dim)
-    if path.suffix.lower() == ".onnx":
+    kind = file_format(str(path)) if path.is_file() else None
+    if kind in (ARTIFACT, ENCRYPTED_ARTIFACT):
+        raise CliError(f"{path} is {kind} already: inspect, run or verify it (relayout "
+                       "changes its memory mode); bake reads a model")
+    if kind is not None and kind != ONNX_MODEL and path.suffix.lower() != ".json":
+        raise CliError(f"{path} is {kind}, not a model: bake a model (an .onnx file, a "
+                       f"graph JSON file or a bundle folder) with --weights {path}")
+    if kind == ONNX_MODEL or path.suffix.lower() == ".onnx":  # the bytes say, or the name
         from rlx.frontends.onnx import import_onnx, onnx_op_types, read_model
 
         proto = read_model(path)
@@ -334,7 +342,7 @@ def _render_bake(d: dict, ui: Ui) -> None:
         ("op chains fused (HardSwish, GELU, conv bias)", stats["fused"]),
         ("BatchNorms folded", stats["batchnorms_folded"]),
         ("subgraph weights moved to the table", stats["weights_hoisted"]),
-        ("dead nodes removed", stats["dead_removed"]),
+        ("dead IR nodes removed (constants included)", stats["dead_removed"]),
         ("constants folded", stats["constants_folded"]),
         ("constants deduped", memory["constants_deduped"]),
         ("folded bindings dropped", memory["folded_bindings_dropped"]),

@@ -141,3 +141,28 @@ def test_every_command_documents_the_exit_codes(capsys):
     text = capsys.readouterr().out
     for line in ("0  success", "1  a check failed", "2  bad usage", "3  an error"):
         assert line in text
+
+
+def test_bake_knows_what_it_was_given(cli, files, tmp_path):
+    """An artifact or a weights file given as the model gets a one-line hint; an ONNX model
+    under another name is read as ONNX (the bytes say what it is)."""
+    weights = tmp_path / "w.safetensors"
+    save_file(files.weights, weights)
+    assert_error(cli("bake", files.rlx, "-o", tmp_path / "a.rlx"),
+                 r"is an \.rlx artifact already: inspect, run or verify it")
+    assert_error(cli("bake", files.encrypted, "-o", tmp_path / "a.rlx"),
+                 r"is an encrypted \.rlx artifact already")
+    assert_error(cli("bake", weights, "-o", tmp_path / "a.rlx"),
+                 r"is a safetensors file, not a model: .* with --weights")
+    renamed = tmp_path / "model.bin"
+    renamed.write_bytes(files.onnx.read_bytes())
+    result = cli("bake", renamed, "-o", tmp_path / "b.rlx", "--json")
+    assert result.code == 0 and result.json()["computing_nodes"]["onnx"] == 5
+
+
+@pytest.mark.parametrize("command", ["bake", "inspect", "tensors", "run", "verify",
+                                     "relayout", "encrypt", "decrypt", "demo"])
+def test_every_command_help_names_the_exit_codes(capsys, command):
+    assert main([command, "--help"]) == 0
+    assert "exit codes: 0 success, 1 a check failed, 2 bad usage, 3 an error" in \
+        capsys.readouterr().out

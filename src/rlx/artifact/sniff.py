@@ -5,11 +5,31 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["foreign_format", "foreign_hint"]
+__all__ = ["ARTIFACT", "ENCRYPTED_ARTIFACT", "ONNX_MODEL", "file_format", "foreign_format",
+           "foreign_hint"]
+
+ARTIFACT = "an .rlx artifact"
+ENCRYPTED_ARTIFACT = "an encrypted .rlx artifact"
+ONNX_MODEL = "an ONNX model"
 
 # ModelProto's first field is ir_version (field 1, varint: tag 0x08, a small value), then a
 # length-delimited or varint field of ModelProto (producer, domain, graph, opset_import)
 _ONNX_NEXT_TAGS = {0x12, 0x1A, 0x22, 0x28, 0x32, 0x3A, 0x42, 0x72, 0xA2}
+
+
+def file_format(path: str) -> str | None:
+    """What the file at `path` is, from its first bytes (`ARTIFACT`, `ONNX_MODEL`, "a GGUF
+    file", ...), or None when it is none of the formats known here (or unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return None
+    if head.startswith(b"RLXBAKE1"):
+        return ARTIFACT
+    if head.startswith(b"RLXENC01"):
+        return ENCRYPTED_ARTIFACT
+    return foreign_format(head, path)
 
 
 def foreign_format(head: bytes, name: str = "") -> str | None:
@@ -26,9 +46,9 @@ def foreign_format(head: bytes, name: str = "") -> str | None:
             return "a safetensors file"
     if len(head) >= 3 and head[0] == 0x08 and 1 <= head[1] <= 30 \
             and head[2] in _ONNX_NEXT_TAGS:
-        return "an ONNX model"
+        return ONNX_MODEL
     if name.lower().endswith(".onnx"):
-        return "an ONNX model"
+        return ONNX_MODEL
     return None
 
 
@@ -37,7 +57,7 @@ def foreign_hint(head: bytes, name: str = "") -> str:
     kind = foreign_format(head, name)
     if kind is None:
         return ""
-    if kind == "an ONNX model":
+    if kind == ONNX_MODEL:
         todo = f"bake it first (rlx-bake bake {name or 'MODEL.onnx'} -o model.rlx)"
     else:
         todo = "weights go to `rlx-bake bake MODEL --weights FILE`"
