@@ -35,7 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "cli_artifact": {"errors", "ir", "weights", "baking", "artifact", "frontends", "cli_ui",
                      "cli_package"},
     "cli_package": {"artifact", "cli_ui"},
-    "cli_run": {"ir", "runtime", "artifact", "demo", "cli_ui", "cli_engines"},
+    "cli_run": {"ir", "runtime", "artifact", "demo", "cli_ui", "cli_engines", "weights"},
     "cli_engines": {"ir", "artifact", "engines", "frontends", "cli_ui"},
     "cli": {"errors", "version", "cli_ui", "cli_artifact", "cli_run", "cli_package",
             "cli_engines"},

@@ -1,25 +1,32 @@
 """The `rlx-bake` command (also `python -m rlx`): thin functions over the public API.
 
-The subcommands live in `cli_artifact` (bake, inspect, relayout, encrypt, decrypt) and
-`cli_run` (run, verify, demo); this module owns the parser and the exit codes: a user error
-(`RlxError`, or an OS error on a path the user gave) prints one line `error: ...` on stderr
-and exits 1, bad usage exits 2 (with a one-line message too), success 0.
+The subcommands live in `cli_artifact` (bake, inspect, tensors, relayout, encrypt, decrypt)
+and `cli_run` (run, verify, demo); this module owns the parser and the exit codes, the same
+for every command (see `cli_ui`): 0 success, 1 a failed check, 2 bad usage (one line, with
+"did you mean" for a mistyped command or option), 3 an error (`RlxError`, or an OS error on
+a path the user gave: one line `error: ...` on stderr). With --json the error is also a JSON
+object on stdout. Anything else is a bug and stays a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import logging
+import os
+import re
 import sys
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from rlx.version import __version__
 from rlx.cli_artifact import add_commands as add_artifact_commands
 from rlx.cli_package import with_default_command
 from rlx.cli_engines import add_commands as add_engine_commands
 from rlx.cli_run import add_commands as add_run_commands
-from rlx.cli_ui import Ui, one_line
+from rlx.cli_ui import (
+    EXIT_ERROR, EXIT_USAGE, Ui, UsageError, one_line,
+)
 from rlx.errors import RlxError
 
 EXAMPLES = """examples:
@@ -31,14 +38,67 @@ EXAMPLES = """examples:
   rlx-bake run model.rlx --inputs feeds.npz --engine auto -v
   rlx-bake export model.rlx -o model.onnx
   rlx-bake <command> --help                       options of one command
+
+exit codes (every command):
+  0  success
+  1  a check failed (verify found a mismatch, a checksum or signature is wrong)
+  2  bad usage (an unknown command or option, a bad value)
+  3  an error (bad input, a missing file: one line on stderr; with --json also a JSON
+     object {"error": {...}} on stdout)
 """
 
 
+EXIT_CODES_SHORT = ("exit codes: 0 success, 1 a check failed, 2 bad usage, 3 an error "
+                    "(see 'rlx-bake --help')")
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line, `error: ... (see 'prog --help')`, exit 2."""
+    """argparse whose usage errors raise `UsageError` (one line, exit 2, with a "did you
+    mean" for a mistyped command or option) instead of exiting."""
 
     def error(self, message: str):
-        self.exit(2, f"error: {one_line(message)} (see '{self.prog} --help')\n")
+        chosen = _chosen_command(self)
+        raise UsageError(one_line(message) + _suggestion(message, self),
+                         self.prog if chosen is None else chosen.prog)
+
+
+_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+_UNKNOWN = re.compile(r"unrecognized arguments: (.*)")
+
+
+def _suggestion(message: str, parser: argparse.ArgumentParser) -> str:
+    """` (did you mean X?)` for a mistyped choice (a command) or option, else ""."""
+    found = _CHOICE.search(message)
+    if found:
+        choices = re.findall(r"'([^']*)'", found.group(2))
+        return _did_you_mean(found.group(1), choices)
+    found = _UNKNOWN.search(message)
+    words = [w.split("=")[0] for w in found.group(1).split() if w.startswith("-")] \
+        if found else []
+    if not words:
+        return ""
+    chosen = _chosen_command(parser)
+    own = [o for a in parser._actions for o in a.option_strings]
+    theirs = [] if chosen is None else [o for a in chosen._actions for o in a.option_strings]
+    if words[0] in theirs and words[0] not in own:  # `rlx-bake --json inspect ...`
+        name = chosen.prog.split()[-1]  # type: ignore[union-attr]
+        return f" ({words[0]} is an option of '{name}': put it after the command)"
+    return _did_you_mean(words[0], own + theirs)
+
+
+def _did_you_mean(word: str, candidates: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, candidates, n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
+def _chosen_command(parser: argparse.ArgumentParser) -> argparse.ArgumentParser | None:
+    """The subcommand's parser named on this command line, when `parser` is the top one
+    (it reports the options no parser took, so it looks into the chosen one)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return next((action.choices[w] for w in getattr(parser, "argv", ())
+                         if w in action.choices), None)
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_artifact_commands(sub, common)
     add_run_commands(sub, common)
     add_engine_commands(sub, common)
+    for command in sub.choices.values():  # every command, whoever added it
+        command.epilog = (command.epilog or "").rstrip("\n") + "\n\n" + EXIT_CODES_SHORT
     return parser
 
 
@@ -84,27 +146,34 @@ class _LevelFormatter(logging.Formatter):
         return f"{record.levelname.lower()}: {one_line(record.getMessage())}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     _safe_streams()
     parser = build_parser()
     commands = set(next(a for a in parser._actions
                         if isinstance(a, argparse._SubParsersAction)).choices)
-    argv = with_default_command(sys.argv[1:] if argv is None else list(argv), commands)
+    argv = with_default_command(list(sys.argv[1:] if argv is None else argv), commands)
+    parser.argv = argv  # type: ignore[attr-defined]  # for the "did you mean" of options
     try:
         args = parser.parse_args(argv)
-    except SystemExit as done:  # --help, --version, or a usage error (2)
+    except UsageError as err:
+        ui = Ui(as_json="--json" in argv)
+        return ui.fail(f"{err} (see '{err.prog} --help')", EXIT_USAGE, "usage")
+    except SystemExit as done:  # --help, --version
         return done.code if isinstance(done.code, int) else 0
     ui = Ui(as_json=args.json, quiet=args.quiet)
     with _logging(args.quiet, args.verbose):
         try:
             return ui.finish(args.run(args, ui))
         except RlxError as err:
-            return _fail(str(err))
+            return ui.fail(str(err), EXIT_ERROR, error=err)
+        except BrokenPipeError:  # `rlx-bake inspect x.rlx --graph | head`: not an error
+            _silence_stdout()
+            return EXIT_BROKEN_PIPE
         except OSError as err:
             where = f"{err.filename}: " if err.filename else ""
-            return _fail(f"{where}{err.strerror or err}")
+            return ui.fail(f"{where}{err.strerror or err}", EXIT_ERROR, error=err)
         except KeyboardInterrupt:
-            return _fail("interrupted", code=130)
+            return ui.fail("interrupted", 130, "interrupted")
 
 
 def _safe_streams() -> None:
@@ -115,8 +184,12 @@ def _safe_streams() -> None:
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
 
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a process a closed pipe stopped (128 + 13)
 
-def _fail(message: str, code: int = 1) -> int:
-    print(f"error: {one_line(message)}", file=sys.stderr)
-    return code
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

@@ -19,6 +19,7 @@ from rlx.artifact.crypto import (
     ENC_MAGIC, EncryptionInfo, decrypt_file, encrypt_file, is_encrypted, read_encryption_info,
 )
 from rlx.artifact.layout import SCHEMA_VERSION
+from rlx.artifact.sniff import ARTIFACT, ENCRYPTED_ARTIFACT, ONNX_MODEL, file_format
 from rlx import BakeOptions, BakeProfile, MemoryMode, RlxFile, RlxWeight, bake_bundle
 from rlx import relayout as relayout_file
 from rlx.cli_ui import (
@@ -30,8 +31,10 @@ from rlx.cli_package import (
     add_package_options, package_info, render_package, artifact_bytes, check_artifact_output, package_features, write_artifact,
 )
 from rlx.errors import IntegrityError
-from rlx.ir import Constant, Graph
+from rlx.ir import Constant, DType, Graph, format_graph
+from rlx.ir.naming import COMPUTING_NODES, op_type_counts
 from rlx.weights import WeightBundle, WeightLoadPolicy, load_weights
+from rlx.weights.writers import write_npz, write_safetensors
 
 __all__ = ["add_bake_arguments", "add_commands", "bake_options"]
 
@@ -39,7 +42,7 @@ _FORMATTER = argparse.RawDescriptionHelpFormatter
 
 
 def add_commands(sub, common: argparse.ArgumentParser) -> None:
-    for add in (_add_bake, _add_inspect, _add_relayout, _add_crypto_commands):
+    for add in (_add_bake, _add_inspect, _add_tensors, _add_relayout, _add_crypto_commands):
         add(sub, common)
     add_package_commands(sub, common, add_bake_arguments)
 
@@ -97,6 +100,14 @@ def add_bake_arguments(p, package: bool = False) -> None:
     p.add_argument("-w", "--weights", metavar="PATH",
                    help="weights (.safetensors, .npz, .npy, .gguf or a folder of them); "
                         "default: the bundle's weights.safetensors, or the ONNX initializers")
+    shapes = p.add_argument_group("input shapes (ONNX models)")
+    shapes.add_argument("--input-shapes", nargs="+", action="extend", default=[],
+                        type=_input_shape, metavar="NAME:D,D,...",
+                        help="fix a graph input's dims (ints, or names for symbolic dims), "
+                             "e.g. input_ids:1,128 pixel_values:1,3,224,224")
+    shapes.add_argument("--dim", action="append", default=[], type=_dim, metavar="NAME=N",
+                        help="fix a symbolic dim by name wherever inputs declare it, "
+                             "e.g. --dim batch=1 (repeat for several)")
     p.add_argument("--weights-policy", default=WeightLoadPolicy.F32_FIRST, metavar="POLICY",
                    type=parsed(WeightLoadPolicy.parse, "weights policy"),
                    help="f32 (decode packed tensors), packed (keep them) or auto; "
@@ -127,6 +138,25 @@ def add_bake_arguments(p, package: bool = False) -> None:
     if not package:
         add_password_options(p.add_argument_group("encryption (optional, .rlx only)"))
     p.set_defaults(run=_bake)
+
+
+def _input_shape(text: str) -> tuple[str, tuple[int | str, ...]]:
+    """`NAME:1,3,224,224` (a dim may be a name: `ids:batch,128`) -> (name, dims)."""
+    name, sep, dims = text.rpartition(":")
+    parts = dims.split(",") if dims else []
+    if not sep or not name or not parts or not all(parts):
+        raise argparse.ArgumentTypeError(f"expected NAME:D,D,..., got {text!r}")
+    values = tuple(int(d) if d.lstrip("-").isdigit() else d for d in parts)
+    if any(isinstance(d, int) and d < 0 for d in values):
+        raise argparse.ArgumentTypeError(f"dims must be >= 0 or names, got {text!r}")
+    return name, values
+
+
+def _dim(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value.isdigit():
+        raise argparse.ArgumentTypeError(f"expected NAME=N with N >= 0, got {text!r}")
+    return name, int(value)
 
 
 class _Toggle(argparse.Action):
@@ -166,16 +196,30 @@ class _Model:
     bindings: dict[str, np.ndarray]  # weights that came with the model (ONNX initializers)
     default_weights: Path | None
     source: str
+    onnx_op_types: dict[str, int] | None = None  # the ONNX file's nodes by op type
 
 
-def _load_model(path: Path) -> _Model:
+def _load_model(path: Path, args) -> _Model:
     # Frontends are imported here, not at the top: importing onnx takes a good part of a
     # second, which every other command would pay for nothing.
-    if path.suffix.lower() == ".onnx":
-        from rlx.frontends.onnx import import_onnx
+    shapes, dims = dict(args.input_shapes), dict(args.dim)
+    kind = file_format(str(path)) if path.is_file() else None
+    if kind in (ARTIFACT, ENCRYPTED_ARTIFACT):
+        raise CliError(f"{path} is {kind} already: inspect, run or verify it (relayout "
+                       "changes its memory mode); bake reads a model")
+    if kind is not None and kind != ONNX_MODEL and path.suffix.lower() != ".json":
+        raise CliError(f"{path} is {kind}, not a model: bake a model (an .onnx file, a "
+                       f"graph JSON file or a bundle folder) with --weights {path}")
+    if kind == ONNX_MODEL or path.suffix.lower() == ".onnx":  # the bytes say, or the name
+        from rlx.frontends.onnx import import_onnx, onnx_op_types, read_model
 
-        graph, bindings = import_onnx(path)
-        return _Model(graph, dict(bindings), None, f"onnx:{path}")
+        proto = read_model(path)
+        graph, bindings = import_onnx(proto, base_dir=path.resolve().parent,
+                                      input_shapes=shapes or None, dims=dims or None)
+        return _Model(graph, dict(bindings), None, f"onnx:{path}", onnx_op_types(proto))
+    if shapes or dims:
+        raise CliError(f"{path}: --input-shapes and --dim apply to ONNX models; a graph "
+                       "JSON file declares its own input shapes")
     from rlx.frontends.graph_loader import load_graph
 
     loaded = load_graph(path)
@@ -212,7 +256,7 @@ def _bake(args, ui: Ui) -> Outcome:
     opts = bake_options(args)
     password = password_from(args, ui)  # before the long work: a bad source fails at once
     with ui.step(f"loading {args.input}") as update:
-        model = _load_model(Path(args.input))
+        model = _load_model(Path(args.input), args)
         update("loading weights")
         bundle, weights = _bundle(model, args, opts)
     params = {n.op.name for n in model.graph.params()}
@@ -239,6 +283,13 @@ def _bake(args, ui: Ui) -> Outcome:
         "weights_out_bytes": sum(r["bytes"] for r in rows) + _constant_bytes(
             file.graph, frozenset(w.node_id for w in file.weights)),
         "by_encoding": _by_encoding(rows),
+        "input_shapes": {k: list(v) for k, v in args.input_shapes}, "dims": dict(args.dim),
+        "computing_nodes": {"counted": COMPUTING_NODES,
+                            "onnx": _total(model.onnx_op_types),
+                            "before": _total(report.op_types_before),
+                            "after": _total(report.op_types_after)},
+        "op_types": _op_table(model.onnx_op_types, report.op_types_before,
+                              report.op_types_after),
     }
     return Outcome(data, _render_bake)
 
@@ -248,6 +299,44 @@ def _options_data(opts: BakeOptions) -> dict[str, Any]:
     data = dataclasses.asdict(dataclasses.replace(opts, calibration=None))
     data["calibration"] = len(opts.calibration) if opts.calibration else 0
     return data
+
+
+def _total(counts: dict[str, int] | None) -> int | None:
+    return None if counts is None else sum(counts.values())
+
+
+def _op_table(onnx: dict[str, int] | None, before: dict[str, int],
+              after: dict[str, int]) -> list[dict[str, Any]]:
+    """One row per op type: in the ONNX file (when the input is one), in the imported
+    graph, in the baked one; the most frequent after baking first (as onnxslim lists)."""
+    names = set(before) | set(after) | set(onnx or {})
+    rows = [{"op": op, "onnx": None if onnx is None else onnx.get(op, 0),
+             "before": before.get(op, 0), "after": after.get(op, 0)} for op in names]
+    return sorted(rows, key=lambda r: (-r["after"], -r["before"], r["op"]))
+
+
+def _node_counts(c: dict[str, Any]) -> str:
+    onnx = f"ONNX file {c['onnx']}, " if c["onnx"] is not None else ""
+    return f"{onnx}imported {c['before']} -> baked {c['after']}"
+
+
+def _render_op_table(d: dict, ui: Ui) -> None:
+    rows, nodes = d["op_types"], d["computing_nodes"]
+    with_onnx = nodes["onnx"] is not None
+    columns = ("op type", *(("ONNX file",) if with_onnx else ()), "imported", "baked", "change")
+    total = {"op": "total", "onnx": nodes["onnx"], "before": nodes["before"],
+             "after": nodes["after"]}
+    ui.table("computing nodes by op type", columns,
+             [(r["op"], *((r["onnx"],) if with_onnx else ()), r["before"], r["after"],
+               _change(r["onnx"] if with_onnx else r["before"], r["after"]))
+              for r in (*rows, total)],
+             numeric=columns[1:])
+    ui.line(f"({nodes['counted']}; change: baked against the "
+            f"{'ONNX file' if with_onnx else 'input graph'})")
+
+
+def _change(before: int, after: int) -> str:
+    return "" if before == after else f"{after - before:+d}"
 
 
 def _not_packed(key: str, count: int) -> tuple[str, int]:
@@ -280,7 +369,7 @@ def _render_bake(d: dict, ui: Ui) -> None:
     saved = d["weights_in_bytes"] - d["weights_out_bytes"]
     ratio = d["weights_in_bytes"] / d["weights_out_bytes"] if d["weights_out_bytes"] else None
     steps = [
-        ("nodes", f"{report['nodes_before']} -> {report['nodes_after']}"),
+        ("computing nodes", _node_counts(d["computing_nodes"])),
         ("params baked", report["params_baked"]),
         ("params left unbound", ", ".join(report["params_remaining"]) or "none"),
         ("zero matmuls skipped", stats["skipped_zero_matmuls"]),
@@ -295,7 +384,7 @@ def _render_bake(d: dict, ui: Ui) -> None:
         ("op chains fused (HardSwish, GELU, conv bias)", stats["fused"]),
         ("BatchNorms folded", stats["batchnorms_folded"]),
         ("subgraph weights moved to the table", stats["weights_hoisted"]),
-        ("dead nodes removed", stats["dead_removed"]),
+        ("dead IR nodes removed (constants included)", stats["dead_removed"]),
         ("constants folded", stats["constants_folded"]),
         ("constants deduped", memory["constants_deduped"]),
         ("folded bindings dropped", memory["folded_bindings_dropped"]),
@@ -306,6 +395,7 @@ def _render_bake(d: dict, ui: Ui) -> None:
     if report["unused_bindings"]:
         steps.append(("bindings matching no param", ", ".join(report["unused_bindings"])))
     ui.pairs("what each step did", steps)
+    _render_op_table(d, ui)
     if d["by_encoding"]:
         ui.table("weight table by encoding", ("encoding", "tensors", "bytes"),
                  [(e["encoding"], e["tensors"], fmt_bytes(e["bytes"]))
@@ -377,14 +467,6 @@ def _by_encoding(rows: list[dict]) -> list[dict]:
     return [{"encoding": e, "tensors": tensors[e], "bytes": nbytes[e]} for e in sorted(tensors)]
 
 
-def _op_counts(graph: Graph, counts: Counter) -> Counter:
-    for node in graph.nodes():
-        counts[type(node.op).__name__] += 1
-        for sub in node.op.subgraphs():
-            _op_counts(sub, counts)
-    return counts
-
-
 # --- inspect ------------------------------------------------------------------------------
 
 
@@ -398,6 +480,9 @@ def _add_inspect(sub, common) -> None:
                        epilog="examples:\n  rlx-bake inspect model.rlx\n"
                               "  rlx-bake inspect secret.rlx --password-env RLX_PASSWORD --json")
     p.add_argument("file", help="a .rlx file")
+    p.add_argument("--graph", action="store_true",
+                   help="also print the baked graph as text, one line per node (with --json: "
+                        "as the `graph_text` lines)")
     add_password_options(p.add_argument_group("encrypted files"))
     p.set_defaults(run=_inspect)
 
@@ -445,8 +530,11 @@ def _inspect(args, ui: Ui) -> Outcome:
                    "table_bytes": sum(w.nbytes for w in file.weights),
                    "graph_constant_bytes": file.meta.constant_bytes,
                    "needs_materialize": file.needs_materialize()},
-        "ops": dict(sorted(_op_counts(file.graph, Counter()).items())),
+        "computing_nodes": {"counted": COMPUTING_NODES,
+                            "count": sum(op_type_counts(file.graph).values())},
+        "ops": dict(sorted(op_type_counts(file.graph).items(), key=lambda kv: (-kv[1], kv[0]))),
         "checksums": checksums,
+        "graph_text": format_graph(file.graph).splitlines() if args.graph else None,
     })
     return Outcome(data, _render_inspect, 0 if checksums["ok"] else 1)
 
@@ -474,7 +562,7 @@ def _render_inspect(d: dict, ui: Ui) -> None:
         ("file size", f"{fmt_bytes(d['file_bytes'])} bytes"
                       + (" (encrypted)" if d["encrypted"] else "")),
         ("profile", meta["profile"] or "?"),
-        ("nodes", meta["nodes"]),
+        ("computing nodes", d["computing_nodes"]["count"]),
         ("params baked", meta["params_baked"]),
         ("params left unbound", ", ".join(meta["params_remaining"]) or "none"),
         ("zero matmuls skipped", meta["skipped_zero_matmuls"]),
@@ -491,14 +579,80 @@ def _render_inspect(d: dict, ui: Ui) -> None:
     ui.table("weight table", ("name", "encoding", "shape", "layout", "stored in", "bytes", "note"),
              [(w["name"], w["encoding"], fmt_shape(w["shape"]), w["layout"], _where(w),
                fmt_bytes(w["bytes"]), w["note"]) for w in d["weights"]], numeric=("bytes",))
-    ui.table("ops (subgraphs included)", ("op", "count"), d["ops"].items(), numeric=("count",))
+    ui.table("computing nodes by op type", ("op type", "count"), d["ops"].items(),
+             numeric=("count",))
+    ui.line(f"({d['computing_nodes']['counted']})")
     if pkg:
         render_package(pkg, ui)
+    if d["graph_text"]:
+        ui.line("")
+        for line in d["graph_text"]:
+            ui.line(line)
 
 
 def _where(row: dict) -> str:
     places = [p for p, here in (("table", row["in_table"]), ("graph", row["in_graph"])) if here]
     return "+".join(places) or "nowhere"
+
+
+# --- tensors ------------------------------------------------------------------------------
+
+_TENSOR_FORMATS = (".safetensors", ".npz")
+
+
+def _add_tensors(sub, common) -> None:
+    p = sub.add_parser("tensors", parents=[common], formatter_class=_FORMATTER,
+                       help="write a .rlx file's weights, decoded, to .safetensors or .npz",
+                       description="Decode the weight table (f16, Q8_0 and TQ2_0 back to "
+                                   "their dtype; packed matmul weights back to their [K, N] "
+                                   "layout) and write it to a .safetensors or .npz file. "
+                                   "The values are the baked ones: lossy encodings show "
+                                   "their rounding, folded weights their folded values.",
+                       epilog="examples:\n  rlx-bake tensors model.rlx -o weights.safetensors\n"
+                              "  rlx-bake tensors model.rlx -o some.npz --names fc1.weight "
+                              "fc1.bias")
+    p.add_argument("file", help="a .rlx file")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.safetensors|OUT.npz",
+                   help="the file to write (its suffix picks the format)")
+    p.add_argument("--names", nargs="+", metavar="NAME",
+                   help="only these weights (default: all of them)")
+    add_password_options(p.add_argument_group("encrypted files"))
+    p.set_defaults(run=_tensors)
+
+
+def _tensors(args, ui: Ui) -> Outcome:
+    suffix = Path(args.output).suffix.lower()
+    if suffix not in _TENSOR_FORMATS:
+        raise CliError(f"{args.output}: expected a {' or '.join(_TENSOR_FORMATS)} file name")
+    check_output(args.output)
+    password = password_from(args, ui)
+    with ui.step(f"reading {args.file}"):
+        file = read_rlx(args.file, password=password)
+    names = list(dict.fromkeys(args.names)) if args.names else [w.name for w in file.weights]
+    arrays: dict[str, np.ndarray] = {}
+    with ui.step("decoding") as update:
+        for i, name in enumerate(names, 1):
+            update(f"decoding {name} ({i} of {len(names)})")
+            arrays[name] = file.tensor(name)
+    with ui.step(f"writing {args.output}"), atomic_write(args.output) as out:
+        if suffix == ".safetensors":
+            write_safetensors(out, arrays, {"source": str(args.file)})
+        else:
+            write_npz(out, arrays)
+    rows = [{"name": n, "dtype": DType.from_numpy(a.dtype).value, "shape": list(a.shape),
+             "encoding": file.weight(n).encoding, "bytes": int(a.nbytes)}  # type: ignore
+            for n, a in arrays.items()]
+    data = {"command": "tensors", "file": args.file, "output": args.output,
+            "format": suffix.lstrip("."), "tensors": rows,
+            "file_bytes": Path(args.output).stat().st_size}
+    return Outcome(data, _render_tensors)
+
+
+def _render_tensors(d: dict, ui: Ui) -> None:
+    ui.table(f"{d['file']} -> {d['output']}", ("name", "dtype", "shape", "stored as", "bytes"),
+             [(r["name"], r["dtype"], fmt_shape(r["shape"]), r["encoding"], fmt_bytes(r["bytes"]))
+              for r in d["tensors"]], numeric=("bytes",))
+    ui.line(f"{len(d['tensors'])} tensor(s), {fmt_bytes(d['file_bytes'])} bytes written")
 
 
 # --- relayout, encrypt, decrypt -----------------------------------------------------------

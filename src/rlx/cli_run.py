@@ -21,12 +21,13 @@ from rlx.artifact.crypto import DEFAULT_KDF
 from rlx.cli_engines import add_engine_options, load_for_cli, uses_engine
 from rlx.cli_ui import (
     CliError, Outcome, Ui, add_password_options, check_output, fmt_ms, fmt_shape, load_array,
-    load_npz, one_line, password_from, positive_int,
+    load_npz, non_negative_float, one_line, password_from, positive_int,
 )
 from rlx.demo import DEMO_KDF, DEMO_PASSWORD, run_demo
 from rlx.ir import DType, Shape
 from rlx.runtime import CompiledGraph, Session
 from rlx.runtime.profile import OpProfile, profile_ops
+from rlx.weights.writers import write_npz
 
 __all__ = ["add_commands"]
 
@@ -63,12 +64,8 @@ def _feeds(args) -> dict[str, np.ndarray]:
 
 
 def _save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
-    """An .npz written atomically. np.savez would take the names as keyword arguments, so an
-    output named `file` would clash with its own parameter; this writes the same format."""
-    with atomic_write(path) as out, zipfile.ZipFile(out, "w") as archive:
-        for name, array in arrays.items():
-            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.asarray(array), allow_pickle=False)
+    with atomic_write(path) as out:
+        write_npz(out, arrays)
 
 
 def _summary(name: str, value: np.ndarray) -> dict[str, Any]:
@@ -180,7 +177,7 @@ def _profile_data(profile: OpProfile, top: int) -> dict[str, Any]:
         "runs": profile.runs, "total_ms": total * 1e3,
         "op_types": [{"op": r.op_type, "nodes": r.count, "ms": r.seconds * 1e3,
                       "share": r.share(total)} for r in profile.by_op_type()],
-        "slowest": [{"node": n.label, "op": n.op, "ms": n.seconds * 1e3,
+        "slowest": [{"node": n.label, "op": n.op, "ir_node": n.ir_label, "ms": n.seconds * 1e3,
                      "share": n.seconds / total if total else 0.0}
                     for n in profile.slowest(top)],
     }
@@ -243,9 +240,9 @@ def _add_verify(sub, common) -> None:
     p.add_argument("file", help="a .rlx file")
     p.add_argument("--onnx", required=True, metavar="MODEL.onnx", help="the reference model")
     p.add_argument("--inputs", metavar="FILE.npz", help="inputs by name (default: random)")
-    p.add_argument("--rtol", type=float, help="relative tolerance (1e-4)")
-    p.add_argument("--atol", type=float, help="absolute tolerance (1e-5)")
-    p.add_argument("--min-cosine", type=float, metavar="C",
+    p.add_argument("--rtol", type=non_negative_float, help="relative tolerance, >= 0 (1e-4)")
+    p.add_argument("--atol", type=non_negative_float, help="absolute tolerance, >= 0 (1e-5)")
+    p.add_argument("--min-cosine", type=non_negative_float, metavar="C",
                    help="pass an output on its cosine to the reference (>= C) instead")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (0)")
     add_password_options(p.add_argument_group("encrypted files"))

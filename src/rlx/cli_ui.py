@@ -2,7 +2,14 @@
 
 Every command builds one JSON-able dict (what `--json` prints) and a renderer that draws the
 same dict as tables, so both views always say the same thing. Human output goes to stdout;
-warnings, logs and progress go to stderr, progress only when stderr is a terminal.
+warnings, logs and progress go to stderr, progress only when stderr is a terminal. Colour
+only on a terminal (and never with NO_COLOR set); piped tables are as wide as their
+content (no name is ever cut) and carry no trailing spaces.
+
+Exit codes, for every command: 0 success, 1 a check failed (verify found a mismatch, a
+checksum or signature is wrong), 2 bad usage (the line says what, and suggests the
+command or option meant), 3 an error (an `RlxError`: bad input, missing file; one line).
+With `--json` an error is also a JSON object on stdout: `{"error": {...}}`.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import contextlib
 import dataclasses
 import enum
 import json
+import logging
 import math
 import os
 import sys
@@ -23,23 +31,52 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 from rich import box
 from rich.console import Console
+from rich.live import Live
 from rich.progress import track
+from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
 from rlx.errors import RlxError
 
 __all__ = [
-    "load_array", "load_npz",
-    "CliError", "Outcome", "Ui", "add_password_options", "check_output", "fmt_bytes", "fmt_ms",
-    "fmt_shape", "jsonable", "one_line", "parsed", "password_from", "positive_int",
+    "EXIT_CHECK_FAILED", "EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "PROGRESS_LOGGER", "CliError",
+    "Outcome", "Ui", "UsageError", "add_password_options", "check_output", "error_object",
+    "fmt_bytes", "fmt_ms", "fmt_shape", "jsonable", "non_negative_float", "one_line", "parsed",
+    "password_from", "positive_int", "load_array", "load_npz",
 ]
 
-PLAIN_WIDTH = 120  # tables written to a file or pipe: wide enough not to fold columns
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1  # verify mismatch, bad checksum or signature
+EXIT_USAGE = 2  # the command line itself is wrong
+EXIT_ERROR = 3  # an RlxError (or an OS error on a path the user gave)
+
+PLAIN_WIDTH = 1_000_000  # a file or pipe: tables as wide as their content, nothing folded
+PROGRESS_LOGGER = "rlx.progress"
+"""Long work (passes, packing, writing) logs what it is doing here at DEBUG; the command
+line shows the latest message beside its spinner, on a terminal only."""
+
+_SHORT_CELL = 16  # a column whose cells are all this short never wraps
+_STYLES = {"OK": "bold green", "yes": "green", "NO": "bold red", "FAILED": "bold red"}
 
 
 class CliError(RlxError):
     """A user error the command line finds itself (password source, missing tool, paths)."""
+
+
+class UsageError(Exception):
+    """Bad usage found by the parser: the message, and the `prog` whose --help to see."""
+
+    def __init__(self, message: str, prog: str):
+        super().__init__(message)
+        self.prog = prog
+
+
+def error_object(kind: str, message: str, code: int, error: BaseException | None = None
+                 ) -> dict[str, Any]:
+    """What `--json` prints on stdout for an error (the same line goes to stderr)."""
+    return {"error": {"kind": kind, "type": type(error).__name__ if error else None,
+                      "message": message, "exit_code": code}}
 
 
 @dataclass
@@ -67,20 +104,48 @@ class Ui:
         """Warnings are shown even with --quiet and --json (they go to stderr)."""
         print(f"warning: {one_line(message)}", file=sys.stderr)
 
+    def fail(self, message: str, code: int, kind: str = "error",
+             error: BaseException | None = None) -> int:
+        """Report an error: one line on stderr (red on a terminal) and, with --json, the
+        error object on stdout. Returns `code`."""
+        line = Text(f"error: {one_line(message)}")
+        line.stylize("bold red", 0, 6)
+        self.err.print(line, soft_wrap=True)
+        if self.as_json:
+            print(json.dumps(error_object(kind, one_line(message), code, error), indent=2))
+        return code
+
     @contextlib.contextmanager
     def step(self, text: str) -> Iterator[Callable[[str], None]]:
-        """A spinner while a long step runs; yields a function that changes its text."""
+        """A spinner while a long step runs; yields a function that changes its text. What
+        the library logs on `PROGRESS_LOGGER` meanwhile (which pass, tensors packed, bytes
+        written) shows after the text."""
         if not self.interactive:
             yield lambda _: None
             return
-        with self.err.status(text) as status:
-            yield lambda new: status.update(new)
+        spinner = Spinner("dots", Text(text), style="green")
+        with Live(spinner, console=self.err, transient=True, refresh_per_second=12.5) as live:
+
+            def show(new: str) -> None:  # drawn now: a fast step's message is seen too
+                spinner.update(text=Text(new))
+                live.refresh()
+
+            with _progress_to(lambda detail: show(f"{text}: {detail}")):
+                yield show
 
     def track(self, items: Sequence, text: str) -> Iterable:
         """A progress bar over `items` (several repeats, say), when interactive."""
         if not self.interactive or len(items) < 2:
             return items
         return track(items, description=text, console=self.err, transient=True)
+
+    def styled(self, value: Any) -> Text:
+        """A cell as text; verdicts (OK, yes, NO, FAILED...) in colour (a terminal only)."""
+        text = Text("" if value is None else str(value))
+        style = _STYLES.get(text.plain.split(":")[0])
+        if style:
+            text.stylize(style)
+        return text
 
     def finish(self, outcome: Outcome) -> int:
         if self.as_json:
@@ -91,21 +156,36 @@ class Ui:
 
     # -- drawing ---------------------------------------------------------------------------
     def line(self, text: str) -> None:
-        self.out.print(text, markup=False, highlight=False, soft_wrap=True)
+        self.out.print(self.styled(text), highlight=False, soft_wrap=True)
 
     def table(self, title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
               numeric: Sequence[str] = (), header: bool = True) -> None:
         """A table; the `numeric` columns are right-aligned, the others left-aligned.
 
         Cells are `Text`, never markup: names and notes such as "[metadata-only]" print as
-        they are."""
-        table = Table(title=None if title is None else Text(title), box=box.SIMPLE_HEAD,
-                      title_justify="left", highlight=False, show_header=header)
-        for name in columns:
-            table.add_column(Text(name), justify="right" if name in numeric else "left")
-        for row in rows:
-            table.add_row(*(Text("" if v is None else str(v)) for v in row))
-        self.out.print(table)
+        they are. A cell too long for a terminal wraps (`fold`): a name is never cut."""
+        table = Table(title=None if title is None else Text(title, style="bold"),
+                      box=box.SIMPLE_HEAD, title_justify="left", highlight=False,
+                      show_header=header, header_style="bold")
+        cells = [[self.styled(v) for v in row] for row in rows]
+        for i, name in enumerate(columns):
+            # short columns (numbers, encodings, shapes) stay on one line; the long ones
+            # (names, notes) take the folding when a terminal is too narrow
+            longest = max((len(row[i].plain) for row in cells if i < len(row)), default=0)
+            table.add_column(Text(name), justify="right" if name in numeric else "left",
+                             overflow="fold", no_wrap=longest <= _SHORT_CELL)
+        for row in cells:
+            table.add_row(*row)
+        self._print(table)
+
+    def _print(self, renderable: Any) -> None:
+        if self.out.is_terminal:
+            self.out.print(renderable)
+            return
+        with self.out.capture() as captured:  # rich pads cells: strip the line ends
+            self.out.print(renderable)
+        self.out.file.write("".join(line.rstrip() + "\n"
+                                    for line in captured.get().splitlines()))
 
     def pairs(self, title: str | None, items: Iterable[tuple[str, Any]]) -> None:
         """A two-column table of labels and values."""
@@ -116,6 +196,33 @@ def _console(stream) -> Console:
     tty = stream.isatty()
     return Console(file=stream, width=None if tty else PLAIN_WIDTH, highlight=False,
                    soft_wrap=False)
+
+
+class _ProgressHandler(logging.Handler):
+    def __init__(self, show: Callable[[str], None]):
+        super().__init__(logging.DEBUG)
+        self.show = show
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.show(one_line(record.getMessage()))
+
+
+@contextlib.contextmanager
+def _progress_to(show: Callable[[str], None]) -> Iterator[None]:
+    """Send `PROGRESS_LOGGER`'s messages to `show` while the block runs (only there: the
+    logger is silent, and never reaches the -v log, otherwise)."""
+    logger = logging.getLogger(PROGRESS_LOGGER)
+    handler = _ProgressHandler(show)
+    old = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old[0])
+        logger.propagate = old[1]
 
 
 def check_output(path: str | Path) -> None:
@@ -178,6 +285,17 @@ def parsed(parse: Callable[[str], Any], what: str) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(str(err)) from None
     convert.__name__ = what  # argparse names the type in its messages
     return convert
+
+
+def non_negative_float(text: str) -> float:
+    """A finite float >= 0 (tolerances): `--rtol -1` or `nan` is a usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
 
 
 def positive_int(text: str) -> int:

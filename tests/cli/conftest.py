@@ -42,7 +42,7 @@ def cli(capsys):
     return run
 
 
-def assert_error(result: Result, match: str, code: int = 1) -> None:
+def assert_error(result: Result, match: str, code: int = 3) -> None:
     """Exit `code`, nothing on stdout, and the error as ONE line `error: ...` on stderr."""
     assert result.code == code, result
     assert result.out == ""

@@ -11,7 +11,8 @@ import pytest
 
 RLX_BAKE = Path(sys.executable).with_name("rlx-bake")  # installed next to this interpreter
 
-COMMANDS = ["bake", "inspect", "run", "verify", "relayout", "encrypt", "decrypt", "demo"]
+COMMANDS = ["bake", "inspect", "tensors", "run", "verify", "relayout", "encrypt", "decrypt",
+            "demo"]
 
 
 # subprocess timeouts below are hang guards, generous for a loaded 2-core machine, not budgets
@@ -31,7 +32,7 @@ def test_console_script(files):
     assert json.loads(done.stdout)["meta"]["name"] == "mnist_mlp"
     missing = subprocess.run([str(RLX_BAKE), "inspect", "no-such-file.rlx"],
                              capture_output=True, text=True, timeout=600)
-    assert missing.returncode == 1 and missing.stdout == ""
+    assert missing.returncode == 3 and missing.stdout == ""  # an error (RlxError, OSError)
     assert missing.stderr == "error: no-such-file.rlx: No such file or directory\n"
 
 

@@ -121,6 +121,15 @@ class RlxFile:
     def weight(self, name: str) -> RlxWeight | None:
         return next((w for w in self.weights if w.name == name), None)
 
+    def tensor(self, name: str) -> np.ndarray:
+        """Weight `name` decoded (f16, Q8_0, TQ2_0 -> its dtype) in its logical layout
+        ([K, N] for a matmul weight packed as `bt_nk`): a new array, as
+        `safetensors.get_tensor` gives. Unknown names raise `ArtifactError`."""
+        from rlx.artifact.tensors import decode_weight, find_weight
+
+        self.check_integrity()
+        return decode_weight(self, find_weight(self, name))
+
     # -- memory layout (rlx.artifact.memory) ---------------------------------------------------
     def needs_materialize(self) -> bool:
         return memory.needs_materialize(self)

@@ -20,6 +20,7 @@ from rlx.artifact.layout import (
 )
 from rlx.artifact.memory import MemoryMode
 from rlx.artifact.model import RlxFile, RlxIo, RlxMeta, RlxWeight
+from rlx.artifact.sniff import foreign_hint
 from rlx.codecs import encoded_nbytes
 from rlx.errors import ArtifactError, EncryptedFileError, IntegrityError, RlxError
 from rlx.ir.dtype import DType
@@ -118,7 +119,8 @@ class _Reader:
             self.fail(f"too short to be an .rlx file ({len(buf)} bytes)")
         magic, schema, flags, length, digest = PREAMBLE.unpack_from(buf)
         if magic != MAGIC:
-            self.fail(f"bad magic (expected {MAGIC.decode()}, got {magic!r})")
+            hint = foreign_hint(bytes(buf[:16]), self.source)
+            self.fail(f"bad magic (expected {MAGIC.decode()}, got {magic!r}){hint}")
         if schema in REFERENCE_SCHEMAS:
             self.fail(f"schema {schema} is the Rust reference's bincode format, which rlx does "
                       f"not read; re-bake the model with rlx (schema {SCHEMA_VERSION})")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 from dataclasses import asdict
 from typing import Iterator
@@ -22,6 +23,8 @@ from rlx.artifact.model import RlxFile
 from rlx.ir.graph import Node
 from rlx.ir.serialize import graph_to_dict
 from rlx.version import __version__
+
+progress = logging.getLogger("rlx.progress")  # shown on a terminal (cli_ui)
 
 
 def encode_rlx(file: RlxFile) -> tuple[bytes, list[np.ndarray]]:
@@ -97,13 +100,28 @@ class _PieceReader(io.RawIOBase):
         return n
 
 
+_PROGRESS_STEP = 16 << 20  # report bytes written every 16 MiB
+
+
+def _write_pieces(out, pieces: list) -> None:
+    """Write the pieces, in slices of `_PROGRESS_STEP`, saying how far it got."""
+    total = sum(memoryview(p).nbytes for p in pieces)
+    done = 0
+    for piece in pieces:
+        view = memoryview(piece).cast("B")
+        for start in range(0, len(view), _PROGRESS_STEP):
+            chunk = view[start:start + _PROGRESS_STEP]
+            out.write(chunk)
+            done += len(chunk)
+            progress.debug("%s of %s bytes written", f"{done:,}", f"{total:,}")
+
+
 def write_rlx(path: str | os.PathLike, file: RlxFile, *, password: str | bytes | None = None,
               kdf=None, chunk_size: int | None = None) -> None:
     """Write `file` to `path` atomically; encrypt it (RLXENC01) when a password is given."""
     with atomic_write(path) as out:
         if password is None:
-            for piece in iter_rlx_bytes(file):
-                out.write(piece)
+            _write_pieces(out, list(iter_rlx_bytes(file)))
         else:
             from rlx.artifact import crypto
 

@@ -29,12 +29,14 @@ from rlx.baking.guard import AccuracyReport, TensorAccuracy, guard_encodings
 from rlx.baking.options import BakeOptions
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node, unique_name
+from rlx.ir.naming import op_type_counts
 from rlx.ir.ops.linalg import QuantScheme
 from rlx.ir.ops.sources import Constant
 from rlx.ir.verify import verify
 from rlx.weights.bundle import WeightBundle
 
 log = logging.getLogger(__name__)
+progress = logging.getLogger("rlx.progress")  # what a terminal shows while it runs (cli_ui)
 
 
 @dataclass
@@ -58,8 +60,11 @@ class OptimizeStats:
 
 @dataclass
 class BakeReport:
-    nodes_before: int = 0
+    nodes_before: int = 0  # every IR node of the top graph (inputs and constants too)
     nodes_after: int = 0
+    # computing nodes (rlx.ir.naming.COMPUTING_NODES) by ONNX op type, before and after
+    op_types_before: dict[str, int] = field(default_factory=dict)
+    op_types_after: dict[str, int] = field(default_factory=dict)
     params_baked: int = 0  # params turned into constants (whether or not later folded)
     params_remaining: list[str] = field(default_factory=list)
     unused_bindings: list[str] = field(default_factory=list)  # bindings matching no param
@@ -84,7 +89,7 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     """Bake `graph` with a loaded `WeightBundle` (dense tensors and packed rows)."""
     opts = opts or BakeOptions()
     verify(graph)
-    report = BakeReport(nodes_before=len(graph))
+    report = BakeReport(nodes_before=len(graph), op_types_before=_op_types(graph))
     stats = report.optimize
     param_names = {n.op.name for n in graph.params()}
     report.unused_bindings = sorted(
@@ -93,14 +98,17 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     if report.unused_bindings:
         log.warning("bindings matching no param: %s", ", ".join(report.unused_bindings))
 
+    progress.debug("pass 1: binding weights")
     tensors = passes.orient_bt_tensors(graph, bundle.tensors, bundle.bt)
     g, report.params_baked = passes.specialize(graph, tensors)
     g, packed_bound = passes.bind_packed(g, bundle.packed)
     report.params_baked += packed_bound
     if opts.constant_folding:
+        progress.debug("pass 2: resolving shapes, folding constants and BatchNorms")
         g, stats.captures_sunk = passes.sink_constant_captures(g)
         g = _fold_weight_math(g, stats, opts.dce)
     if opts.skip_zero:
+        progress.debug("pass 3: skipping all-zero matmuls")
         g, stats.skipped_zero_matmuls = passes.skip_zero_matmul(g)
     if opts.ternary:
         scheme = QuantScheme.GGUF_TQ2_0
@@ -108,10 +116,13 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
             if reason is not None:
                 key = f"{scheme.label}: {reason.value}"
                 stats.not_packed[key] = stats.not_packed.get(key, 0) + 1
+        progress.debug(f"pass 4: packing ternary matmul weights as {scheme.label}")
         g, stats.ternary_packed = passes.pack_ternary(g)
     if opts.algebraic_simplify:
+        progress.debug("pass 5: simplifying and fusing op chains")
         g, stats.simplified = _simplify(g)
         g, stats.fused = _fuse(g)
+    progress.debug("pass 6: removing dead nodes, folding, deduplicating constants")
     if opts.dce:
         g, removed = _dce(g)
         stats.dead_removed += removed
@@ -130,6 +141,7 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
         g, deduped = _dedupe(g)
     verify(g)
 
+    progress.debug("pass 7: building the weight table and the memory layout")
     rows = _weight_table(g, bundle, opts, stats, report)
     file = RlxFile.from_baked(
         g, rows, params_baked=report.params_baked,
@@ -142,6 +154,7 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     report.memory.constants_deduped = deduped
     report.memory.folded_bindings_dropped = dropped
     report.nodes_after = file.meta.nodes
+    report.op_types_after = _op_types(file.graph)
     report.params_remaining = file.meta.params_remaining
     report.constant_bytes = file.meta.constant_bytes
     report.weight_count = file.meta.weight_count
@@ -189,6 +202,10 @@ def _encode_weights(g: Graph, opts: BakeOptions, stats: OptimizeStats,
             elif c.encoding == passes.TQ2_0:
                 stats.ternary_packed += 1
     return g
+
+
+def _op_types(graph: Graph) -> dict[str, int]:
+    return dict(sorted(op_type_counts(graph).items()))
 
 
 def _fold_weight_math(g: Graph, stats: OptimizeStats, dce: bool) -> Graph:

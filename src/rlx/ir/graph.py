@@ -31,6 +31,10 @@ class Node:
     inputs: tuple[int, ...]
     shape: ShapeLike
     name: str | None = None
+    # the source-model node this one computes part of (an ONNX node's name, or its first
+    # output when unnamed): what reports show the user. Unlike `name` it need not be unique
+    # (one ONNX node may become several IR nodes) and it is not an identity for anything.
+    origin: str | None = None
 
     @property
     def is_tuple(self) -> bool:
@@ -38,9 +42,11 @@ class Node:
 
     @property
     def label(self) -> str:
-        """How messages refer to this node: `%3 'name' (Conv)`."""
+        """How messages refer to this node: `%3 'name' (Conv)`, and the ONNX node it came
+        from when that is another name (`%7 (MatMul) of '/fc/Gemm'`)."""
         name = f" {self.name!r}" if self.name else ""
-        return f"%{self.id}{name} ({type(self.op).__name__})"
+        origin = f" of {self.origin!r}" if self.origin and self.origin != self.name else ""
+        return f"%{self.id}{name} ({type(self.op).__name__}){origin}"
 
 
 class Graph:
@@ -97,6 +103,7 @@ class Graph:
         inputs: Iterable[int] = (),
         shape: ShapeLike | None = None,
         name: str | None = None,
+        origin: str | None = None,
     ) -> int:
         """Append `op` applied to `inputs`; infer `shape` when omitted. Returns the new id."""
         inputs = tuple(int(i) for i in inputs)
@@ -116,9 +123,20 @@ class Graph:
             if name in self._by_name:
                 raise GraphError(f"graph {self.name!r}: duplicate node name {name!r}")
             self._by_name[name] = len(self._nodes)
-        node = Node(len(self._nodes), op, inputs, shape, name)
+        node = Node(len(self._nodes), op, inputs, shape, name, origin)
         self._nodes.append(node)
         return node.id
+
+    def claim_origin(self, start: int, origin: str | None) -> None:
+        """Give nodes `start..` that have no origin yet (graph inputs and params aside) the
+        origin `origin`: the nodes one source node became, wherever they were emitted."""
+        if origin is None:
+            return
+        for i in range(start, len(self._nodes)):
+            node = self._nodes[i]
+            if node.origin is None and not isinstance(node.op, (Input, Param)):
+                self._nodes[i] = Node(node.id, node.op, node.inputs, node.shape, node.name,
+                                      origin)
 
     def infer(self, op: Op, inputs: Sequence[int]) -> OutShape:
         """Output shape of `op` applied to existing nodes, raising `ShapeError` with context."""
@@ -189,7 +207,8 @@ class Graph:
         only changes are Constant payloads stays verified (see `verified_as`)."""
         out = Graph(self.name)
         out._nodes = [
-            Node(n.id, ops[n.id], n.inputs, n.shape, n.name) if n.id in ops else n
+            Node(n.id, ops[n.id], n.inputs, n.shape, n.name, n.origin) if n.id in ops
+            else n
             for n in self._nodes
         ]
         out._by_name = dict(self._by_name)

@@ -15,7 +15,9 @@ def format_node(node: Node) -> str:
         attrs = ", ".join(f"{k}={_render(v)}" for k, v in op.attrs().items() if v is not None)
         body = f"{type(op).__name__}({attrs})" if attrs else type(op).__name__
     args = ", ".join(f"%{i}" for i in node.inputs)
-    name = f"  # {node.name}" if node.name is not None else ""
+    notes = [n for n in (node.name, None if node.origin in (None, node.name)
+                         else f"from {node.origin}") if n is not None]
+    name = f"  # {'; '.join(notes)}" if notes else ""
     shape = _shape_text(node.shape)
     return f"%{node.id}: {shape} = {body}({args}){name}" if args else \
         f"%{node.id}: {shape} = {body}{name}"

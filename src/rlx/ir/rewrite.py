@@ -7,7 +7,10 @@ remaps the outputs (a graph output keeps its position) and returns the SOURCE gr
 when nothing changed, so callers can test `new is old`.
 
 Names belong to nodes: a copied or substituted node keeps its name, a node replaced by an
-existing one or dropped takes its name with it. Node ids are positions and shift when nodes
+existing one or dropped takes its name with it. Origins (the source-model node, see
+`Node.origin`) flow the same way, and the new nodes emitted for a source node that is then
+substituted or replaced take its origin, so a fused or packed node still names the ONNX
+node the user knows. Node ids are positions and shift when nodes
 are dropped; names are the stable identities that survive passes.
 """
 
@@ -43,6 +46,7 @@ class Rewriter:
         self.target = Graph(source.name)
         self._ids: dict[int, int | None] = {}
         self.changed = False
+        self._unclaimed = 0  # target nodes from here on were emitted for no source node yet
 
     # -- reading ----------------------------------------------------------------------------
     def id(self, old_id: int) -> int:
@@ -78,8 +82,10 @@ class Rewriter:
     # -- building ---------------------------------------------------------------------------
     def copy(self, node: Node) -> int:
         """Re-emit a source node unchanged except for its remapped inputs."""
-        new_id = self.target.add_node(node.op, self.inputs(node), node.shape, node.name)
+        new_id = self.target.add_node(node.op, self.inputs(node), node.shape, node.name,
+                                      node.origin)
         self._ids[node.id] = new_id
+        self._unclaimed = len(self.target)
         return new_id
 
     def emit(self, op: Op, inputs: tuple[int, ...] | list[int], shape: ShapeLike | None = None,
@@ -97,18 +103,25 @@ class Rewriter:
         """Let an already emitted node stand for source node `old_id` from now on."""
         self.changed = True
         self._ids[old_id] = new_id
+        self._claim(self.source.node(old_id).origin)
+
+    def _claim(self, origin: str | None) -> None:
+        self.target.claim_origin(self._unclaimed, origin)
+        self._unclaimed = len(self.target)
 
     def substitute(self, node: Node, op: Op, inputs: tuple[int, ...] | list[int],
                    shape: ShapeLike | None = None) -> int:
         """Emit `op` over NEW ids in place of `node`; the new node takes `node`'s name."""
         new_id = self.emit(op, inputs, shape, node.name)
         self._ids[node.id] = new_id
+        self._claim(node.origin)
         return new_id
 
     def substitute_constant(self, node: Node, array: np.ndarray) -> int:
         """A Constant holding `array` in place of `node`, under `node`'s name."""
         new_id = self.emit_constant(array, node.name)
         self._ids[node.id] = new_id
+        self._claim(node.origin)
         return new_id
 
     def drop(self, old_id: int) -> None:

@@ -85,6 +85,8 @@ def graph_to_dict(graph: Graph, encode_constant: ConstantEncoder = _base64_encod
         entry["shape"] = shape_to_json(node.shape)
         if node.name is not None:
             entry["name"] = node.name
+        if node.origin is not None:
+            entry["origin"] = node.origin
         nodes.append(entry)
     return {"name": graph.name, "nodes": nodes, "outputs": list(graph.outputs)}
 
@@ -241,10 +243,13 @@ def graph_from_dict(body: Any, decode_constant: ConstantDecoder = _base64_decode
         name = entry.get("name")
         if name is not None and not isinstance(name, str):
             raise GraphError(f"node {position}: name must be a string")
+        origin = entry.get("origin")
+        if origin is not None and not isinstance(origin, str):
+            raise GraphError(f"node {position}: origin must be a string")
         inputs = _list(entry.get("inputs", []), f"node {position} inputs")
         if not all(isinstance(i, int) and not isinstance(i, bool) for i in inputs):
             raise GraphError(f"node {position}: inputs must be node ids")
-        graph.add_node(op, inputs, shape, name=name)
+        graph.add_node(op, inputs, shape, name=name, origin=origin)
     outputs = _list(body.get("outputs", []), "graph outputs")
     if not all(isinstance(i, int) and not isinstance(i, bool) for i in outputs):
         raise GraphError("graph outputs must be node ids")

@@ -33,6 +33,7 @@ from rlx.ir.rewrite import Rewriter, constant_value
 __all__ = ["SkipReason", "packing_candidates", "pack_matmuls"]
 
 log = logging.getLogger(__name__)
+progress = logging.getLogger("rlx.progress")  # shown on a terminal (cli_ui)
 
 Quantizer = Callable[[np.ndarray], np.ndarray]
 
@@ -125,8 +126,10 @@ def _encode(graph: Graph, weights: set[int], quantize: Quantizer,
             pass_name: str) -> dict[int, np.ndarray]:
     """The block stream of each weight's transpose; weights the codec refuses are left out."""
     streams = {}
-    for w in sorted(weights):
+    for i, w in enumerate(sorted(weights)):
         node = graph.node(w)
+        progress.debug("%s: packing %s (%d of %d tensors)", pass_name,
+                       node.name or f"%{node.id}", i + 1, len(weights))
         try:
             streams[w] = quantize(np.ascontiguousarray(constant_value(node).T))
         except BakeError as err:

@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from rlx.ir.graph import Node
+from rlx.ir.naming import node_title, op_type
 from rlx.runtime.session import STEP_TIMER, CompiledGraph
 
 __all__ = ["NodeTime", "OpProfile", "OpTypeTime", "profile_ops"]
@@ -25,9 +25,10 @@ __all__ = ["NodeTime", "OpProfile", "OpTypeTime", "profile_ops"]
 
 @dataclass(frozen=True)
 class NodeTime:
-    label: str  # the node as errors print it, after its subgraph's name when nested
-    op: str  # the op type, with its kind where it has one (`Unary(relu)`)
+    label: str  # the node's ONNX name (else its own, else %id), after its subgraph's name
+    op: str  # the ONNX op type it computes (`Add`, `Relu`, `MatMul (Q8_0)`)
     seconds: float  # exclusive time, median over the runs
+    ir_label: str = ""  # the IR node as errors print it (`%3 (Binary)`)
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class OpProfile:
         return sum(n.seconds for n in self.nodes)
 
     def by_op_type(self) -> list[OpTypeTime]:
-        """Op types (with their kind: `Binary(add)`, `Unary(relu)`), slowest first."""
+        """ONNX op types (`Add`, `Relu`), slowest first."""
         seconds: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
         for n in self.nodes:
@@ -107,20 +108,13 @@ def profile_ops(compiled: CompiledGraph, feeds: Mapping[str, Any], repeat: int =
             runs.append(timer.seconds)
     order = list(dict.fromkeys(key for run in runs for key in run))  # first-run order
     nodes = tuple(
-        NodeTime(_label(compiled, *key), _describe(key[0].steps[key[1]]),
-                 statistics.median(run.get(key, 0.0) for run in runs))
+        NodeTime(_label(compiled, *key), op_type(key[0].steps[key[1]].op),
+                 statistics.median(run.get(key, 0.0) for run in runs),
+                 key[0].steps[key[1]].label)
         for key in order)
     return OpProfile(repeat, nodes)
 
 
 def _label(top: CompiledGraph, graph: CompiledGraph, index: int) -> str:
-    label = graph.steps[index].label
+    label = node_title(graph.steps[index])
     return label if graph is top else f"{graph.graph.name} / {label}"
-
-
-def _describe(node: Node) -> str:
-    """The op type, with its kind where the type alone says little (`Unary(relu)`)."""
-    op = node.op
-    kind = getattr(op, "kind", None) or getattr(op, "op", None)
-    name = type(op).__name__
-    return f"{name}({getattr(kind, 'value', kind)})" if kind is not None else name

@@ -17,6 +17,8 @@ _LAZY = {
     "import_onnx": "rlx.frontends.onnx.importer",
     "MIN_OPSET": "rlx.frontends.onnx.importer",
     "MAX_OPSET": "rlx.frontends.onnx.importer",
+    "onnx_op_types": "rlx.frontends.onnx.importer",
+    "read_model": "rlx.frontends.onnx.importer",
     "export_onnx": "rlx.frontends.onnx.export",
     "EXPORT_OPSET": "rlx.frontends.onnx.export",
 }

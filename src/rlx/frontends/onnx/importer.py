@@ -24,7 +24,7 @@ from rlx.errors import GraphError, ModelImportError, UnsupportedOpError
 from rlx.frontends.onnx import ops  # noqa: F401  (registers the converters)
 from rlx.frontends.onnx.external import ExternalData
 from rlx.frontends.onnx.layouts import refuse_layouts
-from rlx.frontends.onnx.node import NodeContext, node_label
+from rlx.frontends.onnx.node import NodeContext, node_label, node_origin
 from rlx.frontends.onnx.registry import (
     CONVERTERS,
     DOMAIN_CONVERTERS,
@@ -39,7 +39,7 @@ from rlx.ir.graph import unique_name
 from rlx.ir.shape import UNKNOWN
 from rlx.safeio import read_regular
 
-__all__ = ["import_onnx", "Importer", "MIN_OPSET", "MAX_OPSET"]
+__all__ = ["import_onnx", "Importer", "MIN_OPSET", "MAX_OPSET", "onnx_op_types", "read_model"]
 
 MIN_OPSET = 7
 """The oldest default-domain opset imported as such. Older models are accepted when every
@@ -64,6 +64,7 @@ MAX_MODEL_BYTES = 2**31  # protobuf's own limit on a serialized message
 
 def import_onnx(model: ModelSource, *, base_dir: str | os.PathLike | None = None,
                 input_shapes: Mapping[str, Sequence[int | str]] | None = None,
+                dims: Mapping[str, int] | None = None,
                 ) -> tuple[Graph, dict[str, np.ndarray]]:
     """Read an ONNX model (a path, serialized bytes or a `ModelProto`) into an rlx graph.
 
@@ -71,13 +72,38 @@ def import_onnx(model: ModelSource, *, base_dir: str | os.PathLike | None = None
     values (native dtypes, views into the file where possible) in `bindings`. External data
     is read relative to the model's folder, or `base_dir` for a model given in memory.
     `input_shapes` fixes the dims of graph inputs by name (ints, or names for symbolic
-    dims), for models that declare them unknown but branch on them.
+    dims), for models that declare them unknown but branch on them; `dims` fixes symbolic
+    dims by name wherever graph inputs declare them (`{"batch": 1}`).
     """
     proto, folder = _load(model, base_dir)
     try:
-        return Importer(proto, folder, input_shapes).run()
+        return Importer(proto, folder, input_shapes, dims).run()
     except RecursionError:
         raise ModelImportError("the model nests subgraphs or functions too deeply") from None
+
+
+def read_model(path: str | os.PathLike) -> ModelProto:
+    """The `ModelProto` of an ONNX file, external data left where it is (pass it to
+    `import_onnx` with `base_dir` set to the file's folder)."""
+    return _load(path, None)[0]
+
+
+def onnx_op_types(model: ModelProto) -> dict[str, int]:
+    """The model's nodes by op type (domain-qualified outside the default domain), subgraphs
+    included, Constant nodes left out: what a user counts as the model's computing nodes."""
+    counts: dict[str, int] = {}
+
+    def visit(nodes: Iterable[NodeProto]) -> None:
+        for node in nodes:
+            op = node.op_type if node.domain in DEFAULT_DOMAINS else \
+                f"{node.domain}.{node.op_type}"
+            if op != "Constant":
+                counts[op] = counts.get(op, 0) + 1
+            for sub in subgraph_attributes(node):
+                visit(sub.node)
+
+    visit(model.graph.node)
+    return counts
 
 
 def _load(model: ModelSource, base_dir) -> tuple[ModelProto, str | None]:
@@ -105,9 +131,11 @@ class Importer:
     """One model's conversion: opsets, functions, external data and the bindings."""
 
     def __init__(self, model: ModelProto, base_dir: str | None,
-                 input_shapes: Mapping[str, Sequence[int | str]] | None = None):
+                 input_shapes: Mapping[str, Sequence[int | str]] | None = None,
+                 dims: Mapping[str, int] | None = None):
         self.model = model
         self.input_shapes = dict(input_shapes or {})
+        self.dims = {str(k): int(v) for k, v in (dims or {}).items()}
         self.external = ExternalData(base_dir, dense_budget=max(
             MIN_DENSE_BUDGET, DENSE_PER_MODEL_BYTE * model.ByteSize()))
         self.bindings: dict[str, np.ndarray] = {}
@@ -120,6 +148,7 @@ class Importer:
         written = sum(1 for _ in _all_nodes(model.graph)) + \
             sum(len(f.node) for f in model.functions)
         self.expansion_budget = MIN_EXPANSION + EXPANSION_PER_NODE * written
+        self._expanding = 0  # > 0 while converting the body of a function-defined node
 
     # -- driver ------------------------------------------------------------------------------
     def run(self) -> tuple[Graph, dict[str, np.ndarray]]:
@@ -147,6 +176,11 @@ class Importer:
                 shape = self.declared_shape(value, f"graph input {value.name!r}", used_symbols)
                 scope.define(value.name, scope.graph.input(value.name,
                                                            self._fixed(value.name, shape)))
+        unused = sorted(set(self.dims) - used_symbols)
+        if unused:
+            declared = ", ".join(sorted(used_symbols)) or "none"
+            raise ModelImportError(f"dims names no symbolic dim of the graph inputs: "
+                                   f"{', '.join(unused)} (declared: {declared})")
         self.convert_graph_body(scope, graph)
         outputs = [(o.name, scope.get(o.name)) for o in graph.output]
         result = finish_graph(scope.graph, outputs)
@@ -169,6 +203,14 @@ class Importer:
             self.convert_node(scope, node, self.opsets)
 
     def convert_node(self, scope: Scope, node: NodeProto, opsets: dict[str, int]) -> None:
+        """Convert one node; the IR nodes it becomes carry its name as their origin (a
+        function-defined node's body nodes carry the outer node's: the one the user sees)."""
+        start = len(scope.graph)
+        self._convert_node(scope, node, opsets)
+        if not self._expanding:
+            scope.graph.claim_origin(start, node_origin(node))
+
+    def _convert_node(self, scope: Scope, node: NodeProto, opsets: dict[str, int]) -> None:
         label = node_label(node)
         check_text(node, label)
         domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
@@ -261,8 +303,12 @@ class Importer:
                 "writes): functions that call each other expand exponentially")
         prefix = f"{node.output[0] if node.output else node.op_type}/{function.name}" \
                  f"#{next(self._fresh)}/"
-        for inner in _inline(function, node, prefix, defaults):
-            self.convert_node(scope, inner, opsets)
+        self._expanding += 1
+        try:
+            for inner in _inline(function, node, prefix, defaults):
+                self.convert_node(scope, inner, opsets)
+        finally:
+            self._expanding -= 1
 
     # -- checks ------------------------------------------------------------------------------
     def _opsets(self, model: ModelProto) -> dict[str, int]:
@@ -316,8 +362,8 @@ class Importer:
             if dim.HasField("dim_value") and dim.dim_value >= 0:
                 dims.append(dim.dim_value)
             elif dim.dim_param and dim.dim_param != UNKNOWN:
-                dims.append(dim.dim_param)
                 used.add(dim.dim_param)
+                dims.append(self.dims.get(dim.dim_param, dim.dim_param))
             else:  # unknown (or exported as -1 / "?"): a name of its own
                 dims.append(unique_name(f"{value.name}_{axis}", used))
         return Shape(dims, dtype)

@@ -17,7 +17,13 @@ from rlx.frontends.onnx.tensors import decode_attribute
 if TYPE_CHECKING:
     from rlx.frontends.onnx.scope import Scope
 
-__all__ = ["NodeContext", "node_label"]
+__all__ = ["NodeContext", "node_label", "node_origin"]
+
+
+def node_origin(proto: NodeProto) -> str:
+    """What the IR nodes made from an ONNX node record as their origin: its name, else its
+    first output (the name Netron and onnxruntime show for an unnamed node), else its op."""
+    return proto.name or next((o for o in proto.output if o), "") or proto.op_type
 
 
 def node_label(proto: NodeProto) -> str:

@@ -194,7 +194,8 @@ def finish_graph(graph: Graph, outputs: Sequence[tuple[str | None, int]]) -> Gra
     for node in graph.nodes():
         if live[node.id]:
             new_id[node.id] = out.add_node(node.op, (new_id[i] for i in node.inputs),
-                                           node.shape, names.get(node.id, node.name))
+                                           node.shape, names.get(node.id, node.name),
+                                           node.origin)
     renamed = {name: out.add_node(Identity(), (new_id[node_id],), graph.node(node_id).shape,
                                   name) for name, node_id in extra}
     out.set_outputs(renamed.get(name, new_id[node_id]) for name, node_id in outputs)

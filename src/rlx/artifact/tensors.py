@@ -1,0 +1,70 @@
+"""A weight-table row back as the array it stands for, in its logical layout.
+
+Rows hold encoded bytes (f16, Q8_0, TQ2_0 blocks, or plain dtypes) and packed matmul
+weights are stored transposed (`bt_nk`: the block stream of W^T, [N, K]); a user asking for
+a weight wants the [K, N] values the model was exported with, as `safetensors`'
+`get_tensor(name)` gives them. Where the row's bytes live depends on the memory mode (the
+table, or the linked graph Constant): both are looked at.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from rlx.codecs import Encoding, decode
+from rlx.errors import ArtifactError
+from rlx.ir.dtype import DType
+from rlx.ir.ops.sources import Constant
+
+if TYPE_CHECKING:
+    from rlx.artifact.model import RlxFile, RlxWeight
+
+__all__ = ["decode_weight", "find_weight"]
+
+_ENCODINGS = {e.value for e in Encoding}
+
+
+def find_weight(file: RlxFile, name: str) -> RlxWeight:
+    """The row called `name`, or an error naming the closest names."""
+    row = file.weight(name)
+    if row is not None:
+        return row
+    names = [w.name for w in file.weights]
+    close = difflib.get_close_matches(name, names, n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else \
+        f" ({len(names)} weights; `rlx-bake inspect` lists them)"
+    raise ArtifactError(f"{file.meta.name}: no weight named {name!r}{hint}")
+
+
+def _row_bytes(file: RlxFile, row: RlxWeight) -> np.ndarray:
+    if row.nbytes:
+        return row.data
+    if row.node_id is not None and 0 <= row.node_id < len(file.graph):
+        op = file.graph.node(row.node_id).op
+        if isinstance(op, Constant) and op.nbytes:
+            return op.data
+    raise ArtifactError(f"weight {row.name!r} holds no bytes in the table or the graph "
+                        "(a metadata-only row)")
+
+
+def decode_weight(file: RlxFile, row: RlxWeight) -> np.ndarray:
+    """`row`'s values as a new array of its logical dtype and shape."""
+    data = _row_bytes(file, row)
+    count = math.prod(row.shape)
+    dtype = DType(row.dtype).numpy
+    if row.encoding in _ENCODINGS:
+        flat = decode(row.encoding, data, count)
+    else:  # a plain dtype stored as itself (integer and bool weights)
+        flat = data.view(DType(row.encoding).numpy)[:count]
+    if row.layout == "bt_nk":
+        k, n = row.shape
+        values = flat.reshape(n, k).T
+    elif row.layout == "row_major":
+        values = flat.reshape(row.shape)
+    else:
+        raise ArtifactError(f"weight {row.name!r}: unknown layout {row.layout!r}")
+    return np.array(values, dtype=dtype, order="C")  # (ascontiguousarray makes rank 0 rank 1)

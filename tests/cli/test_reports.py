@@ -1,0 +1,189 @@
+"""Reports in the user's terms: ONNX op types and node names, computing-node counts, the
+per-op-type bake table, `inspect --graph`, `--input-shapes` / `--dim`."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from rlx.artifact import read_rlx
+from rlx.ir import format_graph
+from rlx.ir.naming import computing_nodes
+from tests.cli.conftest import assert_error
+from tests.real_models import FEEDS, MODELS, fetch
+
+
+def _onnx_counts(model: onnx.ModelProto) -> Counter:
+    """The oracle: the ONNX file's nodes by op type, straight from the protobuf."""
+    counts: Counter = Counter()
+
+    def visit(graph):
+        for node in graph.node:
+            if node.op_type != "Constant":
+                counts[node.op_type] += 1
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    visit(attr.g)
+                for g in attr.graphs:
+                    visit(g)
+
+    visit(model.graph)
+    return counts
+
+
+def _origins(model: onnx.ModelProto) -> set[str]:
+    """What a user can find in Netron: node names, and the first output of unnamed ones."""
+    names: set[str] = set()
+
+    def visit(graph):
+        for node in graph.node:
+            names.add(node.name or node.output[0])
+            for attr in node.attribute:
+                for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else []) + \
+                        list(attr.graphs):
+                    visit(g)
+
+    visit(model.graph)
+    return names
+
+
+def test_bake_op_table_against_the_onnx_file(cli, files, tmp_path):
+    out = tmp_path / "m.rlx"
+    d = cli("bake", files.onnx, "-o", out, "--json").json()
+    rows = {r["op"]: r for r in d["op_types"]}
+    onnx_counts = _onnx_counts(onnx.load(files.onnx))
+    assert {op: r["onnx"] for op, r in rows.items() if r["onnx"]} == onnx_counts
+    # w1 is exactly ternary: the exact profile packs its matmul as TQ2_0
+    assert {op: r["after"] for op, r in rows.items() if r["after"]} == {
+        "MatMul (TQ2_0)": 1, "MatMul": 1, "Add": 2, "Relu": 1}
+    nodes = d["computing_nodes"]
+    assert nodes["onnx"] == 5 and nodes["after"] == computing_nodes(read_rlx(out).graph) == 5
+    assert "graph inputs" in nodes["counted"]
+    text = cli("bake", files.onnx, "-o", out).out
+    assert "computing nodes by op type" in text and "ONNX file" in text
+    assert "MatMul (TQ2_0)" in text and "Binary(" not in text
+
+
+def test_bake_of_graph_json_has_no_onnx_column(cli, files, tmp_path):
+    d = cli("bake", files.graph_json, "-w", files.npz, "-o", tmp_path / "m.rlx",
+            "--json").json()
+    assert d["computing_nodes"]["onnx"] is None
+    assert all(r["onnx"] is None for r in d["op_types"])
+    assert d["computing_nodes"]["before"] == 5  # 2 MatMul, 2 Add, 1 Relu (of 10 IR nodes)
+
+
+def test_inspect_graph_and_slowest_nodes_use_onnx_names(cli, files, tmp_path):
+    out = tmp_path / "m.rlx"
+    cli("bake", files.onnx, "-o", out)
+    names = _origins(onnx.load(files.onnx))  # the MLP's nodes are unnamed: their outputs
+    d = cli("inspect", out, "--graph", "--json").json()
+    assert d["graph_text"] == format_graph(read_rlx(out).graph).splitlines()
+    text = cli("inspect", out, "--graph").out
+    for name in names:
+        assert f"from {name}" in text or f"# {name}" in text
+    np.save(tmp_path / "x.npy", files.x)
+    profile = cli("run", out, "--input", f"x={tmp_path / 'x.npy'}", "--profile-ops",
+                  "--top", "5", "--json").json()["profile"]
+    assert {r["node"] for r in profile["slowest"]} <= names
+    assert all(r["ir_node"].startswith("%") for r in profile["slowest"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["minilm-l3", "ppocr-cls"])
+def test_real_model_reports(cli, tmp_path, name):
+    """Every computing node of the baked file names an ONNX node of the model, and the
+    ONNX column is the file's own count."""
+    path = fetch(name)
+    model = onnx.load(path)
+    out = tmp_path / "m.rlx"
+    d = cli("bake", path, "-o", out, "--profile", "size", "--json").json()
+    assert Counter({r["op"]: r["onnx"] for r in d["op_types"] if r["onnx"]}) == \
+        _onnx_counts(model)
+    graph = read_rlx(out).graph
+    assert d["computing_nodes"]["after"] == computing_nodes(graph)
+    origins = _origins(model)
+    computing = [n for n in graph.nodes() if n.op.__class__.__name__ not in
+                 ("Input", "Param", "Constant", "TupleGet")]
+    assert computing and all(n.origin in origins for n in computing)
+
+
+# --- input shapes -------------------------------------------------------------------------
+
+
+def _flatten_model() -> onnx.ModelProto:
+    """y = Reshape(x, concat(shape(x)[0:1], [-1])) @ w: shape arithmetic on a symbolic
+    batch, which only a known batch folds away."""
+    w = numpy_helper.from_array(np.ones((32, 2), np.float32), "w")
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="/shape"),
+        helper.make_node("Slice", ["s", "zero", "one"], ["b"], name="/slice"),
+        helper.make_node("Concat", ["b", "minus_one"], ["target"], axis=0, name="/concat"),
+        helper.make_node("Reshape", ["x", "target"], ["flat"], name="/reshape"),
+        helper.make_node("MatMul", ["flat", "w"], ["y"], name="/matmul"),
+    ]
+    inits = [w, numpy_helper.from_array(np.array([0], np.int64), "zero"),
+             numpy_helper.from_array(np.array([1], np.int64), "one"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus_one")]
+    graph = helper.make_graph(
+        nodes, "flatten", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                         ["batch", 4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture
+def flatten_onnx(tmp_path):
+    path = tmp_path / "flatten.onnx"
+    onnx.save(_flatten_model(), path)
+    return path
+
+
+def test_dim_and_input_shapes_fix_symbolic_dims(cli, flatten_onnx, tmp_path):
+    free = cli("bake", flatten_onnx, "-o", tmp_path / "a.rlx", "--json").json()
+    by_dim = cli("bake", flatten_onnx, "-o", tmp_path / "b.rlx", "--dim", "batch=3",
+                 "--json").json()
+    by_shape = cli("bake", flatten_onnx, "-o", tmp_path / "c.rlx", "--input-shapes",
+                   "x:3,4,8", "--json").json()
+    assert read_rlx(tmp_path / "b.rlx").meta.inputs[0].shape == (3, 4, 8)
+    assert read_rlx(tmp_path / "c.rlx").meta.inputs[0].shape == (3, 4, 8)
+    assert read_rlx(tmp_path / "a.rlx").meta.inputs[0].shape == ("batch", 4, 8)
+    # a known batch folds Shape/Slice/Concat away: only Reshape and MatMul are left
+    for d in (by_dim, by_shape):
+        assert {r["op"]: r["after"] for r in d["op_types"] if r["after"]} == {
+            "Reshape": 1, "MatMul": 1}
+    assert free["computing_nodes"]["after"] > by_dim["computing_nodes"]["after"]
+    assert by_dim["dims"] == {"batch": 3} and by_shape["input_shapes"] == {"x": [3, 4, 8]}
+
+
+def test_input_shape_errors(cli, flatten_onnx, files, tmp_path):
+    out = tmp_path / "m.rlx"
+    assert_error(cli("bake", flatten_onnx, "-o", out, "--dim", "bacth=3"),
+                 r"names no symbolic dim of the graph inputs: bacth \(declared: batch\)")
+    assert_error(cli("bake", flatten_onnx, "-o", out, "--input-shapes", "x:3,4"),
+                 r"does not fit the declared shape")
+    assert_error(cli("bake", flatten_onnx, "-o", out, "--input-shapes", "x=3"),
+                 r"expected NAME:D,D", code=2)
+    assert_error(cli("bake", flatten_onnx, "-o", out, "--dim", "batch=-1"),
+                 r"expected NAME=N", code=2)
+    assert_error(cli("bake", files.graph_json, "-w", files.npz, "-o", out, "--dim",
+                     "batch=1"), r"apply to ONNX models")
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_silero_needs_its_input_shape(cli, tmp_path):
+    """silero-vad branches on its input length: only a fixed one imports."""
+    path = fetch("silero-vad")
+    (name, dims), = MODELS["silero-vad"].input_shapes.items()
+    assert_error(cli("bake", path, "-o", tmp_path / "a.rlx"), r"If: output 0 is")
+    shape = f"{name}:{','.join(str(d) for d in dims)}"
+    result = cli("bake", path, "-o", tmp_path / "b.rlx", "--input-shapes", shape)
+    assert result.code == 0, result.err
+    np.savez(tmp_path / "feeds.npz", **FEEDS["silero-vad"](0))  # a real sample rate
+    verify = cli("verify", tmp_path / "b.rlx", "--onnx", path, "--inputs",
+                 tmp_path / "feeds.npz", "--json")
+    assert verify.code == 0 and verify.json()["ok"]
