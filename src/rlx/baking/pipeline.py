@@ -1,8 +1,12 @@
 """`bake` and `bake_bundle`: the reference's pipeline, in its order, without its bugs.
 
-specialize -> [fold: resolve shapes -> fold constants -> fold BatchNorm -> DCE] -> skip-zero
--> ternary (TQ2_0) -> quant (Q8_0) -> simplify -> DCE -> fold -> DCE -> dedupe
--> weight table (unfold + binding rows) -> memory layout.
+specialize -> bind packed -> [fold: sink captures -> resolve shapes -> fold constants -> fold
+BatchNorm -> DCE] -> skip-zero -> ternary (TQ2_0) -> quant (Q8_0) -> simplify -> fuse -> DCE
+-> fold -> DCE -> hoist subgraph weights -> dedupe -> weight table (unfold + binding rows)
+-> memory layout.
+
+The passes are one list of named steps (`bake_steps`), run by `rlx.passes.run_pipeline`:
+the stats are its counts by step name, and a failing pass is named in the error.
 
 The bracketed early fold is ours: the reference folds only after packing, so a weight that
 reaches its MatMul through weight-only math (`Transpose(W)` from a PyTorch Linear, a
@@ -14,9 +18,10 @@ its Constant by id; nothing is renamed after the fact by matching payload bytes.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
 
@@ -29,7 +34,10 @@ from rlx.ir.graph import Graph, Node, unique_name
 from rlx.ir.ops.linalg import QuantScheme
 from rlx.ir.ops.sources import Constant
 from rlx.ir.verify import verify
+from rlx.passes.pipeline import Pass, Step
 from rlx.weights.bundle import WeightBundle
+
+__all__ = ["BakeReport", "OptimizeStats", "bake", "bake_bundle", "bake_steps"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +57,22 @@ class OptimizeStats:
     captures_sunk: int = 0  # constants moved into the subgraphs that read them
     weights_hoisted: int = 0  # subgraph weights moved out to the top graph (the table)
     not_packed: dict[str, int] = field(default_factory=dict)  # reason -> weights left dense
+
+    @classmethod
+    def from_counts(cls, counts: Mapping[str, int], not_packed: dict[str, int]) -> OptimizeStats:
+        """The stats of a bake from its pipeline's counts per step name."""
+        return cls(**{stat: counts.get(step, 0) for stat, step in _STAT_STEPS.items()},
+                   not_packed=not_packed)
+
+
+# OptimizeStats field -> the pipeline step whose counts (summed over its runs) it reports
+_STAT_STEPS = {
+    "skipped_zero_matmuls": "skip_zero_matmul", "ternary_packed": "pack_ternary",
+    "quant_packed": "pack_quant", "simplified": "algebraic_simplify", "fused": "fuse_patterns",
+    "dead_removed": "eliminate_dead_code", "constants_folded": "fold_constants",
+    "shapes_resolved": "resolve_shapes", "batchnorms_folded": "fold_batchnorm",
+    "captures_sunk": "sink_constant_captures", "weights_hoisted": "hoist_subgraph_weights",
+}
 
 
 @dataclass
@@ -78,50 +102,17 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     opts = opts or BakeOptions()
     verify(graph)
     report = BakeReport(nodes_before=len(graph))
-    stats = report.optimize
     param_names = {n.op.name for n in graph.params()}
     report.unused_bindings = sorted(
         (set(bundle.tensors) | {w.name for w in bundle.packed}) - param_names)
     if report.unused_bindings:
         log.warning("bindings matching no param: %s", ", ".join(report.unused_bindings))
 
-    g, report.params_baked = passes.specialize(graph, bundle.tensors)
-    g, packed_bound = passes.bind_packed(g, bundle.packed)
-    report.params_baked += packed_bound
-    if opts.constant_folding:
-        g, stats.captures_sunk = passes.sink_constant_captures(g)
-        g = _fold_weight_math(g, stats, opts.dce)
-    if opts.skip_zero:
-        g, stats.skipped_zero_matmuls = passes.skip_zero_matmul(g)
-    for enabled, scheme, attr in ((opts.ternary, QuantScheme.GGUF_TQ2_0, "ternary_packed"),
-                                  (opts.quant, QuantScheme.GGUF_Q8_0, "quant_packed")):
-        if enabled:
-            require_ternary = scheme is QuantScheme.GGUF_TQ2_0
-            for _, reason in passes.packing_candidates(g, scheme.block_size, require_ternary):
-                if reason is not None:
-                    key = f"{scheme.label}: {reason.value}"
-                    stats.not_packed[key] = stats.not_packed.get(key, 0) + 1
-            pack = passes.pack_ternary if require_ternary else passes.pack_quant
-            g, count = pack(g)
-            setattr(stats, attr, count)
-    if opts.algebraic_simplify:
-        g, stats.simplified = _simplify(g)
-        g, stats.fused = _fuse(g)
-    if opts.dce:
-        g, removed = _dce(g)
-        stats.dead_removed += removed
-    if opts.constant_folding:
-        g, folded = _fold(g)
-        stats.constants_folded += folded
-        if opts.dce and folded:
-            g, removed = _dce(g)
-            stats.dead_removed += removed
-    if opts.unfold:
-        g, stats.weights_hoisted = passes.hoist_subgraph_weights(g)
-    deduped = 0
-    if opts.dedupe_constants:
-        g, deduped = _dedupe(g)
+    not_packed: dict[str, int] = {}
+    g, counts = passes.run_pipeline(bake_steps(opts, bundle, not_packed), graph)
     verify(g)
+    report.params_baked = counts["specialize"] + counts["bind_packed"]
+    report.optimize = stats = OptimizeStats.from_counts(counts, not_packed)
 
     rows = _weight_table(g, bundle, opts, stats, report)
     file = RlxFile.from_baked(
@@ -132,7 +123,7 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     )
     dropped = report.memory.folded_bindings_dropped
     report.memory = file.apply_memory_mode(opts.memory)
-    report.memory.constants_deduped = deduped
+    report.memory.constants_deduped = counts["dedupe_identical_constants"]
     report.memory.folded_bindings_dropped = dropped
     report.nodes_after = file.meta.nodes
     report.params_remaining = file.meta.params_remaining
@@ -147,14 +138,54 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     return file, report
 
 
-def _fold_weight_math(g: Graph, stats: OptimizeStats, dce: bool) -> Graph:
-    """Resolve shape arithmetic, fold weight-only math and BatchNorms, before packing."""
-    g, stats.shapes_resolved = passes.resolve_shapes(g)  # recurses into subgraphs itself
-    g, stats.constants_folded = _fold(g)
-    g, stats.batchnorms_folded = _fold_batchnorm(g)
-    if dce:
-        g, stats.dead_removed = _dce(g)
-    return g
+def bake_steps(opts: BakeOptions, bundle: WeightBundle,
+               not_packed: dict[str, int]) -> list[Step]:
+    """The bake as a list of named passes, those `opts` turns off left out (module doc).
+
+    `not_packed` collects, per packing step, why each MatMul weight it saw stays dense.
+    """
+    fold, dce = opts.constant_folding, opts.dce
+    table: list[tuple[bool, Step]] = [
+        (True, Step("specialize", functools.partial(passes.specialize,
+                                                    bindings=bundle.tensors))),
+        (True, Step("bind_packed", functools.partial(passes.bind_packed, rows=bundle.packed))),
+        # the early fold: weight-only math and BatchNorms, before packing
+        (fold, Step("sink_constant_captures", passes.sink_constant_captures)),
+        (fold, Step("resolve_shapes", passes.resolve_shapes)),  # recurses into subgraphs
+        (fold, Step("fold_constants", _fold)),
+        (fold, Step("fold_batchnorm", _fold_batchnorm)),
+        (fold and dce, Step("eliminate_dead_code", _dce)),
+        (opts.skip_zero, Step("skip_zero_matmul", passes.skip_zero_matmul)),
+        # packing, in this order: a weight TQ2_0 took is no longer a MatMul's for Q8_0
+        (opts.ternary, _packing("pack_ternary", QuantScheme.GGUF_TQ2_0, passes.pack_ternary,
+                                not_packed, require_ternary=True)),
+        (opts.quant, _packing("pack_quant", QuantScheme.GGUF_Q8_0, passes.pack_quant,
+                              not_packed)),
+        (opts.algebraic_simplify, Step("algebraic_simplify", _simplify)),
+        (opts.algebraic_simplify, Step("fuse_patterns", _fuse)),
+        (dce, Step("eliminate_dead_code", _dce)),
+        # the late fold: what packing and simplification exposed (DCE after it is a no-op
+        # when it folded nothing: the graph is the same object)
+        (fold, Step("fold_constants", _fold)),
+        (fold and dce, Step("eliminate_dead_code", _dce)),
+        (opts.unfold, Step("hoist_subgraph_weights", passes.hoist_subgraph_weights)),
+        (opts.dedupe_constants, Step("dedupe_identical_constants", _dedupe)),
+    ]
+    return [step for enabled, step in table if enabled]
+
+
+def _packing(name: str, scheme: QuantScheme, pack: Pass, not_packed: dict[str, int],
+             require_ternary: bool = False) -> Step:
+    """A packing step that also counts, by reason, the MatMul weights it leaves dense."""
+
+    def run(g: Graph) -> tuple[Graph, int]:
+        for _, reason in passes.packing_candidates(g, scheme.block_size, require_ternary):
+            if reason is not None:
+                key = f"{scheme.label}: {reason.value}"
+                not_packed[key] = not_packed.get(key, 0) + 1
+        return pack(g)
+
+    return Step(name, run)
 
 
 # the weight-independent clean-ups run inside subgraphs too (packing stays top-level)

@@ -51,6 +51,11 @@ class Encoding(enum.Enum):
     def is_block_quantized(self) -> bool:
         return self.block_size > 1
 
+    @property
+    def label(self) -> str:
+        """The name files and graphs store (the value)."""
+        return self.value
+
     def __str__(self) -> str:
         return self.value
 

@@ -26,7 +26,7 @@ def build_dequant_matmul(node: Node, compile):
     Keeping `packed` alive keeps its identity from being reused by another array. Only
     read-only arrays (constants) are cached: a writeable input could change between runs.
     """
-    encoding = Encoding.parse(node.op.scheme.label)
+    encoding: Encoding = node.op.scheme  # QuantScheme is the codecs' Encoding
     out_dtype = node.shape.dtype.numpy
     # f16/bf16 compute in float32 (numpy has no fast half GEMM); f64 stays f64
     compute = np.dtype(np.float64 if out_dtype == np.float64 else np.float32)

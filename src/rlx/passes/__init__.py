@@ -2,7 +2,9 @@
 
 Every pass returns `(graph, rewrites)` and gives back the very same graph object when it
 changed nothing. Node names (the stable identities of weights and outputs) survive every
-pass; see `rlx.ir.rewrite` for the rules. `unfold_weights` only reads the graph.
+pass; see `rlx.ir.rewrite` for the rules. `unfold_weights` only reads the graph. The
+contract (`Pass`) and the runner that sequences named steps (`run_pipeline`) are in
+`rlx.passes.pipeline`.
 
 Names load on first use (`rlx._lazy`): a caller that needs one pass does not import them all.
 """
@@ -24,6 +26,10 @@ _LAZY = {
     "algebraic_simplify": "rlx.passes.simplify",
     "skip_zero_matmul": "rlx.passes.zero_matmuls",
     "specialize": "rlx.passes.specialization",
+    "Pass": "rlx.passes.pipeline",
+    "Step": "rlx.passes.pipeline",
+    "VERIFY_ENV": "rlx.passes.pipeline",
+    "run_pipeline": "rlx.passes.pipeline",
     "HOIST_MIN_BYTES": "rlx.passes.subgraphs",
     "captured_inputs": "rlx.passes.subgraphs",
     "hoist_subgraph_weights": "rlx.passes.subgraphs",

@@ -14,10 +14,10 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from rlx.errors import BindingError, ShapeError
+from rlx.errors import BindingError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
-from rlx.ir.ops.linalg import DequantMatMul, MatMul, QuantScheme
+from rlx.ir.ops.linalg import PACKED_SCHEMES, DequantMatMul, MatMul, QuantScheme
 from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter
 from rlx.ir.shape import Shape
@@ -63,11 +63,11 @@ def bind_packed(graph: Graph, rows: Sequence[PackedRow]) -> tuple[Graph, int]:
 def _check(graph: Graph, param: Node, row: PackedRow,
            readers: list[int]) -> tuple[QuantScheme, int]:
     name = param.op.name
-    try:
-        scheme = QuantScheme.parse(row.encoding)
-    except ShapeError:
-        raise BindingError(f"packed weight {name!r} is {row.encoding}; only gguf_q8_0 and "
-                           "gguf_tq2_0 run packed: load it with --weights-policy f32") from None
+    scheme = next((s for s in PACKED_SCHEMES if s.value == row.encoding), None)
+    if scheme is None:
+        runnable = " and ".join(str(s) for s in PACKED_SCHEMES)
+        raise BindingError(f"packed weight {name!r} is {row.encoding}; only {runnable} "
+                           "run packed: load it with --weights-policy f32")
     shape: Shape = param.shape
     if shape.rank != 2 or not shape.is_static:
         raise BindingError(f"packed weight {name!r}: param is {shape}, a static [K, N] matrix "

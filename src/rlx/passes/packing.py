@@ -15,13 +15,14 @@ name and the packed constant is named `<weight>.<scheme label>`.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 from collections import Counter
 from typing import Callable
 
 import numpy as np
 
-from rlx.codecs import is_ternary
+from rlx.codecs import encode, is_ternary
 from rlx.errors import BakeError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
@@ -82,9 +83,15 @@ def _skip_reason(weight: Node, block_size: int, require_ternary: bool) -> SkipRe
     return None if np.isfinite(values).all() else SkipReason.NOT_FINITE
 
 
-def pack_matmuls(graph: Graph, scheme: QuantScheme, quantize: Quantizer,
-                 require_ternary: bool, pass_name: str) -> tuple[Graph, int]:
-    """Rewrite every qualifying MatMul to a DequantMatMul; returns (graph, matmuls packed)."""
+def pack_matmuls(graph: Graph, scheme: QuantScheme, quantize: Quantizer | None = None,
+                 require_ternary: bool = False, pass_name: str = "") -> tuple[Graph, int]:
+    """Rewrite every qualifying MatMul to a DequantMatMul; returns (graph, matmuls packed).
+
+    `quantize` defaults to the scheme's codec (`rlx.codecs.encode`), so a new block
+    encoding packs without a pass of its own.
+    """
+    quantize = quantize or functools.partial(encode, scheme)
+    pass_name = pass_name or f"pack {scheme}"
     chosen: dict[int, int] = {}  # matmul id -> weight id
     for mm, reason in packing_candidates(graph, scheme.block_size, require_ternary):
         node = graph.node(mm)

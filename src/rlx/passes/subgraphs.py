@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Callable
 
 from rlx.ir.graph import Graph, Node, unique_name
 from rlx.ir.ops.base import Op
 from rlx.ir.ops.control import If, Loop
 from rlx.ir.ops.sources import Constant, Input
 from rlx.ir.rewrite import Rewriter
+from rlx.passes.pipeline import Pass
 
 __all__ = [
     "HOIST_MIN_BYTES", "captured_inputs", "hoist_subgraph_weights", "in_subgraphs",
@@ -34,9 +34,6 @@ log = logging.getLogger(__name__)
 HOIST_MIN_BYTES = 1024
 """Subgraph constants of at least this size are weights and go to the top graph; smaller
 ones (shapes, axes, scalars) stay where shape resolution and folding need them."""
-
-Pass = Callable[[Graph], tuple[Graph, int]]
-
 
 def _capture_offsets(op: Op) -> tuple[int, int] | None:
     """(first captured input of the op, first subgraph input it binds to), for ops whose

@@ -34,6 +34,7 @@ from rlx.ir.ops.elementwise import (
     Where,
 )
 from rlx.ir.ops.linalg import (
+    PACKED_SCHEMES,
     DequantMatMul,
     Einsum,
     MatMul,
@@ -108,7 +109,8 @@ from rlx.ir.ops.sources import (
 __all__ = ["OPS", "Op", "OutShape", "Fail", "GRU", "If", "LSTM", "Loop", "RNN", "RNN_ACTIVATIONS",
     "RnnDirection", "Scan", "Activation", "Binary", "BinaryOp", "Cast", "Clamp", "Compare",
     "CompareOp", "Identity", "Logical", "LogicalOp", "Not", "Unary", "Where", "DequantMatMul",
-    "Einsum", "MatMul", "QuantScheme", "TupleGet", "BatchNormInference", "Conv", "ConvTranspose",
+    "Einsum", "MatMul", "PACKED_SCHEMES", "QuantScheme", "TupleGet", "BatchNormInference", "Conv",
+    "ConvTranspose",
     "CoordinateMode", "GlobalPool", "InstanceNorm", "LayerNorm", "LogSoftmax", "NearestMode",
     "PRelu", "Pool", "PoolKind", "Resize", "ResizeMode", "Softmax", "ArgMax", "ArgMin", "CumSum",
     "Reduce", "ReduceOp", "TopK", "Compress", "Concat", "DepthToSpace", "DepthToSpaceMode",

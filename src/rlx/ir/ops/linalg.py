@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import enum
 import re
 from dataclasses import dataclass
 from typing import ClassVar
 
+from rlx.codecs.encodings import Encoding
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op, expect_dtype
 from rlx.ir.shape import Dim, Shape, broadcast_dims
 
-__all__ = ["MatMul", "QuantScheme", "DequantMatMul", "Einsum"]
+__all__ = ["MatMul", "PACKED_SCHEMES", "QuantScheme", "DequantMatMul", "Einsum"]
 
 
 @dataclass(frozen=True)
@@ -39,26 +39,12 @@ class MatMul(Op):
         return Shape(dims, a.dtype)
 
 
-class QuantScheme(enum.Enum):
-    """Packed weight encodings DequantMatMul understands: (name, block elems, block bytes)."""
+QuantScheme = Encoding
+"""The packed weight encodings DequantMatMul runs: the block encodings of `rlx.codecs`
+(`Encoding` members with `is_block_quantized`). The codec registry is the one place their
+block layouts are written; a new block codec is a new scheme without touching the IR."""
 
-    GGUF_Q8_0 = ("gguf_q8_0", 32, 34)
-    GGUF_TQ2_0 = ("gguf_tq2_0", 256, 66)
-
-    def __init__(self, label: str, block_size: int, block_bytes: int):
-        self.label = label
-        self.block_size = block_size
-        self.block_bytes = block_bytes
-
-    @classmethod
-    def parse(cls, text: str) -> QuantScheme:
-        for scheme in cls:
-            if scheme.label == text:
-                return scheme
-        raise ShapeError(f"unknown quant scheme {text!r}; expected gguf_q8_0 or gguf_tq2_0")
-
-    def __str__(self) -> str:
-        return self.label
+PACKED_SCHEMES: tuple[QuantScheme, ...] = tuple(e for e in Encoding if e.is_block_quantized)
 
 
 @dataclass(frozen=True)
@@ -73,6 +59,12 @@ class DequantMatMul(Op):
     scheme: QuantScheme
     n: int
     arity: ClassVar = (2, 2)
+
+    def __post_init__(self) -> None:
+        if self.scheme not in PACKED_SCHEMES:
+            names = ", ".join(str(s) for s in PACKED_SCHEMES)
+            raise ShapeError(f"DequantMatMul: {self.scheme} is not a block encoding; "
+                             f"expected one of {names}")
 
     def infer(self, inputs):
         x, packed = inputs
