@@ -16,7 +16,7 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from rlx.enums import lookup
+from rlx.enums import parse_enum
 from rlx.errors import ArtifactError, BakeError
 from rlx.ir.graph import Graph
 from rlx.ir.ops.sources import Constant
@@ -42,11 +42,9 @@ class MemoryMode(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> MemoryMode:
-        found = lookup(cls, text, _ALIASES)
-        if found is not None:
-            return found
-        raise BakeError(f"unknown memory mode {text.strip().lower()!r}; "
-                        "expected duplex, runtime, or compact")
+        return parse_enum(cls, text, lambda t: BakeError(
+            f"unknown memory mode {t.strip().lower()!r}; expected duplex, runtime, or compact"),
+            _ALIASES)
 
     @property
     def description(self) -> str:

@@ -15,6 +15,7 @@ from numpy.typing import ArrayLike
 
 from rlx.codecs import floats, q8_0, tq2_0
 from rlx.codecs._blocks import Layout
+from rlx.enums import parse_enum
 from rlx.errors import BakeError
 
 __all__ = ["Encoding", "encode", "decode", "encoded_nbytes"]
@@ -31,11 +32,9 @@ class Encoding(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> Encoding:
-        try:
-            return cls(text)
-        except ValueError:
-            names = ", ".join(e.value for e in cls)
-            raise BakeError(f"unknown weight encoding {text!r}; expected one of {names}") from None
+        return parse_enum(cls, text, lambda t: BakeError(
+            f"unknown weight encoding {t!r}; expected one of {', '.join(e.value for e in cls)}"),
+            exact=True)  # files store exact names: 'F32' is not one
 
     @property
     def block_size(self) -> int:

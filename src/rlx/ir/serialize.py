@@ -18,6 +18,7 @@ import types
 import typing
 from typing import Any, Callable
 
+from rlx.enums import lookup
 from rlx.errors import GraphError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
@@ -44,8 +45,8 @@ def _base64_decode(value: Any, shape: Shape) -> bytes:
 
 # -- encoding ------------------------------------------------------------------------------
 def enum_text(member: enum.Enum) -> str:
-    """The stable text of an enum member: its `label` if it has one, else its value."""
-    return getattr(member, "label", None) or str(member.value)
+    """The stable text of an enum member: its value (what `rlx.enums.lookup` matches)."""
+    return str(member.value)
 
 
 def shape_to_json(shape) -> Any:
@@ -187,10 +188,8 @@ def _union_decoder(optional: bool, options: list[AttrDecoder]) -> AttrDecoder:
 
 
 def _enum_decoder(cls: type[enum.Enum]) -> AttrDecoder:
-    members = {**{m.name: m for m in cls}, **{enum_text(m): m for m in cls}}
-
     def member(value: Any, decode: ConstantDecoder, where: str) -> enum.Enum:
-        found = members.get(value) if isinstance(value, str) else None
+        found = lookup(cls, value, exact=True, names=True) if isinstance(value, str) else None
         if found is None:
             raise GraphError(f"{where}: unknown {cls.__name__} {value!r}")
         return found

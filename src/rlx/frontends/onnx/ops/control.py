@@ -182,10 +182,7 @@ def _recurrent(n: NodeContext, cls, optional: Sequence[str], extra: dict) -> lis
         hidden = s.shape(inputs[2]).dims[-1]
         if not isinstance(hidden, int):
             raise n.fail("hidden_size is not given and R's last dim is not static")
-    try:
-        direction = RnnDirection(n.attr("direction", "forward"))
-    except ValueError:
-        raise n.fail(f"unknown direction {n.attr('direction')!r}") from None
+    direction = n.enum_attr(RnnDirection, "direction", "forward")
     clip = n.attr("clip")
     op = cls(hidden_size=hidden, direction=direction,
              activations=tuple(n.attr("activations") or ()),

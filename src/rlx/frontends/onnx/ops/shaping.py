@@ -237,10 +237,7 @@ def gather_nd(n: NodeContext) -> int:
 
 
 def _reduction(n: NodeContext) -> ScatterReduction:
-    try:
-        return ScatterReduction(n.attr("reduction", "none"))
-    except ValueError:
-        raise n.fail(f"unknown reduction {n.attr('reduction')!r}") from None
+    return n.enum_attr(ScatterReduction, "reduction", "none")
 
 
 @converter("ScatterND")
@@ -296,7 +293,7 @@ def compress(n: NodeContext) -> int:
 # -- layout ------------------------------------------------------------------------------------
 @converter("DepthToSpace")
 def depth_to_space(n: NodeContext) -> int:
-    mode = DepthToSpaceMode(n.attr("mode", "DCR").lower())
+    mode = n.enum_attr(DepthToSpaceMode, "mode", "DCR", exact=False)
     return n.s.emit(DepthToSpace(n.attr("blocksize"), mode), n.input(0))
 
 
@@ -360,10 +357,7 @@ def pad(n: NodeContext) -> int:
     s = n.s
     x = n.input(0)
     rank = s.rank(x)
-    try:
-        mode = PadMode(n.attr("mode", "constant"))
-    except ValueError:
-        raise n.fail(f"unknown mode {n.attr('mode')!r}") from None
+    mode = n.enum_attr(PadMode, "mode", "constant")
     if n.opset < 11:
         return s.emit(Pad(mode, tuple(n.attr("pads")), float(n.attr("value", 0.0))), x)
     pads = _full_pads(n, rank)
