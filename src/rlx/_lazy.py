@@ -12,6 +12,8 @@ import importlib
 import sys
 from typing import Any, Callable
 
+__all__ = ["lazy_exports"]
+
 
 def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any],
                                                                   Callable[[], list[str]]]:

@@ -20,6 +20,8 @@ from rlx.cli_run import add_commands as add_run_commands
 from rlx.cli_ui import Ui, one_line
 from rlx.errors import RlxError
 
+__all__ = ["EXAMPLES", "build_parser", "main"]
+
 EXAMPLES = """examples:
   rlx-bake demo                                   train, bake and run a small MLP
   rlx-bake bake model.onnx -o model.rlx --profile size

@@ -14,6 +14,8 @@ import secrets
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+__all__ = ["remove_stale_temps", "atomic_write"]
+
 _TAG = ".rlx-tmp-"
 
 

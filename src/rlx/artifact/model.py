@@ -17,6 +17,8 @@ from rlx.ir.graph import Graph
 from rlx.ir.ops.sources import Constant, Input, Param, as_byte_array
 from rlx.ir.shape import Dim, Shape
 
+__all__ = ["RlxIo", "RlxWeight", "RlxMeta", "RlxFile"]
+
 
 @dataclass(frozen=True)
 class RlxIo:

@@ -10,6 +10,8 @@ from rlx.artifact.memory import MemoryMode
 from rlx.enums import parse_enum
 from rlx.errors import BakeError
 
+__all__ = ["BakeProfile", "BakeOptions"]
+
 
 class BakeProfile(enum.Enum):
     MERGE = "merge"

@@ -12,6 +12,11 @@ from numpy.typing import ArrayLike
 
 from rlx.errors import BakeError
 
+__all__ = [
+    "Layout", "as_byte_array", "round_half_away", "block_scale", "inverse_scale",
+    "f16_scale_bytes", "f16_scale_values",
+]
+
 _F16_LE = np.dtype("<f2")
 _F16_MAX = float(np.finfo(np.float16).max)
 

@@ -10,6 +10,8 @@ import numpy as np
 from rlx.enums import parse_enum
 from rlx.errors import GraphError
 
+__all__ = ["DType"]
+
 
 class DType(enum.Enum):
     """Closed set of tensor element types, named like the seed (`f32`, `u8`, `bool`)."""

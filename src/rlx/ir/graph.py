@@ -21,6 +21,8 @@ from rlx.ir.ops.multi import TupleGet
 from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.shape import Shape
 
+__all__ = ["ShapeLike", "Node", "Graph", "unique_name"]
+
 ShapeLike = Union[Shape, tuple[Shape, ...]]
 
 

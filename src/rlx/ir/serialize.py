@@ -26,6 +26,12 @@ from rlx.ir.ops.base import OPS, Op
 from rlx.ir.ops.sources import Constant
 from rlx.ir.shape import Shape
 
+__all__ = [
+    "GRAPH_JSON_FORMAT", "GRAPH_JSON_VERSION", "ConstantEncoder", "ConstantDecoder",
+    "enum_text", "shape_to_json", "op_to_json", "graph_to_dict", "graph_to_json",
+    "shape_from_json", "AttrDecoder", "op_from_json", "graph_from_dict", "graph_from_json",
+]
+
 GRAPH_JSON_FORMAT = "rlx-graph"
 GRAPH_JSON_VERSION = 1
 

@@ -22,6 +22,11 @@ from rlx.ir.ops.control import (
 from rlx.ir.shape import Shape, normalize_axis
 from rlx.kernels.registry import builder, kernel
 
+__all__ = [
+    "build_if", "build_loop", "build_scan", "Activation", "Recurrent", "States", "Step",
+    "build_recurrence", "fail",
+]
+
 
 # -- If / Loop / Scan ----------------------------------------------------------------------
 def _flag(value: np.ndarray):

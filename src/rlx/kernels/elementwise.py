@@ -14,6 +14,11 @@ from rlx.ir.ops.elementwise import (
 )
 from rlx.kernels.registry import kernel, staged
 
+__all__ = [
+    "widen_half", "erf", "build_unary", "build_binary", "compare", "logical", "logical_not",
+    "where", "cast", "build_clamp", "identity",
+]
+
 _HALF = {DType.F16.numpy, DType.BF16.numpy}
 
 

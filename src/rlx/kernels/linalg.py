@@ -12,6 +12,8 @@ from rlx.ir.ops.linalg import Einsum, MatMul
 from rlx.kernels.elementwise import widen_half
 from rlx.kernels.registry import kernel
 
+__all__ = ["matmul", "einsum"]
+
 
 @kernel(MatMul)
 def matmul(node, a, b):

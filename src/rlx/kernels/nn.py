@@ -27,6 +27,11 @@ from rlx.ir.ops.nn import (
 from rlx.ir.shape import normalize_axis
 from rlx.kernels.registry import kernel, staged
 
+__all__ = [
+    "build_conv", "conv_transpose", "pool", "build_global_pool", "softmax", "log_softmax",
+    "layer_norm", "batch_norm", "instance_norm", "prelu", "resize",
+]
+
 
 def _compute_dtype(dtype: np.dtype) -> np.dtype:
     """float64 for float64 and integers (resize), else float32."""

@@ -16,6 +16,8 @@ from rlx.ir.graph import Node
 from rlx.ir.ops.linalg import DequantMatMul
 from rlx.kernels.registry import builder
 
+__all__ = ["build_dequant_matmul"]
+
 
 @builder(DequantMatMul)
 def build_dequant_matmul(node: Node, compile):

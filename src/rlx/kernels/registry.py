@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 from rlx.ir.ops.base import Op
 
+__all__ = ["Kernel", "Builder", "KERNELS", "BUILDERS", "kernel", "builder", "staged", "has_kernel"]
+
 Kernel = Callable[..., Any]
 Builder = Callable[..., Callable[..., Any]]
 

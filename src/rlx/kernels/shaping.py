@@ -19,6 +19,13 @@ from rlx.ir.ops.shaping import (
 )
 from rlx.kernels.registry import kernel, staged
 
+__all__ = [
+    "build_reshape", "build_transpose", "concat", "expand", "tile", "flatten", "build_squeeze",
+    "build_unsqueeze", "build_slice", "split", "build_pad", "gather", "gather_elements",
+    "gather_nd", "scatter_nd", "scatter_elements", "shape_of", "size", "range_", "fill",
+    "one_hot", "depth_to_space", "space_to_depth", "trilu", "non_zero", "compress",
+]
+
 
 def _ints(attr: tuple[int, ...] | None, operand: np.ndarray | None) -> tuple[int, ...] | None:
     """A shape-like operand: the static attribute, else the run-time tensor's values."""

@@ -21,6 +21,7 @@ _LAZY = {
     "pack_quant": "rlx.passes.quant_packing",
     "pack_ternary": "rlx.passes.ternary_packing",
     "SkipReason": "rlx.passes.packing",
+    "pack_matmuls": "rlx.passes.packing",
     "packing_candidates": "rlx.passes.packing",
     "resolve_shapes": "rlx.passes.shape_resolution",
     "algebraic_simplify": "rlx.passes.simplify",
@@ -38,5 +39,12 @@ _LAZY = {
     "WeightRow": "rlx.passes.weight_rows",
     "unfold_weights": "rlx.passes.weight_rows",
 }
-__all__ = sorted(_LAZY)
+__all__ = [
+    "HOIST_MIN_BYTES", "Pass", "SkipReason", "Step", "VERIFY_ENV", "WeightRow",
+    "algebraic_simplify", "bind_packed", "captured_inputs", "dedupe_identical_constants",
+    "eliminate_dead_code", "fold_batchnorm", "fold_constants", "fuse_patterns",
+    "hoist_subgraph_weights", "in_subgraphs", "pack_matmuls", "pack_quant", "pack_ternary",
+    "packing_candidates", "resolve_shapes", "run_pipeline", "sink_constant_captures",
+    "skip_zero_matmul", "specialize", "unfold_weights",
+]
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -23,6 +23,8 @@ from rlx.ir.shape import Shape
 from rlx.ir.verify import verify
 from rlx.kernels import BUILDERS, KERNELS, has_kernel
 
+__all__ = ["DEVICES", "STEP_TIMER", "Session", "CompiledGraph"]
+
 DEVICES = ("cpu",)
 
 STEP_TIMER: ContextVar[Any] = ContextVar("rlx_step_timer", default=None)

@@ -13,6 +13,8 @@ import numpy as np
 from rlx.errors import WeightError
 from rlx.weights.bundle import LoadedWeight
 
+__all__ = ["DENSE_DTYPES", "HALF_DTYPES", "SourceTensors", "check_dense", "reading"]
+
 # Dense dtypes rlx graphs can hold (the numpy side of rlx.ir.DType, which weights may not
 # import); anything else in a file is refused rather than converted behind the user's back.
 DENSE_DTYPES: frozenset[np.dtype] = frozenset(np.dtype(t) for t in (

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Callable, Sequence, Union
 if TYPE_CHECKING:
     from rlx.frontends.onnx.node import NodeContext
 
+__all__ = ["Outputs", "Converter", "CONVERTERS", "NEVER_EXPANDED", "converter"]
+
 Outputs = Union[int, Sequence[Union[int, None]]]
 Converter = Callable[["NodeContext"], Outputs]
 

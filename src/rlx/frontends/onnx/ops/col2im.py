@@ -17,6 +17,8 @@ from rlx.ir import (
     BinaryOp, Concat, DType, Range, ReduceOp, ScatterElements, ScatterReduction,
 )
 
+__all__ = ["col2im"]
+
 _TO_END = 2**31 - 1
 
 

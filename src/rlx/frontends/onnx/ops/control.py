@@ -21,6 +21,8 @@ from rlx.ir import (
 )
 from rlx.ir.shape import UNKNOWN
 
+__all__ = ["if_", "loop", "scan", "lstm", "gru", "rnn", "optional_has_element"]
+
 _INT64_MAX = np.iinfo(np.int64).max
 
 

@@ -19,6 +19,8 @@ from rlx.ir import (
     Scan, Shape, TopK,
 )
 
+__all__ = ["non_max_suppression"]
+
 
 def _extent(s: Emitter, boxes: int, center: bool):
     """(xmin, xmax, ymin, ymax), each [B, N], of boxes in either ONNX layout."""

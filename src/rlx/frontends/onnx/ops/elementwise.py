@@ -12,6 +12,12 @@ from rlx.frontends.onnx.registry import converter
 from rlx.frontends.onnx.tensors import dtype_of
 from rlx.ir import Activation, BinaryOp, Cast, Clamp, CompareOp, DType, LogicalOp, PRelu
 
+__all__ = [
+    "unary", "parametric", "gelu", "swish", "shrink", "is_inf", "binary", "pow_", "mod",
+    "bit_shift", "compare", "logical", "not_", "where", "prelu", "sum_", "max_", "min_",
+    "mean", "cast", "bit_cast", "cast_like", "clip", "identity", "dropout",
+]
+
 _UNARY = {
     "Abs": Activation.ABS, "Neg": Activation.NEG, "Exp": Activation.EXP,
     "Log": Activation.LOG, "Sqrt": Activation.SQRT, "Reciprocal": Activation.RECIP,

@@ -6,6 +6,8 @@ from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.ir import Einsum
 
+__all__ = ["matmul", "gemm", "einsum", "det"]
+
 
 @converter("MatMul")
 def matmul(n: NodeContext) -> int:

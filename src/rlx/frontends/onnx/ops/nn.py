@@ -21,6 +21,13 @@ from rlx.ir import (
 )
 from rlx.ir.shape import normalize_axis
 
+__all__ = [
+    "conv", "emit_conv", "conv_transpose", "max_pool", "average_pool", "lp_pool",
+    "global_average_pool", "global_max_pool", "global_lp_pool", "max_unpool", "batch_norm",
+    "instance_norm", "layer_norm", "lp_normalization", "lrn", "softmax", "log_softmax",
+    "hardmax",
+]
+
 # -- sliding-window attributes -----------------------------------------------------------------
 
 

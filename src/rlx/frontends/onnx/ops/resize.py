@@ -18,6 +18,8 @@ from rlx.ir import (
     ScatterElements,
 )
 
+__all__ = ["upsample", "resize"]
+
 _OLD = dict(coordinate_mode=CoordinateMode.ASYMMETRIC, nearest_mode=NearestMode.FLOOR)
 """Upsample and Resize-10: output index i samples input i / scale, nearest rounds down."""
 

@@ -21,6 +21,11 @@ from rlx.ir import (
     Activation, BinaryOp, Clamp, CompareOp, Concat, DType, GatherElements, LogicalOp, ReduceOp,
 )
 
+__all__ = [
+    "Taps", "interpolation_taps", "reflect", "gather_taps", "grid_sample", "roi_align",
+    "deform_conv",
+]
+
 _CUBIC_A = -0.75
 _COORD = DType.F32  # coordinates are computed in float32, as ONNX's reference does
 

@@ -15,6 +15,14 @@ from rlx.ir import (
     ScatterReduction, Size, Slice, SpaceToDepth, Split, Squeeze, Tile, Trilu, Unsqueeze,
 )
 
+__all__ = [
+    "constant", "reshape", "flatten", "transpose", "concat", "expand", "tile", "squeeze",
+    "unsqueeze", "shape", "size", "range_", "constant_of_shape", "eye_like", "slice_", "split",
+    "gather", "gather_elements", "gather_nd", "scatter_nd", "scatter_elements",
+    "tensor_scatter", "one_hot", "non_zero", "compress", "depth_to_space", "space_to_depth",
+    "trilu", "reverse_sequence", "pad",
+]
+
 
 @converter("Constant")
 def constant(n: NodeContext) -> int:

@@ -25,6 +25,8 @@ from rlx.ir import (
     Activation, BinaryOp, CompareOp, DType, Gather, LogicalOp, Range, Slice,
 )
 
+__all__ = ["Run", "Length", "Kind", "transform_last", "dft", "dft_", "stft", "mel_weight_matrix"]
+
 
 @dataclass(frozen=True)
 class Run:

@@ -14,6 +14,8 @@ from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.ir import CompareOp, Concat, DType, ReduceOp
 
+__all__ = ["tf_idf_vectorizer"]
+
 
 @converter("TfIdfVectorizer")
 def tf_idf_vectorizer(n: NodeContext) -> int:

@@ -18,6 +18,8 @@ from rlx.ir import (
     CompareOp, Compress, Concat, CumSum, DType, Range, ReduceOp, ScatterElements, TopK,
 )
 
+__all__ = ["unique"]
+
 
 def _arange(s: Emitter, count: int) -> int:
     """[0, count) for a rank-0 i64 node `count`."""
