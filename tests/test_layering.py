@@ -1,4 +1,5 @@
-"""DESIGN.md section 2: which rlx module may import which. Parsed with `ast`, not executed."""
+"""docs/architecture.md, "Layers and their allowed imports": which rlx module may import which.
+Parsed with `ast`, not executed."""
 
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ SOURCES = sorted(SRC.rglob("*.py"))
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(SRC)))
 def test_imports_follow_the_layering(path: Path):
     module = _module_of(path)
-    assert module in ALLOWED, f"{module} is not in the layering table: add it to DESIGN.md"
+    assert module in ALLOWED, (f"{module} is not in the layering table: add it here and to "
+                               "docs/architecture.md")
     for name in _imports(path):
         top, _, rest = name.partition(".")
         if top == "onnx" or name.startswith("onnx."):
