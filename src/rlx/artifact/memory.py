@@ -139,7 +139,7 @@ def ensure_runtime_ready(file: RlxFile) -> None:
     file.check_integrity()
     filled = materialize_weights(file) if needs_materialize(file) else 0
     empty = [n for n in file.graph.nodes()
-             if isinstance(n.op, Constant) and n.op.is_stripped and n.shape.numel != 0]
+             if isinstance(n.op, Constant) and n.op.is_stripped and n.tensor_shape.numel != 0]
     if empty:
         raise ArtifactError(
             f"compact *.rlx still has {len(empty)} empty Constant(s) after materialize "

@@ -229,8 +229,8 @@ def _weight_table(g: Graph, bundle: WeightBundle, opts: BakeOptions, stats: Opti
 
 
 def _dense_row(name: str, node: Node, note: str) -> RlxWeight:
-    return RlxWeight(name, tuple(node.shape.dims), node.shape.dtype.value,
-                     node.shape.dtype.value, node.op.data, note=note, node_id=node.id)
+    return RlxWeight(name, tuple(node.tensor_shape.dims), node.tensor_shape.dtype.value,
+                     node.tensor_shape.dtype.value, node.op.data, note=note, node_id=node.id)
 
 
 def _dtype_name(value: np.ndarray) -> str:

@@ -39,6 +39,13 @@ class Node:
         return isinstance(self.shape, tuple)
 
     @property
+    def tensor_shape(self) -> Shape:
+        """`shape` of a node that yields one tensor (most do: not Split, TopK, If, ...)."""
+        if isinstance(self.shape, tuple):
+            raise ShapeError(f"{self.label} yields {len(self.shape)} values, not one tensor")
+        return self.shape
+
+    @property
     def label(self) -> str:
         """How messages refer to this node: `%3 'name' (Conv)`."""
         name = f" {self.name!r}" if self.name else ""

@@ -40,6 +40,7 @@ ConstantDecoder = Callable[[Any, Shape], Any]
 
 
 def _base64_encode(node: Node) -> str:
+    assert isinstance(node.op, Constant)  # the encoder is called for Constant nodes only
     return base64.b64encode(node.op.data.tobytes()).decode("ascii")
 
 
@@ -125,10 +126,17 @@ AttrDecoder = Callable[[Any, ConstantDecoder, str], Any]
 """(JSON value, constant decoder, where for errors) -> attribute value."""
 
 
-@functools.lru_cache(maxsize=None)
-def _field_decoders(cls: type) -> dict[str, AttrDecoder]:
-    return {f.name: _annotation_decoder(f.type, cls.__module__)
-            for f in dataclasses.fields(cls)}
+_FIELD_DECODERS: dict[type[Op], dict[str, AttrDecoder]] = {}
+
+
+def _field_decoders(cls: type[Op]) -> dict[str, AttrDecoder]:
+    """The decoders of an op type's fields, built once per type."""
+    found = _FIELD_DECODERS.get(cls)
+    if found is None:
+        hints: list[tuple[str, Any]] = [(f.name, f.type) for f in dataclasses.fields(cls)]
+        found = _FIELD_DECODERS[cls] = {
+            name: _annotation_decoder(hint, cls.__module__) for name, hint in hints}
+    return found
 
 
 @functools.lru_cache(maxsize=None)

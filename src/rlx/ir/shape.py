@@ -45,7 +45,8 @@ class Shape:
     @property
     def numel(self) -> int | None:
         """Element count, or None when a dim is symbolic."""
-        return math.prod(self.dims) if self.is_static else None  # type: ignore[arg-type]
+        static = [d for d in self.dims if isinstance(d, int)]
+        return math.prod(static) if len(static) == len(self.dims) else None
 
     @property
     def nbytes(self) -> int | None:

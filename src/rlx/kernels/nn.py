@@ -50,7 +50,7 @@ def _pad(x: np.ndarray, begin: Sequence[int], end: Sequence[int], value) -> np.n
     lead = x.ndim - len(begin)
     out = np.full((*x.shape[:lead], *(n + b + e for n, b, e in zip(x.shape[lead:], begin, end))),
                   value, x.dtype)
-    out[(..., *(slice(b, b + n) for b, n in zip(begin, x.shape[lead:])))] = x
+    out[tuple((..., *(slice(b, b + n) for b, n in zip(begin, x.shape[lead:]))))] = x
     return out
 
 
@@ -243,9 +243,9 @@ def conv_transpose(node, x, w, b=None):
     full = [(i - 1) * s + e + p for i, s, e, p in zip(sizes, win.strides, win.extent, extra)]
     y = np.zeros((m, n, *full), cols.dtype)
     for k, sl in enumerate(_taps(win, sizes)):
-        y[(..., *sl)] += cols[:, k]
+        y[tuple((..., *sl))] += cols[:, k]
     crop = tuple(slice(bg, f - en) for bg, f, en in zip(win.begin, full, win.end))
-    return _finish(y[(..., *crop)], b, node)
+    return _finish(y[tuple((..., *crop))], b, node)
 
 
 def _lowest(dtype: np.dtype):
@@ -283,9 +283,9 @@ def pool(node, x):
            for o, s, ext, n, b, e in zip(out, win.strides, win.extent, sizes, win.begin, win.end)]
     if op.kind is PoolKind.MAX:
         xp = _pad(x, win.begin, end, _lowest(x.dtype))
-        return _fold((xp[(..., *sl)] for sl in _taps(win, out)), np.maximum, x.dtype)
+        return _fold((xp[tuple((..., *sl))] for sl in _taps(win, out)), np.maximum, x.dtype)
     xp = _pad(_to_compute(x), win.begin, end, 0)
-    total = _fold((xp[(..., *sl)] for sl in _taps(win, out)), np.add, xp.dtype)
+    total = _fold((xp[tuple((..., *sl))] for sl in _taps(win, out)), np.add, xp.dtype)
     total /= _window_counts(win, sizes, out, op.count_include_pad)
     return total.astype(x.dtype, copy=False)
 

@@ -29,7 +29,7 @@ def build_dequant_matmul(node: Node, compile):
     read-only arrays (constants) are cached: a writeable input could change between runs.
     """
     encoding: Encoding = node.op.scheme  # QuantScheme is the codecs' Encoding
-    out_dtype = node.shape.dtype.numpy
+    out_dtype = node.tensor_shape.dtype.numpy
     # f16/bf16 compute in float32 (numpy has no fast half GEMM); f64 stays f64
     compute = np.dtype(np.float64 if out_dtype == np.float64 else np.float32)
     cache: tuple[np.ndarray | None, np.ndarray | None] = (None, None)

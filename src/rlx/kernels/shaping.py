@@ -197,7 +197,7 @@ def gather_nd(node, data, indices):
     m = indices.shape[-1]
     flat = data.reshape(batch, *data.shape[b:])
     tuples = indices.reshape(batch, count, m)
-    picked = flat[(np.arange(batch)[:, None], *np.moveaxis(tuples, -1, 0))]
+    picked = flat[tuple((np.arange(batch)[:, None], *np.moveaxis(tuples, -1, 0)))]
     return picked.reshape(*indices.shape[:-1], *data.shape[b + m:])
 
 

@@ -57,7 +57,7 @@ def fold_constants(graph: Graph) -> tuple[Graph, int]:
         elif _fits(node, value, input_bytes):
             rw.substitute_constant(node, value)
             folded += 1
-            log.debug("fold: %s -> constant %s[%s]", node.label, node.shape.dtype,
+            log.debug("fold: %s -> constant %s[%s]", node.label, node.tensor_shape.dtype,
                       ", ".join(map(str, value.shape)))
         else:
             rw.copy(node)
@@ -73,8 +73,8 @@ def _evaluate(rw: Rewriter, node: Node, tuples: dict) -> tuple[Any, int] | None:
     kernel = KERNELS.get(type(node.op))
     if kernel is None or not node.inputs or isinstance(node.op, NEVER_FOLD):
         return None
-    arrays = [constant_value(rw.node(i)) for i in node.inputs]
-    if any(a is None for a in arrays):
+    arrays = [a for a in (constant_value(rw.node(i)) for i in node.inputs) if a is not None]
+    if len(arrays) != len(node.inputs):
         return None
     try:
         with np.errstate(all="ignore"):  # the runtime would compute the same inf/NaN
@@ -88,7 +88,7 @@ def _evaluate(rw: Rewriter, node: Node, tuples: dict) -> tuple[Any, int] | None:
 
 def _fits(node: Node, value: np.ndarray, input_bytes: int) -> bool:
     """Whether `value` may replace `node`: the declared type, and not a blown-up fill."""
-    shape = node.shape
+    shape = node.tensor_shape
     if value.dtype != shape.dtype.numpy or value.ndim != shape.rank or any(
         isinstance(d, int) and d != s for d, s in zip(shape.dims, value.shape)
     ):

@@ -18,7 +18,7 @@ from rlx.errors import BindingError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.linalg import PACKED_SCHEMES, DequantMatMul, MatMul, QuantScheme
-from rlx.ir.ops.sources import Constant
+from rlx.ir.ops.sources import Constant, Param
 from rlx.ir.rewrite import Rewriter
 from rlx.ir.shape import Shape
 
@@ -40,7 +40,7 @@ def bind_packed(graph: Graph, rows: Sequence[PackedRow]) -> tuple[Graph, int]:
     users = graph.users()
     bound: dict[int, tuple[QuantScheme, int]] = {}  # param id -> (scheme, N)
     for node in graph.params():
-        row = by_name.get(node.op.name)
+        row = by_name.get(_param_name(node))
         if row is not None:
             bound[node.id] = _check(graph, node, row, users[node.id])
     if not bound:
@@ -48,7 +48,7 @@ def bind_packed(graph: Graph, rows: Sequence[PackedRow]) -> tuple[Graph, int]:
     rw = Rewriter(graph)
     for node in graph.nodes():
         if node.id in bound:
-            row = by_name[node.op.name]
+            row = by_name[_param_name(node)]
             data = np.asarray(row.data, np.uint8).reshape(-1)
             rw.substitute(node, Constant(data), (), Shape([data.size], DType.U8))
         elif isinstance(node.op, MatMul) and node.inputs[1] in bound:
@@ -60,19 +60,24 @@ def bind_packed(graph: Graph, rows: Sequence[PackedRow]) -> tuple[Graph, int]:
     return rw.finish(), len(bound)
 
 
+def _param_name(node: Node) -> str:
+    assert isinstance(node.op, Param)  # Graph.params() lists Param nodes
+    return node.op.name
+
+
 def _check(graph: Graph, param: Node, row: PackedRow,
            readers: list[int]) -> tuple[QuantScheme, int]:
-    name = param.op.name
+    name = _param_name(param)
     scheme = next((s for s in PACKED_SCHEMES if s.value == row.encoding), None)
     if scheme is None:
         runnable = " and ".join(str(s) for s in PACKED_SCHEMES)
         raise BindingError(f"packed weight {name!r} is {row.encoding}; only {runnable} "
                            "run packed: load it with --weights-policy f32")
-    shape: Shape = param.shape
+    shape: Shape = param.tensor_shape
     if shape.rank != 2 or not shape.is_static:
         raise BindingError(f"packed weight {name!r}: param is {shape}, a static [K, N] matrix "
                            "is needed")
-    k, n = shape.dims
+    k, n = (int(d) for d in shape.dims)  # static
     if tuple(row.shape) != (n, k):
         raise BindingError(f"packed weight {name!r} has shape {list(row.shape)}; param {shape} "
                            f"needs the GGUF layout [{n}, {k}]")

@@ -69,7 +69,7 @@ def packing_candidates(graph: Graph, block_size: int,
 def _skip_reason(weight: Node, block_size: int, require_ternary: bool) -> SkipReason | None:
     if not isinstance(weight.op, Constant):
         return SkipReason.NOT_CONSTANT
-    if weight.shape.dtype is not DType.F32:
+    if weight.tensor_shape.dtype is not DType.F32:
         return SkipReason.NOT_F32
     values = constant_value(weight)
     if values is None:
@@ -114,7 +114,7 @@ def pack_matmuls(graph: Graph, scheme: QuantScheme, quantize: Quantizer | None =
             shared = reads[node.id] > packed_reads[node.id]
             packed[node.id] = _emit_packed(rw, node, streams[node.id], scheme, shared)
         elif node.id in chosen:
-            n = graph.node(chosen[node.id]).shape.dims[1]
+            n = int(graph.node(chosen[node.id]).tensor_shape.dims[1])  # a constant's: static
             weight = packed[chosen[node.id]]
             rw.substitute(node, DequantMatMul(scheme, n), (rw.id(node.inputs[0]), weight),
                           node.shape)
@@ -134,7 +134,9 @@ def _encode(graph: Graph, weights: set[int], quantize: Quantizer,
     for w in sorted(weights):
         node = graph.node(w)
         try:
-            streams[w] = quantize(np.ascontiguousarray(constant_value(node).T))
+            value = constant_value(node)
+            assert value is not None  # a candidate weight has bytes (_skip_reason)
+            streams[w] = quantize(np.ascontiguousarray(value.T))
         except BakeError as err:
             log.warning("%s: weight %s stays dense: %s", pass_name, node.label, err)
     return streams
@@ -158,7 +160,7 @@ def _emit_packed(rw: Rewriter, weight: Node, stream: np.ndarray, scheme: QuantSc
         rw.drop(weight.id)
         name = weight.name
     packed = rw.emit_constant(stream, name)
-    k, n = weight.shape.dims
+    k, n = weight.tensor_shape.dims
     log.debug("packed %s [%d, %d] f32 -> %d bytes %s (BT [N, K] for DequantMatMul)%s",
               weight.label, k, n, stream.size, scheme, " (f32 kept: still read)" if shared else "")
     return packed

@@ -82,7 +82,7 @@ def _sink_one_level(graph: Graph) -> tuple[Graph, int]:
             pos: graph.node(i) for pos, i in enumerate(node.inputs)
             if pos >= offsets[0] and _has_bytes(graph.node(i))
         }
-        if not constants:
+        if offsets is None or not constants:
             rw.copy(node)
             continue
         outer, inner = offsets
@@ -135,7 +135,8 @@ def hoist_subgraph_weights(graph: Graph,
             sub, count = hoist_subgraph_weights(sub, min_bytes)
             hoisted += count
             subs.append(sub)
-        lifted = [[n for n in sub.nodes() if _has_bytes(n) and n.op.nbytes >= min_bytes]
+        lifted = [[n for n in sub.nodes() if isinstance(n.op, Constant)
+                   and not n.op.is_stripped and n.op.nbytes >= min_bytes]
                   for sub in subs]
         flat = [n for nodes in lifted for n in nodes]
         if not flat:
@@ -166,7 +167,7 @@ def _lift_constants(sub: Graph, lifted: list[Node], own: range) -> Graph:
     for node in sub.nodes():
         if isinstance(node.op, Input):
             rw.copy(node)
-    names = {n.op.name for n in sub.inputs()}
+    names = {n.op.name for n in sub.inputs() if isinstance(n.op, Input)}
     new_inputs = []
     for i, const in enumerate(lifted):
         name = unique_name(f"captured.{i}", names)

@@ -65,7 +65,7 @@ class CompiledGraph:
         steps: list[tuple[Node, Callable]] = []
         for node in graph.nodes():
             if isinstance(node.op, Constant):
-                self._constants[node.id] = node.op.array(node.shape)
+                self._constants[node.id] = node.op.array(node.tensor_shape)
             elif not isinstance(node.op, Input):
                 steps.append((node, self._resolve(node)))
         self._steps = _plan(graph, steps, keep=set(graph.outputs) | set(self._constants))
@@ -87,7 +87,7 @@ class CompiledGraph:
 
     @property
     def input_shapes(self) -> dict[str, Shape]:
-        return {n.op.name: n.shape for n in self._inputs}
+        return {n.op.name: n.tensor_shape for n in self._inputs}
 
     @property
     def output_names(self) -> list[str]:
@@ -145,7 +145,7 @@ class CompiledGraph:
 
 
 def _check_feed(node: Node, value: Any, bound: dict[str, int]) -> np.ndarray:
-    shape: Shape = node.shape
+    shape: Shape = node.tensor_shape
     want = shape.dtype.numpy
     if not isinstance(value, np.ndarray):
         value = np.asarray(value, dtype=want)  # Python scalars and lists take the declared type
@@ -179,7 +179,7 @@ def _check_runnable(graph: Graph) -> None:
             raise GraphError(
                 f"param {node.op.name!r} has no value: bake the graph with its weights first"
             )
-        if isinstance(node.op, Constant) and node.op.is_stripped and node.shape.numel != 0:
+        if isinstance(node.op, Constant) and node.op.is_stripped and node.tensor_shape.numel != 0:
             raise GraphError(
                 f"constant {node.label} has no bytes (a compact artifact): "
                 "call ensure_runtime_ready() or into_runtime_graph() before compile"

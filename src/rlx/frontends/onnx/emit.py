@@ -51,7 +51,7 @@ class Emitter:
         return [self.emit(TupleGet(i), node_id) for i in range(n)]
 
     def shape(self, node_id: int) -> Shape:
-        return self.graph.node(node_id).shape
+        return self.graph.node(node_id).tensor_shape
 
     def dtype(self, node_id: int) -> DType:
         return self.shape(node_id).dtype

@@ -96,7 +96,7 @@ class Subgraph:
         self.capture_inputs = capture_inputs
 
     def output_shapes(self) -> list[Shape]:
-        return [self.graph.node(o).shape for o in self.graph.outputs]
+        return [self.graph.node(o).tensor_shape for o in self.graph.outputs]
 
     @classmethod
     def convert(cls, parent: Scope, body: GraphProto, shapes: Sequence[Shape], name: str,

@@ -68,7 +68,7 @@ def _failing_like(template: Subgraph, message: str) -> Subgraph:
     """A subgraph with `template`'s inputs whose every output is a `Fail`."""
     graph = Graph(f"{template.graph.name}.unreachable")
     for node in template.graph.inputs():
-        graph.input(node.op.name, node.shape)
+        graph.input(node.op.name, node.tensor_shape)
     graph.set_outputs([graph.add_node(Fail(message), (), template.graph.node(o).shape)
                        for o in template.graph.outputs])
     return Subgraph(graph, template.captured, template.capture_inputs)
