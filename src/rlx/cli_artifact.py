@@ -160,7 +160,7 @@ def _bundle(model: _Model, args, opts: BakeOptions) -> tuple[WeightBundle, dict 
         return WeightBundle(dict(model.bindings), source=model.source), None
     loaded = load_weights(path, args.weights_policy, opts)
     names = set(loaded.tensors) | {w.name for w in loaded.packed}
-    params = {n.op.name for n in model.graph.params()}
+    params = {n.source_name for n in model.graph.params()}
     if not names & params:
         raise CliError(f"weights file {path} matches none of the graph's params (weights: "
                        f"{_some(names)}; params: {_some(params)})")
@@ -185,7 +185,7 @@ def _bake(args, ui: Ui) -> Outcome:
         model = _load_model(Path(args.input))
         update("loading weights")
         bundle, weights = _bundle(model, args, opts)
-    params = {n.op.name for n in model.graph.params()}
+    params = {n.source_name for n in model.graph.params()}
     # weights come as bindings of params, or inside the graph as constants (exporters that
     # write weights as Constant nodes, subgraph initializers)
     weights_in = sum(v.nbytes for k, v in bundle.tensors.items() if k in params) \
@@ -295,7 +295,8 @@ def _row_info(file: RlxFile, row: RlxWeight) -> dict[str, Any]:
 
 
 def _by_encoding(rows: list[dict]) -> list[dict]:
-    tensors, nbytes = Counter(), Counter()
+    tensors: Counter[str] = Counter()
+    nbytes: Counter[str] = Counter()
     for r in rows:
         tensors[r["encoding"]] += 1
         nbytes[r["encoding"]] += r["bytes"]
@@ -351,7 +352,7 @@ def _inspect(args, ui: Ui) -> Outcome:
     with ui.step("verifying checksums"):
         try:
             file.check_integrity()
-            checksums = {"ok": True, "error": None}
+            checksums: dict[str, Any] = {"ok": True, "error": None}
         except IntegrityError as err:
             checksums = {"ok": False, "error": str(err)}
     rows = [_row_info(file, w) for w in file.weights]
@@ -479,6 +480,7 @@ def _encrypt(args, ui: Ui) -> Outcome:
     if is_encrypted(args.input):
         raise CliError(f"{args.input} is already encrypted")
     read_rlx(args.input, verify="full")  # never seal a corrupt file
+    assert password is not None  # the password options are required (argparse)
     with ui.step("encrypting"), atomic_write(args.output) as out:
         info = encrypt_file(args.input, out, password)
     data = {"command": "encrypt", "input": args.input, "output": args.output,
@@ -489,6 +491,7 @@ def _encrypt(args, ui: Ui) -> Outcome:
 def _decrypt(args, ui: Ui) -> Outcome:
     check_output(args.output)
     password = password_from(args, ui)
+    assert password is not None  # the password options are required (argparse)
     with ui.step("decrypting"):
         plain = decrypt_file(args.input, password)
         parse_rlx(plain, verify="full", source=args.input)  # never write out a corrupt file

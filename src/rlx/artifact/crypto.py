@@ -198,7 +198,7 @@ def _read_exact(src: BinaryIO, buf: memoryview, where: str) -> None:
     """Fill `buf` from `src`; a short read means the file shrank under us."""
     done = 0
     while done < len(buf):
-        got = src.readinto(buf[done:])
+        got = src.readinto(buf[done:])  # type: ignore[attr-defined]  # not in BinaryIO stub
         if not got:
             raise ArtifactError(f"{where}: file ended early (changed while being read?)")
         done += got

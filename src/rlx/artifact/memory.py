@@ -16,6 +16,8 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
+
 from rlx.enums import parse_enum
 from rlx.errors import ArtifactError, BakeError
 from rlx.ir.graph import Graph
@@ -91,7 +93,7 @@ def strip_graph_weight_bytes(graph: Graph, weights: Sequence[RlxWeight]) -> tupl
     for _, node in _linked_constants(graph, weights):
         if not node.op.is_stripped:
             stripped += node.op.nbytes
-            ops[node.id] = Constant(_EMPTY)
+            ops[node.id] = Constant(np.zeros(0, np.uint8))
     return (graph.replace_ops(ops) if ops else graph), stripped
 
 

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import mmap
 import os
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -38,6 +38,7 @@ def read_rlx(path: str | os.PathLike, *, password: str | bytes | None = None,
              verify: str = "lazy", kdf_limits=None) -> RlxFile:
     """Open a `.rlx` file (plain: memory-mapped; encrypted: decrypted chunk by chunk)."""
     source = os.fspath(path)
+    buffer: bytearray | mmap.mmap
     try:
         with open(source, "rb") as f:
             head = f.read(len(ENCRYPTED_MAGIC))
@@ -80,7 +81,7 @@ class _Reader:
         self.source = source
         self.blobs: list[_Blob] = []
 
-    def fail(self, message: str, error: type[ArtifactError] = ArtifactError):
+    def fail(self, message: str, error: type[ArtifactError] = ArtifactError) -> NoReturn:
         raise error(f"{self.source}: {message}")
 
     # -- preamble and header ---------------------------------------------------------------

@@ -102,7 +102,7 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     opts = opts or BakeOptions()
     verify(graph)
     report = BakeReport(nodes_before=len(graph))
-    param_names = {n.op.name for n in graph.params()}
+    param_names = {n.source_name for n in graph.params()}
     report.unused_bindings = sorted(
         (set(bundle.tensors) | {w.name for w in bundle.packed}) - param_names)
     if report.unused_bindings:
@@ -207,6 +207,7 @@ def _weight_table(g: Graph, bundle: WeightBundle, opts: BakeOptions, stats: Opti
         stats.weights_unfolded = len(unfolded)
         for row in unfolded:
             node = g.node(row.node_id)
+            assert isinstance(node.op, Constant)  # unfold_weights lists constants
             name = node.name or unique_name(f"w{node.id}", used_names)
             rows[name] = RlxWeight(
                 name, tuple(row.shape), row.dtype.value, row.encoding, node.op.data,
@@ -216,21 +217,23 @@ def _weight_table(g: Graph, bundle: WeightBundle, opts: BakeOptions, stats: Opti
     for name in sorted(bundle.tensors):
         if name in rows or name in report.unused_bindings:
             continue
-        node = g.find(name)
-        if node is not None and isinstance(node.op, Constant) and node.id not in linked:
-            rows[name] = _dense_row(name, node, "baked from live constant")
-        elif node is None and opts.keep_folded_bindings:
+        found = g.find(name)
+        if found is not None and isinstance(found.op, Constant) and found.id not in linked:
+            rows[name] = _dense_row(name, found, "baked from live constant")
+        elif found is None and opts.keep_folded_bindings:
             value = np.ascontiguousarray(bundle.tensors[name])
             rows[name] = RlxWeight(name, value.shape, _dtype_name(value), _dtype_name(value),
                                    value, note="source binding (folded away in the graph)")
-        elif node is None:
+        elif found is None:
             report.memory.folded_bindings_dropped += 1
     return [rows[k] for k in sorted(rows)]
 
 
 def _dense_row(name: str, node: Node, note: str) -> RlxWeight:
-    return RlxWeight(name, tuple(node.tensor_shape.dims), node.tensor_shape.dtype.value,
-                     node.tensor_shape.dtype.value, node.op.data, note=note, node_id=node.id)
+    assert isinstance(node.op, Constant)
+    shape = node.tensor_shape  # a constant's: static
+    return RlxWeight(name, tuple(int(d) for d in shape.dims), shape.dtype.value,
+                     shape.dtype.value, node.op.data, note=note, node_id=node.id)
 
 
 def _dtype_name(value: np.ndarray) -> str:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -63,7 +65,7 @@ class Layout:
         return raw.reshape(-1, self.block_bytes)
 
 
-def as_byte_array(data: object) -> np.ndarray:
+def as_byte_array(data: Any) -> np.ndarray:
     """Any buffer (bytes, bytearray, memoryview, mmap, numpy array) as flat uint8, no copy."""
     if isinstance(data, np.ndarray):
         return np.ascontiguousarray(data).reshape(-1).view(np.uint8)

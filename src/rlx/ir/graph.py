@@ -46,6 +46,13 @@ class Node:
         return self.shape
 
     @property
+    def source_name(self) -> str:
+        """The name an Input is fed by or a Param is bound by (`op.name`)."""
+        if not isinstance(self.op, (Input, Param)):
+            raise GraphError(f"{self.label} is not an Input or a Param")
+        return self.op.name
+
+    @property
     def label(self) -> str:
         """How messages refer to this node: `%3 'name' (Conv)`."""
         name = f" {self.name!r}" if self.name else ""

@@ -151,7 +151,7 @@ def _activations(op: Recurrent) -> list[list[Activation]]:
     `activation_alpha` (`activation_beta`) and falls back to its default when they run out.
     """
     alphas, betas = iter(op.activation_alpha), iter(op.activation_beta)
-    funcs = []
+    funcs: list[Activation] = []
     for name in op.activation_names():
         fn, alpha, beta = _ACTIVATIONS[name]
         alpha = 0.0 if alpha is None else next(alphas, alpha)
@@ -225,7 +225,7 @@ def _rnn_cell(op: RNN, p: _Weights) -> tuple[np.ndarray, Step]:
 
 
 # op type -> (cell factory, the ONNX inputs holding its initial states)
-_CELLS = {
+_CELLS: dict[type, tuple[Callable[..., tuple], tuple[str, ...]]] = {
     LSTM: (_lstm_cell, ("initial_h", "initial_c")),
     GRU: (_gru_cell, ("initial_h",)),
     RNN: (_rnn_cell, ("initial_h",)),

@@ -183,7 +183,7 @@ def _int_div(a, b):
     return (np.sign(a) * np.sign(b) * q).astype(a.dtype)
 
 
-_BINARY = {
+_BINARY: dict[BinaryOp, Callable[..., np.ndarray]] = {
     BinaryOp.ADD: np.add,
     BinaryOp.SUB: np.subtract,
     BinaryOp.MUL: np.multiply,

@@ -22,6 +22,6 @@ def matmul(node, a, b):
 
 @kernel(Einsum)
 def einsum(node, *operands):
-    operands = [widen_half(x) for x in operands]
-    out = np.einsum(node.op.equation, *operands, optimize=len(operands) > 2)
+    wide = [widen_half(x) for x in operands]
+    out = np.einsum(node.op.equation, *wide, optimize=len(wide) > 2)
     return np.asarray(out, dtype=node.shape.dtype.numpy)

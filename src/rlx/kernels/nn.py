@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -50,7 +50,7 @@ def _pad(x: np.ndarray, begin: Sequence[int], end: Sequence[int], value) -> np.n
     lead = x.ndim - len(begin)
     out = np.full((*x.shape[:lead], *(n + b + e for n, b, e in zip(x.shape[lead:], begin, end))),
                   value, x.dtype)
-    out[tuple((..., *(slice(b, b + n) for b, n in zip(begin, x.shape[lead:]))))] = x
+    out[(...,) + tuple(slice(b, b + n) for b, n in zip(begin, x.shape[lead:]))] = x
     return out
 
 
@@ -79,7 +79,7 @@ class _ConvPlan:
     window view's strides are known before the data is."""
 
     padded: tuple[int, ...]
-    inner: tuple[slice, ...] | None  # where x lands in the padded buffer; None = no padding
+    inner: tuple[Any, ...] | None  # index of x in the padded buffer; None = no padding
     view: tuple[tuple[int, ...], tuple[int, ...]]  # shape and byte strides
     cols: tuple[int, ...]  # the view as im2col matrices: [N, g, C/g * K, P]
     chunks: tuple[slice, ...]  # blocks of groups whose im2col matrices fit in cache
@@ -197,7 +197,7 @@ def build_conv(node, compile):
         if cached[0] is not w or cached[1] is not b:
             cached = weights[0] = (w, b, *_conv_weights(w, b, op.groups, dt, channels_last))
         layout, bias = cached[2:]
-        if channels_last:
+        if isinstance(plan, _ChannelsLastPlan):
             y = _channels_last_conv(x, layout, plan, dt)
         else:
             y = _im2col_conv(x, layout, plan, dt)
@@ -243,9 +243,9 @@ def conv_transpose(node, x, w, b=None):
     full = [(i - 1) * s + e + p for i, s, e, p in zip(sizes, win.strides, win.extent, extra)]
     y = np.zeros((m, n, *full), cols.dtype)
     for k, sl in enumerate(_taps(win, sizes)):
-        y[tuple((..., *sl))] += cols[:, k]
+        y[(...,) + sl] += cols[:, k]
     crop = tuple(slice(bg, f - en) for bg, f, en in zip(win.begin, full, win.end))
-    return _finish(y[tuple((..., *crop))], b, node)
+    return _finish(y[(...,) + crop], b, node)
 
 
 def _lowest(dtype: np.dtype):
@@ -283,9 +283,9 @@ def pool(node, x):
            for o, s, ext, n, b, e in zip(out, win.strides, win.extent, sizes, win.begin, win.end)]
     if op.kind is PoolKind.MAX:
         xp = _pad(x, win.begin, end, _lowest(x.dtype))
-        return _fold((xp[tuple((..., *sl))] for sl in _taps(win, out)), np.maximum, x.dtype)
+        return _fold((xp[(...,) + sl] for sl in _taps(win, out)), np.maximum, x.dtype)
     xp = _pad(_to_compute(x), win.begin, end, 0)
-    total = _fold((xp[tuple((..., *sl))] for sl in _taps(win, out)), np.add, xp.dtype)
+    total = _fold((xp[(...,) + sl] for sl in _taps(win, out)), np.add, xp.dtype)
     total /= _window_counts(win, sizes, out, op.count_include_pad)
     return total.astype(x.dtype, copy=False)
 
@@ -419,6 +419,7 @@ def prelu(node, x, slope):
 def _source_coords(op: Resize, axis: int, size: int) -> np.ndarray:
     """Input coordinate sampled by each output index on `axis` (float64), with ONNX's
     formulas, written as its reference evaluator does so that nearest-rounding ties agree."""
+    assert op.sizes is not None  # kernels run resolved Resizes (sizes known)
     new = op.sizes[axis]
     scale = op.axis_scale(axis, size)
     length = scale * size  # ONNX's fractional output length
@@ -435,6 +436,7 @@ def _source_coords(op: Resize, axis: int, size: int) -> np.ndarray:
     if mode is CoordinateMode.HALF_PIXEL_SYMMETRIC:
         offset = size / 2 * (1 - new / length)
         return offset + (y + 0.5) / scale - 0.5
+    assert op.roi is not None  # TF_CROP_AND_RESIZE has its roi (Resize.infer)
     start, stop = op.roi[axis::len(op.sizes)]
     if length == 1:
         return np.full(new, (stop - start) * (size - 1) / 2 + start * (size - 1))

@@ -28,6 +28,7 @@ def build_dequant_matmul(node: Node, compile):
     Keeping `packed` alive keeps its identity from being reused by another array. Only
     read-only arrays (constants) are cached: a writeable input could change between runs.
     """
+    assert isinstance(node.op, DequantMatMul)
     encoding: Encoding = node.op.scheme  # QuantScheme is the codecs' Encoding
     out_dtype = node.tensor_shape.dtype.numpy
     # f16/bf16 compute in float32 (numpy has no fast half GEMM); f64 stays f64
@@ -38,7 +39,7 @@ def build_dequant_matmul(node: Node, compile):
         nonlocal cache
         key, weight = cache
         # a different K with the same bytes cannot fit: _dense_weight reports it
-        if key is not packed or weight.shape[0] != x.shape[-1]:
+        if key is not packed or weight is None or weight.shape[0] != x.shape[-1]:
             weight = _dense_weight(node, encoding, packed, x.shape[-1], compute)
             if not packed.flags.writeable:
                 cache = (packed, weight)
@@ -52,6 +53,7 @@ def _dense_weight(node: Node, encoding: Encoding, packed: np.ndarray, k: int,
                   dtype: np.dtype) -> np.ndarray:
     """The `[K, N]` weight, C-contiguous like the dense weight it replaces (the transposed
     view of the decoded `[N, K]` stream made BLAS ~15% slower on the demo MLP)."""
+    assert isinstance(node.op, DequantMatMul)
     n = node.op.n
     if packed.size % encoding.block_bytes or \
             packed.size // encoding.block_bytes * encoding.block_size != n * k:

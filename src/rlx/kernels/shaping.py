@@ -34,6 +34,13 @@ def _ints(attr: tuple[int, ...] | None, operand: np.ndarray | None) -> tuple[int
     return None if operand is None else tuple(int(v) for v in operand.reshape(-1))
 
 
+def _given_ints(attr: tuple[int, ...] | None, operand: np.ndarray | None) -> tuple[int, ...]:
+    """`_ints` of an operand every form has (a Reshape's shape, a Slice's starts, ...)."""
+    ints = _ints(attr, operand)
+    assert ints is not None  # the dynamic form takes it as an input (the op's infer checks)
+    return ints
+
+
 # -- re-layouts --------------------------------------------------------------------------------
 def _per_shape(static: bool, plan: Callable[..., Any]) -> Callable[..., Any]:
     """`plan(x_shape, *operands)`, cached per input shape when the op's operands are static
@@ -62,7 +69,7 @@ def _probe(shape: tuple[int, ...]) -> np.ndarray:
 def build_reshape(node, compile):
     op = node.op
     target = _per_shape(op.shape is not None, lambda shape, operand=None: tuple(
-        reshape_target(shape, _ints(op.shape, operand), op.allowzero)))
+        reshape_target(shape, _given_ints(op.shape, operand), op.allowzero)))
     return lambda x, shape=None: x.reshape(target(x.shape, shape))
 
 
@@ -79,12 +86,12 @@ def concat(node, *xs):
 
 @kernel(Expand)
 def expand(node, x, shape=None):
-    return np.broadcast_to(x, np.broadcast_shapes(x.shape, _ints(node.op.shape, shape)))
+    return np.broadcast_to(x, np.broadcast_shapes(x.shape, _given_ints(node.op.shape, shape)))
 
 
 @kernel(Tile)
 def tile(node, x, repeats=None):
-    return np.tile(x, _ints(node.op.repeats, repeats))
+    return np.tile(x, _given_ints(node.op.repeats, repeats))
 
 
 @kernel(Flatten)
@@ -105,7 +112,7 @@ def build_squeeze(node, compile):
 def build_unsqueeze(node, compile):
     op = node.op
     target = _per_shape(op.axes is not None, lambda shape, axes=None: np.expand_dims(
-        _probe(shape), _ints(op.axes, axes)).shape)
+        _probe(shape), _given_ints(op.axes, axes)).shape)
     return lambda x, axes=None: x.reshape(target(x.shape, axes))
 
 
@@ -114,7 +121,8 @@ def build_slice(node, compile):
     op = node.op
 
     def index_of(shape, starts=None, ends=None, axes=None, steps=None) -> tuple[slice, ...]:
-        plan = slice_plan(len(shape), _ints(op.starts, starts), _ints(op.ends, ends),
+        plan = slice_plan(len(shape), _given_ints(op.starts, starts),
+                          _given_ints(op.ends, ends),
                           _ints(op.axes, axes), _ints(op.steps, steps))
         index = [slice(None)] * len(shape)
         for axis, start, end, step in plan:
@@ -136,7 +144,7 @@ def build_pad(node, compile):
     spends ~40 us per call on setup, more than a small tensor's copy."""
     op = node.op
     plan = _per_shape(op.pads is not None, lambda shape, pads=None: _pad_plan(
-        op.mode, shape, _ints(op.pads, pads)))
+        op.mode, shape, _given_ints(op.pads, pads)))
 
     def step(x, pads=None, value=None):
         crop, inner_or_takes, shape = plan(x.shape, pads)
@@ -180,7 +188,7 @@ def gather(node, data, indices):
 def _element_index(indices: np.ndarray, axis: int) -> tuple[np.ndarray, ...]:
     """A fancy index addressing, for each element of `indices`, the data element it names:
     the element's own coordinates, with `indices` in place of the coordinate along `axis`."""
-    grid = list(np.indices(indices.shape, sparse=True))
+    grid: list[np.ndarray] = list(np.indices(indices.shape, sparse=True))
     grid[axis % indices.ndim] = indices
     return tuple(grid)
 
@@ -197,7 +205,8 @@ def gather_nd(node, data, indices):
     m = indices.shape[-1]
     flat = data.reshape(batch, *data.shape[b:])
     tuples = indices.reshape(batch, count, m)
-    picked = flat[tuple((np.arange(batch)[:, None], *np.moveaxis(tuples, -1, 0)))]
+    index = (np.arange(batch)[:, None], *np.moveaxis(tuples, -1, 0))
+    picked = flat[index]
     return picked.reshape(*indices.shape[:-1], *data.shape[b + m:])
 
 

@@ -83,11 +83,11 @@ class CompiledGraph:
 
     @property
     def input_names(self) -> list[str]:
-        return [n.op.name for n in self._inputs]
+        return [n.source_name for n in self._inputs]
 
     @property
     def input_shapes(self) -> dict[str, Shape]:
-        return {n.op.name: n.tensor_shape for n in self._inputs}
+        return {n.source_name: n.tensor_shape for n in self._inputs}
 
     @property
     def output_names(self) -> list[str]:
@@ -137,7 +137,7 @@ class CompiledGraph:
         bound: dict[str, int] = {}
         values: dict[int, np.ndarray] = {}
         for node in self._inputs:
-            values[node.id] = _check_feed(node, feeds[node.op.name], bound)
+            values[node.id] = _check_feed(node, feeds[node.source_name], bound)
         return values
 
     def __repr__(self) -> str:
@@ -149,7 +149,7 @@ def _check_feed(node: Node, value: Any, bound: dict[str, int]) -> np.ndarray:
     want = shape.dtype.numpy
     if not isinstance(value, np.ndarray):
         value = np.asarray(value, dtype=want)  # Python scalars and lists take the declared type
-    name = node.op.name
+    name = node.source_name
     expected = f"expected {shape}"
     got = f"got {DType.from_numpy(value.dtype) if value.dtype in _KNOWN else value.dtype}" \
           f"[{', '.join(map(str, value.shape))}]"

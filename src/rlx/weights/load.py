@@ -84,7 +84,8 @@ def _read_dir(path: Path) -> SourceTensors:
     files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in _READERS)
     if not files:
         raise WeightError(f"no weights files ({_EXPECTED}) in directory {path}")
-    merged, origin = SourceTensors(), {}
+    merged = SourceTensors()
+    origin: dict[str, Path] = {}
     for file in files:
         part = _READERS[file.suffix.lower()][1](file)
         for name in part.names():

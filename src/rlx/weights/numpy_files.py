@@ -53,6 +53,7 @@ def read_npz(path: Path) -> SourceTensors:
         if not isinstance(archive, np.lib.npyio.NpzFile):
             raise WeightError(f"{path} is an .npy file, not an .npz archive")
         with archive:
+            assert archive.zip is not None  # an open NpzFile has its zip
             for info in archive.zip.infolist():
                 _check_member(archive.zip, info, path)
             dense = {name: check_dense(archive[name], name, path) for name in archive.files}
