@@ -175,9 +175,10 @@ class _Reader:
     # -- graph, weights, meta --------------------------------------------------------------
     def _graph(self, body: Any) -> Graph:
         def decode(ref: Any, shape: Shape) -> np.ndarray:
-            if not shape.is_static:
+            nbytes = shape.nbytes
+            if nbytes is None:
                 self.fail(f"constant with symbolic shape {shape}")
-            return self._take_blob(ref, shape.nbytes, f"constant of shape {shape}")
+            return self._take_blob(ref, nbytes, f"constant of shape {shape}")
 
         try:
             graph = graph_from_dict(body, decode)

@@ -43,6 +43,15 @@ class Shape:
         return all(isinstance(d, int) for d in self.dims)
 
     @property
+    def static_dims(self) -> tuple[int, ...]:
+        """`dims` of a static shape; ShapeError when one is symbolic (check `is_static`
+        first where another error is wanted)."""
+        dims = tuple(d for d in self.dims if isinstance(d, int))
+        if len(dims) != len(self.dims):
+            raise ShapeError(f"shape {self} has symbolic dims where static ones are needed")
+        return dims
+
+    @property
     def numel(self) -> int | None:
         """Element count, or None when a dim is symbolic."""
         static = [d for d in self.dims if isinstance(d, int)]

@@ -36,17 +36,19 @@ class Emitter:
     def emit(self, op: Op, *inputs: int, shape=None) -> int:
         """Append `op`; integer arithmetic on known values becomes a Constant instead."""
         if inputs and shape is None:
-            values = [self.value(i) for i in inputs]
-            if all(v is not None for v in values):
+            values = [v for v in (self.value(i) for i in inputs) if v is not None]
+            if len(values) == len(inputs):
                 inferred = self.graph.infer(op, inputs)
-                folded = fold(op, values, inferred)
-                if folded is not None:  # the exact shape: inference may have had "?"
+                folded = None if isinstance(inferred, tuple) else fold(op, values, inferred)
+                if folded is not None and not isinstance(inferred, tuple):
+                    # the exact shape: inference may have had "?"
                     return self.graph.constant(folded, inferred.with_dims(folded.shape))
         return self.graph.add_node(op, inputs, shape)
 
     def parts(self, node_id: int, count: int | None = None) -> list[int]:
         """`TupleGet` nodes for the first `count` (default: all) outputs of a tuple node."""
         shapes = self.graph.node(node_id).shape
+        assert isinstance(shapes, tuple), "parts of a tuple-valued node"
         n = len(shapes) if count is None else count
         return [self.emit(TupleGet(i), node_id) for i in range(n)]
 

@@ -131,8 +131,8 @@ class Subgraph:
         parent.importer.convert_graph_body(scope, body)
         graph = finish_graph(scope.graph, [(None, scope.get(o.name)) for o in body.output])
         # Inputs keep their positions among the Inputs (the op binds them by order)
-        inputs = {n.op.name: n.id for n in graph.inputs()}
-        return cls(graph, captured, [inputs[scope.graph.node(i).op.name]
+        inputs = {n.source_name: n.id for n in graph.inputs()}
+        return cls(graph, captured, [inputs[scope.graph.node(i).source_name]
                                      for i in capture_inputs])
 
 
@@ -197,5 +197,6 @@ def finish_graph(graph: Graph, outputs: Sequence[tuple[str | None, int]]) -> Gra
                                            node.shape, names.get(node.id, node.name))
     renamed = {name: out.add_node(Identity(), (new_id[node_id],), graph.node(node_id).shape,
                                   name) for name, node_id in extra}
-    out.set_outputs(renamed.get(name, new_id[node_id]) for name, node_id in outputs)
+    out.set_outputs(new_id[node_id] if name is None else renamed.get(name, new_id[node_id])
+                    for name, node_id in outputs)
     return out

@@ -47,7 +47,8 @@ def _branches(n: NodeContext, branches, free: list[str]) -> tuple[Subgraph, Subg
     """Both branches converted; a branch that does not fit the known shapes (it is for other
     inputs, e.g. another sample rate) becomes a branch of `Fail` nodes, so the model runs
     as long as it is not taken, as in ONNX Runtime. Both failing is an import error."""
-    converted, errors = [], []
+    converted: list[Subgraph | None] = []
+    errors: list[ModelImportError] = []
     for branch, which in zip(branches, ("then", "else")):
         try:
             converted.append(Subgraph.convert(n.s, branch, [], f"{n.label} {which}", free=free))
@@ -61,14 +62,16 @@ def _branches(n: NodeContext, branches, free: list[str]) -> tuple[Subgraph, Subg
         failing = _failing_like(good, f"this branch of {n.label} does not fit the graph's "
                                       f"shapes: {errors[0]}")
         converted = [c if c is not None else failing for c in converted]
-    return converted[0], converted[1]
+    then, other = converted
+    assert then is not None and other is not None  # a failed branch was replaced above
+    return then, other
 
 
 def _failing_like(template: Subgraph, message: str) -> Subgraph:
     """A subgraph with `template`'s inputs whose every output is a `Fail`."""
     graph = Graph(f"{template.graph.name}.unreachable")
     for node in template.graph.inputs():
-        graph.input(node.op.name, node.tensor_shape)
+        graph.input(node.source_name, node.tensor_shape)
     graph.set_outputs([graph.add_node(Fail(message), (), template.graph.node(o).shape)
                        for o in template.graph.outputs])
     return Subgraph(graph, template.captured, template.capture_inputs)
@@ -78,7 +81,7 @@ def _align_scalars(a: Graph, b: Graph) -> None:
     """Give one-element outputs the branches return with different ranks (ONNX allows
     [] in one branch and [1] in the other) the larger rank in both."""
     for k, (x, y) in enumerate(zip(a.outputs, b.outputs)):
-        sx, sy = a.node(x).shape, b.node(y).shape
+        sx, sy = a.node(x).tensor_shape, b.node(y).tensor_shape
         if sx.rank == sy.rank or any(d != 1 for d in (*sx.dims, *sy.dims)):
             continue
         low, out = (a, x) if sx.rank < sy.rank else (b, y)

@@ -218,8 +218,9 @@ def clip(n: NodeContext) -> int:
     if n.opset < 11:
         lo, hi = n.attr("min", -np.inf), n.attr("max", np.inf)
         return n.s.emit(Clamp(_bound(lo), _bound(hi)), x)
-    bounds = [n.static(i) if n.has(i) else np.array(np.inf) for i in (1, 2)]
-    if all(b is not None and b.size == 1 for b in bounds):
+    bounds = [b for b in (n.static(i) if n.has(i) else np.array(np.inf) for i in (1, 2))
+              if b is not None and b.size == 1]
+    if len(bounds) == 2:
         lo, hi = (b.reshape(()).item() for b in bounds)
         if all(not np.isfinite(v) or abs(v) < _EXACT_FLOAT for v in (lo, hi)):
             return n.s.emit(Clamp(_bound(lo), _bound(hi)), x)

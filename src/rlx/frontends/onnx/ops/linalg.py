@@ -59,10 +59,11 @@ def det(n: NodeContext) -> int:
     def minor(rows: tuple[int, ...], cols: tuple[int, ...]) -> int:
         if len(rows) == 1:
             return entries[rows[0], cols[0]]
-        total = None
+        total: int | None = None
         for k, col in enumerate(cols):
             term = s.mul(entries[rows[0], col], minor(rows[1:], cols[:k] + cols[k + 1:]))
             total = term if total is None else (s.sub if k % 2 else s.add)(total, term)
+        assert total is not None  # cols is not empty
         return total
 
     return minor(tuple(range(order)), tuple(range(order)))

@@ -9,6 +9,8 @@ and aspect-ratio cases spelled out as IR arithmetic in float64.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from rlx.frontends.onnx.node import NodeContext
@@ -43,7 +45,7 @@ def resize(n: NodeContext) -> int:
     mode = n.enum_attr(ResizeMode, "mode", "nearest")
     if n.opset < 11:
         operands = [None, n.input(1), None]
-        common = dict(mode=mode, **_OLD)
+        common: dict[str, Any] = dict(mode=mode, **_OLD)
     else:
         operands = [n.input(i) if _given(n, i) else None for i in (1, 2, 3)]
         common = dict(
@@ -96,7 +98,7 @@ def _static(n: NodeContext, x: int, roi, scales, sizes, common: dict) -> int:
             if pick is None:
                 raise n.fail(f"unknown keep_aspect_ratio_policy {policy!r}")
             scale = pick(ratios[a] for a in axes)
-            sizes = tuple(int(scale * d + 0.5) if a in axes else d
+            sizes = tuple(int(scale * int(d) + 0.5) if a in axes else d
                           for a, d in enumerate(dims))
             scales = tuple(scale if a in axes else 1.0 for a in range(rank))
     else:

@@ -55,7 +55,7 @@ def flatten(n: NodeContext) -> int:
 def transpose(n: NodeContext) -> int:
     x = n.input(0)
     perm = n.attr("perm")
-    return n.s.transpose(x, perm if perm is not None else reversed(range(n.s.rank(x))))
+    return n.s.transpose(x, perm if perm is not None else tuple(reversed(range(n.s.rank(x)))))
 
 
 @converter("Concat")
@@ -151,7 +151,7 @@ def eye_like(n: NodeContext) -> int:
     shape = n.s.shape(x)
     if shape.rank != 2 or not shape.is_static:
         raise n.fail(f"input must be a 2-D tensor of static shape, got {shape}")
-    rows, cols = shape.dims
+    rows, cols = shape.static_dims
     return n.s.const(np.eye(rows, cols, n.attr("k", 0), dtype=dtype.numpy))
 
 
@@ -315,7 +315,7 @@ def space_to_depth(n: NodeContext) -> int:
     shape = s.shape(x)
     if shape.rank != 4 or not shape.is_static:
         raise n.fail(f"mode CRD needs a static 4-D input, got {shape}")
-    batch, c, h, w = shape.dims
+    batch, c, h, w = shape.static_dims
     blocks = s.reshape(x, (batch, c, h // b, b, w // b, b))
     return s.reshape(s.transpose(blocks, (0, 1, 3, 5, 2, 4)), (batch, c * b * b, h // b, w // b))
 
@@ -388,12 +388,13 @@ def _full_pads(n: NodeContext, rank: int) -> tuple[int, ...] | int:
         for i, a in enumerate(axes):
             full[a % rank], full[a % rank + rank] = pads[i], pads[i + len(axes)]
         return tuple(full)
-    pads = s.cast(n.input(1), DType.I64)
+    pad_values = s.cast(n.input(1), DType.I64)
     if not n.has(3):
-        return pads
+        return pad_values
     # scatter the given axes' pads into zeros: index a (begin) and a + rank (end)
-    axes = s.cast(n.input(3), DType.I64)
+    given = s.cast(n.input(3), DType.I64)
     r = s.scalar(rank, DType.I64)
-    axes = s.where(s.compare(CompareOp.LT, axes, s.scalar(0, DType.I64)), s.add(axes, r), axes)
-    index = s.emit(Concat(0), axes, s.add(axes, r))
-    return s.emit(ScatterElements(0), s.fill((2 * rank,), 0, DType.I64), index, pads)
+    given = s.where(s.compare(CompareOp.LT, given, s.scalar(0, DType.I64)), s.add(given, r),
+                    given)
+    index = s.emit(Concat(0), given, s.add(given, r))
+    return s.emit(ScatterElements(0), s.fill((2 * rank,), 0, DType.I64), index, pad_values)
