@@ -32,8 +32,8 @@ ALLOWED: dict[str, set[str]] = {
     "cli_run": {"ir", "runtime", "artifact", "demo", "cli_ui"},
     "cli": {"errors", "version", "cli_ui", "cli_artifact", "cli_run"},
     "__main__": {"cli"},
-    "__init__": {"errors", "ir", "codecs", "kernels", "runtime", "passes", "weights", "baking", "artifact",
-                 "frontends", "version", "_lazy"},
+    "__init__": {"errors", "ir", "codecs", "kernels", "runtime", "passes", "weights", "baking",
+                 "artifact", "frontends", "version", "_lazy"},
     "_lazy": set(),
 }
 ONNX_IMPORTERS = {"frontends"}

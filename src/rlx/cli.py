@@ -12,13 +12,13 @@ import argparse
 import contextlib
 import logging
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
-from rlx.version import __version__
 from rlx.cli_artifact import add_commands as add_artifact_commands
 from rlx.cli_run import add_commands as add_run_commands
 from rlx.cli_ui import Ui, one_line
 from rlx.errors import RlxError
+from rlx.version import __version__
 
 __all__ = ["EXAMPLES", "build_parser", "main"]
 

@@ -12,16 +12,28 @@ from typing import Any
 
 import numpy as np
 
+from rlx import BakeOptions, BakeProfile, MemoryMode, RlxFile, RlxWeight, bake_bundle
+from rlx import relayout as relayout_file
 from rlx.artifact import parse_rlx, read_rlx, write_rlx
 from rlx.artifact.atomic import atomic_write
 from rlx.artifact.crypto import (
-    ENC_MAGIC, EncryptionInfo, decrypt_file, encrypt_file, is_encrypted, read_encryption_info,
+    ENC_MAGIC,
+    EncryptionInfo,
+    decrypt_file,
+    encrypt_file,
+    is_encrypted,
+    read_encryption_info,
 )
 from rlx.artifact.layout import SCHEMA_VERSION
-from rlx import BakeOptions, BakeProfile, MemoryMode, RlxFile, RlxWeight, bake_bundle
-from rlx import relayout as relayout_file
 from rlx.cli_ui import (
-    CliError, Outcome, Ui, add_password_options, check_output, fmt_bytes, fmt_shape, parsed,
+    CliError,
+    Outcome,
+    Ui,
+    add_password_options,
+    check_output,
+    fmt_bytes,
+    fmt_shape,
+    parsed,
     password_from,
 )
 from rlx.errors import IntegrityError

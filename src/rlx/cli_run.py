@@ -9,8 +9,9 @@ import importlib
 import statistics
 import time
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import threadpoolctl
@@ -19,8 +20,16 @@ from rlx.artifact import read_rlx
 from rlx.artifact.atomic import atomic_write
 from rlx.artifact.crypto import DEFAULT_KDF
 from rlx.cli_ui import (
-    CliError, Outcome, Ui, add_password_options, check_output, fmt_ms, fmt_shape, one_line,
-    password_from, positive_int,
+    CliError,
+    Outcome,
+    Ui,
+    add_password_options,
+    check_output,
+    fmt_ms,
+    fmt_shape,
+    one_line,
+    password_from,
+    positive_int,
 )
 from rlx.demo import DEMO_KDF, DEMO_PASSWORD, run_demo
 from rlx.ir import DType, Shape

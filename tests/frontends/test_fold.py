@@ -11,7 +11,17 @@ import pytest
 
 from rlx.frontends.onnx.fold import fold
 from rlx.ir import (
-    Binary, BinaryOp, Compare, CompareOp, DType, Gather, Graph, Range, Reduce, ReduceOp, Shape,
+    Binary,
+    BinaryOp,
+    Compare,
+    CompareOp,
+    DType,
+    Gather,
+    Graph,
+    Range,
+    Reduce,
+    ReduceOp,
+    Shape,
 )
 from rlx.ir.ops.base import Op
 from rlx.runtime import Session

@@ -20,9 +20,9 @@ import numpy as np
 from gguf.quants import quantize
 from safetensors.numpy import save as save_safetensors
 
+from rlx import BakeOptions, BakeProfile, MemoryMode, RlxFile, bake
 from rlx.artifact import crypto
 from rlx.artifact.writer import iter_rlx_bytes
-from rlx import BakeOptions, BakeProfile, MemoryMode, RlxFile, bake
 from rlx.ir import Activation, BinaryOp, DType, Graph, Shape
 from rlx.ir.ops.control import If, Loop
 from rlx.ir.ops.elementwise import Cast, Compare, CompareOp, Identity

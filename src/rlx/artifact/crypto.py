@@ -50,8 +50,9 @@ import itertools
 import os
 import secrets
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from argon2 import low_level as argon2_ll
 from argon2.exceptions import HashingError

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 

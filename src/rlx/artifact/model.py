@@ -7,8 +7,8 @@ the memory-layout methods (delegating to `rlx.artifact.memory`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 

@@ -17,8 +17,16 @@ from typing import Any, NoReturn
 import numpy as np
 
 from rlx.artifact.layout import (
-    ALIGN, MAGIC, MAX_HEADER_BYTES, MAX_JSON_DEPTH, PREAMBLE, REFERENCE_SCHEMAS,
-    SCHEMA_VERSION, align, checksum, header_digest,
+    ALIGN,
+    MAGIC,
+    MAX_HEADER_BYTES,
+    MAX_JSON_DEPTH,
+    PREAMBLE,
+    REFERENCE_SCHEMAS,
+    SCHEMA_VERSION,
+    align,
+    checksum,
+    header_digest,
 )
 from rlx.artifact.model import RlxFile, RlxIo, RlxMeta, RlxWeight
 from rlx.codecs import encoded_nbytes

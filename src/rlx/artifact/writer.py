@@ -9,14 +9,20 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import asdict
-from typing import Iterator
 
 import numpy as np
 
 from rlx.artifact.atomic import atomic_write
 from rlx.artifact.layout import (
-    ALIGN, MAGIC, PREAMBLE, SCHEMA_VERSION, align, checksum, header_digest,
+    ALIGN,
+    MAGIC,
+    PREAMBLE,
+    SCHEMA_VERSION,
+    align,
+    checksum,
+    header_digest,
 )
 from rlx.artifact.model import RlxFile
 from rlx.ir.graph import Node

@@ -27,8 +27,8 @@ import numpy as np
 
 from rlx import passes
 from rlx.artifact.memory import MemoryStats
-from rlx.baking.options import BakeOptions
 from rlx.artifact.model import RlxFile, RlxWeight
+from rlx.baking.options import BakeOptions
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node, unique_name
 from rlx.ir.ops.linalg import QuantScheme

@@ -6,7 +6,6 @@ Everything works on whole arrays of blocks at once (one row per block), never bl
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import Any
 
 import numpy as np

@@ -7,8 +7,8 @@ never switch on encoding names themselves.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from numpy.typing import ArrayLike

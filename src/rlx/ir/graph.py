@@ -7,8 +7,8 @@ shape when it is not given and check the inputs against the op as they go.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from rlx.ir.shape import Shape
 
 __all__ = ["ShapeLike", "Node", "Graph", "unique_name"]
 
-ShapeLike = Union[Shape, tuple[Shape, ...]]
+ShapeLike = Shape | tuple[Shape, ...]
 
 
 @dataclass(frozen=True)

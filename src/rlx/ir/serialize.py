@@ -16,7 +16,8 @@ import json
 import sys
 import types
 import typing
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rlx.enums import lookup
 from rlx.errors import GraphError
@@ -139,7 +140,7 @@ def _field_decoders(cls: type[Op]) -> dict[str, AttrDecoder]:
     return found
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _annotation_decoder(annotation: Any, module: str) -> AttrDecoder:
     """The decoder of a field annotation: ops modules use postponed annotations, so this is
     its text, evaluated in the op's module (a direct eval, ~10x cheaper than
@@ -150,7 +151,7 @@ def _annotation_decoder(annotation: Any, module: str) -> AttrDecoder:
     return _decoder(annotation)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _decoder(hint: Any) -> AttrDecoder:
     """The decoder of one attribute type, worked out once per type (a file decodes the same
     few types thousands of times)."""

@@ -7,15 +7,15 @@ A symbolic dim such as `"batch"` is bound to one size per run; the special name 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Union
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 
 __all__ = ["Dim", "UNKNOWN", "MAX_RANK", "Shape", "broadcast_dims", "normalize_axis"]
 
-Dim = Union[int, str]
+Dim = int | str
 UNKNOWN = "?"
 MAX_RANK = 32  # the most dims numpy 1.x arrays can have (2.x: 64); kernels need arrays
 

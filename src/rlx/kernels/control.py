@@ -10,14 +10,22 @@ gate equations.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence, Union
 
 import numpy as np
 
 from rlx.errors import KernelError
 from rlx.ir.ops.control import (
-    GRU, LSTM, RNN, RNN_ACTIVATIONS, Fail, If, Loop, RnnDirection, Scan,
+    GRU,
+    LSTM,
+    RNN,
+    RNN_ACTIVATIONS,
+    Fail,
+    If,
+    Loop,
+    RnnDirection,
+    Scan,
 )
 from rlx.ir.shape import Shape, normalize_axis
 from rlx.kernels.registry import builder, kernel
@@ -125,7 +133,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 Activation = Callable[[np.ndarray], np.ndarray]
-Recurrent = Union[LSTM, GRU, RNN]
+Recurrent = LSTM | GRU | RNN
 
 # name -> (f(x, alpha, beta), default alpha, default beta); None = the function takes none
 _ACTIVATIONS: dict[str, tuple[Callable[..., np.ndarray], float | None, float | None]] = {

@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from rlx.ir.dtype import DType
 from rlx.ir.ops.elementwise import (
-    Activation, Binary, BinaryOp, Cast, Clamp, Compare, CompareOp, Identity, Logical,
-    LogicalOp, Not, Unary, Where,
+    Activation,
+    Binary,
+    BinaryOp,
+    Cast,
+    Clamp,
+    Compare,
+    CompareOp,
+    Identity,
+    Logical,
+    LogicalOp,
+    Not,
+    Unary,
+    Where,
 )
 from rlx.kernels.registry import kernel, staged
 

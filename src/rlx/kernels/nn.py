@@ -14,14 +14,28 @@ the range), then cast back; float64 stays float64.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from rlx.ir.ops.nn import (
-    BatchNormInference, Conv, ConvTranspose, CoordinateMode, GlobalPool, InstanceNorm,
-    LayerNorm, LogSoftmax, NearestMode, Pool, PoolKind, PRelu, Resize, ResizeMode, Softmax,
+    BatchNormInference,
+    Conv,
+    ConvTranspose,
+    CoordinateMode,
+    GlobalPool,
+    InstanceNorm,
+    LayerNorm,
+    LogSoftmax,
+    NearestMode,
+    Pool,
+    PoolKind,
+    PRelu,
+    Resize,
+    ResizeMode,
+    Softmax,
     Window,
 )
 from rlx.ir.shape import normalize_axis

@@ -12,7 +12,8 @@ folding, so a speed-up never hides an op from them.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rlx.ir.ops.base import Op
 

@@ -7,15 +7,44 @@ Expand, Split) return numpy views where numpy gives them; kernels never write th
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from rlx.ir.ops.shaping import (
-    Compress, Concat, DepthToSpace, DepthToSpaceMode, Expand, Fill, Flatten, Gather,
-    GatherElements, GatherND, NonZero, OneHot, Pad, PadMode, Range, Reshape, ScatterElements,
-    ScatterND, ScatterReduction, ShapeOf, Size, Slice, SpaceToDepth, Split, Squeeze, Tile,
-    Transpose, Trilu, Unsqueeze, onnx_slice, reshape_target, slice_plan,
+    Compress,
+    Concat,
+    DepthToSpace,
+    DepthToSpaceMode,
+    Expand,
+    Fill,
+    Flatten,
+    Gather,
+    GatherElements,
+    GatherND,
+    NonZero,
+    OneHot,
+    Pad,
+    PadMode,
+    Range,
+    Reshape,
+    ScatterElements,
+    ScatterND,
+    ScatterReduction,
+    ShapeOf,
+    Size,
+    Slice,
+    SpaceToDepth,
+    Split,
+    Squeeze,
+    Tile,
+    Transpose,
+    Trilu,
+    Unsqueeze,
+    onnx_slice,
+    reshape_target,
+    slice_plan,
 )
 from rlx.kernels.registry import kernel, staged
 

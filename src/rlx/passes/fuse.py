@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -113,7 +113,8 @@ def _hard_swish_end(m: _Match, node: Node) -> bool:
         return False
     for side in (0, 1):
         x, clamp = mul.inputs[side], m.inner(mul.inputs[1 - side], Clamp)
-        if clamp is not None and isinstance(clamp.op, Clamp) and _close(clamp.op.min, 0.0) and _close(clamp.op.max, 6.0) \
+        if clamp is not None and isinstance(clamp.op, Clamp) and _close(clamp.op.min, 0.0) \
+                and _close(clamp.op.max, 6.0) \
                 and m.operand(clamp.inputs[0], BinaryOp.ADD, 3.0) == x:
             return _emit_unary(m, node, Activation.HARD_SWISH, x, "hard_swish")
     return False

@@ -10,7 +10,8 @@ cannot be bound this way is refused with the reason, never guessed at.
 from __future__ import annotations
 
 import logging
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 

@@ -18,7 +18,7 @@ import enum
 import functools
 import logging
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -31,7 +31,16 @@ from rlx.ir.ops.base import Op
 from rlx.ir.ops.nn import Resize
 from rlx.ir.ops.reduce import CumSum, Reduce, TopK
 from rlx.ir.ops.shaping import (
-    Expand, Fill, Pad, Reshape, ShapeOf, Size, Slice, Squeeze, Tile, Unsqueeze,
+    Expand,
+    Fill,
+    Pad,
+    Reshape,
+    ShapeOf,
+    Size,
+    Slice,
+    Squeeze,
+    Tile,
+    Unsqueeze,
 )
 from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.rewrite import Rewriter, constant_value

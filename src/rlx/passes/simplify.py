@@ -23,6 +23,7 @@ by a NEW node (a composed Transpose or Reshape) hands its name to it.
 from __future__ import annotations
 
 import logging
+
 import numpy as np
 
 from rlx.ir.graph import Graph, Node

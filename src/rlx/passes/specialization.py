@@ -11,7 +11,8 @@ without copying (the Constant is a view). Bindings that name no Param are ignore
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

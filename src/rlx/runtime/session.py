@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -159,11 +160,10 @@ def _check_feed(node: Node, value: Any, bound: dict[str, int]) -> np.ndarray:
         if isinstance(dim, int):
             if dim != size:
                 raise InputError(f"input {name!r}: {expected}, {got} (axis {axis})")
-        elif dim != "?":
-            if bound.setdefault(dim, size) != size:
-                raise InputError(
-                    f"input {name!r}: {expected}, {got}: dim {dim!r} is {bound[dim]} elsewhere"
-                )
+        elif dim != "?" and bound.setdefault(dim, size) != size:
+            raise InputError(
+                f"input {name!r}: {expected}, {got}: dim {dim!r} is {bound[dim]} elsewhere"
+            )
     return value
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,11 @@ from rlx.weights.bundle import LoadedWeight, WeightBundle
 from rlx.weights.gguf_file import RUNNABLE_PACKS, decode_packed, read_gguf
 from rlx.weights.numpy_files import read_npy, read_npz
 from rlx.weights.policy import (
-    F32FirstVerdict, WeightLoadPolicy, WeightPathKind, WeightSourceInfo, f32_first_verdict,
+    F32FirstVerdict,
+    WeightLoadPolicy,
+    WeightPathKind,
+    WeightSourceInfo,
+    f32_first_verdict,
 )
 from rlx.weights.safetensors_file import read_safetensors
 from rlx.weights.source import SourceTensors

@@ -8,20 +8,46 @@ Constant node) and its dynamic form otherwise.
 from __future__ import annotations
 
 import math
-from typing import Sequence, Union
+from collections.abc import Sequence
 
 import numpy as np
 
 from rlx.frontends.onnx.fold import FOLD_LIMIT, fold
 from rlx.ir import (
-    Activation, Binary, BinaryOp, Cast, Compare, CompareOp, Concat, DType, Expand, Fill, Flatten,
-    Gather, Graph, Logical, LogicalOp, MatMul, Not, Reduce, ReduceOp, Reshape, Shape, ShapeOf,
-    Slice, Squeeze, Transpose, TupleGet, Unary, Unsqueeze, Where,
+    Activation,
+    Binary,
+    BinaryOp,
+    Cast,
+    Compare,
+    CompareOp,
+    Concat,
+    DType,
+    Expand,
+    Fill,
+    Flatten,
+    Gather,
+    Graph,
+    Logical,
+    LogicalOp,
+    MatMul,
+    Not,
+    Reduce,
+    ReduceOp,
+    Reshape,
+    Shape,
+    ShapeOf,
+    Slice,
+    Squeeze,
+    Transpose,
+    TupleGet,
+    Unary,
+    Unsqueeze,
+    Where,
 )
 from rlx.ir.ops.base import Op
 from rlx.ir.rewrite import constant_value
 
-ShapeArg = Union[Sequence[int], int]
+ShapeArg = Sequence[int] | int
 """A shape-like operand: static values, or the id of a 1-D i64 node holding them."""
 
 __all__ = ["Emitter", "ShapeArg"]

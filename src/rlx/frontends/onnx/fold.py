@@ -17,8 +17,28 @@ import numpy as np
 
 from rlx.errors import RlxError
 from rlx.ir import (
-    Binary, BinaryOp, Cast, Compare, Concat, Expand, Flatten, Gather, Identity, Logical, Not,
-    Range, Reduce, ReduceOp, Reshape, Shape, Slice, Squeeze, Transpose, Unary, Unsqueeze, Where,
+    Binary,
+    BinaryOp,
+    Cast,
+    Compare,
+    Concat,
+    Expand,
+    Flatten,
+    Gather,
+    Identity,
+    Logical,
+    Not,
+    Range,
+    Reduce,
+    ReduceOp,
+    Reshape,
+    Shape,
+    Slice,
+    Squeeze,
+    Transpose,
+    Unary,
+    Unsqueeze,
+    Where,
 )
 from rlx.ir.graph import Node
 from rlx.ir.ops.base import Op

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx

@@ -12,7 +12,8 @@ Small outer constants are copied in instead, so their values stay known at impor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from onnx import AttributeProto, GraphProto

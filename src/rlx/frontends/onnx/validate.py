@@ -9,7 +9,8 @@ schema promises.
 from __future__ import annotations
 
 import functools
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import onnx
 import onnx.defs

@@ -7,8 +7,9 @@ its output shape; kernels live in `rlx.runtime`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, ClassVar, Sequence, Union
+from typing import TYPE_CHECKING, ClassVar
 
 from rlx.errors import ShapeError
 from rlx.ir.shape import Shape, normalize_axis
@@ -16,7 +17,7 @@ from rlx.ir.shape import Shape, normalize_axis
 if TYPE_CHECKING:
     from rlx.ir.graph import Graph
 
-OutShape = Union[Shape, tuple[Shape, ...]]
+OutShape = Shape | tuple[Shape, ...]
 
 OPS: dict[str, type[Op]] = {}
 """Registry of every op type by its serialised name, filled at import."""

@@ -13,8 +13,9 @@ holes in their input list, so `present` names which ONNX optional inputs follow 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType

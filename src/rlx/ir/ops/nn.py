@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Sequence
+from typing import ClassVar
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType

@@ -9,8 +9,9 @@ is None and the operand is a second input (as the shape ops of `ops.shaping` do)
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType

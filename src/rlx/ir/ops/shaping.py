@@ -16,8 +16,9 @@ from __future__ import annotations
 import enum
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Sequence, TypeGuard
+from typing import ClassVar, TypeGuard
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType

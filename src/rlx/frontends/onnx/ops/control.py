@@ -8,16 +8,27 @@ again with the dims that changed made unknown.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from rlx.errors import ModelImportError
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.frontends.onnx.scope import Subgraph, free_variables
-from rlx.errors import ModelImportError
 from rlx.ir import (
-    GRU, LSTM, RNN, DType, Fail, Graph, If, Loop, Reshape, RnnDirection, Scan, Shape,
+    GRU,
+    LSTM,
+    RNN,
+    DType,
+    Fail,
+    Graph,
+    If,
+    Loop,
+    Reshape,
+    RnnDirection,
+    Scan,
+    Shape,
 )
 from rlx.ir.shape import UNKNOWN
 

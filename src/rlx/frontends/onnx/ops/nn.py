@@ -8,16 +8,35 @@ input to 2-D at `axis`) are rewritten to the single-axis form where they mean th
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.ir import (
-    Activation, ArgMax, BatchNormInference, BinaryOp, CompareOp, Concat, Conv, ConvTranspose,
-    DType, GatherElements, GlobalPool, InstanceNorm, LayerNorm, LogSoftmax, OneHot, Pad, PadMode,
-    Pool, PoolKind, ReduceOp, ScatterElements, Softmax,
+    Activation,
+    ArgMax,
+    BatchNormInference,
+    BinaryOp,
+    CompareOp,
+    Concat,
+    Conv,
+    ConvTranspose,
+    DType,
+    GatherElements,
+    GlobalPool,
+    InstanceNorm,
+    LayerNorm,
+    LogSoftmax,
+    OneHot,
+    Pad,
+    PadMode,
+    Pool,
+    PoolKind,
+    ReduceOp,
+    ScatterElements,
+    Softmax,
 )
 from rlx.ir.shape import normalize_axis
 

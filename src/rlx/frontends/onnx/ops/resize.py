@@ -16,7 +16,14 @@ import numpy as np
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.ir import (
-    Activation, CoordinateMode, DType, NearestMode, Reduce, ReduceOp, Resize, ResizeMode,
+    Activation,
+    CoordinateMode,
+    DType,
+    NearestMode,
+    Reduce,
+    ReduceOp,
+    Resize,
+    ResizeMode,
     ScatterElements,
 )
 

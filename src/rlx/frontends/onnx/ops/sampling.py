@@ -18,7 +18,15 @@ from rlx.frontends.onnx.emit import Emitter
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.ir import (
-    Activation, BinaryOp, Clamp, CompareOp, Concat, DType, GatherElements, LogicalOp, ReduceOp,
+    Activation,
+    BinaryOp,
+    Clamp,
+    CompareOp,
+    Concat,
+    DType,
+    GatherElements,
+    LogicalOp,
+    ReduceOp,
 )
 
 __all__ = [

@@ -10,9 +10,33 @@ from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.frontends.onnx.tensors import dtype_of
 from rlx.ir import (
-    BinaryOp, CompareOp, Compress, Concat, CumSum, DepthToSpace, DepthToSpaceMode, DType, Flatten,
-    GatherElements, GatherND, NonZero, OneHot, Pad, PadMode, Range, ScatterElements, ScatterND,
-    ScatterReduction, Size, Slice, SpaceToDepth, Split, Squeeze, Tile, Trilu, Unsqueeze,
+    BinaryOp,
+    CompareOp,
+    Compress,
+    Concat,
+    CumSum,
+    DepthToSpace,
+    DepthToSpaceMode,
+    DType,
+    Flatten,
+    GatherElements,
+    GatherND,
+    NonZero,
+    OneHot,
+    Pad,
+    PadMode,
+    Range,
+    ScatterElements,
+    ScatterND,
+    ScatterReduction,
+    Size,
+    Slice,
+    SpaceToDepth,
+    Split,
+    Squeeze,
+    Tile,
+    Trilu,
+    Unsqueeze,
 )
 
 __all__ = [

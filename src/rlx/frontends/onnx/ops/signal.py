@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 
@@ -22,7 +21,14 @@ from rlx.frontends.onnx.registry import converter
 from rlx.frontends.onnx.switch import normalized_axis, per_axis
 from rlx.frontends.onnx.tensors import dtype_of
 from rlx.ir import (
-    Activation, BinaryOp, CompareOp, DType, Gather, LogicalOp, Range, Slice,
+    Activation,
+    BinaryOp,
+    CompareOp,
+    DType,
+    Gather,
+    LogicalOp,
+    Range,
+    Slice,
 )
 
 __all__ = ["Run", "Length", "Kind", "transform_last", "dft", "dft_", "stft", "mel_weight_matrix"]
@@ -35,7 +41,7 @@ class Run:
     id: int
 
 
-Length = Union[int, Run]
+Length = int | Run
 
 
 class Kind(enum.Enum):
@@ -153,10 +159,7 @@ def dft(s: Emitter, x: int, axis: int, n: Length, kind: Kind, onesided: bool) ->
     real, imag = _parts(s, x)
     real = s.transpose(real, perm)
     imag = None if imag is None else s.transpose(imag, perm)
-    if kind is Kind.IRFFT:
-        count = n
-    else:
-        count = _half(s, n) if onesided else n
+    count = _half(s, n) if kind is not Kind.IRFFT and onesided else n
     re, im = transform_last(s, real, imag, n, count, kind)
     re = s.transpose(re, back)
     im = None if im is None else s.transpose(im, back)

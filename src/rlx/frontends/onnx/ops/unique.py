@@ -15,7 +15,15 @@ from rlx.frontends.onnx.emit import Emitter
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.ir import (
-    CompareOp, Compress, Concat, CumSum, DType, Range, ReduceOp, ScatterElements, TopK,
+    CompareOp,
+    Compress,
+    Concat,
+    CumSum,
+    DType,
+    Range,
+    ReduceOp,
+    ScatterElements,
+    TopK,
 )
 
 __all__ = ["unique"]
