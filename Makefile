@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench fuzz clean
+.PHONY: demo test lint bench fuzz clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# ruff (pyproject.toml [tool.ruff]) on the code and the tests, mypy on the code
+lint: $(STAMP)
+	$(BIN)/python -m ruff check src tests
+	$(BIN)/python -m mypy src
 
 # >= 100,000 fuzz cases on 2 processes plus the full crash-safety and bit-flip runs
 # (resumable; see docs/reliability.md); writes docs/fuzz-summary.json

@@ -34,5 +34,13 @@ _LAZY = {
     "IoSpec": "rlx.engines",
     "load_weights": "rlx.weights",
 }
-__all__ = sorted([*_LAZY, "__version__"])
+__all__ = [
+    "BakeOptions", "BakeProfile", "BakeReport", "CompiledGraph", "DType", "Graph",
+    "MemoryMode", "MemoryStats", "RlxError", "RlxFile", "RlxIo", "RlxMeta", "RlxWeight",
+    "Session", "Shape", "__version__", "apply_memory_mode", "bake", "bake_bundle",
+    "dedupe_identical_constants", "drop_weight_table_data", "ensure_runtime_ready",
+    "import_onnx", "into_runtime_graph", "load_weights", "materialize_weights",
+    "needs_materialize", "read_rlx", "relayout", "strip_graph_weight_bytes",
+    "strip_table_weight_bytes", "write_rlx",
+]
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["lazy_exports"]
 
 
 def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any],

@@ -17,17 +17,23 @@ import logging
 import os
 import re
 import sys
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
-from rlx.version import __version__
 from rlx.cli_artifact import add_commands as add_artifact_commands
-from rlx.cli_package import with_default_command
 from rlx.cli_engines import add_commands as add_engine_commands
+from rlx.cli_package import with_default_command
 from rlx.cli_run import add_commands as add_run_commands
 from rlx.cli_ui import (
-    EXIT_ERROR, EXIT_USAGE, Ui, UsageError, one_line,
+    EXIT_ERROR,
+    EXIT_USAGE,
+    Ui,
+    UsageError,
+    one_line,
 )
 from rlx.errors import RlxError
+from rlx.version import __version__
+
+__all__ = ["EXAMPLES", "build_parser", "main"]
 
 EXAMPLES = """examples:
   rlx-bake demo                                   train, bake and run a small MLP

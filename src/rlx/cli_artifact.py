@@ -12,23 +12,42 @@ from typing import Any
 
 import numpy as np
 
-from rlx.artifact import parse_rlx, read_rlx, read_rlxp_package, write_rlx
-from rlx.artifact.rlxp import is_rlxp
-from rlx.artifact.atomic import atomic_write
-from rlx.artifact.crypto import (
-    ENC_MAGIC, EncryptionInfo, decrypt_file, encrypt_file, is_encrypted, read_encryption_info,
-)
-from rlx.artifact.layout import SCHEMA_VERSION
-from rlx.artifact.sniff import ARTIFACT, ENCRYPTED_ARTIFACT, ONNX_MODEL, file_format
 from rlx import BakeOptions, BakeProfile, MemoryMode, RlxFile, RlxWeight, bake_bundle
 from rlx import relayout as relayout_file
-from rlx.cli_ui import (
-    CliError, Outcome, Ui, add_password_options, check_output, fmt_bytes, fmt_shape, load_npz,
-    parsed, password_from,
+from rlx.artifact import parse_rlx, read_rlx, read_rlxp_package, write_rlx
+from rlx.artifact.atomic import atomic_write
+from rlx.artifact.crypto import (
+    ENC_MAGIC,
+    EncryptionInfo,
+    decrypt_file,
+    encrypt_file,
+    is_encrypted,
+    read_encryption_info,
 )
+from rlx.artifact.layout import SCHEMA_VERSION
+from rlx.artifact.rlxp import is_rlxp
+from rlx.artifact.sniff import ARTIFACT, ENCRYPTED_ARTIFACT, ONNX_MODEL, file_format
 from rlx.cli_package import add_commands as add_package_commands
 from rlx.cli_package import (
-    add_package_options, package_info, render_package, artifact_bytes, check_artifact_output, package_features, write_artifact,
+    add_package_options,
+    artifact_bytes,
+    check_artifact_output,
+    package_features,
+    package_info,
+    render_package,
+    write_artifact,
+)
+from rlx.cli_ui import (
+    CliError,
+    Outcome,
+    Ui,
+    add_password_options,
+    check_output,
+    fmt_bytes,
+    fmt_shape,
+    load_npz,
+    parsed,
+    password_from,
 )
 from rlx.errors import IntegrityError
 from rlx.ir import Constant, DType, Graph, format_graph
@@ -233,7 +252,7 @@ def _bundle(model: _Model, args, opts: BakeOptions) -> tuple[WeightBundle, dict 
         return WeightBundle(dict(model.bindings), source=model.source), None
     loaded = load_weights(path, args.weights_policy, opts)
     names = set(loaded.tensors) | {w.name for w in loaded.packed}
-    params = {n.op.name for n in model.graph.params()}
+    params = {n.source_name for n in model.graph.params()}
     if not names & params:
         raise CliError(f"weights file {path} matches none of the graph's params (weights: "
                        f"{_some(names)}; params: {_some(params)})")
@@ -259,7 +278,7 @@ def _bake(args, ui: Ui) -> Outcome:
         model = _load_model(Path(args.input), args)
         update("loading weights")
         bundle, weights = _bundle(model, args, opts)
-    params = {n.op.name for n in model.graph.params()}
+    params = {n.source_name for n in model.graph.params()}
     # weights come as bindings of params, or inside the graph as constants (exporters that
     # write weights as Constant nodes, subgraph initializers)
     weights_in = sum(v.nbytes for k, v in bundle.tensors.items() if k in params) \
@@ -460,7 +479,8 @@ def _row_info(file: RlxFile, row: RlxWeight) -> dict[str, Any]:
 
 
 def _by_encoding(rows: list[dict]) -> list[dict]:
-    tensors, nbytes = Counter(), Counter()
+    tensors: Counter[str] = Counter()
+    nbytes: Counter[str] = Counter()
     for r in rows:
         tensors[r["encoding"]] += 1
         nbytes[r["encoding"]] += r["bytes"]
@@ -519,7 +539,7 @@ def _inspect(args, ui: Ui) -> Outcome:
     with ui.step("verifying checksums"):
         try:
             file.check_integrity()
-            checksums = {"ok": True, "error": None}
+            checksums: dict[str, Any] = {"ok": True, "error": None}
         except IntegrityError as err:
             checksums = {"ok": False, "error": str(err)}
     rows = [_row_info(file, w) for w in file.weights]
@@ -720,6 +740,7 @@ def _encrypt(args, ui: Ui) -> Outcome:
     if is_encrypted(args.input):
         raise CliError(f"{args.input} is already encrypted")
     read_rlx(args.input, verify="full")  # never seal a corrupt file
+    assert password is not None  # the password options are required (argparse)
     with ui.step("encrypting"), atomic_write(args.output) as out:
         info = encrypt_file(args.input, out, password)
     data = {"command": "encrypt", "input": args.input, "output": args.output,
@@ -730,6 +751,7 @@ def _encrypt(args, ui: Ui) -> Outcome:
 def _decrypt(args, ui: Ui) -> Outcome:
     check_output(args.output)
     password = password_from(args, ui)
+    assert password is not None  # the password options are required (argparse)
     with ui.step("decrypting"):
         plain = decrypt_file(args.input, password)
         parse_rlx(plain, verify="full", source=args.input)  # never write out a corrupt file

@@ -8,9 +8,9 @@ import dataclasses
 import importlib
 import statistics
 import time
-import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import threadpoolctl
@@ -20,8 +20,19 @@ from rlx.artifact.atomic import atomic_write
 from rlx.artifact.crypto import DEFAULT_KDF
 from rlx.cli_engines import add_engine_options, load_for_cli, uses_engine
 from rlx.cli_ui import (
-    CliError, Outcome, Ui, add_password_options, check_output, fmt_ms, fmt_shape, load_array,
-    load_npz, non_negative_float, one_line, password_from, positive_int,
+    CliError,
+    Outcome,
+    Ui,
+    add_password_options,
+    check_output,
+    fmt_ms,
+    fmt_shape,
+    load_array,
+    load_npz,
+    non_negative_float,
+    one_line,
+    password_from,
+    positive_int,
 )
 from rlx.demo import DEMO_KDF, DEMO_PASSWORD, run_demo
 from rlx.ir import DType, Shape

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import gzip
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
+from rlx import BakeOptions, BakeProfile, MemoryMode, bake
 from rlx.artifact import read_rlx, write_rlx
 from rlx.artifact.crypto import KdfParams
-from rlx import BakeOptions, BakeProfile, MemoryMode, bake
 from rlx.models import mlp_graph, ternarize
 from rlx.runtime import Session
 

@@ -1,14 +1,39 @@
-"""Closed sets chosen by name on a command line: canonical names plus aliases."""
+"""Enums chosen by text: one way to look a member up by its value, name or alias.
+
+Command-line choices (profiles, memory modes, weight policies), dtypes, weight encodings,
+op attributes in graph JSON and ONNX attributes are all parsed here, so the rules (trimmed,
+case folded or exact, aliases) and the errors are the same everywhere. Each enum's `parse`
+only says which error it raises.
+"""
 
 from __future__ import annotations
 
 import enum
-from typing import Mapping, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+__all__ = ["lookup", "parse_enum"]
 
 E = TypeVar("E", bound=enum.Enum)
 
 
-def lookup(cls: type[E], text: str, aliases: Mapping[E, tuple[str, ...]]) -> E | None:
-    """The member whose value or alias is `text` (trimmed, any case), or None."""
-    key = text.strip().lower()
-    return next((m for m in cls if key == m.value or key in aliases[m]), None)
+def lookup(cls: type[E], text: str, aliases: Mapping[E, Sequence[str]] | None = None, *,
+           exact: bool = False, names: bool = False) -> E | None:
+    """The member of `cls` whose value (or, with `names`, name) or alias is `text`; None if
+    there is none. Unless `exact`, `text` is trimmed and matched in lower case."""
+    key = text if exact else text.strip().lower()
+    for member in cls:
+        if key == str(member.value) or (names and key == member.name) \
+                or aliases and key in aliases.get(member, ()):
+            return member
+    return None
+
+
+def parse_enum(cls: type[E], text: str, error: Callable[[str], Exception],
+               aliases: Mapping[E, Sequence[str]] | None = None, *, exact: bool = False,
+               names: bool = False) -> E:
+    """`lookup`, raising `error(text)` when nothing matches."""
+    found = lookup(cls, text, aliases, exact=exact, names=names)
+    if found is None:
+        raise error(text)
+    return found

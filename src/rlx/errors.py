@@ -6,6 +6,12 @@ expected. `assert` is kept for rlx's own invariants; an `AssertionError` is a bu
 
 from __future__ import annotations
 
+__all__ = [
+    "RlxError", "GraphError", "ShapeError", "UnsupportedOpError", "InputError", "KernelError",
+    "BakeError", "BindingError", "WeightError", "ModelImportError", "ArtifactError",
+    "IntegrityError", "EncryptedFileError", "DecryptError",
+]
+
 
 class RlxError(Exception):
     """Base of every error rlx raises on purpose."""

@@ -12,12 +12,11 @@ import time
 import numpy as np
 import pytest
 
+from rlx import BakeOptions, BakeProfile, MemoryMode, bake
 from rlx.artifact import parse_rlx, write_rlx
 from rlx.artifact.layout import MAGIC, PREAMBLE, align, header_digest
 from rlx.artifact.writer import iter_rlx_bytes
-from rlx import BakeOptions, BakeProfile, MemoryMode, bake
 from rlx.errors import ArtifactError, EncryptedFileError, IntegrityError
-
 from tests.baking.models import mul_graph
 
 

@@ -18,8 +18,18 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
 from rlx.artifact import crypto
 from rlx.artifact.crypto import (
-    DEFAULT_KDF, ENC_MAGIC, HEADER_SIZE, KdfLimits, KdfParams, decrypt_bytes, decrypt_file,
-    encrypt_bytes, encrypt_file, encrypt_stream, is_encrypted, read_encryption_info,
+    DEFAULT_KDF,
+    ENC_MAGIC,
+    HEADER_SIZE,
+    KdfLimits,
+    KdfParams,
+    decrypt_bytes,
+    decrypt_file,
+    encrypt_bytes,
+    encrypt_file,
+    encrypt_stream,
+    is_encrypted,
+    read_encryption_info,
 )
 from rlx.errors import ArtifactError, DecryptError
 
@@ -159,7 +169,7 @@ def test_derived_key_buffer_is_zeroed_after_use(monkeypatch):
 
 
 def test_default_kdf_is_the_references():
-    assert DEFAULT_KDF == KdfParams(m_cost=19456, t_cost=2, p_cost=1)
+    assert KdfParams(m_cost=19456, t_cost=2, p_cost=1) == DEFAULT_KDF
 
 
 # --- refusals on the encrypting side -------------------------------------------------------

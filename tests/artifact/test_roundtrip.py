@@ -7,14 +7,13 @@ import hashlib
 import numpy as np
 import pytest
 
+from rlx import BakeOptions, BakeProfile, MemoryMode, bake, relayout
 from rlx.artifact import parse_rlx, read_rlx, write_rlx
 from rlx.artifact.layout import ALIGN, PREAMBLE, align
 from rlx.artifact.writer import encode_rlx
-from rlx import BakeOptions, BakeProfile, MemoryMode, bake, relayout
 from rlx.errors import ArtifactError, IntegrityError
 from rlx.ir import Constant
 from rlx.runtime import Session
-
 from tests.baking.models import mlp_graph, mlp_weights
 
 X = np.random.default_rng(0).standard_normal((32, 784)).astype(np.float32)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlx.models import mlp_graph, mlp_weights, ternarize  # noqa: F401  (re-exported)
 from rlx.ir import Activation, Binary, BinaryOp, Graph, Shape
+from rlx.models import mlp_graph, mlp_weights, ternarize  # noqa: F401  (re-exported)
 
 
 def mul_graph(n: int = 4, name: str = "mul_bake") -> Graph:

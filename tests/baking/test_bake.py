@@ -9,9 +9,14 @@ from rlx import BakeOptions, BakeProfile, MemoryMode, bake
 from rlx.errors import BindingError
 from rlx.ir import BinaryOp, Constant, DequantMatMul, Expand, Graph, Param, Shape, verify
 from rlx.runtime import Session
-
 from tests.baking.models import (
-    cosine, matmul_graph, mlp_forward, mlp_graph, mlp_weights, mul_graph, tied_graph,
+    cosine,
+    matmul_graph,
+    mlp_forward,
+    mlp_graph,
+    mlp_weights,
+    mul_graph,
+    tied_graph,
 )
 
 PROFILES = list(BakeProfile)

@@ -6,14 +6,17 @@ import numpy as np
 import pytest
 
 from rlx import (
-    BakeOptions, BakeProfile, MemoryMode, bake, ensure_runtime_ready,
+    BakeOptions,
+    BakeProfile,
+    MemoryMode,
+    bake,
+    ensure_runtime_ready,
 )
 from rlx.artifact import (
     strip_table_weight_bytes,
 )
 from rlx.errors import ArtifactError
 from rlx.ir import Constant
-
 from tests.baking.models import mlp_graph, mlp_weights, mul_graph
 
 W = {"w": np.array([1, 2, 3, 4], np.float32)}

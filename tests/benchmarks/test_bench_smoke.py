@@ -13,7 +13,13 @@ import pytest
 from benchmarks import report
 from benchmarks.common import run_probe
 from benchmarks.run import (
-    LATENCY_RUNS, MAX_STORED_TIMES, MEMORIES, PROFILES, alternate, finish, main,
+    LATENCY_RUNS,
+    MAX_STORED_TIMES,
+    MEMORIES,
+    PROFILES,
+    alternate,
+    finish,
+    main,
 )
 
 DATE = "2000-01-01"

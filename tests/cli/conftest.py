@@ -13,11 +13,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from rlx.artifact import write_rlx
 from rlx import BakeOptions, BakeProfile, bake
+from rlx.artifact import write_rlx
 from rlx.cli import main
 from rlx.ir import graph_to_json
-
 from tests.baking.models import mlp_forward, mlp_graph, mlp_weights
 
 PASSWORD = "correct horse"

@@ -9,7 +9,6 @@ from safetensors.numpy import save_file
 
 from rlx.artifact import read_rlx
 from rlx.runtime import Session
-
 from tests.cli.conftest import PASSWORD, assert_error
 
 

@@ -7,7 +7,6 @@ import pytest
 
 from rlx.artifact import read_rlx
 from rlx.runtime import Session
-
 from tests.cli.conftest import PASSWORD, assert_error
 
 

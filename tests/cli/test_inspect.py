@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 
 from rlx.artifact import read_rlx
-
 from tests.cli.conftest import PASSWORD, assert_error
 
 

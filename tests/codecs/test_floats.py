@@ -10,8 +10,18 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from rlx.codecs import (
-    Encoding, decode, decode_bf16, decode_f16, decode_f32, encode, encode_bf16, encode_f16,
-    encode_f32, encoded_nbytes, quantize_q8_0, quantize_tq2_0,
+    Encoding,
+    decode,
+    decode_bf16,
+    decode_f16,
+    decode_f32,
+    encode,
+    encode_bf16,
+    encode_f16,
+    encode_f32,
+    encoded_nbytes,
+    quantize_q8_0,
+    quantize_tq2_0,
 )
 from rlx.errors import BakeError
 

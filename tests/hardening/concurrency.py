@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rlx.artifact import read_rlx, write_rlx
 from rlx import BakeOptions, BakeProfile, RlxFile, bake
+from rlx.artifact import read_rlx, write_rlx
 from rlx.frontends.onnx import import_onnx
 from rlx.ir import Graph, Shape
 from rlx.runtime import Session

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from rlx.artifact import read_rlx, write_rlx
 from rlx import RlxFile
+from rlx.artifact import read_rlx, write_rlx
 from rlx.ir import BinaryOp, Graph, Shape
 from tests.hardening.harness import ROOT
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rlx import RlxFile
 from rlx.artifact import parse_rlx
 from rlx.artifact.layout import PREAMBLE, align
-from rlx import RlxFile
 from rlx.errors import ArtifactError, IntegrityError
 from rlx.ir import Graph
 from rlx.runtime import Session

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rlx.artifact import crypto, parse_rlx, read_rlx, read_rlxp
 from rlx import BakeOptions, BakeProfile, bake
+from rlx.artifact import crypto, parse_rlx, read_rlx, read_rlxp
 from rlx.errors import IntegrityError, RlxError
 from rlx.frontends.onnx import import_onnx
 from rlx.ir.graph import Graph

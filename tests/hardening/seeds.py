@@ -9,8 +9,8 @@ weight readers take, and GGUF metadata of every value type. All are deterministi
 from __future__ import annotations
 
 import functools
-import json
 import io
+import json
 import tempfile
 import zipfile
 from pathlib import Path
@@ -22,9 +22,9 @@ from gguf.quants import quantize
 from safetensors.numpy import save as save_safetensors
 from safetensors.numpy import save_file as save_safetensors_file
 
+from rlx import BakeOptions, BakeProfile, MemoryMode, RlxFile, bake
 from rlx.artifact import crypto
 from rlx.artifact.writer import iter_rlx_bytes
-from rlx import BakeOptions, BakeProfile, MemoryMode, RlxFile, bake
 from rlx.ir import Activation, BinaryOp, DType, Graph, Shape
 from rlx.ir.ops.control import If, Loop
 from rlx.ir.ops.elementwise import Cast, Compare, CompareOp, Identity

@@ -7,7 +7,16 @@ import pytest
 
 from rlx.errors import GraphError, ShapeError
 from rlx.ir import (
-    Activation, Binary, BinaryOp, Constant, DType, Graph, Input, MatMul, Shape, TupleGet,
+    Activation,
+    Binary,
+    BinaryOp,
+    Constant,
+    DType,
+    Graph,
+    Input,
+    MatMul,
+    Shape,
+    TupleGet,
     format_graph,
 )
 

@@ -12,8 +12,20 @@ from rlx import BakeOptions, BakeProfile, bake
 from rlx.artifact import parse_rlx, write_rlx
 from rlx.frontends.onnx import import_onnx, onnx_op_types
 from rlx.ir import (
-    Activation, Binary, BinaryOp, Compare, CompareOp, DType, Graph, Reduce, ReduceOp, Shape,
-    Unary, format_graph, graph_from_json, graph_to_json,
+    Activation,
+    Binary,
+    BinaryOp,
+    Compare,
+    CompareOp,
+    DType,
+    Graph,
+    Reduce,
+    ReduceOp,
+    Shape,
+    Unary,
+    format_graph,
+    graph_from_json,
+    graph_to_json,
 )
 from rlx.ir.naming import computing_nodes, node_title, op_type, op_type_counts
 from rlx.ir.rewrite import rewrite_nodes

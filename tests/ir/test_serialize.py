@@ -9,7 +9,14 @@ import pytest
 
 from rlx.errors import GraphError
 from rlx.ir import (
-    DType, Graph, Shape, format_graph, graph_from_json, graph_to_json, ops, verify,
+    DType,
+    Graph,
+    Shape,
+    format_graph,
+    graph_from_json,
+    graph_to_json,
+    ops,
+    verify,
 )
 from rlx.ir.ops.base import OPS
 from rlx.ir.serialize import op_from_json, op_to_json
@@ -33,7 +40,8 @@ def _loop_body() -> Graph:
 
 # One instance per op type, with non-default values wherever an op has attributes.
 SAMPLES: dict[str, ops.Op] = {op.__class__.__name__: op for op in [
-    ops.Input("x"), ops.Param("w"), ops.Fail("this branch is for 16 kHz input"), ops.TupleGet(1), ops.Identity(), ops.Not(), ops.Where(),
+    ops.Input("x"), ops.Param("w"), ops.Fail("this branch is for 16 kHz input"), ops.TupleGet(1),
+    ops.Identity(), ops.Not(), ops.Where(),
     ops.Unary(ops.Activation.HARD_SIGMOID, alpha=0.25, beta=0.75),
     ops.Binary(ops.BinaryOp.FMOD), ops.Compare(ops.CompareOp.LE),
     ops.Logical(ops.LogicalOp.XOR), ops.Cast(DType.BF16), ops.Clamp(min=-1.5, max=None),

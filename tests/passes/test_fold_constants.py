@@ -6,8 +6,19 @@ import numpy as np
 
 from rlx.codecs import quantize_q8_0
 from rlx.ir import (
-    Activation, BinaryOp, DequantMatMul, DType, Expand, Gather, Graph, If, QuantScheme, Shape,
-    Split, Transpose, Unary,
+    Activation,
+    BinaryOp,
+    DequantMatMul,
+    DType,
+    Expand,
+    Gather,
+    Graph,
+    If,
+    QuantScheme,
+    Shape,
+    Split,
+    Transpose,
+    Unary,
 )
 from rlx.ir.ops.sources import Constant
 from rlx.passes import fold_constants

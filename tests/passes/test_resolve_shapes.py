@@ -7,8 +7,29 @@ import numpy as np
 import pytest
 
 from rlx.ir import (
-    BinaryOp, Concat, CumSum, DType, Expand, Fill, Gather, Graph, If, Pad, PadMode, Reduce,
-    ReduceOp, Reshape, Resize, ResizeMode, Shape, ShapeOf, Size, Slice, Squeeze, Tile, TopK,
+    BinaryOp,
+    Concat,
+    CumSum,
+    DType,
+    Expand,
+    Fill,
+    Gather,
+    Graph,
+    If,
+    Pad,
+    PadMode,
+    Reduce,
+    ReduceOp,
+    Reshape,
+    Resize,
+    ResizeMode,
+    Shape,
+    ShapeOf,
+    Size,
+    Slice,
+    Squeeze,
+    Tile,
+    TopK,
     Unsqueeze,
 )
 from rlx.passes.shape_resolution import resolve_shapes

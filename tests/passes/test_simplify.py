@@ -6,8 +6,19 @@ import numpy as np
 import pytest
 
 from rlx.ir import (
-    Activation, Binary, BinaryOp, Cast, DType, Graph, Identity, Reshape, Shape, Squeeze,
-    Transpose, Unary, Unsqueeze,
+    Activation,
+    Binary,
+    BinaryOp,
+    Cast,
+    DType,
+    Graph,
+    Identity,
+    Reshape,
+    Shape,
+    Squeeze,
+    Transpose,
+    Unary,
+    Unsqueeze,
 )
 from rlx.passes import algebraic_simplify, eliminate_dead_code
 from tests.passes.common import assert_same_results, checked, ops_of

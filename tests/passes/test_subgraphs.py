@@ -16,8 +16,13 @@ from rlx.ir.ops.shaping import Concat, Slice
 from rlx.ir.ops.sources import Constant
 from rlx.ir.verify import verify
 from rlx.passes import (
-    HOIST_MIN_BYTES, eliminate_dead_code, fold_constants, hoist_subgraph_weights, in_subgraphs,
-    sink_constant_captures, unfold_weights,
+    HOIST_MIN_BYTES,
+    eliminate_dead_code,
+    fold_constants,
+    hoist_subgraph_weights,
+    in_subgraphs,
+    sink_constant_captures,
+    unfold_weights,
 )
 from rlx.runtime import Session
 

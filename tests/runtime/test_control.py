@@ -138,7 +138,10 @@ def test_if_accepts_one_element_cond_and_branch_constants():
     _close(_run(g, {"cond": np.array([False])}), [np.float32([3, 4])])
 
 
-def _one_output(name: str, n_outputs: int, shape: Shape = Shape((3,))) -> Graph:
+_VECTOR = Shape((3,))
+
+
+def _one_output(name: str, n_outputs: int, shape: Shape = _VECTOR) -> Graph:
     g = Graph(name)
     a = g.input("a", shape)
     g.set_outputs([g.add_node(Identity(), [a]) for _ in range(n_outputs)])

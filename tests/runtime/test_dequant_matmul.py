@@ -13,8 +13,8 @@ from gguf.quants import dequantize, quantize
 from rlx.errors import KernelError, ShapeError
 from rlx.ir import DType, Graph, Shape
 from rlx.ir.ops.linalg import DequantMatMul, QuantScheme
-from rlx.runtime import Session
 from rlx.kernels import quant as quant_kernels
+from rlx.runtime import Session
 from tests.support import build_op_graph, run_op
 
 GGUF_TYPES = {

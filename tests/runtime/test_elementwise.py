@@ -13,8 +13,19 @@ from onnx import helper
 from rlx.errors import ShapeError
 from rlx.ir import DType
 from rlx.ir.ops.elementwise import (
-    Activation, Binary, BinaryOp, Cast, Clamp, Compare, CompareOp, Identity, Logical,
-    LogicalOp, Not, Unary, Where,
+    Activation,
+    Binary,
+    BinaryOp,
+    Cast,
+    Clamp,
+    Compare,
+    CompareOp,
+    Identity,
+    Logical,
+    LogicalOp,
+    Not,
+    Unary,
+    Where,
 )
 from tests.support import build_op_graph, onnx_reference, run_op
 

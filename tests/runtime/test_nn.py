@@ -8,8 +8,21 @@ import pytest
 from rlx.errors import ShapeError
 from rlx.ir import DType, Graph, Shape, graph_from_json, graph_to_json
 from rlx.ir.ops.nn import (
-    BatchNormInference, Conv, ConvTranspose, CoordinateMode, GlobalPool, InstanceNorm,
-    LayerNorm, LogSoftmax, NearestMode, Pool, PoolKind, PRelu, Resize, ResizeMode, Softmax,
+    BatchNormInference,
+    Conv,
+    ConvTranspose,
+    CoordinateMode,
+    GlobalPool,
+    InstanceNorm,
+    LayerNorm,
+    LogSoftmax,
+    NearestMode,
+    Pool,
+    PoolKind,
+    PRelu,
+    Resize,
+    ResizeMode,
+    Softmax,
 )
 from rlx.runtime import Session
 from tests.support import onnx_reference, run_op

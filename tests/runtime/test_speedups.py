@@ -15,8 +15,8 @@ from rlx.ir import DType, Graph, Shape
 from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Clamp, Unary
 from rlx.ir.ops.nn import Conv, GlobalPool, PoolKind
 from rlx.ir.ops.shaping import Transpose
-from rlx.runtime import Session
 from rlx.kernels import BUILDERS, KERNELS
+from rlx.runtime import Session
 from tests.support import onnx_reference, run_op
 
 RTOL, ATOL = 1e-5, 1e-5

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import mmap
+
 import numpy as np
 
 

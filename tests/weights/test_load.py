@@ -10,7 +10,11 @@ from safetensors.numpy import save_file
 
 from rlx.errors import WeightError
 from rlx.weights import (
-    WeightBundle, WeightLoadPolicy, WeightPathKind, load_weights, load_weights_f32,
+    WeightBundle,
+    WeightLoadPolicy,
+    WeightPathKind,
+    load_weights,
+    load_weights_f32,
 )
 
 EXPECTED = re.escape("expected .safetensors, .npz, .npy, .gguf or .dduf")

@@ -9,7 +9,11 @@ import pytest
 from rlx import BakeOptions
 from rlx.errors import WeightError
 from rlx.weights import (
-    F32FirstVerdict, WeightLoadPolicy, WeightPathKind, WeightSourceInfo, f32_first_verdict,
+    F32FirstVerdict,
+    WeightLoadPolicy,
+    WeightPathKind,
+    WeightSourceInfo,
+    f32_first_verdict,
 )
 
 P = WeightLoadPolicy

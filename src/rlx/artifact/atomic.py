@@ -11,8 +11,11 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
+
+__all__ = ["remove_stale_temps", "atomic_write"]
 
 _TAG = ".rlx-tmp-"
 

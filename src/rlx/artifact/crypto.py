@@ -50,8 +50,9 @@ import itertools
 import os
 import secrets
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from argon2 import low_level as argon2_ll
 from argon2.exceptions import HashingError
@@ -199,7 +200,7 @@ def _read_exact(src: BinaryIO, buf: memoryview, where: str) -> None:
     """Fill `buf` from `src`; a short read means the file shrank under us."""
     done = 0
     while done < len(buf):
-        got = src.readinto(buf[done:])
+        got = src.readinto(buf[done:])  # type: ignore[attr-defined]  # not in BinaryIO stub
         if not got:
             raise ArtifactError(f"{where}: file ended early (changed while being read?)")
         done += got

@@ -6,6 +6,11 @@ import struct
 
 import xxhash
 
+__all__ = [
+    "MAGIC", "SCHEMA_VERSION", "REFERENCE_SCHEMAS", "PREAMBLE", "ALIGN", "MAX_HEADER_BYTES",
+    "MAX_JSON_DEPTH", "align", "checksum", "header_digest",
+]
+
 MAGIC = b"RLXBAKE1"
 SCHEMA_VERSION = 3
 REFERENCE_SCHEMAS = (1, 2)  # the Rust reference's bincode files

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
-from rlx.enums import lookup
+import numpy as np
+
+from rlx.enums import parse_enum
 from rlx.errors import ArtifactError, BakeError
 from rlx.ir.graph import Graph
 from rlx.ir.ops.sources import Constant
@@ -42,11 +45,9 @@ class MemoryMode(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> MemoryMode:
-        found = lookup(cls, text, _ALIASES)
-        if found is not None:
-            return found
-        raise BakeError(f"unknown memory mode {text.strip().lower()!r}; "
-                        "expected duplex, runtime, or compact")
+        return parse_enum(cls, text, lambda t: BakeError(
+            f"unknown memory mode {t.strip().lower()!r}; expected duplex, runtime, or compact"),
+            _ALIASES)
 
     @property
     def description(self) -> str:
@@ -93,7 +94,7 @@ def strip_graph_weight_bytes(graph: Graph, weights: Sequence[RlxWeight]) -> tupl
     for _, node in _linked_constants(graph, weights):
         if not node.op.is_stripped:
             stripped += node.op.nbytes
-            ops[node.id] = Constant(_EMPTY)
+            ops[node.id] = Constant(np.zeros(0, np.uint8))
     return (graph.replace_ops(ops) if ops else graph), stripped
 
 
@@ -141,7 +142,7 @@ def ensure_runtime_ready(file: RlxFile) -> None:
     file.check_integrity()
     filled = materialize_weights(file) if needs_materialize(file) else 0
     empty = [n for n in file.graph.nodes()
-             if isinstance(n.op, Constant) and n.op.is_stripped and n.shape.numel != 0]
+             if isinstance(n.op, Constant) and n.op.is_stripped and n.tensor_shape.numel != 0]
     if empty:
         raise ArtifactError(
             f"compact *.rlx still has {len(empty)} empty Constant(s) after materialize "

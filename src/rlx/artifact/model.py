@@ -7,8 +7,8 @@ the memory-layout methods (delegating to `rlx.artifact.memory`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -16,6 +16,8 @@ from rlx.artifact import memory
 from rlx.ir.graph import Graph
 from rlx.ir.ops.sources import Constant, Input, Param, as_byte_array
 from rlx.ir.shape import Dim, Shape
+
+__all__ = ["RlxIo", "RlxWeight", "RlxMeta", "RlxFile"]
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,8 @@ class RlxFile:
     @classmethod
     def from_baked(cls, graph: Graph, weights: Sequence[RlxWeight], **counters) -> RlxFile:
         """Build meta (I/O lists, counters) around a baked graph and its table."""
-        inputs = [_io(n.op.name, n.shape) for n in graph.nodes() if isinstance(n.op, Input)]
-        outputs = [_io(graph.node(o).name or f"out{o}", graph.node(o).shape)
+        inputs = [_io(n.op.name, n.tensor_shape) for n in graph.nodes() if isinstance(n.op, Input)]
+        outputs = [_io(graph.node(o).name or f"out{o}", graph.node(o).tensor_shape)
                    for o in graph.outputs]
         remaining = sorted({n.op.name for n in graph.nodes() if isinstance(n.op, Param)})
         meta = RlxMeta(graph.name, inputs, outputs, remaining, **counters)

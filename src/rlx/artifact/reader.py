@@ -9,14 +9,23 @@ memory map (or into the decrypted buffer of an encrypted file).
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import os
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from rlx.artifact.layout import (
-    ALIGN, MAGIC, MAX_HEADER_BYTES, MAX_JSON_DEPTH, PREAMBLE, REFERENCE_SCHEMAS,
-    SCHEMA_VERSION, align, checksum, header_digest,
+    ALIGN,
+    MAGIC,
+    MAX_HEADER_BYTES,
+    MAX_JSON_DEPTH,
+    PREAMBLE,
+    REFERENCE_SCHEMAS,
+    SCHEMA_VERSION,
+    align,
+    checksum,
+    header_digest,
 )
 from rlx.artifact.memory import MemoryMode
 from rlx.artifact.model import RlxFile, RlxIo, RlxMeta, RlxWeight
@@ -40,6 +49,7 @@ def read_rlx(path: str | os.PathLike, *, password: str | bytes | None = None,
     """Open a `.rlx` file (plain: mapped under a read lease, or read if small or unleasable,
     see `rlx.safeio.mapping`; encrypted: decrypted chunk by chunk)."""
     source = os.fspath(path)
+    buffer: bytearray | mmap.mmap
     try:
         mapped = map_file(source, ArtifactError)
         head = bytes(mapped.buffer[:len(ENCRYPTED_MAGIC)])
@@ -91,7 +101,7 @@ class _Reader:
         self.source = source
         self.blobs: list[_Blob] = []
 
-    def fail(self, message: str, error: type[ArtifactError] = ArtifactError):
+    def fail(self, message: str, error: type[ArtifactError] = ArtifactError) -> NoReturn:
         raise error(f"{self.source}: {message}")
 
     # -- preamble and header ---------------------------------------------------------------
@@ -182,9 +192,10 @@ class _Reader:
     # -- graph, weights, meta --------------------------------------------------------------
     def _graph(self, body: Any) -> Graph:
         def decode(ref: Any, shape: Shape) -> np.ndarray:
-            if not shape.is_static:
+            nbytes = shape.nbytes
+            if nbytes is None:
                 self.fail(f"constant with symbolic shape {shape}")
-            return self._take_blob(ref, shape.nbytes, f"constant of shape {shape}")
+            return self._take_blob(ref, nbytes, f"constant of shape {shape}")
 
         try:
             graph = graph_from_dict(body, decode)

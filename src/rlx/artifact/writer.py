@@ -10,17 +10,24 @@ import io
 import json
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import asdict
-from typing import Iterator
 
 import numpy as np
 
 from rlx.artifact.atomic import atomic_write
 from rlx.artifact.layout import (
-    ALIGN, MAGIC, PREAMBLE, SCHEMA_VERSION, align, checksum, header_digest,
+    ALIGN,
+    MAGIC,
+    PREAMBLE,
+    SCHEMA_VERSION,
+    align,
+    checksum,
+    header_digest,
 )
 from rlx.artifact.model import RlxFile
 from rlx.ir.graph import Node
+from rlx.ir.ops.sources import Constant
 from rlx.ir.serialize import graph_to_dict
 from rlx.version import __version__
 
@@ -38,6 +45,7 @@ def encode_rlx(file: RlxFile) -> tuple[bytes, list[np.ndarray]]:
         return {"blob": len(blobs) - 1}
 
     def encode_constant(node: Node) -> dict:
+        assert isinstance(node.op, Constant)  # the encoder of Constant nodes
         return blob_ref(node.op.data)
 
     graph = graph_to_dict(file.graph, encode_constant)
@@ -74,7 +82,7 @@ def iter_rlx_bytes(file: RlxFile) -> Iterator[memoryview | bytes]:
         if index:  # the file ends where the last blob ends: pad only between blobs
             yield bytes(align(cursor) - cursor)
             cursor = align(cursor)
-        yield memoryview(data)
+        yield data.data  # a memoryview of the (contiguous) array, no copy
         cursor += data.nbytes
 
 
@@ -125,12 +133,12 @@ def write_rlx(path: str | os.PathLike, file: RlxFile, *, password: str | bytes |
         else:
             from rlx.artifact import crypto
 
-            options = {k: v for k, v in (("kdf", kdf), ("chunk_size", chunk_size)) if v}
             pieces = list(iter_rlx_bytes(file))  # views of the weights, not copies
             length = sum(memoryview(p).nbytes for p in pieces)
             reader = io.BufferedReader(_PieceReader(iter(pieces)), 1 << 20)
             crypto.encrypt_stream(reader, out, password, length=length, name=os.fspath(path),
-                                  **options)
+                                  kdf=kdf or crypto.DEFAULT_KDF,
+                                  chunk_size=chunk_size or crypto.DEFAULT_CHUNK_SIZE)
 
 
 __all__ = ["ALIGN", "encode_rlx", "iter_rlx_bytes", "write_rlx"]

@@ -19,8 +19,8 @@ per tensor kept (an exhaustive search is exponential).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 
 from rlx.artifact.memory import MemoryMode
-from rlx.enums import lookup
+from rlx.enums import parse_enum
 from rlx.errors import BakeError
+
+__all__ = ["BakeProfile", "BakeOptions"]
 
 
 class BakeProfile(enum.Enum):
@@ -22,11 +24,9 @@ class BakeProfile(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> BakeProfile:
-        found = lookup(cls, text, _ALIASES)
-        if found is not None:
-            return found
-        raise BakeError(f"unknown bake profile {text!r}; expected one of "
-                        f"{', '.join(cls.all_names())}")
+        return parse_enum(cls, text, lambda t: BakeError(
+            f"unknown bake profile {t!r}; expected one of {', '.join(cls.all_names())}"),
+            _ALIASES)
 
     @classmethod
     def all_names(cls) -> list[str]:

@@ -1,10 +1,14 @@
 """`bake` and `bake_bundle`: the reference's pipeline, in its order, without its bugs.
 
-specialize -> [fold: resolve shapes -> fold constants -> fold BatchNorm -> DCE] -> skip-zero
--> ternary (TQ2_0) -> simplify -> DCE -> fold -> DCE -> hoist -> weight encodings (Q8_0,
-f16, row-aligned TQ2_0; through the accuracy guard) -> dedupe -> weight table (unfold +
-binding rows) -> memory layout. The encodings come last, on the finished graph, so the
-guard compares exactly that graph with its encoded versions.
+specialize -> bind packed -> [fold: sink captures -> resolve shapes -> fold constants -> fold
+BatchNorm -> DCE] -> skip-zero -> ternary (TQ2_0) -> simplify -> fuse -> DCE -> fold -> DCE
+-> hoist subgraph weights -> weight encodings (Q8_0, f16, row-aligned TQ2_0; through the
+accuracy guard) -> dedupe -> weight table (unfold + binding rows) -> memory layout. The
+encodings come last, on the finished graph, so the guard compares exactly that graph with
+its encoded versions.
+
+The passes are one list of named steps (`bake_steps`), run by `rlx.passes.run_pipeline`:
+the stats are its counts by step name, and a failing pass is named in the error.
 
 The bracketed early fold is ours: the reference folds only after packing, so a weight that
 reaches its MatMul through weight-only math (`Transpose(W)` from a PyTorch Linear, a
@@ -16,9 +20,10 @@ its Constant by id; nothing is renamed after the fact by matching payload bytes.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
 
@@ -33,10 +38,12 @@ from rlx.ir.naming import op_type_counts
 from rlx.ir.ops.linalg import QuantScheme
 from rlx.ir.ops.sources import Constant
 from rlx.ir.verify import verify
+from rlx.passes.pipeline import Pass, Step
 from rlx.weights.bundle import WeightBundle
 
+__all__ = ["BakeReport", "OptimizeStats", "bake", "bake_bundle", "bake_steps"]
+
 log = logging.getLogger(__name__)
-progress = logging.getLogger("rlx.progress")  # what a terminal shows while it runs (cli_ui)
 
 
 @dataclass
@@ -56,6 +63,22 @@ class OptimizeStats:
     not_packed: dict[str, int] = field(default_factory=dict)  # reason -> weights left dense
     encoded: dict[str, int] = field(default_factory=dict)  # encoding -> weights stored so
     not_encoded: dict[str, int] = field(default_factory=dict)  # reason -> large f32 left
+
+    @classmethod
+    def from_counts(cls, counts: Mapping[str, int], not_packed: dict[str, int]) -> OptimizeStats:
+        """The stats of a bake from its pipeline's counts per step name."""
+        return cls(**{stat: counts.get(step, 0) for stat, step in _STAT_STEPS.items()},
+                   not_packed=not_packed)
+
+
+# OptimizeStats field -> the pipeline step whose counts (summed over its runs) it reports
+_STAT_STEPS = {
+    "skipped_zero_matmuls": "skip_zero_matmul", "ternary_packed": "pack_ternary",
+    "simplified": "algebraic_simplify", "fused": "fuse_patterns",
+    "dead_removed": "eliminate_dead_code", "constants_folded": "fold_constants",
+    "shapes_resolved": "resolve_shapes", "batchnorms_folded": "fold_batchnorm",
+    "captures_sunk": "sink_constant_captures", "weights_hoisted": "hoist_subgraph_weights",
+}
 
 
 @dataclass
@@ -90,58 +113,21 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     opts = opts or BakeOptions()
     verify(graph)
     report = BakeReport(nodes_before=len(graph), op_types_before=_op_types(graph))
-    stats = report.optimize
-    param_names = {n.op.name for n in graph.params()}
+    param_names = {n.source_name for n in graph.params()}
     report.unused_bindings = sorted(
         (set(bundle.tensors) | {w.name for w in bundle.packed}) - param_names
         - passes.mlx_companions(bundle.packed))
     if report.unused_bindings:
         log.warning("bindings matching no param: %s", ", ".join(report.unused_bindings))
 
-    progress.debug("pass 1: binding weights")
-    tensors = passes.orient_bt_tensors(graph, bundle.tensors, bundle.bt)
-    g, report.params_baked = passes.specialize(graph, tensors)
-    g, packed_bound = passes.bind_packed(g, bundle.packed)
-    report.params_baked += packed_bound
-    if opts.constant_folding:
-        progress.debug("pass 2: resolving shapes, folding constants and BatchNorms")
-        g, stats.captures_sunk = passes.sink_constant_captures(g)
-        g = _fold_weight_math(g, stats, opts.dce)
-    if opts.skip_zero:
-        progress.debug("pass 3: skipping all-zero matmuls")
-        g, stats.skipped_zero_matmuls = passes.skip_zero_matmul(g)
-    if opts.ternary:
-        scheme = QuantScheme.GGUF_TQ2_0
-        for _, reason in passes.packing_candidates(g, scheme.block_size, True):
-            if reason is not None:
-                key = f"{scheme.label}: {reason.value}"
-                stats.not_packed[key] = stats.not_packed.get(key, 0) + 1
-        progress.debug(f"pass 4: packing ternary matmul weights as {scheme.label}")
-        g, stats.ternary_packed = passes.pack_ternary(g)
-    if opts.algebraic_simplify:
-        progress.debug("pass 5: simplifying and fusing op chains")
-        g, stats.simplified = _simplify(g)
-        g, stats.fused = _fuse(g)
-    progress.debug("pass 6: removing dead nodes, folding, deduplicating constants")
-    if opts.dce:
-        g, removed = _dce(g)
-        stats.dead_removed += removed
-    if opts.constant_folding:
-        g, folded = _fold(g)
-        stats.constants_folded += folded
-        if opts.dce and folded:
-            g, removed = _dce(g)
-            stats.dead_removed += removed
-    if opts.unfold:
-        g, stats.weights_hoisted = passes.hoist_subgraph_weights(g)
-    if opts.ternary or opts.quant:
-        g = _encode_weights(g, opts, stats, report)
-    deduped = 0
-    if opts.dedupe_constants:
-        g, deduped = _dedupe(g)
+    not_packed: dict[str, int] = {}
+    encoding = _Encoding(opts, report)
+    g, counts = passes.run_pipeline(bake_steps(opts, bundle, not_packed, encoding), graph)
     verify(g)
+    report.params_baked = counts["specialize"] + counts["bind_packed"]
+    report.optimize = stats = OptimizeStats.from_counts(counts, not_packed)
+    encoding.record(stats)
 
-    progress.debug("pass 7: building the weight table and the memory layout")
     rows = _weight_table(g, bundle, opts, stats, report)
     file = RlxFile.from_baked(
         g, rows, params_baked=report.params_baked,
@@ -151,7 +137,7 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     )
     dropped = report.memory.folded_bindings_dropped
     report.memory = file.apply_memory_mode(opts.memory)
-    report.memory.constants_deduped = deduped
+    report.memory.constants_deduped = counts["dedupe_identical_constants"]
     report.memory.folded_bindings_dropped = dropped
     report.nodes_after = file.meta.nodes
     report.op_types_after = _op_types(file.graph)
@@ -167,55 +153,111 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     return file, report
 
 
+def bake_steps(opts: BakeOptions, bundle: WeightBundle, not_packed: dict[str, int],
+               encoding: _Encoding) -> list[Step]:
+    """The bake as a list of named passes, those `opts` turns off left out (module doc).
+
+    `not_packed` collects, per packing step, why each MatMul weight it saw stays dense;
+    `encoding` runs the weight-encoding stage and keeps what it measured.
+    """
+    fold, dce = opts.constant_folding, opts.dce
+
+    def specialize(g: Graph) -> tuple[Graph, int]:
+        # GGUF matrices decoded to f32 are [N, K]: bound transposed, as the packed path does
+        return passes.specialize(g, passes.orient_bt_tensors(g, bundle.tensors, bundle.bt))
+
+    table: list[tuple[bool, Step]] = [
+        (True, Step("specialize", specialize)),
+        (True, Step("bind_packed", functools.partial(passes.bind_packed, rows=bundle.packed))),
+        # the early fold: weight-only math and BatchNorms, before packing
+        (fold, Step("sink_constant_captures", passes.sink_constant_captures)),
+        (fold, Step("resolve_shapes", passes.resolve_shapes)),  # recurses into subgraphs
+        (fold, Step("fold_constants", _fold)),
+        (fold, Step("fold_batchnorm", _fold_batchnorm)),
+        (fold and dce, Step("eliminate_dead_code", _dce)),
+        (opts.skip_zero, Step("skip_zero_matmul", passes.skip_zero_matmul)),
+        # packing, in this order: a weight TQ2_0 took is no longer a MatMul's for Q8_0
+        (opts.ternary, _packing("pack_ternary", QuantScheme.GGUF_TQ2_0, passes.pack_ternary,
+                                not_packed, require_ternary=True)),
+        (opts.algebraic_simplify, Step("algebraic_simplify", _simplify)),
+        (opts.algebraic_simplify, Step("fuse_patterns", _fuse)),
+        (dce, Step("eliminate_dead_code", _dce)),
+        # the late fold: what packing and simplification exposed (DCE after it is a no-op
+        # when it folded nothing: the graph is the same object)
+        (fold, Step("fold_constants", _fold)),
+        (fold and dce, Step("eliminate_dead_code", _dce)),
+        (opts.unfold, Step("hoist_subgraph_weights", passes.hoist_subgraph_weights)),
+        (opts.ternary or opts.quant, Step("encode_weights", encoding.run)),
+        (opts.dedupe_constants, Step("dedupe_identical_constants", _dedupe)),
+    ]
+    return [step for enabled, step in table if enabled]
+
+
+def _packing(name: str, scheme: QuantScheme, pack: Pass, not_packed: dict[str, int],
+             require_ternary: bool = False) -> Step:
+    """A packing step that also counts, by reason, the MatMul weights it leaves dense."""
+
+    def run(g: Graph) -> tuple[Graph, int]:
+        for _, reason in passes.packing_candidates(g, scheme.block_size, require_ternary):
+            if reason is not None:
+                key = f"{scheme.label}: {reason.value}"
+                not_packed[key] = not_packed.get(key, 0) + 1
+        return pack(g)
+
+    return Step(name, run)
+
+
 UNCHECKED = ("size profile: accuracy unchecked (no calibration data); measure it with "
              "--calibrate FEEDS.npz [--min-cosine 0.9995] (BakeOptions(calibration=[feeds])), "
              "or check the baked file with rlx-bake verify --min-cosine 0.999")
 
 
-def _encode_weights(g: Graph, opts: BakeOptions, stats: OptimizeStats,
-                    report: BakeReport) -> Graph:
-    """Store the large float weights encoded (lossless TQ2_0 only, unless `opts.quant`),
-    through the accuracy guard when there is calibration data."""
-    choices, skipped = passes.plan_weight_encodings(g, lossless=not opts.quant,
-                                                    ternary=opts.ternary)
-    stats.not_encoded = dict(skipped)
-    lossy = [c for c in choices if c.encoding != passes.TQ2_0]
-    if lossy and opts.calibration:
-        kept, report.accuracy = guard_encodings(g, choices, opts.calibration,
-                                                opts.min_cosine, opts.max_abs_error)
-        if not report.accuracy.met:
-            log.warning("accuracy guard: targets missed even with every weight at full "
-                        "precision")
-        choices = kept
-    else:
-        if lossy:
-            log.warning(UNCHECKED)
-        report.accuracy.tensors = [
-            TensorAccuracy(c.name, str(c.role), c.encoding, c.f32_bytes, c.packed_bytes,
-                           c.rel_error) for c in choices]
-    g, _ = passes.apply_weight_encodings(g, choices)
-    for c in choices:
-        stats.encoded[c.encoding] = stats.encoded.get(c.encoding, 0) + 1
-        if c.role in (passes.WeightRole.MATMUL, passes.WeightRole.MATMUL_DECODED):
-            if c.encoding == passes.Q8_0:
-                stats.quant_packed += 1
-            elif c.encoding == passes.TQ2_0:
-                stats.ternary_packed += 1
-    return g
+class _Encoding:
+    """The weight-encoding stage: stores the large float weights encoded (lossless TQ2_0
+    only, unless `opts.quant`), through the accuracy guard when there is calibration data,
+    and keeps its choices for the report."""
+
+    def __init__(self, opts: BakeOptions, report: BakeReport):
+        self.opts, self.report = opts, report
+        self.choices: list = []
+        self.skipped: dict[str, int] = {}
+
+    def run(self, g: Graph) -> tuple[Graph, int]:
+        opts, report = self.opts, self.report
+        choices, skipped = passes.plan_weight_encodings(g, lossless=not opts.quant,
+                                                        ternary=opts.ternary)
+        self.skipped = dict(skipped)
+        lossy = [c for c in choices if c.encoding != passes.TQ2_0]
+        if lossy and opts.calibration:
+            kept, report.accuracy = guard_encodings(g, choices, opts.calibration,
+                                                    opts.min_cosine, opts.max_abs_error)
+            if not report.accuracy.met:
+                log.warning("accuracy guard: targets missed even with every weight at full "
+                            "precision")
+            choices = kept
+        else:
+            if lossy:
+                log.warning(UNCHECKED)
+            report.accuracy.tensors = [
+                TensorAccuracy(c.name, str(c.role), c.encoding, c.f32_bytes, c.packed_bytes,
+                               c.rel_error) for c in choices]
+        self.choices = choices
+        g, count = passes.apply_weight_encodings(g, choices)
+        return g, count
+
+    def record(self, stats: OptimizeStats) -> None:
+        stats.not_encoded = self.skipped
+        for c in self.choices:
+            stats.encoded[c.encoding] = stats.encoded.get(c.encoding, 0) + 1
+            if c.role in (passes.WeightRole.MATMUL, passes.WeightRole.MATMUL_DECODED):
+                if c.encoding == passes.Q8_0:
+                    stats.quant_packed += 1
+                elif c.encoding == passes.TQ2_0:
+                    stats.ternary_packed += 1
 
 
 def _op_types(graph: Graph) -> dict[str, int]:
     return dict(sorted(op_type_counts(graph).items()))
-
-
-def _fold_weight_math(g: Graph, stats: OptimizeStats, dce: bool) -> Graph:
-    """Resolve shape arithmetic, fold weight-only math and BatchNorms, before packing."""
-    g, stats.shapes_resolved = passes.resolve_shapes(g)  # recurses into subgraphs itself
-    g, stats.constants_folded = _fold(g)
-    g, stats.batchnorms_folded = _fold_batchnorm(g)
-    if dce:
-        g, stats.dead_removed = _dce(g)
-    return g
 
 
 # the weight-independent clean-ups run inside subgraphs too (packing stays top-level)
@@ -237,6 +279,7 @@ def _weight_table(g: Graph, bundle: WeightBundle, opts: BakeOptions, stats: Opti
         stats.weights_unfolded = len(unfolded)
         for row in unfolded:
             node = g.node(row.node_id)
+            assert isinstance(node.op, Constant)  # unfold_weights lists constants
             name = node.name or unique_name(f"w{node.id}", used_names)
             rows[name] = RlxWeight(
                 name, tuple(row.shape), row.dtype.value, row.encoding, node.op.data,
@@ -246,21 +289,23 @@ def _weight_table(g: Graph, bundle: WeightBundle, opts: BakeOptions, stats: Opti
     for name in sorted(bundle.tensors):
         if name in rows or name in report.unused_bindings:
             continue
-        node = g.find(name)
-        if node is not None and isinstance(node.op, Constant) and node.id not in linked:
-            rows[name] = _dense_row(name, node, "baked from live constant")
-        elif node is None and opts.keep_folded_bindings:
+        found = g.find(name)
+        if found is not None and isinstance(found.op, Constant) and found.id not in linked:
+            rows[name] = _dense_row(name, found, "baked from live constant")
+        elif found is None and opts.keep_folded_bindings:
             value = np.ascontiguousarray(bundle.tensors[name])
             rows[name] = RlxWeight(name, value.shape, _dtype_name(value), _dtype_name(value),
                                    value, note="source binding (folded away in the graph)")
-        elif node is None:
+        elif found is None:
             report.memory.folded_bindings_dropped += 1
     return [rows[k] for k in sorted(rows)]
 
 
 def _dense_row(name: str, node: Node, note: str) -> RlxWeight:
-    return RlxWeight(name, tuple(node.shape.dims), node.shape.dtype.value,
-                     node.shape.dtype.value, node.op.data, note=note, node_id=node.id)
+    assert isinstance(node.op, Constant)
+    shape = node.tensor_shape  # a constant's: static
+    return RlxWeight(name, tuple(int(d) for d in shape.dims), shape.dtype.value,
+                     shape.dtype.value, node.op.data, note=note, node_id=node.id)
 
 
 def _dtype_name(value: np.ndarray) -> str:

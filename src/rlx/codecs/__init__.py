@@ -8,7 +8,12 @@ writers of weights can use it without the graph machinery. Bad lengths raise `Ba
 
 from rlx.codecs.encodings import Encoding, decode, encode, encoded_nbytes
 from rlx.codecs.floats import (
-    decode_bf16, decode_f16, decode_f32, encode_bf16, encode_f16, encode_f32,
+    decode_bf16,
+    decode_f16,
+    decode_f32,
+    encode_bf16,
+    encode_f16,
+    encode_f32,
 )
 from rlx.codecs.mlx import MlxScheme, decode_mlx, mlx_scheme
 from rlx.codecs.q8_0 import dequantize_q8_0, quantize_q8_0

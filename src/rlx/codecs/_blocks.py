@@ -6,11 +6,17 @@ Everything works on whole arrays of blocks at once (one row per block), never bl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from rlx.errors import BakeError
+
+__all__ = [
+    "Layout", "as_byte_array", "round_half_away", "block_scale", "inverse_scale",
+    "f16_scale_bytes", "f16_scale_values",
+]
 
 _F16_LE = np.dtype("<f2")
 _F16_MAX = float(np.finfo(np.float16).max)
@@ -58,7 +64,7 @@ class Layout:
         return raw.reshape(-1, self.block_bytes)
 
 
-def as_byte_array(data: object) -> np.ndarray:
+def as_byte_array(data: Any) -> np.ndarray:
     """Any buffer (bytes, bytearray, memoryview, mmap, numpy array) as flat uint8, no copy."""
     if isinstance(data, np.ndarray):
         return np.ascontiguousarray(data).reshape(-1).view(np.uint8)

@@ -16,6 +16,7 @@ from numpy.typing import ArrayLike
 from rlx.codecs import floats, mlx, q8_0, tq2_0
 from rlx.codecs._blocks import Layout
 from rlx.codecs.mlx import mlx_scheme
+from rlx.enums import parse_enum
 from rlx.errors import BakeError
 
 __all__ = ["Encoding", "encode", "decode", "encoded_nbytes"]
@@ -51,14 +52,10 @@ class Encoding(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> Encoding:
-        try:
-            return cls(text)
-        except ValueError:
-            scheme = mlx_scheme(text)  # "mlx_mxfp4" without its group size
-            if scheme is not None:
-                return cls(scheme.label)
-            names = ", ".join(e.value for e in cls)
-            raise BakeError(f"unknown weight encoding {text!r}; expected one of {names}") from None
+        scheme = mlx_scheme(text)  # also "mlx_mxfp4" without its group size
+        return parse_enum(cls, scheme.label if scheme is not None else text, lambda t: BakeError(
+            f"unknown weight encoding {t!r}; expected one of {', '.join(e.value for e in cls)}"),
+            exact=True)  # files store exact names: 'F32' is not one
 
     @property
     def block_size(self) -> int:
@@ -78,6 +75,11 @@ class Encoding(enum.Enum):
     def is_mlx(self) -> bool:
         """Codes whose decoding needs per-group scales (and biases) from other tensors."""
         return self.value.startswith("mlx_")
+
+    @property
+    def label(self) -> str:
+        """The name files and graphs store (the value)."""
+        return self.value
 
     def __str__(self) -> str:
         return self.value

@@ -11,7 +11,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from rlx.codecs._blocks import (
-    Layout, block_scale, f16_scale_bytes, f16_scale_values, inverse_scale, round_half_away,
+    Layout,
+    block_scale,
+    f16_scale_bytes,
+    f16_scale_values,
+    inverse_scale,
+    round_half_away,
 )
 
 __all__ = ["quantize_q8_0", "dequantize_q8_0"]

@@ -34,7 +34,10 @@ import numpy as np
 
 from rlx.artifact.model import RlxFile
 from rlx.engines.registry import (
-    available_engines, engine_fingerprints, engine_module, engine_versions,
+    available_engines,
+    engine_fingerprints,
+    engine_module,
+    engine_versions,
 )
 from rlx.ir.graph import Graph
 from rlx.version import __version__

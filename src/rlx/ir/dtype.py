@@ -7,7 +7,10 @@ import enum
 import ml_dtypes
 import numpy as np
 
+from rlx.enums import parse_enum
 from rlx.errors import GraphError
+
+__all__ = ["DType"]
 
 
 class DType(enum.Enum):
@@ -53,11 +56,8 @@ class DType(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> DType:
-        try:
-            return cls(text.strip().lower())
-        except ValueError:
-            names = ", ".join(d.value for d in cls)
-            raise GraphError(f"unknown dtype {text!r}; expected one of {names}") from None
+        return parse_enum(cls, text, lambda t: GraphError(
+            f"unknown dtype {t!r}; expected one of {', '.join(d.value for d in cls)}"))
 
     def __str__(self) -> str:
         return self.value

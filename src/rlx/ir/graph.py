@@ -7,7 +7,7 @@ shape when it is not given and check the inputs against the op as they go.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence, Union
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -21,7 +21,9 @@ from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape
 
-ShapeLike = Union[Shape, tuple[Shape, ...]]
+__all__ = ["ShapeLike", "Node", "Graph", "unique_name"]
+
+ShapeLike = Shape | tuple[Shape, ...]
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,20 @@ class Node:
     @property
     def is_tuple(self) -> bool:
         return isinstance(self.shape, tuple)
+
+    @property
+    def tensor_shape(self) -> Shape:
+        """`shape` of a node that yields one tensor (most do: not Split, TopK, If, ...)."""
+        if isinstance(self.shape, tuple):
+            raise ShapeError(f"{self.label} yields {len(self.shape)} values, not one tensor")
+        return self.shape
+
+    @property
+    def source_name(self) -> str:
+        """The name an Input is fed by or a Param is bound by (`op.name`)."""
+        if not isinstance(self.op, (Input, Param)):
+            raise GraphError(f"{self.label} is not an Input or a Param")
+        return self.op.name
 
     @property
     def label(self) -> str:

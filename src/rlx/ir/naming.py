@@ -13,7 +13,13 @@ from collections import Counter
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.base import Op
 from rlx.ir.ops.elementwise import (
-    Binary, BinaryOp, Clamp, Compare, CompareOp, Logical, Unary,
+    Binary,
+    BinaryOp,
+    Clamp,
+    Compare,
+    CompareOp,
+    Logical,
+    Unary,
 )
 from rlx.ir.ops.linalg import DequantMatMul
 from rlx.ir.ops.multi import TupleGet

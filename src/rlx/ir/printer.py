@@ -6,6 +6,8 @@ from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.sources import Constant
 from rlx.ir.serialize import enum_text
 
+__all__ = ["format_node", "format_graph"]
+
 
 def format_node(node: Node) -> str:
     op = node.op

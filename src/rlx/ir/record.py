@@ -16,15 +16,15 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["dataclass"]
 
 _MISSING = dataclasses.MISSING
 
 
-def dataclass(cls: type | None = None, /, *, frozen: bool = False, eq: bool = True,
-              **options: Any) -> Any:
+def _dataclass(cls: type | None = None, /, *, frozen: bool = False, eq: bool = True,
+               **options: Any) -> Any:
     """Drop-in for `dataclasses.dataclass`; `frozen=True` (with or without `eq`) takes the
     fast path, any other option the standard decorator."""
     if not frozen or options:
@@ -35,6 +35,12 @@ def dataclass(cls: type | None = None, /, *, frozen: bool = False, eq: bool = Tr
         return _frozen(c, eq)
 
     return wrap if cls is None else wrap(cls)
+
+
+if TYPE_CHECKING:  # type checkers know what the standard decorator makes; ours is the same
+    from dataclasses import dataclass
+else:
+    dataclass = _dataclass
 
 
 @dataclasses.dataclass(frozen=True)

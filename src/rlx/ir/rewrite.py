@@ -16,7 +16,7 @@ are dropped; names are the stable identities that survive passes.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

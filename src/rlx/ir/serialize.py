@@ -16,14 +16,22 @@ import json
 import sys
 import types
 import typing
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from rlx.enums import lookup
 from rlx.errors import GraphError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.base import OPS, Op
 from rlx.ir.ops.sources import Constant
 from rlx.ir.shape import Shape
+
+__all__ = [
+    "GRAPH_JSON_FORMAT", "GRAPH_JSON_VERSION", "ConstantEncoder", "ConstantDecoder",
+    "enum_text", "shape_to_json", "op_to_json", "graph_to_dict", "graph_to_json",
+    "shape_from_json", "AttrDecoder", "op_from_json", "graph_from_dict", "graph_from_json",
+]
 
 GRAPH_JSON_FORMAT = "rlx-graph"
 GRAPH_JSON_VERSION = 1
@@ -33,6 +41,7 @@ ConstantDecoder = Callable[[Any, Shape], Any]
 
 
 def _base64_encode(node: Node) -> str:
+    assert isinstance(node.op, Constant)  # the encoder is called for Constant nodes only
     return base64.b64encode(node.op.data.tobytes()).decode("ascii")
 
 
@@ -44,8 +53,8 @@ def _base64_decode(value: Any, shape: Shape) -> bytes:
 
 # -- encoding ------------------------------------------------------------------------------
 def enum_text(member: enum.Enum) -> str:
-    """The stable text of an enum member: its `label` if it has one, else its value."""
-    return getattr(member, "label", None) or str(member.value)
+    """The stable text of an enum member: its value (what `rlx.enums.lookup` matches)."""
+    return str(member.value)
 
 
 def shape_to_json(shape) -> Any:
@@ -120,13 +129,20 @@ AttrDecoder = Callable[[Any, ConstantDecoder, str], Any]
 """(JSON value, constant decoder, where for errors) -> attribute value."""
 
 
-@functools.lru_cache(maxsize=None)
-def _field_decoders(cls: type) -> dict[str, AttrDecoder]:
-    return {f.name: _annotation_decoder(f.type, cls.__module__)
-            for f in dataclasses.fields(cls)}
+_FIELD_DECODERS: dict[type[Op], dict[str, AttrDecoder]] = {}
 
 
-@functools.lru_cache(maxsize=None)
+def _field_decoders(cls: type[Op]) -> dict[str, AttrDecoder]:
+    """The decoders of an op type's fields, built once per type."""
+    found = _FIELD_DECODERS.get(cls)
+    if found is None:
+        hints: list[tuple[str, Any]] = [(f.name, f.type) for f in dataclasses.fields(cls)]
+        found = _FIELD_DECODERS[cls] = {
+            name: _annotation_decoder(hint, cls.__module__) for name, hint in hints}
+    return found
+
+
+@functools.cache
 def _annotation_decoder(annotation: Any, module: str) -> AttrDecoder:
     """The decoder of a field annotation: ops modules use postponed annotations, so this is
     its text, evaluated in the op's module (a direct eval, ~10x cheaper than
@@ -137,7 +153,7 @@ def _annotation_decoder(annotation: Any, module: str) -> AttrDecoder:
     return _decoder(annotation)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _decoder(hint: Any) -> AttrDecoder:
     """The decoder of one attribute type, worked out once per type (a file decodes the same
     few types thousands of times)."""
@@ -189,10 +205,8 @@ def _union_decoder(optional: bool, options: list[AttrDecoder]) -> AttrDecoder:
 
 
 def _enum_decoder(cls: type[enum.Enum]) -> AttrDecoder:
-    members = {**{m.name: m for m in cls}, **{enum_text(m): m for m in cls}}
-
     def member(value: Any, decode: ConstantDecoder, where: str) -> enum.Enum:
-        found = members.get(value) if isinstance(value, str) else None
+        found = lookup(cls, value, exact=True, names=True) if isinstance(value, str) else None
         if found is None:
             raise GraphError(f"{where}: unknown {cls.__name__} {value!r}")
         return found

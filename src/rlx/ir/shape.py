@@ -7,13 +7,15 @@ A symbolic dim such as `"batch"` is bound to one size per run; the special name 
 from __future__ import annotations
 
 import math
-from typing import Iterable, Union
+from collections.abc import Iterable
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 
-Dim = Union[int, str]
+__all__ = ["Dim", "UNKNOWN", "MAX_RANK", "Shape", "broadcast_dims", "normalize_axis"]
+
+Dim = int | str
 UNKNOWN = "?"
 MAX_RANK = 32  # the most dims numpy 1.x arrays can have (2.x: 64); kernels need arrays
 
@@ -41,9 +43,19 @@ class Shape:
         return all(isinstance(d, int) for d in self.dims)
 
     @property
+    def static_dims(self) -> tuple[int, ...]:
+        """`dims` of a static shape; ShapeError when one is symbolic (check `is_static`
+        first where another error is wanted)."""
+        dims = tuple(d for d in self.dims if isinstance(d, int))
+        if len(dims) != len(self.dims):
+            raise ShapeError(f"shape {self} has symbolic dims where static ones are needed")
+        return dims
+
+    @property
     def numel(self) -> int | None:
         """Element count, or None when a dim is symbolic."""
-        return math.prod(self.dims) if self.is_static else None  # type: ignore[arg-type]
+        static = [d for d in self.dims if isinstance(d, int)]
+        return math.prod(static) if len(static) == len(self.dims) else None
 
     @property
     def nbytes(self) -> int | None:

@@ -14,6 +14,8 @@ from rlx.ir.ops.multi import TupleGet
 from rlx.ir.ops.sources import Constant
 from rlx.ir.shape import Shape
 
+__all__ = ["verify"]
+
 
 def verify(graph: Graph) -> None:
     """Raise `GraphError` (or `ShapeError`) naming the first node at fault. A graph that

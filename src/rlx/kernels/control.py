@@ -10,17 +10,30 @@ gate equations.
 from __future__ import annotations
 
 import functools
-from typing import Callable, Sequence, Union
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from rlx.errors import KernelError
 from rlx.ir.ops.control import (
-    GRU, LSTM, RNN, RNN_ACTIVATIONS, Fail, If, Loop, RnnDirection, Scan,
+    GRU,
+    LSTM,
+    RNN,
+    RNN_ACTIVATIONS,
+    Fail,
+    If,
+    Loop,
+    RnnDirection,
+    Scan,
 )
 from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape, normalize_axis
 from rlx.kernels.registry import builder, kernel
+
+__all__ = [
+    "build_if", "build_loop", "build_scan", "Activation", "Recurrent", "States", "Step",
+    "build_recurrence", "fail",
+]
 
 
 # -- If / Loop / Scan ----------------------------------------------------------------------
@@ -124,7 +137,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 Activation = Callable[[np.ndarray], np.ndarray]
-Recurrent = Union[LSTM, GRU, RNN]
+Recurrent = LSTM | GRU | RNN
 
 # name -> (f(x, alpha, beta), default alpha, default beta); None = the function takes none
 _ACTIVATIONS: dict[str, tuple[Callable[..., np.ndarray], float | None, float | None]] = {
@@ -150,7 +163,7 @@ def _activations(op: Recurrent) -> list[list[Activation]]:
     `activation_alpha` (`activation_beta`) and falls back to its default when they run out.
     """
     alphas, betas = iter(op.activation_alpha), iter(op.activation_beta)
-    funcs = []
+    funcs: list[Activation] = []
     for name in op.activation_names():
         fn, alpha, beta = _ACTIVATIONS[name]
         alpha = 0.0 if alpha is None else next(alphas, alpha)
@@ -248,7 +261,7 @@ def _rnn_cell(op: RNN, p: _Weights) -> tuple[np.ndarray, Step]:
 
 
 # op type -> (cell factory, the ONNX inputs holding its initial states)
-_CELLS = {
+_CELLS: dict[type, tuple[Callable[..., tuple], tuple[str, ...]]] = {
     LSTM: (_lstm_cell, ("initial_h", "initial_c")),
     GRU: (_gru_cell, ("initial_h",)),
     RNN: (_rnn_cell, ("initial_h",)),

@@ -26,6 +26,11 @@ from rlx.ir.ops.elementwise import (
 from rlx.kernels.blockwise import blockwise
 from rlx.kernels.registry import kernel, staged, writes_into
 
+__all__ = [
+    "widen_half", "erf", "build_unary", "build_binary", "compare", "logical", "logical_not",
+    "where", "cast", "build_clamp", "identity",
+]
+
 _HALF = {DType.F16.numpy, DType.BF16.numpy}
 
 
@@ -353,7 +358,7 @@ def _int_div(a, b):
     return (np.sign(a) * np.sign(b) * q).astype(a.dtype)
 
 
-_BINARY = {
+_BINARY: dict[BinaryOp, Callable[..., np.ndarray]] = {
     BinaryOp.ADD: np.add,
     BinaryOp.SUB: np.subtract,
     BinaryOp.MUL: np.multiply,

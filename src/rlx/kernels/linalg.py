@@ -12,6 +12,8 @@ from rlx.ir.ops.linalg import Einsum, MatMul
 from rlx.kernels.elementwise import widen_half
 from rlx.kernels.registry import kernel
 
+__all__ = ["matmul", "einsum"]
+
 
 @kernel(MatMul)
 def matmul(node, a, b):
@@ -20,6 +22,6 @@ def matmul(node, a, b):
 
 @kernel(Einsum)
 def einsum(node, *operands):
-    operands = [widen_half(x) for x in operands]
-    out = np.einsum(node.op.equation, *operands, optimize=len(operands) > 2)
+    wide = [widen_half(x) for x in operands]
+    out = np.einsum(node.op.equation, *wide, optimize=len(wide) > 2)
     return np.asarray(out, dtype=node.shape.dtype.numpy)

@@ -14,20 +14,38 @@ the range), then cast back; float64 stays float64.
 from __future__ import annotations
 
 import dataclasses
-
 import math
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from rlx.ir.ops.nn import (
-    BatchNormInference, Conv, ConvTranspose, CoordinateMode, GlobalPool, InstanceNorm,
-    LayerNorm, LogSoftmax, NearestMode, Pool, PoolKind, PRelu, Resize, ResizeMode, Softmax,
+    BatchNormInference,
+    Conv,
+    ConvTranspose,
+    CoordinateMode,
+    GlobalPool,
+    InstanceNorm,
+    LayerNorm,
+    LogSoftmax,
+    NearestMode,
+    Pool,
+    PoolKind,
+    PRelu,
+    Resize,
+    ResizeMode,
+    Softmax,
     Window,
 )
 from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import normalize_axis
 from rlx.kernels.registry import kernel, staged
+
+__all__ = [
+    "build_conv", "conv_transpose", "pool", "build_global_pool", "softmax", "log_softmax",
+    "layer_norm", "batch_norm", "instance_norm", "prelu", "resize",
+]
 
 
 def _compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -47,7 +65,7 @@ def _pad(x: np.ndarray, begin: Sequence[int], end: Sequence[int], value) -> np.n
     lead = x.ndim - len(begin)
     out = np.full((*x.shape[:lead], *(n + b + e for n, b, e in zip(x.shape[lead:], begin, end))),
                   value, x.dtype)
-    out[(..., *(slice(b, b + n) for b, n in zip(begin, x.shape[lead:])))] = x
+    out[(...,) + tuple(slice(b, b + n) for b, n in zip(begin, x.shape[lead:]))] = x
     return out
 
 
@@ -76,7 +94,7 @@ class _ConvPlan:
     window view's strides are known before the data is."""
 
     padded: tuple[int, ...]
-    inner: tuple[slice, ...] | None  # where x lands in the padded buffer; None = no padding
+    inner: tuple[Any, ...] | None  # index of x in the padded buffer; None = no padding
     view: tuple[tuple[int, ...], tuple[int, ...]]  # shape and byte strides
     cols: tuple[int, ...]  # the view as im2col matrices: [N, g, C/g * K, P]
     chunks: tuple[slice, ...]  # blocks of groups whose im2col matrices fit in cache
@@ -194,7 +212,7 @@ def build_conv(node, compile):
         if cached[0] is not w or cached[1] is not b:
             cached = weights[0] = (w, b, *_conv_weights(w, b, op.groups, dt, channels_last))
         layout, bias = cached[2:]
-        if channels_last:
+        if isinstance(plan, _ChannelsLastPlan):
             y = _channels_last_conv(x, layout, plan, dt)
         else:
             y = _im2col_conv(x, layout, plan, dt)
@@ -240,9 +258,9 @@ def conv_transpose(node, x, w, b=None):
     full = [(i - 1) * s + e + p for i, s, e, p in zip(sizes, win.strides, win.extent, extra)]
     y = np.zeros((m, n, *full), cols.dtype)
     for k, sl in enumerate(_taps(win, sizes)):
-        y[(..., *sl)] += cols[:, k]
+        y[(...,) + sl] += cols[:, k]
     crop = tuple(slice(bg, f - en) for bg, f, en in zip(win.begin, full, win.end))
-    return _finish(y[(..., *crop)], b, node)
+    return _finish(y[(...,) + crop], b, node)
 
 
 def _lowest(dtype: np.dtype):
@@ -300,11 +318,11 @@ def pool(node, x):
         xp = _pad(x, win.begin, end, _lowest(x.dtype))
         if math.prod(win.kernel) > sum(win.kernel):
             return _separable_max(xp, win, out, x.dtype)
-        return _fold((xp[(..., *sl)] for sl in _taps(win, out)), np.maximum, x.dtype)
+        return _fold((xp[(...,) + sl] for sl in _taps(win, out)), np.maximum, x.dtype)
     xp = _pad(_to_compute(x), win.begin, end, 0)
     if not all(out):
         return np.zeros((*x.shape[:2], *out), x.dtype)
-    total = _fold((xp[(..., *sl)] for sl in _taps(win, out)), np.add, xp.dtype)
+    total = _fold((xp[(...,) + sl] for sl in _taps(win, out)), np.add, xp.dtype)
     # outside ceil mode, a window hanging past a short input counts its overhang as
     # padding (onnxruntime: a 2x2 average of a 1x1 image with count_include_pad is x / 4)
     counted = win if op.ceil_mode else dataclasses.replace(win, end=tuple(end))
@@ -441,6 +459,7 @@ def prelu(node, x, slope):
 def _source_coords(op: Resize, axis: int, size: int) -> np.ndarray:
     """Input coordinate sampled by each output index on `axis` (float64), with ONNX's
     formulas, written as its reference evaluator does so that nearest-rounding ties agree."""
+    assert op.sizes is not None  # kernels run resolved Resizes (sizes known)
     new = op.sizes[axis]
     scale = op.axis_scale(axis, size)
     length = scale * size  # ONNX's fractional output length
@@ -457,6 +476,7 @@ def _source_coords(op: Resize, axis: int, size: int) -> np.ndarray:
     if mode is CoordinateMode.HALF_PIXEL_SYMMETRIC:
         offset = size / 2 * (1 - new / length)
         return offset + (y + 0.5) / scale - 0.5
+    assert op.roi is not None  # TF_CROP_AND_RESIZE has its roi (Resize.infer)
     start, stop = op.roi[axis::len(op.sizes)]
     if length == 1:
         return np.full(new, (stop - start) * (size - 1) / 2 + start * (size - 1))

@@ -22,6 +22,8 @@ from rlx.ir.graph import Node
 from rlx.ir.ops.linalg import DequantMatMul
 from rlx.kernels.registry import builder
 
+__all__ = ["build_dequant_matmul"]
+
 
 @builder(DequantMatMul)
 def build_dequant_matmul(node: Node, compile):
@@ -40,9 +42,9 @@ def build_dequant_matmul(node: Node, compile):
 
 
 # (address, bytes) of each input, encoding, n, k, dtype -> decoded weight, for read-only
-# packed arrays; an entry lives as long as every array that made it (a weakref callback drops it), so the
-# address cannot be reused by other bytes meanwhile. Only read-only arrays (constants) are
-# cached: a writeable input could change between runs.
+# packed arrays; an entry lives as long as every array that made it (a weakref callback
+# drops it), so the address cannot be reused by other bytes meanwhile. Only read-only
+# arrays (constants) are cached: a writeable input could change between runs.
 _DECODED: dict[tuple, np.ndarray] = {}
 _DECODED_LOCK = threading.Lock()
 
@@ -71,6 +73,7 @@ def _dense_weight(node: Node, encoding: Encoding, packed: np.ndarray, k: int,
                   dtype: np.dtype, groups: tuple[np.ndarray, ...] = ()) -> np.ndarray:
     """The `[K, N]` weight, C-contiguous like the dense weight it replaces (the transposed
     view of the decoded `[N, K]` stream made BLAS ~15% slower on the demo MLP)."""
+    assert isinstance(node.op, DequantMatMul)
     n = node.op.n
     if packed.size % encoding.block_bytes or \
             packed.size // encoding.block_bytes * encoding.block_size != n * k:

@@ -16,6 +16,8 @@ from rlx.ir.shape import normalize_axis
 from rlx.kernels.elementwise import widen_half
 from rlx.kernels.registry import kernel
 
+__all__ = ["Axes", "reduce", "arg_reduce", "cumsum", "top_k"]
+
 Axes = tuple[int, ...]
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from rlx.ir.ops.base import Op
 
+__all__ = ["Kernel", "Builder", "KERNELS", "BUILDERS", "kernel", "builder", "staged", "has_kernel"]
+
 Kernel = Callable[..., Any]
 Builder = Callable[..., Callable[..., Any]]
 

@@ -7,19 +7,55 @@ Expand, Split) return numpy views where numpy gives them; kernels never write th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import pairwise
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from rlx.ir.ops.shaping import (
-    Compress, Concat, DepthToSpace, DepthToSpaceMode, Expand, Fill, Flatten, Gather,
-    GatherElements, GatherND, NonZero, OneHot, Pad, PadMode, Range, Reshape, ScatterElements,
-    ScatterND, ScatterReduction, ShapeOf, Size, Slice, SpaceToDepth, Split, Squeeze, Tile,
-    Transpose, Trilu, Unsqueeze, onnx_slice, reshape_target, slice_plan,
+    Compress,
+    Concat,
+    DepthToSpace,
+    DepthToSpaceMode,
+    Expand,
+    Fill,
+    Flatten,
+    Gather,
+    GatherElements,
+    GatherND,
+    NonZero,
+    OneHot,
+    Pad,
+    PadMode,
+    Range,
+    Reshape,
+    ScatterElements,
+    ScatterND,
+    ScatterReduction,
+    ShapeOf,
+    Size,
+    Slice,
+    SpaceToDepth,
+    Split,
+    Squeeze,
+    Tile,
+    Transpose,
+    Trilu,
+    Unsqueeze,
+    onnx_slice,
+    reshape_target,
+    slice_plan,
 )
 from rlx.ir.shape import normalize_axis
 from rlx.kernels.registry import kernel, staged
+
+__all__ = [
+    "build_reshape", "build_transpose", "concat", "expand", "tile", "flatten", "build_squeeze",
+    "build_unsqueeze", "build_slice", "build_split", "build_pad", "gather", "gather_elements",
+    "gather_nd", "scatter_nd", "scatter_elements", "shape_of", "size", "range_", "fill",
+    "one_hot", "depth_to_space", "space_to_depth", "trilu", "non_zero", "compress",
+]
 
 
 def _ints(attr: tuple[int, ...] | None, operand: np.ndarray | None) -> tuple[int, ...] | None:
@@ -27,6 +63,13 @@ def _ints(attr: tuple[int, ...] | None, operand: np.ndarray | None) -> tuple[int
     if attr is not None:
         return attr
     return None if operand is None else tuple(int(v) for v in operand.reshape(-1))
+
+
+def _given_ints(attr: tuple[int, ...] | None, operand: np.ndarray | None) -> tuple[int, ...]:
+    """`_ints` of an operand every form has (a Reshape's shape, a Slice's starts, ...)."""
+    ints = _ints(attr, operand)
+    assert ints is not None  # the dynamic form takes it as an input (the op's infer checks)
+    return ints
 
 
 # -- re-layouts --------------------------------------------------------------------------------
@@ -57,7 +100,7 @@ def _probe(shape: tuple[int, ...]) -> np.ndarray:
 def build_reshape(node, compile):
     op = node.op
     target = _per_shape(op.shape is not None, lambda shape, operand=None: tuple(
-        reshape_target(shape, _ints(op.shape, operand), op.allowzero)))
+        reshape_target(shape, _given_ints(op.shape, operand), op.allowzero)))
     return lambda x, shape=None: x.reshape(target(x.shape, shape))
 
 
@@ -74,12 +117,12 @@ def concat(node, *xs):
 
 @kernel(Expand)
 def expand(node, x, shape=None):
-    return np.broadcast_to(x, np.broadcast_shapes(x.shape, _ints(node.op.shape, shape)))
+    return np.broadcast_to(x, np.broadcast_shapes(x.shape, _given_ints(node.op.shape, shape)))
 
 
 @kernel(Tile)
 def tile(node, x, repeats=None):
-    return np.tile(x, _ints(node.op.repeats, repeats))
+    return np.tile(x, _given_ints(node.op.repeats, repeats))
 
 
 @kernel(Flatten)
@@ -100,7 +143,7 @@ def build_squeeze(node, compile):
 def build_unsqueeze(node, compile):
     op = node.op
     target = _per_shape(op.axes is not None, lambda shape, axes=None: np.expand_dims(
-        _probe(shape), _ints(op.axes, axes)).shape)
+        _probe(shape), _given_ints(op.axes, axes)).shape)
     return lambda x, axes=None: x.reshape(target(x.shape, axes))
 
 
@@ -109,7 +152,8 @@ def build_slice(node, compile):
     op = node.op
 
     def index_of(shape, starts=None, ends=None, axes=None, steps=None) -> tuple[slice, ...]:
-        plan = slice_plan(len(shape), _ints(op.starts, starts), _ints(op.ends, ends),
+        plan = slice_plan(len(shape), _given_ints(op.starts, starts),
+                          _given_ints(op.ends, ends),
                           _ints(op.axes, axes), _ints(op.steps, steps))
         index = [slice(None)] * len(shape)
         for axis, start, end, step in plan:
@@ -137,7 +181,7 @@ def build_pad(node, compile):
     spends ~40 us per call on setup, more than a small tensor's copy."""
     op = node.op
     plan = _per_shape(op.pads is not None, lambda shape, pads=None: _pad_plan(
-        op.mode, shape, _ints(op.pads, pads)))
+        op.mode, shape, _given_ints(op.pads, pads)))
 
     def step(x, pads=None, value=None):
         crop, inner_or_takes, shape = plan(x.shape, pads)
@@ -192,7 +236,7 @@ def gather(node, data, indices):
 def _element_index(indices: np.ndarray, axis: int) -> tuple[np.ndarray, ...]:
     """A fancy index addressing, for each element of `indices`, the data element it names:
     the element's own coordinates, with `indices` in place of the coordinate along `axis`."""
-    grid = list(np.indices(indices.shape, sparse=True))
+    grid: list[np.ndarray] = list(np.indices(indices.shape, sparse=True))
     grid[axis % indices.ndim] = indices
     return tuple(grid)
 
@@ -209,7 +253,8 @@ def gather_nd(node, data, indices):
     m = indices.shape[-1]
     flat = data.reshape(batch, *data.shape[b:])
     tuples = indices.reshape(batch, count, m)
-    picked = flat[(np.arange(batch)[:, None], *np.moveaxis(tuples, -1, 0))]
+    index = (np.arange(batch)[:, None], *np.moveaxis(tuples, -1, 0))
+    picked = flat[index]
     return picked.reshape(*indices.shape[:-1], *data.shape[b + m:])
 
 

@@ -2,7 +2,9 @@
 
 Every pass returns `(graph, rewrites)` and gives back the very same graph object when it
 changed nothing. Node names (the stable identities of weights and outputs) survive every
-pass; see `rlx.ir.rewrite` for the rules. `unfold_weights` only reads the graph.
+pass; see `rlx.ir.rewrite` for the rules. `unfold_weights` only reads the graph. The
+contract (`Pass`) and the runner that sequences named steps (`run_pipeline`) are in
+`rlx.passes.pipeline`.
 
 Names load on first use (`rlx._lazy`): a caller that needs one pass does not import them all.
 """
@@ -21,11 +23,16 @@ _LAZY = {
     "pack_quant": "rlx.passes.quant_packing",
     "pack_ternary": "rlx.passes.ternary_packing",
     "SkipReason": "rlx.passes.packing",
+    "pack_matmuls": "rlx.passes.packing",
     "packing_candidates": "rlx.passes.packing",
     "resolve_shapes": "rlx.passes.shape_resolution",
     "algebraic_simplify": "rlx.passes.simplify",
     "skip_zero_matmul": "rlx.passes.zero_matmuls",
     "specialize": "rlx.passes.specialization",
+    "Pass": "rlx.passes.pipeline",
+    "Step": "rlx.passes.pipeline",
+    "VERIFY_ENV": "rlx.passes.pipeline",
+    "run_pipeline": "rlx.passes.pipeline",
     "HOIST_MIN_BYTES": "rlx.passes.subgraphs",
     "captured_inputs": "rlx.passes.subgraphs",
     "hoist_subgraph_weights": "rlx.passes.subgraphs",
@@ -37,5 +44,12 @@ _LAZY = {
                      "apply_weight_encodings", "Q8_0", "TQ2_0", "F16"),
                     "rlx.passes.weight_encoding"),
 }
-__all__ = sorted(_LAZY)
+__all__ = [
+    "HOIST_MIN_BYTES", "Pass", "SkipReason", "Step", "VERIFY_ENV", "WeightRow",
+    "algebraic_simplify", "bind_packed", "captured_inputs", "dedupe_identical_constants",
+    "eliminate_dead_code", "fold_batchnorm", "fold_constants", "fuse_patterns",
+    "hoist_subgraph_weights", "in_subgraphs", "pack_matmuls", "pack_quant", "pack_ternary",
+    "packing_candidates", "resolve_shapes", "run_pipeline", "sink_constant_captures",
+    "skip_zero_matmul", "specialize", "unfold_weights",
+]
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -84,9 +84,10 @@ def _find(graph: Graph) -> list[_Fold]:
     for bn in graph.nodes():
         if not isinstance(bn.op, BatchNormInference):
             continue
-        params = [constant_value(graph.node(i)) for i in bn.inputs[1:]]
+        params = [p for p in (constant_value(graph.node(i)) for i in bn.inputs[1:])
+                  if p is not None]
         producer = graph.node(bn.inputs[0])
-        if any(p is None for p in params) or not only_feeds(producer, bn.id):
+        if len(params) != len(bn.inputs) - 1 or not only_feeds(producer, bn.id):
             continue
         found = _conv(graph, producer) or _matmul(graph, producer, only_feeds)
         if found is None:
@@ -125,13 +126,13 @@ def _matmul(graph: Graph, node: Node, only_feeds):
             inner = graph.node(node.inputs[side])
             value = constant_value(graph.node(node.inputs[1 - side]))
             if isinstance(inner.op, MatMul) and value is not None and \
-                    only_feeds(inner, node.id) and value.size == node.shape.dims[-1]:
+                    only_feeds(inner, node.id) and value.size == node.tensor_shape.dims[-1]:
                 chain, bias_id, bias = (inner, node), node.inputs[1 - side], value.reshape(-1)
                 break
         else:
             return None
     matmul = chain[0]
-    if not isinstance(matmul.op, MatMul) or matmul.shape.rank != 2:
+    if not isinstance(matmul.op, MatMul) or matmul.tensor_shape.rank != 2:
         return None
     weight = constant_value(graph.node(matmul.inputs[1]))
     if weight is None or weight.ndim != 2:

@@ -26,8 +26,8 @@ import numpy as np
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.base import Op
 from rlx.ir.ops.linalg import DequantMatMul
-from rlx.ir.ops.packed import DecodeWeight, DequantGather
 from rlx.ir.ops.multi import TupleGet
+from rlx.ir.ops.packed import DecodeWeight, DequantGather
 from rlx.ir.rewrite import Rewriter, constant_value
 from rlx.kernels import KERNELS
 
@@ -59,7 +59,7 @@ def fold_constants(graph: Graph) -> tuple[Graph, int]:
         elif _fits(node, value, input_bytes):
             rw.substitute_constant(node, value)
             folded += 1
-            log.debug("fold: %s -> constant %s[%s]", node.label, node.shape.dtype,
+            log.debug("fold: %s -> constant %s[%s]", node.label, node.tensor_shape.dtype,
                       ", ".join(map(str, value.shape)))
         else:
             rw.copy(node)
@@ -75,8 +75,8 @@ def _evaluate(rw: Rewriter, node: Node, tuples: dict) -> tuple[Any, int] | None:
     kernel = KERNELS.get(type(node.op))
     if kernel is None or not node.inputs or isinstance(node.op, NEVER_FOLD):
         return None
-    arrays = [constant_value(rw.node(i)) for i in node.inputs]
-    if any(a is None for a in arrays):
+    arrays = [a for a in (constant_value(rw.node(i)) for i in node.inputs) if a is not None]
+    if len(arrays) != len(node.inputs):
         return None
     input_bytes = sum(a.nbytes for a in arrays)
     if _grows(node, input_bytes):
@@ -105,7 +105,7 @@ def _grows(node: Node, input_bytes: int) -> bool:
 
 def _fits(node: Node, value: np.ndarray, input_bytes: int) -> bool:
     """Whether `value` may replace `node`: the declared type, and not a blown-up fill."""
-    shape = node.shape
+    shape = node.tensor_shape
     if value.dtype != shape.dtype.numpy or value.ndim != shape.rank or any(
         isinstance(d, int) and d != s for d, s in zip(shape.dims, value.shape)
     ):

@@ -33,8 +33,8 @@ def dedupe_identical_constants(graph: Graph) -> tuple[Graph, int]:
         if not isinstance(op, Constant) or op.is_stripped:
             rw.copy(node)
             continue
-        digest = hashlib.blake2b(op.data, digest_size=16).digest()
-        same_key = kept.setdefault((node.shape.dtype, node.shape.dims, digest), [])
+        digest = hashlib.blake2b(op.data.data, digest_size=16).digest()
+        same_key = kept.setdefault((node.tensor_shape.dtype, node.tensor_shape.dims, digest), [])
         original = next((k for k in same_key if _same_bytes(rw.target.node(k), node)), None)
         if original is None:
             same_key.append(rw.copy(node))  # a digest collision keeps both copies
@@ -48,4 +48,5 @@ def dedupe_identical_constants(graph: Graph) -> tuple[Graph, int]:
 
 
 def _same_bytes(a: Node, b: Node) -> bool:
+    assert isinstance(a.op, Constant) and isinstance(b.op, Constant)  # both deduped constants
     return bool(np.array_equal(a.op.data, b.op.data))

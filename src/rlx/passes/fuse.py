@@ -67,7 +67,7 @@ class _Match:
         if not isinstance(node.op, op_type) or len(self.users[node_id]) != 1 \
                 or node_id in self.outputs:
             return None
-        return node if op is None or node.op.op is op else None
+        return node if op is None or isinstance(node.op, Binary) and node.op.op is op else None
 
     def scalar(self, node_id: int) -> float | None:
         """The value of a one-element float constant, else None."""
@@ -105,6 +105,8 @@ def _emit_unary(m: _Match, node: Node, kind: Activation, x: int, why: str) -> bo
 # -- HardSwish ------------------------------------------------------------------------------
 def _hard_swish_end(m: _Match, node: Node) -> bool:
     """`(x * clip(x + 3, 0, 6)) / 6` or `* (1/6)`, matched at the division."""
+    assert isinstance(node.op, Binary)  # chains end at a Binary (_ENDS)
+    product: int | None
     if node.op.op is BinaryOp.DIV and _close(m.scalar(node.inputs[1]), 6.0):
         product = node.inputs[0]
     elif node.op.op is BinaryOp.MUL:
@@ -116,7 +118,8 @@ def _hard_swish_end(m: _Match, node: Node) -> bool:
         return False
     for side in (0, 1):
         x, clamp = mul.inputs[side], m.inner(mul.inputs[1 - side], Clamp)
-        if clamp is not None and _close(clamp.op.min, 0.0) and _close(clamp.op.max, 6.0) \
+        if clamp is not None and isinstance(clamp.op, Clamp) and _close(clamp.op.min, 0.0) \
+                and _close(clamp.op.max, 6.0) \
                 and m.operand(clamp.inputs[0], BinaryOp.ADD, 3.0) == x:
             return _emit_unary(m, node, Activation.HARD_SWISH, x, "hard_swish")
     return False
@@ -128,6 +131,7 @@ _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
 def _gelu_tanh_end(m: _Match, node: Node) -> bool:
     """`(0.5 * x) * (1 + tanh(...))` or `x * (0.5 * (1 + tanh(...)))`, at the last Mul."""
+    assert isinstance(node.op, Binary)  # chains end at a Binary (_ENDS)
     if node.op.op is not BinaryOp.MUL:
         return False
     for side in (0, 1):
@@ -145,7 +149,7 @@ def _one_plus_tanh_of(m: _Match, node_id: int) -> int | None:
     """x, when node `node_id` is `1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))`."""
     arg = m.operand(node_id, BinaryOp.ADD, 1.0)
     tanh = None if arg is None else m.inner(arg, Unary)
-    if tanh is None or tanh.op.kind is not Activation.TANH:
+    if tanh is None or not isinstance(tanh.op, Unary) or tanh.op.kind is not Activation.TANH:
         return None
     poly = m.operand(tanh.inputs[0], BinaryOp.MUL, _SQRT_2_OVER_PI)
     total = None if poly is None else m.inner(poly, Binary, BinaryOp.ADD)
@@ -258,6 +262,7 @@ def _product_end(m: _Match, node: Node) -> bool:
 # -- convolution bias -----------------------------------------------------------------------
 def _conv_bias(m: _Match, node: Node) -> bool:
     """`Conv(x, w[, b]) + c`, c constant along all axes but the channel axis (1)."""
+    assert isinstance(node.op, Binary)  # chains end at a Binary (_ENDS)
     if node.op.op is not BinaryOp.ADD:
         return False
     for side in (0, 1):
@@ -265,11 +270,11 @@ def _conv_bias(m: _Match, node: Node) -> bool:
         add = constant_value(m.node(node.inputs[1 - side]))
         if conv is None or add is None or conv.shape != node.shape:
             continue
-        channels = _per_channel(add, conv.shape.rank, conv.shape.dims[1])
+        channels = _per_channel(add, conv.tensor_shape.rank, conv.tensor_shape.dims[1])
         old = constant_value(m.node(conv.inputs[2])) if len(conv.inputs) == 3 else 0
         if channels is None or old is None:
             continue
-        bias = (channels + old).astype(node.shape.dtype.numpy)
+        bias = (channels + old).astype(node.tensor_shape.dtype.numpy)
         rw = m.rw
         inputs = (rw.id(conv.inputs[0]), rw.id(conv.inputs[1]), rw.emit_constant(bias))
         rw.substitute(node, conv.op, inputs, node.shape)

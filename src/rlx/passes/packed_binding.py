@@ -23,12 +23,12 @@ from typing import Protocol
 import numpy as np
 
 from rlx.codecs import decode
-from rlx.errors import BindingError, ShapeError
+from rlx.errors import BakeError, BindingError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
-from rlx.ir.ops.linalg import DequantMatMul, MatMul, QuantScheme
+from rlx.ir.ops.linalg import PACKED_SCHEMES, DequantMatMul, MatMul, QuantScheme, dequant_inputs
 from rlx.ir.ops.shaping import Transpose
-from rlx.ir.ops.sources import Constant
+from rlx.ir.ops.sources import Constant, Param
 from rlx.ir.rewrite import Rewriter
 from rlx.ir.shape import Shape
 
@@ -52,7 +52,7 @@ def bind_packed(graph: Graph, rows: Sequence[PackedRow]) -> tuple[Graph, int]:
     groups: dict[int, list[PackedRow]] = {}  # MLX param id -> its scales (and biases) rows
     transposes: dict[int, int] = {}  # a dropped Transpose -> the MLX param it read
     for node in graph.params():
-        row = by_name.get(node.op.name)
+        row = by_name.get(_param_name(node))
         if row is None:
             continue
         if _mlx(row.encoding):
@@ -67,7 +67,7 @@ def bind_packed(graph: Graph, rows: Sequence[PackedRow]) -> tuple[Graph, int]:
     extra: dict[int, list[int]] = {}  # param id -> new ids of its scales (and biases)
     for node in graph.nodes():
         if node.id in bound:
-            row = by_name[node.op.name]
+            row = by_name[_param_name(node)]
             data = np.asarray(row.data, np.uint8).reshape(-1)
             rw.substitute(node, Constant(data), (), Shape([data.size], DType.U8))
             extra[node.id] = [rw.emit_constant(_array(part), part.name)
@@ -116,14 +116,14 @@ def _check_mlx(graph: Graph, param: Node, row: PackedRow, by_name: dict[str, Pac
     name = param.op.name
     try:
         scheme = QuantScheme.parse(row.encoding)
-    except ShapeError:
+    except BakeError:
         raise BindingError(f"packed weight {name!r} has unknown MLX scheme {row.encoding}") \
             from None
     if len(row.shape) != 2:
         raise BindingError(f"MLX weight {name!r} has shape {list(row.shape)}, [N, K] expected")
     n, k = row.shape
     base = name.removesuffix(".weight")
-    wanted = [f"{base}.scales", *([f"{base}.biases"] if scheme.inputs == 4 else [])]
+    wanted = [f"{base}.scales", *([f"{base}.biases"] if dequant_inputs(scheme) == 4 else [])]
     if any(w not in by_name for w in wanted):
         raise BindingError(f"MLX weight {name!r} ({scheme}) needs rows {' and '.join(wanted)}")
     parts = [by_name[w] for w in wanted]
@@ -160,19 +160,24 @@ def _is_transpose_2d(node: Node) -> bool:
         and node.shape.rank == 2 and node.op.perm in (None, (1, 0))
 
 
+def _param_name(node: Node) -> str:
+    assert isinstance(node.op, Param)  # Graph.params() lists Param nodes
+    return node.op.name
+
+
 def _check(graph: Graph, param: Node, row: PackedRow,
            readers: list[int]) -> tuple[QuantScheme, int]:
-    name = param.op.name
-    try:
-        scheme = QuantScheme.parse(row.encoding)
-    except ShapeError:
-        raise BindingError(f"packed weight {name!r} is {row.encoding}; only gguf_q8_0 and "
-                           "gguf_tq2_0 run packed: load it with --weights-policy f32") from None
-    shape: Shape = param.shape
+    name = _param_name(param)
+    scheme = next((s for s in PACKED_SCHEMES if s.value == row.encoding), None)
+    if scheme is None:
+        runnable = " and ".join(str(s) for s in PACKED_SCHEMES)
+        raise BindingError(f"packed weight {name!r} is {row.encoding}; only {runnable} "
+                           "run packed: load it with --weights-policy f32")
+    shape: Shape = param.tensor_shape
     if shape.rank != 2 or not shape.is_static:
         raise BindingError(f"packed weight {name!r}: param is {shape}, a static [K, N] matrix "
                            "is needed")
-    k, n = shape.dims
+    k, n = (int(d) for d in shape.dims)  # static
     if tuple(row.shape) != (n, k):
         raise BindingError(f"packed weight {name!r} has shape {list(row.shape)}; param {shape} "
                            f"needs the GGUF layout [{n}, {k}]")

@@ -16,13 +16,14 @@ name and the packed constant is named `<weight>.<scheme label>`.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-from rlx.codecs import is_ternary
+from rlx.codecs import encode, is_ternary
 from rlx.errors import BakeError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
@@ -70,7 +71,7 @@ def packing_candidates(graph: Graph, block_size: int,
 def _skip_reason(weight: Node, block_size: int, require_ternary: bool) -> SkipReason | None:
     if not isinstance(weight.op, Constant):
         return SkipReason.NOT_CONSTANT
-    if weight.shape.dtype is not DType.F32:
+    if weight.tensor_shape.dtype is not DType.F32:
         return SkipReason.NOT_F32
     values = constant_value(weight)
     if values is None:
@@ -84,9 +85,15 @@ def _skip_reason(weight: Node, block_size: int, require_ternary: bool) -> SkipRe
     return None if np.isfinite(values).all() else SkipReason.NOT_FINITE
 
 
-def pack_matmuls(graph: Graph, scheme: QuantScheme, quantize: Quantizer,
-                 require_ternary: bool, pass_name: str) -> tuple[Graph, int]:
-    """Rewrite every qualifying MatMul to a DequantMatMul; returns (graph, matmuls packed)."""
+def pack_matmuls(graph: Graph, scheme: QuantScheme, quantize: Quantizer | None = None,
+                 require_ternary: bool = False, pass_name: str = "") -> tuple[Graph, int]:
+    """Rewrite every qualifying MatMul to a DequantMatMul; returns (graph, matmuls packed).
+
+    `quantize` defaults to the scheme's codec (`rlx.codecs.encode`), so a new block
+    encoding packs without a pass of its own.
+    """
+    quantize = quantize or functools.partial(encode, scheme)
+    pass_name = pass_name or f"pack {scheme}"
     chosen: dict[int, int] = {}  # matmul id -> weight id
     for mm, reason in packing_candidates(graph, scheme.block_size, require_ternary):
         node = graph.node(mm)
@@ -109,7 +116,7 @@ def pack_matmuls(graph: Graph, scheme: QuantScheme, quantize: Quantizer,
             shared = reads[node.id] > packed_reads[node.id]
             packed[node.id] = _emit_packed(rw, node, streams[node.id], scheme, shared)
         elif node.id in chosen:
-            n = graph.node(chosen[node.id]).shape.dims[1]
+            n = int(graph.node(chosen[node.id]).tensor_shape.dims[1])  # a constant's: static
             weight = packed[chosen[node.id]]
             rw.substitute(node, DequantMatMul(scheme, n), (rw.id(node.inputs[0]), weight),
                           node.shape)
@@ -131,7 +138,9 @@ def _encode(graph: Graph, weights: set[int], quantize: Quantizer,
         progress.debug("%s: packing %s (%d of %d tensors)", pass_name,
                        node.name or f"%{node.id}", i + 1, len(weights))
         try:
-            streams[w] = quantize(np.ascontiguousarray(constant_value(node).T))
+            value = constant_value(node)
+            assert value is not None  # a candidate weight has bytes (_skip_reason)
+            streams[w] = quantize(np.ascontiguousarray(value.T))
         except BakeError as err:
             log.warning("%s: weight %s stays dense: %s", pass_name, node.label, err)
     return streams
@@ -155,7 +164,7 @@ def _emit_packed(rw: Rewriter, weight: Node, stream: np.ndarray, scheme: QuantSc
         rw.drop(weight.id)
         name = weight.name
     packed = rw.emit_constant(stream, name)
-    k, n = weight.shape.dims
+    k, n = weight.tensor_shape.dims
     log.debug("packed %s [%d, %d] f32 -> %d bytes %s (BT [N, K] for DequantMatMul)%s",
               weight.label, k, n, stream.size, scheme, " (f32 kept: still read)" if shared else "")
     return packed

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -31,7 +31,16 @@ from rlx.ir.ops.base import Op
 from rlx.ir.ops.nn import Resize
 from rlx.ir.ops.reduce import CumSum, Reduce, TopK
 from rlx.ir.ops.shaping import (
-    Expand, Fill, Pad, Reshape, ShapeOf, Size, Slice, Squeeze, Tile, Unsqueeze,
+    Expand,
+    Fill,
+    Pad,
+    Reshape,
+    ShapeOf,
+    Size,
+    Slice,
+    Squeeze,
+    Tile,
+    Unsqueeze,
 )
 from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.rewrite import Rewriter, constant_value
@@ -91,10 +100,11 @@ def _known_value(rw: Rewriter, node: Node, op: Op, inputs: Sequence[int],
     """The node's value when the shapes it reads or the shape arithmetic it does is known."""
     if isinstance(node.shape, tuple):
         return None
-    if isinstance(op, ShapeOf) and shapes[0].is_static:
-        return np.array(shapes[0].dims[op.start:op.end], dtype=np.int64)
-    if isinstance(op, Size) and shapes[0].is_static:
-        return np.array(shapes[0].numel, dtype=np.int64)
+    first = shapes[0] if shapes and isinstance(shapes[0], Shape) else None
+    if isinstance(op, ShapeOf) and first is not None and first.is_static:
+        return np.array(first.dims[op.start:op.end], dtype=np.int64)
+    if isinstance(op, Size) and first is not None and first.is_static:
+        return np.array(first.numel, dtype=np.int64)
     if node.shape.dtype.is_float or not inputs:
         return None
     values = [constant_value(rw.target.node(i)) for i in inputs]
@@ -119,8 +129,9 @@ def _ints(value: np.ndarray) -> tuple[int, ...]:
 
 def _operands(rw: Rewriter, inputs: Sequence[int], first: int) -> list[np.ndarray] | None:
     """Values of inputs[first:], or None unless all are Constants."""
-    values = [constant_value(rw.target.node(i)) for i in inputs[first:]]
-    return None if any(v is None for v in values) else values
+    values = [v for v in (constant_value(rw.target.node(i)) for i in inputs[first:])
+              if v is not None]
+    return values if len(values) == len(inputs[first:]) else None
 
 
 StaticForm = Callable[[Op, list[np.ndarray], Sequence[ShapeLike]], Op | None]
@@ -162,7 +173,7 @@ def _scalar_operand(field: str) -> StaticForm:
         op, **{field: int(values[0].reshape(()))})
 
 
-_STATIC_FORMS: dict[type, StaticForm] = {
+_STATIC_FORMS: dict[type, Callable[..., Op | None]] = {  # each takes its own op type
     Reshape: _shape_operand("shape"),
     Expand: _shape_operand("shape"),
     Tile: _shape_operand("repeats"),
@@ -186,7 +197,7 @@ def _static_form(rw: Rewriter, op: Op, inputs: Sequence[int],
         return None if values is None else (dataclasses.replace(op, shape=_ints(values[0])), ())
     make = _STATIC_FORMS.get(type(op))
     values = _operands(rw, inputs, 1) if make is not None and len(inputs) >= 2 else None
-    if values is None:
+    if make is None or values is None:
         return None
     new_op = make(op, values, shapes)
     if new_op is None:
@@ -213,7 +224,11 @@ def _merge(declared: ShapeLike, inferred: ShapeLike) -> ShapeLike:
     if isinstance(declared, tuple) or isinstance(inferred, tuple):
         if not (isinstance(declared, tuple) and isinstance(inferred, tuple)):
             return declared
-        return tuple(_merge(d, i) for d, i in zip(declared, inferred))
+        return tuple(_merge_one(d, i) for d, i in zip(declared, inferred))
+    return _merge_one(declared, inferred)
+
+
+def _merge_one(declared: Shape, inferred: Shape) -> Shape:
     if declared.rank != inferred.rank or declared.dtype != inferred.dtype:
         return declared
     return Shape([i if isinstance(i, int) or not isinstance(d, int) else d

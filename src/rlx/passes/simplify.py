@@ -23,6 +23,7 @@ by a NEW node (a composed Transpose or Reshape) hands its name to it.
 from __future__ import annotations
 
 import logging
+
 import numpy as np
 
 from rlx.ir.graph import Graph, Node
@@ -74,6 +75,7 @@ _NEUTRAL = {
 
 
 def _neutral_operand(rw: Rewriter, node: Node) -> bool:
+    assert isinstance(node.op, Binary)  # the rule of Binary nodes
     for value, side in _NEUTRAL.get(node.op.op, ()):
         const = constant_value(rw.node(node.inputs[side]))
         kept = rw.node(node.inputs[1 - side])
@@ -85,10 +87,11 @@ def _neutral_operand(rw: Rewriter, node: Node) -> bool:
 # -- Transpose ----------------------------------------------------------------------------------
 def _transpose(rw: Rewriter, node: Node) -> bool:
     x = rw.node(node.inputs[0])
-    perm = node.op.resolved_perm(x.shape.rank)
+    assert isinstance(node.op, Transpose)  # the rule of Transpose nodes
+    perm = node.op.resolved_perm(x.tensor_shape.rank)
     source = x
     if isinstance(x.op, Transpose):
-        inner = x.op.resolved_perm(rw.target.node(x.inputs[0]).shape.rank)
+        inner = x.op.resolved_perm(rw.target.node(x.inputs[0]).tensor_shape.rank)
         perm = tuple(inner[p] for p in perm)
         source = rw.target.node(x.inputs[0])
     if perm == tuple(range(len(perm))):
@@ -104,24 +107,26 @@ def _is_static_reshape(node: Node) -> bool:
 
 
 def _reshape(rw: Rewriter, node: Node) -> bool:
-    out = node.shape
+    out = node.tensor_shape
     if not _is_static_reshape(node) or not out.is_static:
         return False
     x = rw.node(node.inputs[0])
     source = rw.target.node(x.inputs[0]) if _is_static_reshape(x) else x
-    if source.shape.dims == out.dims:
+    if source.tensor_shape.dims == out.dims:
         return _forward(rw, node, source.id, "a reshape to its input's shape")
     if source is x:
         return False
     # the target is spelled out in full: a 0 in it is a real size, not "copy this dim"
-    op = Reshape(tuple(out.dims), allowzero=0 in out.dims)
+    op = Reshape(tuple(int(d) for d in out.dims), allowzero=0 in out.dims)  # static
     return _rebuild(rw, node, op, source.id, "a reshape of a reshape")
 
 
 # -- Cast, Identity, Squeeze(Unsqueeze) ---------------------------------------------------------
 def _cast(rw: Rewriter, node: Node) -> bool:
     x = rw.node(node.inputs[0])
-    return x.shape.dtype == node.op.to and _forward(rw, node, x.id, "a cast to the same dtype")
+    assert isinstance(node.op, Cast)  # the rule of Cast nodes
+    return x.tensor_shape.dtype == node.op.to and _forward(rw, node, x.id,
+                                                           "a cast to the same dtype")
 
 
 def _identity(rw: Rewriter, node: Node) -> bool:
@@ -130,9 +135,10 @@ def _identity(rw: Rewriter, node: Node) -> bool:
 
 def _squeeze(rw: Rewriter, node: Node) -> bool:
     x = rw.node(node.inputs[0])
-    if node.op.axes is None or not isinstance(x.op, Unsqueeze):
+    assert isinstance(node.op, Squeeze)  # the rule of Squeeze nodes
+    if node.op.axes is None or not isinstance(x.op, Unsqueeze) or x.op.axes is None:
         return False
-    rank = x.shape.rank
+    rank = x.tensor_shape.rank
     squeezed = {normalize_axis(a, rank) for a in node.op.axes}
     inserted = {normalize_axis(a, rank) for a in x.op.axes}
     if squeezed != inserted:

@@ -11,7 +11,8 @@ without copying (the Constant is a view). Bindings that name no Param are ignore
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ def specialize(graph: Graph, bindings: Mapping[str, Any]) -> tuple[Graph, int]:
         value = bound_value(node, bindings[node.op.name])
         rw.substitute_constant(node, value)
         log.debug("specialize: param %r bound to %s[%s]", node.op.name,
-                  node.shape.dtype, ", ".join(map(str, value.shape)))
+                  node.tensor_shape.dtype, ", ".join(map(str, value.shape)))
         return True
 
     new, count = rewrite_nodes(graph, bind)
@@ -47,7 +48,8 @@ def specialize(graph: Graph, bindings: Mapping[str, Any]) -> tuple[Graph, int]:
 
 def bound_value(node: Node, value: Any) -> np.ndarray:
     """`value` as an array of the Param's dtype and (concrete) shape, or a `BindingError`."""
-    shape: Shape = node.shape
+    assert isinstance(node.op, Param)
+    shape: Shape = node.tensor_shape
     want = shape.dtype.numpy
     if not isinstance(value, np.ndarray):
         try:
@@ -94,7 +96,8 @@ def _concrete_dims(shape: Shape, got: tuple[int, ...]) -> tuple[int, ...] | None
 
 
 def _mismatch(node: Node, value: np.ndarray, what: str) -> BindingError:
-    shape: Shape = node.shape
+    assert isinstance(node.op, Param)
+    shape: Shape = node.tensor_shape
     count = "" if shape.numel is None else f" ({shape.numel} elements)"
     got = f"{_dtype_text(value.dtype)}[{', '.join(map(str, value.shape))}] ({value.size} elements)"
     return BindingError(

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Callable
 
 from rlx.ir.graph import Graph, Node, unique_name
 from rlx.ir.ops.base import Op
 from rlx.ir.ops.control import If, Loop
 from rlx.ir.ops.sources import Constant, Input
 from rlx.ir.rewrite import Rewriter
+from rlx.passes.pipeline import Pass
 
 __all__ = [
-    "HOIST_MIN_BYTES", "capture_offsets", "captured_inputs", "hoist_subgraph_weights", "in_subgraphs",
-    "sink_constant_captures",
+    "HOIST_MIN_BYTES", "capture_offsets", "captured_inputs", "hoist_subgraph_weights",
+    "in_subgraphs", "sink_constant_captures",
 ]
 
 log = logging.getLogger(__name__)
@@ -34,9 +34,6 @@ log = logging.getLogger(__name__)
 HOIST_MIN_BYTES = 1024
 """Subgraph constants of at least this size are weights and go to the top graph; smaller
 ones (shapes, axes, scalars) stay where shape resolution and folding need them."""
-
-Pass = Callable[[Graph], tuple[Graph, int]]
-
 
 def _capture_offsets(op: Op) -> tuple[int, int] | None:
     """(first captured input of the op, first subgraph input it binds to), for ops whose
@@ -88,7 +85,7 @@ def _sink_one_level(graph: Graph) -> tuple[Graph, int]:
             pos: graph.node(i) for pos, i in enumerate(node.inputs)
             if pos >= offsets[0] and _has_bytes(graph.node(i))
         }
-        if not constants:
+        if offsets is None or not constants:
             rw.copy(node)
             continue
         outer, inner = offsets
@@ -141,7 +138,8 @@ def hoist_subgraph_weights(graph: Graph,
             sub, count = hoist_subgraph_weights(sub, min_bytes)
             hoisted += count
             subs.append(sub)
-        lifted = [[n for n in sub.nodes() if _has_bytes(n) and n.op.nbytes >= min_bytes]
+        lifted = [[n for n in sub.nodes() if isinstance(n.op, Constant)
+                   and not n.op.is_stripped and n.op.nbytes >= min_bytes]
                   for sub in subs]
         flat = [n for nodes in lifted for n in nodes]
         if not flat:
@@ -172,7 +170,7 @@ def _lift_constants(sub: Graph, lifted: list[Node], own: range) -> Graph:
     for node in sub.nodes():
         if isinstance(node.op, Input):
             rw.copy(node)
-    names = {n.op.name for n in sub.inputs()}
+    names = {n.op.name for n in sub.inputs() if isinstance(n.op, Input)}
     new_inputs = []
     for i, const in enumerate(lifted):
         name = unique_name(f"captured.{i}", names)

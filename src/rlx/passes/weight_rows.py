@@ -82,8 +82,9 @@ def unfold_weights(graph: Graph) -> list[WeightRow]:
 
 
 def _dense_row(weight: Node) -> WeightRow:
-    encoding = weight.shape.dtype.value
-    return WeightRow(weight.name, weight.id, weight.shape.dims, weight.shape.dtype, encoding,
+    shape = weight.tensor_shape
+    encoding = shape.dtype.value
+    return WeightRow(weight.name, weight.id, shape.dims, shape.dtype, encoding,
                      "row_major", True, f"unfolded {encoding}")
 
 
@@ -92,10 +93,11 @@ def _packed_row(graph: Graph, matmul: Node, weight: Node) -> WeightRow:
 
     K is x's last dim; when that is symbolic, the stream length tells it.
     """
+    assert isinstance(matmul.op, DequantMatMul)
     scheme, n = matmul.op.scheme, matmul.op.n
-    k = graph.node(matmul.inputs[0]).shape.dims[-1]
+    k = graph.node(matmul.inputs[0]).tensor_shape.dims[-1]
     if not isinstance(k, int) and n:
-        k = weight.shape.dims[0] // scheme.block_bytes * scheme.block_size // n
+        k = int(weight.tensor_shape.dims[0]) // scheme.block_bytes * scheme.block_size // n
     aligned = isinstance(k, int) and k % scheme.block_size == 0
     return WeightRow(weight.name, weight.id, (k, n), matmul.shape.dtype, scheme.label, "bt_nk",
                      aligned, f"packed {scheme} (BT [N, K] = [{n}, {k}])")

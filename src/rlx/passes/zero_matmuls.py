@@ -31,13 +31,14 @@ def skip_zero_matmul(graph: Graph) -> tuple[Graph, int]:
 
 
 def _skip(rw: Rewriter, node: Node) -> bool:
-    if not isinstance(node.op, MatMul) or not node.shape.is_static:
+    if not isinstance(node.op, MatMul) or not node.tensor_shape.is_static:
         return False
     weight = rw.node(node.inputs[1])
     w = constant_value(weight)
-    if w is None or not weight.shape.dtype.is_float or np.any(w):
+    if w is None or not weight.tensor_shape.dtype.is_float or np.any(w):
         return False  # np.any treats NaN as non-zero and -0.0 as zero
-    rw.substitute_constant(node, np.zeros(node.shape.dims, node.shape.dtype.numpy))
+    shape = node.tensor_shape  # static: checked above
+    rw.substitute_constant(node, np.zeros(tuple(int(d) for d in shape.dims), shape.dtype.numpy))
     log.debug("skip_zero_matmul: %s reads all-zero weight %s: now a zero constant %s",
               node.label, weight.label, node.shape)
     return True

@@ -14,8 +14,9 @@ import functools
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from rlx.ir.naming import node_title, op_type
 from rlx.runtime.session import STEP_TIMER, CompiledGraph

@@ -26,6 +26,8 @@ from rlx.kernels import BUILDERS, KERNELS, has_kernel
 from rlx.runtime.reuse import into as _into
 from rlx.runtime.reuse import plan_reuse
 
+__all__ = ["DEVICES", "STEP_TIMER", "Session", "CompiledGraph"]
+
 DEVICES = ("cpu",)
 
 STEP_TIMER: ContextVar[Any] = ContextVar("rlx_step_timer", default=None)
@@ -66,7 +68,7 @@ class CompiledGraph:
         steps: list[tuple[Node, Callable]] = []
         for node in graph.nodes():
             if isinstance(node.op, Constant):
-                self._constants[node.id] = node.op.array(node.shape)
+                self._constants[node.id] = node.op.array(node.tensor_shape)
             elif not isinstance(node.op, Input):
                 steps.append((node, self._resolve(node)))
         self._steps = _plan(graph, steps, keep=set(graph.outputs) | set(self._constants))
@@ -89,11 +91,11 @@ class CompiledGraph:
 
     @property
     def input_names(self) -> list[str]:
-        return [n.op.name for n in self._inputs]
+        return [n.source_name for n in self._inputs]
 
     @property
     def input_shapes(self) -> dict[str, Shape]:
-        return {n.op.name: n.shape for n in self._inputs}
+        return {n.source_name: n.tensor_shape for n in self._inputs}
 
     @property
     def output_names(self) -> list[str]:
@@ -195,11 +197,10 @@ def conform_feed(name: str, shape: Shape, value: Any,
         if isinstance(dim, int):
             if dim != size:
                 raise InputError(f"input {name!r}: {expected}, {got} (axis {axis})")
-        elif dim != "?":
-            if bound.setdefault(dim, size) != size:
-                raise InputError(
-                    f"input {name!r}: {expected}, {got}: dim {dim!r} is {bound[dim]} elsewhere"
-                )
+        elif dim != "?" and bound.setdefault(dim, size) != size:
+            raise InputError(
+                f"input {name!r}: {expected}, {got}: dim {dim!r} is {bound[dim]} elsewhere"
+            )
     return value
 
 
@@ -215,7 +216,7 @@ def _check_runnable(graph: Graph) -> None:
             raise GraphError(
                 f"param {node.op.name!r} has no value: bake the graph with its weights first"
             )
-        if isinstance(node.op, Constant) and node.op.is_stripped and node.shape.numel != 0:
+        if isinstance(node.op, Constant) and node.op.is_stripped and node.tensor_shape.numel != 0:
             raise GraphError(
                 f"constant {node.label} has no bytes (a compact artifact): "
                 "call ensure_runtime_ready() or into_runtime_graph() before compile"

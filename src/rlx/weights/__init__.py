@@ -16,5 +16,8 @@ _LAZY = {
     "WeightSourceInfo": "rlx.weights.policy",
     "f32_first_verdict": "rlx.weights.policy",
 }
-__all__ = sorted(_LAZY)
+__all__ = [
+    "F32FirstVerdict", "LoadedWeight", "WeightBundle", "WeightLoadPolicy", "WeightPathKind",
+    "WeightSourceInfo", "f32_first_verdict", "load_weights", "load_weights_f32",
+]
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

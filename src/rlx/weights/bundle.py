@@ -8,6 +8,8 @@ import numpy as np
 
 from rlx.weights.policy import F32FirstVerdict, WeightSourceInfo
 
+__all__ = ["LoadedWeight", "WeightBundle"]
+
 
 @dataclass(frozen=True)
 class LoadedWeight:

@@ -199,7 +199,7 @@ def read_gguf(path: Path) -> SourceTensors:
         # the version's low half is 0: a byte-swapped (big-endian) version number
         raise WeightError(f"{path} is a big-endian GGUF file; rlx reads little-endian GGUF")
     try:
-        infos, start = _parse(memoryview(data))
+        infos, start = _parse(data.data)
     except _Corrupt as err:
         raise WeightError(f"corrupt GGUF file {path}: {err}") from None
     source = SourceTensors()
@@ -221,7 +221,7 @@ def decode_packed(weight: LoadedWeight, path: Path) -> np.ndarray:
     if weight.encoding in RUNNABLE_PACKS:
         count = math.prod(weight.shape)
         return decode(weight.encoding, weight.data, count).reshape(weight.shape)
-    qtype = _Q[weight.encoding.removeprefix(_PREFIX).upper()]
+    qtype = gguf.GGMLQuantizationType[weight.encoding.removeprefix(_PREFIX).upper()]
     if not weight.data.size:  # the package's dequantizers fail on zero blocks
         return np.zeros(weight.shape, np.float32)
     block, block_bytes = GGML_QUANT_SIZES[qtype]

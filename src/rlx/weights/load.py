@@ -11,19 +11,24 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from rlx.errors import WeightError
 from rlx.weights.bundle import LoadedWeight, WeightBundle
-from rlx.weights.gguf_file import RUNNABLE_PACKS, decode_packed, read_gguf
 from rlx.weights.dduf import load_dduf
+from rlx.weights.gguf_file import RUNNABLE_PACKS, decode_packed, read_gguf
 from rlx.weights.mlx_folder import mlx_quantization, split_mlx_packs
 from rlx.weights.numpy_files import read_npy, read_npz
 from rlx.weights.policy import (
-    F32FirstVerdict, WeightLoadPolicy, WeightPathKind, WeightSourceInfo, f32_first_verdict,
+    F32FirstVerdict,
+    WeightLoadPolicy,
+    WeightPathKind,
+    WeightSourceInfo,
+    f32_first_verdict,
 )
 from rlx.weights.safetensors_file import read_safetensors
 from rlx.weights.source import SourceTensors
@@ -114,7 +119,8 @@ def _read_dir(path: Path) -> SourceTensors:
     files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in _READERS)
     if not files:
         raise WeightError(f"no weights files ({_EXPECTED}) in directory {path}")
-    merged, origin = SourceTensors(), {}
+    merged = SourceTensors()
+    origin: dict[str, Path] = {}
     for file in files:
         part = _READERS[file.suffix.lower()][1](file)
         for name in part.names():

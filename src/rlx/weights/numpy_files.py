@@ -75,6 +75,7 @@ def read_npz(path: Path) -> SourceTensors:
         if not isinstance(archive, np.lib.npyio.NpzFile):
             raise WeightError(f"{path} is an .npy file, not an .npz archive")
         with archive:
+            assert archive.zip is not None  # an open NpzFile has its zip
             infos = archive.zip.infolist()
             _check_directory(infos, len(buffer), path)
             for info in infos:

@@ -16,6 +16,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from rlx.enums import parse_enum
 from rlx.errors import WeightError
 
 __all__ = [
@@ -34,21 +35,16 @@ class WeightLoadPolicy(enum.Enum):
     @classmethod
     def parse(cls, text: str) -> WeightLoadPolicy:
         """Case-insensitive, with the reference's aliases."""
-        policy = _ALIASES.get(text.strip().lower())
-        if policy is None:
-            raise WeightError(f"unknown --weights-policy {text}; expected f32|packed|auto")
-        return policy
+        return parse_enum(cls, text, lambda t: WeightError(
+            f"unknown --weights-policy {t}; expected f32|packed|auto"), _ALIASES)
 
     def __str__(self) -> str:
         return self.value
 
 
-_ALIASES: dict[str, WeightLoadPolicy] = {
-    "f32": WeightLoadPolicy.F32_FIRST, "f32-first": WeightLoadPolicy.F32_FIRST,
-    "dense": WeightLoadPolicy.F32_FIRST,
-    "packed": WeightLoadPolicy.KEEP_PACKED, "keep-packed": WeightLoadPolicy.KEEP_PACKED,
-    "native": WeightLoadPolicy.KEEP_PACKED,
-    "auto": WeightLoadPolicy.AUTO,
+_ALIASES = {
+    WeightLoadPolicy.F32_FIRST: ("f32-first", "dense"),
+    WeightLoadPolicy.KEEP_PACKED: ("keep-packed", "native"),
 }
 
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import ml_dtypes
 import numpy as np
 
 from rlx.errors import WeightError
 from rlx.weights.bundle import LoadedWeight
+
+__all__ = ["DENSE_DTYPES", "HALF_DTYPES", "SourceTensors", "check_dense", "reading"]
 
 # Dense dtypes rlx graphs can hold (the numpy side of rlx.ir.DType, which weights may not
 # import); anything else in a file is refused rather than converted behind the user's back.

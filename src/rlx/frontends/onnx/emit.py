@@ -8,20 +8,46 @@ Constant node) and its dynamic form otherwise.
 from __future__ import annotations
 
 import math
-from typing import Sequence, Union
+from collections.abc import Sequence
 
 import numpy as np
 
 from rlx.frontends.onnx.fold import FOLD_LIMIT, fold
 from rlx.ir import (
-    Activation, Binary, BinaryOp, Cast, Compare, CompareOp, Concat, DType, Expand, Fill, Flatten,
-    Gather, Graph, Logical, LogicalOp, MatMul, Not, Reduce, ReduceOp, Reshape, Shape, ShapeOf,
-    Slice, Squeeze, Transpose, TupleGet, Unary, Unsqueeze, Where,
+    Activation,
+    Binary,
+    BinaryOp,
+    Cast,
+    Compare,
+    CompareOp,
+    Concat,
+    DType,
+    Expand,
+    Fill,
+    Flatten,
+    Gather,
+    Graph,
+    Logical,
+    LogicalOp,
+    MatMul,
+    Not,
+    Reduce,
+    ReduceOp,
+    Reshape,
+    Shape,
+    ShapeOf,
+    Slice,
+    Squeeze,
+    Transpose,
+    TupleGet,
+    Unary,
+    Unsqueeze,
+    Where,
 )
 from rlx.ir.ops.base import Op
 from rlx.ir.rewrite import constant_value
 
-ShapeArg = Union[Sequence[int], int]
+ShapeArg = Sequence[int] | int
 """A shape-like operand: static values, or the id of a 1-D i64 node holding them."""
 
 __all__ = ["Emitter", "ShapeArg"]
@@ -36,22 +62,24 @@ class Emitter:
     def emit(self, op: Op, *inputs: int, shape=None) -> int:
         """Append `op`; integer arithmetic on known values becomes a Constant instead."""
         if inputs and shape is None:
-            values = [self.value(i) for i in inputs]
-            if all(v is not None for v in values):
+            values = [v for v in (self.value(i) for i in inputs) if v is not None]
+            if len(values) == len(inputs):
                 inferred = self.graph.infer(op, inputs)
-                folded = fold(op, values, inferred)
-                if folded is not None:  # the exact shape: inference may have had "?"
+                folded = None if isinstance(inferred, tuple) else fold(op, values, inferred)
+                if folded is not None and not isinstance(inferred, tuple):
+                    # the exact shape: inference may have had "?"
                     return self.graph.constant(folded, inferred.with_dims(folded.shape))
         return self.graph.add_node(op, inputs, shape)
 
     def parts(self, node_id: int, count: int | None = None) -> list[int]:
         """`TupleGet` nodes for the first `count` (default: all) outputs of a tuple node."""
         shapes = self.graph.node(node_id).shape
+        assert isinstance(shapes, tuple), "parts of a tuple-valued node"
         n = len(shapes) if count is None else count
         return [self.emit(TupleGet(i), node_id) for i in range(n)]
 
     def shape(self, node_id: int) -> Shape:
-        return self.graph.node(node_id).shape
+        return self.graph.node(node_id).tensor_shape
 
     def dtype(self, node_id: int) -> DType:
         return self.shape(node_id).dtype

@@ -5,25 +5,45 @@ Reshape). When the inputs of such a step are already known, the importer evaluat
 ONNX's own shape inference propagates data: a Reshape whose target comes from static dims
 gets its static form, inferred shapes stay exact, and an If on a known condition keeps only
 its taken branch. Only integer and boolean tensors of at most `FOLD_LIMIT` elements are
-evaluated (and int -> float casts of them), with the IR's own helpers where the semantics
-are subtle (slices, reshape targets); everything else is left to the bake's folding.
+evaluated (and int -> float casts of them), by the same kernels the runtime and the bake's
+constant folding run (`rlx.kernels`); everything else is left to the bake's folding.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from rlx.errors import RlxError
 from rlx.ir import (
-    Binary, BinaryOp, Cast, Compare, CompareOp, Concat, Expand, Flatten, Gather, Identity, Logical,
-    LogicalOp, Not, Range, Reduce, ReduceOp, Reshape, Shape, Slice, Squeeze, Transpose, Unary,
-    Unsqueeze, Where,
+    Binary,
+    BinaryOp,
+    Cast,
+    Compare,
+    Concat,
+    Expand,
+    Flatten,
+    Gather,
+    Identity,
+    Logical,
+    Not,
+    Range,
+    Reduce,
+    ReduceOp,
+    Reshape,
+    Shape,
+    Slice,
+    Squeeze,
+    Transpose,
+    Unary,
+    Unsqueeze,
+    Where,
 )
+from rlx.ir.graph import Node
 from rlx.ir.ops.base import Op
 from rlx.ir.ops.elementwise import Activation
-from rlx.ir.ops.shaping import onnx_slice, reshape_target, slice_plan
+from rlx.kernels import KERNELS
 
 __all__ = ["FOLD_LIMIT", "fold"]
 
@@ -31,72 +51,22 @@ FOLD_LIMIT = 1024
 """Largest tensor (elements) the importer evaluates."""
 
 
-def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if np.any(b == 0):
-        raise ZeroDivisionError
-    return np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))  # truncates toward zero
+def _always(op: Op) -> bool:
+    return True
 
 
-def _mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if np.any(b == 0):
-        raise ZeroDivisionError
-    return np.mod(a, b)
+_BINARY = {BinaryOp.ADD, BinaryOp.SUB, BinaryOp.MUL, BinaryOp.DIV, BinaryOp.MOD, BinaryOp.MAX,
+           BinaryOp.MIN}
+_REDUCE = {ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MAX, ReduceOp.MIN}
 
-
-_BINARY: dict[BinaryOp, Callable] = {
-    BinaryOp.ADD: np.add, BinaryOp.SUB: np.subtract, BinaryOp.MUL: np.multiply,
-    BinaryOp.DIV: _divide, BinaryOp.MOD: _mod, BinaryOp.MAX: np.maximum,
-    BinaryOp.MIN: np.minimum,
-}
-_COMPARE = {CompareOp.EQ: np.equal, CompareOp.NE: np.not_equal, CompareOp.LT: np.less,
-            CompareOp.LE: np.less_equal, CompareOp.GT: np.greater,
-            CompareOp.GE: np.greater_equal}
-_LOGICAL = {LogicalOp.AND: np.logical_and, LogicalOp.OR: np.logical_or,
-            LogicalOp.XOR: np.logical_xor}
-_REDUCE = {ReduceOp.SUM: np.sum, ReduceOp.PROD: np.prod, ReduceOp.MAX: np.max,
-           ReduceOp.MIN: np.min}
-_UNARY = {Activation.NEG: np.negative, Activation.ABS: np.abs}
-
-
-def _slice(op: Slice, x: np.ndarray) -> np.ndarray:
-    index = [slice(None)] * x.ndim
-    for axis, start, end, step in slice_plan(x.ndim, op.starts, op.ends, op.axes, op.steps):
-        index[axis] = onnx_slice(start, end, step, x.shape[axis])
-    return x[tuple(index)]
-
-
-def _flatten(op: Flatten, x: np.ndarray) -> np.ndarray:
-    axis = op.axis + x.ndim if op.axis < 0 else op.axis
-    return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
-
-
-def _reduce(op: Reduce, x: np.ndarray) -> np.ndarray:
-    if op.axes == ():
-        raise ValueError("a per-element reduction is not shape arithmetic")
-    axes = op.normalized_axes(x.ndim)
-    return _REDUCE[op.op](x, axis=axes, keepdims=op.keepdims)
-
-
-_RULES: dict[type, Callable[..., np.ndarray]] = {
-    Binary: lambda op, a, b: _BINARY[op.op](a, b),
-    Compare: lambda op, a, b: _COMPARE[op.op](a, b),
-    Logical: lambda op, a, b: _LOGICAL[op.op](a, b),
-    Not: lambda op, x: np.logical_not(x),
-    Where: lambda op, c, a, b: np.where(c, a, b),
-    Unary: lambda op, x: _UNARY[op.kind](x),
-    Cast: lambda op, x: x.astype(op.to.numpy),
-    Identity: lambda op, x: x,
-    Concat: lambda op, *xs: np.concatenate(xs, axis=op.axis),
-    Gather: lambda op, x, i: np.take(x, i, axis=op.axis),
-    Reshape: lambda op, x: x.reshape(reshape_target(x.shape, op.shape, op.allowzero)),
-    Unsqueeze: lambda op, x: np.expand_dims(x, op.axes),
-    Squeeze: lambda op, x: np.squeeze(x, axis=op.axes),
-    Slice: _slice,
-    Transpose: lambda op, x: x.transpose(op.resolved_perm(x.ndim)),
-    Flatten: _flatten,
-    Expand: lambda op, x: np.broadcast_to(x, np.broadcast_shapes(x.shape, op.shape)),
-    Range: lambda op, a, b, d: np.arange(a, b, d, dtype=a.dtype),
-    Reduce: _reduce,
+# Which ops are shape arithmetic, and so evaluated at import (the values come from the
+# kernels, `rlx.kernels`: each op's semantics are written once, there).
+_ARITHMETIC: dict[type[Op], Callable[..., bool]] = {
+    Binary: lambda op: op.op in _BINARY,
+    Unary: lambda op: op.kind in (Activation.NEG, Activation.ABS),
+    Reduce: lambda op: op.op in _REDUCE and op.axes != (),  # () is per element, not a shape
+    **dict.fromkeys((Compare, Logical, Not, Where, Cast, Identity, Concat, Gather, Reshape,
+                     Unsqueeze, Squeeze, Slice, Transpose, Flatten, Expand, Range), _always),
 }
 
 
@@ -104,22 +74,30 @@ def _arithmetic(value: np.ndarray) -> bool:
     return value.dtype.kind in "iub" and value.size <= FOLD_LIMIT
 
 
+def _dynamic(op: Op, values: Sequence[np.ndarray]) -> bool:
+    """Whether `op` is in a form that takes its operands (shape, starts, axes) as inputs."""
+    return (isinstance(op, (Reshape, Expand)) and op.shape is None
+            or isinstance(op, Slice) and op.starts is None
+            or isinstance(op, (Squeeze, Unsqueeze)) and op.axes is None and len(values) > 1)
+
+
 def fold(op: Op, values: Sequence[np.ndarray], shape: Shape) -> np.ndarray | None:
     """The value of `op` on known `values`, or None when it is not import-time arithmetic."""
-    rule = _RULES.get(type(op))
-    if rule is None or isinstance(shape, tuple) or not all(map(_arithmetic, values)):
+    is_arithmetic = _ARITHMETIC.get(type(op))
+    kernel = KERNELS.get(type(op))
+    if is_arithmetic is None or kernel is None or not is_arithmetic(op) \
+            or isinstance(shape, tuple) or not all(map(_arithmetic, values)):
         return None
-    if isinstance(op, (Reshape, Expand)) and op.shape is None or \
-            isinstance(op, Slice) and op.starts is None or \
-            isinstance(op, (Squeeze, Unsqueeze)) and op.axes is None and len(values) > 1:
-        return None  # dynamic forms take their operands as inputs: leave them
+    if _dynamic(op, values):
+        return None  # left as they are
     if shape.numel is not None and shape.numel > FOLD_LIMIT:
         return None
+    node = Node(-1, op, tuple(range(len(values))), shape)
     try:
         with np.errstate(all="raise"):
-            out = np.asarray(rule(op, *values))
-    except (ArithmeticError, ValueError, IndexError, KeyError, TypeError):
-        return None
+            out = np.asarray(kernel(node, *values))
+    except (ArithmeticError, ValueError, IndexError, KeyError, TypeError, RlxError):
+        return None  # the runtime will meet (and report) the same values
     if out.size > FOLD_LIMIT or out.ndim != shape.rank or any(
             isinstance(d, int) and d != n for d, n in zip(shape.dims, out.shape)):
         return None

@@ -12,7 +12,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import os
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -184,7 +185,7 @@ class Importer:
         self.convert_graph_body(scope, graph)
         outputs = [(o.name, scope.get(o.name)) for o in graph.output]
         result = finish_graph(scope.graph, outputs)
-        used = {n.op.name for n in result.params()}
+        used = {n.source_name for n in result.params()}
         try:
             verify(result)
         except GraphError as err:
@@ -259,6 +260,7 @@ class Importer:
         defaults, or None when it has no body."""
         if node.op_type in NEVER_EXPANDED:
             return None
+        schema: Any  # onnx's stubs lack the function-body accessors the bindings have
         try:
             schema = onnx.defs.get_schema(node.op_type, opset, "")
         except onnx.defs.SchemaError:
@@ -386,6 +388,7 @@ class Importer:
 def _has_function(op_type: str, opset: int) -> bool:
     if op_type in NEVER_EXPANDED:
         return False
+    schema: Any  # onnx's stubs lack the function-body accessors the bindings have
     try:
         schema = onnx.defs.get_schema(op_type, opset, "")
     except onnx.defs.SchemaError:

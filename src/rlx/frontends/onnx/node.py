@@ -6,11 +6,13 @@ decoded once, and errors name the node so a user can find it in the model.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import enum
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from onnx import NodeProto
 
+from rlx.enums import parse_enum
 from rlx.errors import ModelImportError
 from rlx.frontends.onnx.tensors import decode_attribute
 
@@ -32,6 +34,9 @@ def node_label(proto: NodeProto) -> str:
         return f"node {proto.name!r} ({proto.op_type})"
     first = next((o for o in proto.output if o), "")
     return f"{proto.op_type} node producing {first!r}" if first else f"{proto.op_type} node"
+
+
+E = TypeVar("E", bound=enum.Enum)
 
 
 class NodeContext:
@@ -91,6 +96,12 @@ class NodeContext:
     # -- attributes and outputs --------------------------------------------------------------
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
+
+    def enum_attr(self, cls: type[E], name: str, default: str, *, exact: bool = True) -> E:
+        """Attribute `name` as the member of `cls` it spells (ONNX's exact spelling unless
+        `exact=False`), or a ModelImportError naming the value."""
+        return parse_enum(cls, self.attr(name, default),
+                          lambda text: self.fail(f"unknown {name} {text!r}"), exact=exact)
 
     def wants(self, i: int) -> bool:
         """Whether output `i` is used (present and named)."""

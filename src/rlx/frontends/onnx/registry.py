@@ -7,12 +7,15 @@ resolves every opset and attribute quirk of its op, so the IR never sees opset v
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rlx.frontends.onnx.node import NodeContext
 
-Outputs = Union[int, Sequence[Union[int, None]]]
+__all__ = ["Outputs", "Converter", "CONVERTERS", "NEVER_EXPANDED", "converter"]
+
+Outputs = int | Sequence[int | None]
 Converter = Callable[["NodeContext"], Outputs]
 
 CONVERTERS: dict[str, Converter] = {}

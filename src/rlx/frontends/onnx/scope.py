@@ -12,7 +12,8 @@ Small outer constants are copied in instead, so their values stay known at impor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from onnx import AttributeProto, GraphProto
@@ -96,7 +97,7 @@ class Subgraph:
         self.capture_inputs = capture_inputs
 
     def output_shapes(self) -> list[Shape]:
-        return [self.graph.node(o).shape for o in self.graph.outputs]
+        return [self.graph.node(o).tensor_shape for o in self.graph.outputs]
 
     @classmethod
     def convert(cls, parent: Scope, body: GraphProto, shapes: Sequence[Shape], name: str,
@@ -131,8 +132,8 @@ class Subgraph:
         parent.importer.convert_graph_body(scope, body)
         graph = finish_graph(scope.graph, [(None, scope.get(o.name)) for o in body.output])
         # Inputs keep their positions among the Inputs (the op binds them by order)
-        inputs = {n.op.name: n.id for n in graph.inputs()}
-        return cls(graph, captured, [inputs[scope.graph.node(i).op.name]
+        inputs = {n.source_name: n.id for n in graph.inputs()}
+        return cls(graph, captured, [inputs[scope.graph.node(i).source_name]
                                      for i in capture_inputs])
 
 
@@ -198,5 +199,6 @@ def finish_graph(graph: Graph, outputs: Sequence[tuple[str | None, int]]) -> Gra
                                            node.origin)
     renamed = {name: out.add_node(Identity(), (new_id[node_id],), graph.node(node_id).shape,
                                   name) for name, node_id in extra}
-    out.set_outputs(renamed.get(name, new_id[node_id]) for name, node_id in outputs)
+    out.set_outputs(new_id[node_id] if name is None else renamed.get(name, new_id[node_id])
+                    for name, node_id in outputs)
     return out

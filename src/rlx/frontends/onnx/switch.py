@@ -7,7 +7,7 @@ differ between branches become UNKNOWN, as for any If.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from rlx.frontends.onnx.emit import Builder, Emitter
 from rlx.ir import BinaryOp, CompareOp, DType, If, Shape

@@ -39,7 +39,7 @@ DTYPES: dict[int, DType] = {
 _TO_ONNX = {v: k for k, v in DTYPES.items()}
 
 # which repeated field holds a tensor's values when it has no raw_data, and how many per element
-_FIELDS = {
+_FIELDS: dict[int, tuple[str, int]] = {
     TensorProto.FLOAT: ("float_data", 1),
     TensorProto.DOUBLE: ("double_data", 1),
     TensorProto.INT64: ("int64_data", 1),

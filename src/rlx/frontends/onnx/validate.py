@@ -9,7 +9,8 @@ schema promises.
 from __future__ import annotations
 
 import functools
-from typing import Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import onnx
 import onnx.defs
@@ -27,6 +28,7 @@ _WIDENS = {(AttributeProto.INT, AttributeProto.FLOAT), (AttributeProto.INTS,
 @functools.lru_cache(maxsize=1024)
 def _attributes(op_type: str, opset: int) -> dict[str, tuple[int, bool]] | None:
     """Attribute name -> (AttributeProto type, required) of the op at `opset`."""
+    schema: Any  # onnx's stubs type attribute types as an enum int() does not take
     try:
         schema = onnx.defs.get_schema(op_type, opset, "")
     except onnx.defs.SchemaError:

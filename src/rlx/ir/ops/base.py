@@ -7,8 +7,9 @@ its output shape; kernels live in `rlx.runtime`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import fields, replace
-from typing import TYPE_CHECKING, ClassVar, Sequence, Union
+from typing import TYPE_CHECKING, ClassVar
 
 from rlx.errors import ShapeError
 from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
@@ -17,12 +18,12 @@ from rlx.ir.shape import Shape, normalize_axis
 if TYPE_CHECKING:
     from rlx.ir.graph import Graph
 
-OutShape = Union[Shape, tuple[Shape, ...]]
+OutShape = Shape | tuple[Shape, ...]
 
 OPS: dict[str, type[Op]] = {}
 """Registry of every op type by its serialised name, filled at import."""
 
-__all__ = ["Op", "OPS", "OutShape"]
+__all__ = ["Op", "OpMixin", "OPS", "OutShape", "op_axis", "expect_dtype"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,8 @@ class Op:
     def op_name(self) -> str:
         return type(self).__name__
 
-    def infer(self, inputs: Sequence[Shape]) -> OutShape:
+    def infer(self, inputs: Sequence[OutShape]) -> OutShape:
+        """The output shape(s) for `inputs` (tuple-valued ones reach only TupleGet)."""
         raise NotImplementedError(type(self).__name__)
 
     def subgraphs(self) -> tuple[Graph, ...]:
@@ -56,6 +58,12 @@ class Op:
 
     def attrs(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+if TYPE_CHECKING:
+    OpMixin = Op  # a mixin of ops is typed as one: it may use op_name and pass itself as an op
+else:
+    OpMixin = object  # at run time a plain base, so the mixin is not registered as an op type
 
 
 def op_axis(op: Op, axis: int, rank: int, what: str = "") -> int:

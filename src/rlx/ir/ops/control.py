@@ -13,11 +13,13 @@ holes in their input list, so `present` names which ONNX optional inputs follow 
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
-from rlx.ir.ops.base import Op, expect_dtype, op_axis
+from rlx.ir.ops.base import Op, OpMixin, expect_dtype, op_axis
+from rlx.ir.ops.sources import Input
 from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import UNKNOWN, Dim, Shape
 
@@ -49,7 +51,8 @@ def _bind(op: Op, graph: Graph, outer: Sequence[Shape], what: str) -> dict[str, 
                          f"the op passes {len(outer)}")
     bindings: dict[str, Dim] = {}
     for node, given in zip(inputs, outer):
-        declared = node.shape
+        declared = node.tensor_shape
+        assert isinstance(node.op, Input)  # Graph.inputs() lists Input nodes
         fits = declared.dtype == given.dtype and declared.rank == given.rank and all(
             not (isinstance(d, int) and isinstance(g, int) and d != g)
             for d, g in zip(declared.dims, given.dims)
@@ -155,8 +158,8 @@ class Loop(Op):
         body_inputs = self.body.inputs()
         if len(body_inputs) >= 2:
             # iter_num and cond are made by the loop: check them as flags, not against inputs
-            _expect_flag(self, body_inputs[0].shape, DType.I64, "body iter_num")
-            _expect_flag(self, body_inputs[1].shape, DType.BOOL, "body cond")
+            _expect_flag(self, body_inputs[0].tensor_shape, DType.I64, "body iter_num")
+            _expect_flag(self, body_inputs[1].tensor_shape, DType.BOOL, "body cond")
         given = [node.shape for node in body_inputs[:2]] + list(inputs[2:])
         outs = _outputs(self, self.body, _bind(self, self.body, given, "body"), "body")
         if len(outs) < 1 + n:
@@ -223,6 +226,7 @@ class Scan(Op):
             a = op_axis(self, axis, x.rank, f"scan input {k}")
             length = self._same_length(length, x.dims[a])
             slices.append(x.with_dims(x.dims[:a] + x.dims[a + 1:]))
+        assert length is not None  # n_state < len(inputs): one scan input at least
         outs = _outputs(self, self.body, _bind(self, self.body, [*state, *slices], "body"),
                         "body")
         if len(outs) < n:
@@ -267,7 +271,7 @@ _ACTIVATION_KEYS = {name.lower() for name in RNN_ACTIVATIONS}
 
 
 @dataclass(frozen=True)
-class _Recurrent:
+class _Recurrent(OpMixin):
     """Attributes and shape rules shared by LSTM, GRU and RNN (ONNX names and meaning).
 
     `activations` lists `len(default_activations)` names per direction (empty = defaults);

@@ -7,7 +7,8 @@ the closed sets of kinds; `Unary`, `Binary`, `Compare`, `Logical` are the ops th
 from __future__ import annotations
 
 import enum
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType

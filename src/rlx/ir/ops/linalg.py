@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import enum
 import re
 from typing import ClassVar
 
+from rlx.codecs.encodings import Encoding
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op, expect_dtype
 from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Dim, Shape, broadcast_dims
 
-__all__ = ["MatMul", "QuantScheme", "DequantMatMul", "Einsum"]
+__all__ = ["MatMul", "PACKED_SCHEMES", "QuantScheme", "DequantMatMul", "Einsum", "dequant_inputs"]
 
 
 @dataclass(frozen=True)
@@ -39,58 +39,18 @@ class MatMul(Op):
         return Shape(dims, a.dtype)
 
 
-class QuantScheme(enum.Enum):
-    """Packed weight encodings DequantMatMul understands: (name, block elems, block bytes).
+QuantScheme = Encoding
+"""The packed weight encodings DequantMatMul runs: the block encodings of `rlx.codecs`
+(`Encoding` members with `is_block_quantized`). The codec registry is the one place their
+block layouts are written; a new block codec is a new scheme without touching the IR."""
 
-    For the MLX schemes (rlx.codecs.mlx) a block is one quantization group of the codes
-    stream; their scales (and affine biases) are separate inputs of the DequantMatMul."""
+PACKED_SCHEMES: tuple[QuantScheme, ...] = tuple(e for e in Encoding if e.is_block_quantized)
 
-    GGUF_Q8_0 = ("gguf_q8_0", 32, 34)
-    GGUF_TQ2_0 = ("gguf_tq2_0", 256, 66)
-    MLX_AFFINE_2_32 = ("mlx_affine/2/32", 32, 8)
-    MLX_AFFINE_2_64 = ("mlx_affine/2/64", 64, 16)
-    MLX_AFFINE_2_128 = ("mlx_affine/2/128", 128, 32)
-    MLX_AFFINE_3_32 = ("mlx_affine/3/32", 32, 12)
-    MLX_AFFINE_3_64 = ("mlx_affine/3/64", 64, 24)
-    MLX_AFFINE_3_128 = ("mlx_affine/3/128", 128, 48)
-    MLX_AFFINE_4_32 = ("mlx_affine/4/32", 32, 16)
-    MLX_AFFINE_4_64 = ("mlx_affine/4/64", 64, 32)
-    MLX_AFFINE_4_128 = ("mlx_affine/4/128", 128, 64)
-    MLX_AFFINE_6_32 = ("mlx_affine/6/32", 32, 24)
-    MLX_AFFINE_6_64 = ("mlx_affine/6/64", 64, 48)
-    MLX_AFFINE_6_128 = ("mlx_affine/6/128", 128, 96)
-    MLX_AFFINE_8_32 = ("mlx_affine/8/32", 32, 32)
-    MLX_AFFINE_8_64 = ("mlx_affine/8/64", 64, 64)
-    MLX_AFFINE_8_128 = ("mlx_affine/8/128", 128, 128)
-    MLX_MXFP4 = ("mlx_mxfp4/32", 32, 16)
-    MLX_MXFP8 = ("mlx_mxfp8/32", 32, 32)
-    MLX_NVFP4 = ("mlx_nvfp4/16", 16, 8)
 
-    def __init__(self, label: str, block_size: int, block_bytes: int):
-        self.label = label
-        self.block_size = block_size
-        self.block_bytes = block_bytes
-
-    @classmethod
-    def parse(cls, text: str) -> QuantScheme:
-        for scheme in cls:
-            if scheme.label == text or (scheme.is_mlx and scheme.label.split("/")[0] == text
-                                        and not text.startswith("mlx_affine")):
-                return scheme
-        raise ShapeError(f"unknown quant scheme {text!r}; expected gguf_q8_0, gguf_tq2_0, "
-                         "mlx_affine/<bits>/<group>, mlx_mxfp4, mlx_mxfp8 or mlx_nvfp4")
-
-    @property
-    def is_mlx(self) -> bool:
-        return self.label.startswith("mlx_")
-
-    @property
-    def inputs(self) -> int:
-        """DequantMatMul's inputs: [x, packed] for GGUF, [x, codes, scales(, biases)] MLX."""
-        return 4 if self.label.startswith("mlx_affine") else 3 if self.is_mlx else 2
-
-    def __str__(self) -> str:
-        return self.label
+def dequant_inputs(scheme: QuantScheme) -> int:
+    """DequantMatMul's inputs: [x, packed] for GGUF, [x, codes, scales(, biases)] for MLX
+    (rlx.codecs.mlx: a block is one quantization group of the codes stream)."""
+    return 4 if scheme.value.startswith("mlx_affine") else 3 if scheme.is_mlx else 2
 
 
 @dataclass(frozen=True)
@@ -108,10 +68,16 @@ class DequantMatMul(Op):
     n: int
     arity: ClassVar = (2, 4)
 
+    def __post_init__(self) -> None:
+        if self.scheme not in PACKED_SCHEMES:
+            names = ", ".join(str(s) for s in PACKED_SCHEMES)
+            raise ShapeError(f"DequantMatMul: {self.scheme} is not a block encoding; "
+                             f"expected one of {names}")
+
     def infer(self, inputs):
-        if len(inputs) != self.scheme.inputs:
-            raise ShapeError(f"DequantMatMul: {self.scheme} takes {self.scheme.inputs} inputs, "
-                             f"got {len(inputs)}")
+        if len(inputs) != dequant_inputs(self.scheme):
+            raise ShapeError(f"DequantMatMul: {self.scheme} takes {dequant_inputs(self.scheme)} "
+                             f"inputs, got {len(inputs)}")
         x, packed = inputs[:2]
         if self.scheme.is_mlx:
             self._check_groups(packed, inputs[2:])

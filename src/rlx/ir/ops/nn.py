@@ -12,11 +12,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from typing import Callable, ClassVar, Sequence
+from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
-from rlx.ir.ops.base import Op, expect_dtype, op_axis
+from rlx.ir.ops.base import Op, OpMixin, expect_dtype, op_axis
 from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import UNKNOWN, Dim, Shape, broadcast_dims
 
@@ -87,8 +88,12 @@ def _per_axis(op: Op, name: str, values: tuple[int, ...], n: int, default: int, 
     return tuple(values)
 
 
-class _Sliding:
+class _Sliding(OpMixin):
     """Mixin for ops with `strides`, `pads` and `dilations` attributes."""
+
+    strides: tuple[int, ...]
+    pads: tuple[int, ...]
+    dilations: tuple[int, ...]
 
     def window(self, kernel: Sequence[Dim]) -> Window:
         n = len(kernel)
@@ -487,6 +492,7 @@ class Resize(Op):
         elif self.sizes is not None:
             sizes = self.sizes
         else:
+            assert scales is not None, "a Resize has sizes or scales"  # infer checked it
             sizes = tuple(int(math.floor(s * n)) for s, n in zip(scales, dims))
         return dataclasses.replace(self, sizes=sizes, scales=scales, roi=roi, operands=())
 
@@ -494,10 +500,12 @@ class Resize(Op):
         """The scale the coordinate transform uses on `axis` for an input of `size`."""
         if self.scales is not None:
             return self.scales[axis]
+        assert self.sizes is not None, "a Resize has sizes or scales"
         return self.sizes[axis] / size if size else 1.0
 
     def is_identity_axis(self, axis: int, size: int) -> bool:
         """Whether `axis` is left as is: same size, scale 1 and no crop (ONNX's shortcut)."""
+        assert self.sizes is not None, "only a resolved Resize (sizes known) is asked"
         roi = (0.0, 1.0) if self.roi is None else self.roi[axis::len(self.sizes)]
         return (self.sizes[axis] == size and math.isclose(self.axis_scale(axis, size), 1.0)
                 and math.isclose(roi[0], 0.0) and math.isclose(roi[1], 1.0))

@@ -9,11 +9,12 @@ is None and the operand is a second input (as the shape ops of `ops.shaping` do)
 from __future__ import annotations
 
 import enum
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
-from rlx.ir.ops.base import Op, op_axis
+from rlx.ir.ops.base import Op, OpMixin, op_axis
 from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import UNKNOWN, Dim, Shape, normalize_axis
 
@@ -135,7 +136,7 @@ class Reduce(Op):
 
 
 @dataclass(frozen=True)
-class _ArgReduce:
+class _ArgReduce(OpMixin):
     """Fields and inference shared by ArgMax and ArgMin (a mixin, so not an op itself)."""
 
     axis: int = 0
@@ -181,6 +182,7 @@ class CumSum(Op):
         if x.rank == 0 or x.dtype is DType.BOOL:
             raise ShapeError(f"CumSum: needs a numeric tensor of rank >= 1, got {x}")
         if not _operand(self, inputs, "axis", "axis", vector=False):
+            assert self.axis is not None  # the static form
             op_axis(self, self.axis, x.rank)
         return x
 
@@ -206,7 +208,8 @@ class TopK(Op):
             raise ShapeError(f"TopK: needs rank >= 1, got {x}")
         axis = op_axis(self, self.axis, x.rank)
         size = x.dims[axis]
-        k: Dim = UNKNOWN if _operand(self, inputs, "k", "k", vector=False) else self.k
+        dynamic = _operand(self, inputs, "k", "k", vector=False)
+        k: Dim = UNKNOWN if dynamic or self.k is None else self.k
         if isinstance(k, int) and (k < 0 or isinstance(size, int) and k > size):
             raise ShapeError(f"TopK: k must be in [0, {size}] for axis {self.axis} of {x}, "
                              f"got {self.k}")

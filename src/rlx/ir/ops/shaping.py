@@ -16,7 +16,8 @@ from __future__ import annotations
 import enum
 import math
 from collections import Counter
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar, TypeGuard
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
@@ -129,7 +130,7 @@ def _sum(dims: Sequence[Dim]) -> Dim:
     return symbols[0] if len(symbols) == 1 and static == 0 else UNKNOWN
 
 
-def _known(dim: Dim) -> bool:
+def _known(dim: Dim) -> TypeGuard[int]:
     return isinstance(dim, int)
 
 
@@ -184,6 +185,7 @@ class Reshape(Op):
         x = inputs[0]
         if _is_dynamic(self, inputs, "shape", 1, (2,)):
             return Shape([UNKNOWN] * _static_length(self, inputs[1], "shape"), x.dtype)
+        assert self.shape is not None  # the static form
         try:
             out = reshape_target(x.dims, self.shape, self.allowzero)
         except ValueError as err:
@@ -257,6 +259,7 @@ class Expand(Op):
             pad = [1] * (rank - x.rank)
             return x.with_dims(
                 d if _known(d) and d != 1 else UNKNOWN for d in (*pad, *x.dims))
+        assert self.shape is not None  # the static form
         if any(d < 0 for d in self.shape):
             raise _fail(self, f"negative size in shape {self.shape}")
         try:
@@ -278,6 +281,7 @@ class Tile(Op):
             if _static_length(self, inputs[1], "repeats") != x.rank:
                 raise _fail(self, f"repeats {inputs[1]} must have one entry per axis of {x}")
             return x.with_dims([UNKNOWN] * x.rank)
+        assert self.repeats is not None  # the static form
         if len(self.repeats) != x.rank or any(r < 0 for r in self.repeats):
             raise _fail(self, f"repeats {self.repeats} must be {x.rank} non-negative counts")
         return x.with_dims(_product((d, r)) for d, r in zip(x.dims, self.repeats))
@@ -337,6 +341,7 @@ class Unsqueeze(Op):
         x = inputs[0]
         if _is_dynamic(self, inputs, "axes", 1, (2,)):
             return x.with_dims([UNKNOWN] * (x.rank + _static_length(self, inputs[1], "axes")))
+        assert self.axes is not None  # the static form
         rank = x.rank + len(self.axes)
         axes = set(_axes(self, self.axes, rank))
         rest = iter(x.dims)
@@ -382,7 +387,7 @@ def slice_plan(rank: int, starts: Sequence[int], ends: Sequence[int],
 
 
 def _sliced_dim(dim: Dim, start: int, end: int, step: int) -> Dim:
-    if _known(dim):
+    if isinstance(dim, int):
         return len(range(dim)[onnx_slice(start, end, step, dim)])
     return dim if (start, step) == (0, 1) and end >= _TO_END else UNKNOWN
 
@@ -407,6 +412,7 @@ class Slice(Op):
             for shape, what in zip(inputs[1:], ("starts", "ends", "axes", "steps")):
                 _index_vector(self, shape, what)
             return x.with_dims([UNKNOWN] * x.rank)
+        assert self.starts is not None and self.ends is not None  # the static form
         try:
             plan = slice_plan(x.rank, self.starts, self.ends, self.axes, self.steps)
         except ValueError as err:
@@ -460,6 +466,7 @@ class Pad(Op):
             if len(inputs) == 3 and (inputs[2].rank != 0 or inputs[2].dtype != x.dtype):
                 raise _fail(self, f"value must be a {x.dtype} scalar, got {inputs[2]}")
             return x.with_dims([UNKNOWN] * x.rank)
+        assert self.pads is not None  # the static form
         if len(self.pads) != 2 * x.rank:
             raise _fail(self, f"pads {self.pads} must have 2 * rank = {2 * x.rank} entries")
         dims = []
@@ -518,7 +525,7 @@ def _nd_tuple_len(op: Op, data: Shape, indices: Shape, batch_dims: int) -> int:
     _index_dtype(op, indices)
     _min_rank(op, indices, batch_dims + 1, "indices")
     m = indices.dims[-1]
-    if not _known(m):
+    if not isinstance(m, int):
         raise _fail(op, f"the last dim of indices {indices} must be static")
     if not 1 <= m <= data.rank - batch_dims:
         raise _fail(op, f"index tuples of length {m} do not fit data {data}"
@@ -628,6 +635,7 @@ class Fill(Op):
     def infer(self, inputs):
         if _is_dynamic(self, inputs, "shape", 0, (1,)):
             return Shape([UNKNOWN] * _static_length(self, inputs[0], "shape"), self.dtype)
+        assert self.shape is not None  # the static form
         if any(d < 0 for d in self.shape):
             raise _fail(self, f"negative size in shape {self.shape}")
         return Shape(self.shape, self.dtype)
@@ -657,7 +665,7 @@ class OneHot(Op):
 
 # -- layout ops on images and matrices ---------------------------------------------------------
 def _divide(op: Op, dim: Dim, by: int, what: str) -> Dim:
-    if not _known(dim):
+    if not isinstance(dim, int):
         return UNKNOWN
     if dim % by:
         raise _fail(op, f"{what} {dim} is not divisible by {by}")

@@ -14,8 +14,16 @@ from rlx.frontends.onnx.emit import Emitter
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.ir import (
-    BinaryOp, Concat, DType, Range, ReduceOp, ScatterElements, ScatterReduction,
+    BinaryOp,
+    Concat,
+    DType,
+    Range,
+    ReduceOp,
+    ScatterElements,
+    ScatterReduction,
 )
+
+__all__ = ["col2im"]
 
 _TO_END = 2**31 - 1
 

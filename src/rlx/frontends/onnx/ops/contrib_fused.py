@@ -17,7 +17,16 @@ from rlx.frontends.onnx.ops.linalg import gemm
 from rlx.frontends.onnx.ops.nn import emit_conv
 from rlx.frontends.onnx.registry import MICROSOFT, converter
 from rlx.ir import (
-    Activation, BinaryOp, Clamp, CompareOp, DType, LayerNorm, LogicalOp, Range, ReduceOp, Softmax,
+    Activation,
+    BinaryOp,
+    Clamp,
+    CompareOp,
+    DType,
+    LayerNorm,
+    LogicalOp,
+    Range,
+    ReduceOp,
+    Softmax,
 )
 from rlx.ir.shape import normalize_axis
 

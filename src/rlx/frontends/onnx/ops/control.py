@@ -8,18 +8,31 @@ again with the dims that changed made unknown.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from rlx.errors import ModelImportError
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.frontends.onnx.scope import Subgraph, free_variables
-from rlx.errors import ModelImportError
 from rlx.ir import (
-    GRU, LSTM, RNN, DType, Fail, Graph, If, Loop, Reshape, RnnDirection, Scan, Shape,
+    GRU,
+    LSTM,
+    RNN,
+    DType,
+    Fail,
+    Graph,
+    If,
+    Loop,
+    Reshape,
+    RnnDirection,
+    Scan,
+    Shape,
 )
 from rlx.ir.shape import UNKNOWN
+
+__all__ = ["if_", "loop", "scan", "lstm", "gru", "rnn", "optional_has_element"]
 
 _INT64_MAX = np.iinfo(np.int64).max
 
@@ -45,7 +58,8 @@ def _branches(n: NodeContext, branches, free: list[str]) -> tuple[Subgraph, Subg
     """Both branches converted; a branch that does not fit the known shapes (it is for other
     inputs, e.g. another sample rate) becomes a branch of `Fail` nodes, so the model runs
     as long as it is not taken, as in ONNX Runtime. Both failing is an import error."""
-    converted, errors = [], []
+    converted: list[Subgraph | None] = []
+    errors: list[ModelImportError] = []
     for branch, which in zip(branches, ("then", "else")):
         try:
             converted.append(Subgraph.convert(n.s, branch, [], f"{n.label} {which}", free=free))
@@ -59,14 +73,16 @@ def _branches(n: NodeContext, branches, free: list[str]) -> tuple[Subgraph, Subg
         failing = _failing_like(good, f"this branch of {n.label} does not fit the graph's "
                                       f"shapes: {errors[0]}")
         converted = [c if c is not None else failing for c in converted]
-    return converted[0], converted[1]
+    then, other = converted
+    assert then is not None and other is not None  # a failed branch was replaced above
+    return then, other
 
 
 def _failing_like(template: Subgraph, message: str) -> Subgraph:
     """A subgraph with `template`'s inputs whose every output is a `Fail`."""
     graph = Graph(f"{template.graph.name}.unreachable")
     for node in template.graph.inputs():
-        graph.input(node.op.name, node.shape)
+        graph.input(node.source_name, node.tensor_shape)
     graph.set_outputs([graph.add_node(Fail(message), (), template.graph.node(o).shape)
                        for o in template.graph.outputs])
     return Subgraph(graph, template.captured, template.capture_inputs)
@@ -76,7 +92,7 @@ def _align_scalars(a: Graph, b: Graph) -> None:
     """Give one-element outputs the branches return with different ranks (ONNX allows
     [] in one branch and [1] in the other) the larger rank in both."""
     for k, (x, y) in enumerate(zip(a.outputs, b.outputs)):
-        sx, sy = a.node(x).shape, b.node(y).shape
+        sx, sy = a.node(x).tensor_shape, b.node(y).tensor_shape
         if sx.rank == sy.rank or any(d != 1 for d in (*sx.dims, *sy.dims)):
             continue
         low, out = (a, x) if sx.rank < sy.rank else (b, y)
@@ -190,10 +206,7 @@ def _recurrent(n: NodeContext, cls, optional: Sequence[str], extra: dict,
         hidden = s.shape(inputs[2]).dims[-1]
         if not isinstance(hidden, int):
             raise n.fail("hidden_size is not given and R's last dim is not static")
-    try:
-        direction = RnnDirection(n.attr("direction", "forward"))
-    except ValueError:
-        raise n.fail(f"unknown direction {n.attr('direction')!r}") from None
+    direction = n.enum_attr(RnnDirection, "direction", "forward")
     clip = n.attr("clip")
     op = cls(hidden_size=hidden, direction=direction,
              activations=tuple(n.attr("activations") or ()),

@@ -15,9 +15,21 @@ from rlx.frontends.onnx.emit import Builder, Emitter
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.ir import (
-    BinaryOp, CompareOp, Concat, DType, GatherElements, GatherND, LogicalOp, NonZero, ReduceOp,
-    Scan, Shape, TopK,
+    BinaryOp,
+    CompareOp,
+    Concat,
+    DType,
+    GatherElements,
+    GatherND,
+    LogicalOp,
+    NonZero,
+    ReduceOp,
+    Scan,
+    Shape,
+    TopK,
 )
+
+__all__ = ["non_max_suppression"]
 
 
 def _extent(s: Emitter, boxes: int, center: bool):

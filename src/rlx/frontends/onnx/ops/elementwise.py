@@ -12,6 +12,12 @@ from rlx.frontends.onnx.registry import converter
 from rlx.frontends.onnx.tensors import dtype_of
 from rlx.ir import Activation, BinaryOp, Cast, Clamp, CompareOp, DType, LogicalOp, PRelu
 
+__all__ = [
+    "unary", "parametric", "gelu", "swish", "shrink", "is_inf", "binary", "pow_", "mod",
+    "bit_shift", "compare", "logical", "not_", "where", "prelu", "sum_", "max_", "min_",
+    "mean", "cast", "bit_cast", "cast_like", "clip", "identity", "dropout",
+]
+
 _UNARY = {
     "Abs": Activation.ABS, "Neg": Activation.NEG, "Exp": Activation.EXP,
     "Log": Activation.LOG, "Sqrt": Activation.SQRT, "Reciprocal": Activation.RECIP,
@@ -212,8 +218,9 @@ def clip(n: NodeContext) -> int:
     if n.opset < 11:
         lo, hi = n.attr("min", -np.inf), n.attr("max", np.inf)
         return n.s.emit(Clamp(_bound(lo), _bound(hi)), x)
-    bounds = [n.static(i) if n.has(i) else np.array(np.inf) for i in (1, 2)]
-    if all(b is not None and b.size == 1 for b in bounds):
+    bounds = [b for b in (n.static(i) if n.has(i) else np.array(np.inf) for i in (1, 2))
+              if b is not None and b.size == 1]
+    if len(bounds) == 2:
         lo, hi = (b.reshape(()).item() for b in bounds)
         if all(not np.isfinite(v) or abs(v) < _EXACT_FLOAT for v in (lo, hi)):
             return n.s.emit(Clamp(_bound(lo), _bound(hi)), x)

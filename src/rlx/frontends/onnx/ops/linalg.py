@@ -6,6 +6,8 @@ from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.ir import Einsum
 
+__all__ = ["matmul", "gemm", "einsum", "det"]
+
 
 @converter("MatMul")
 def matmul(n: NodeContext) -> int:
@@ -57,10 +59,11 @@ def det(n: NodeContext) -> int:
     def minor(rows: tuple[int, ...], cols: tuple[int, ...]) -> int:
         if len(rows) == 1:
             return entries[rows[0], cols[0]]
-        total = None
+        total: int | None = None
         for k, col in enumerate(cols):
             term = s.mul(entries[rows[0], col], minor(rows[1:], cols[:k] + cols[k + 1:]))
             total = term if total is None else (s.sub if k % 2 else s.add)(total, term)
+        assert total is not None  # cols is not empty
         return total
 
     return minor(tuple(range(order)), tuple(range(order)))

@@ -8,18 +8,44 @@ input to 2-D at `axis`) are rewritten to the single-axis form where they mean th
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.ir import (
-    Activation, ArgMax, BatchNormInference, BinaryOp, CompareOp, Concat, Conv, ConvTranspose,
-    DType, GatherElements, GlobalPool, InstanceNorm, LayerNorm, LogSoftmax, OneHot, Pad, PadMode,
-    Pool, PoolKind, ReduceOp, ScatterElements, Softmax,
+    Activation,
+    ArgMax,
+    BatchNormInference,
+    BinaryOp,
+    CompareOp,
+    Concat,
+    Conv,
+    ConvTranspose,
+    DType,
+    GatherElements,
+    GlobalPool,
+    InstanceNorm,
+    LayerNorm,
+    LogSoftmax,
+    OneHot,
+    Pad,
+    PadMode,
+    Pool,
+    PoolKind,
+    ReduceOp,
+    ScatterElements,
+    Softmax,
 )
 from rlx.ir.shape import normalize_axis
+
+__all__ = [
+    "conv", "emit_conv", "conv_transpose", "max_pool", "average_pool", "lp_pool",
+    "global_average_pool", "global_max_pool", "global_lp_pool", "max_unpool", "batch_norm",
+    "instance_norm", "layer_norm", "lp_normalization", "lrn", "softmax", "log_softmax",
+    "hardmax",
+]
 
 # -- sliding-window attributes -----------------------------------------------------------------
 
@@ -81,7 +107,7 @@ def _kernel(n: NodeContext, w: int | None = None) -> tuple[int, ...]:
     dims = n.s.shape(w).dims[2:]
     if not all(isinstance(d, int) for d in dims):
         raise n.fail(f"the kernel size must be static, got {list(dims)}")
-    return tuple(dims)
+    return tuple(int(d) for d in dims)
 
 
 # -- convolution -------------------------------------------------------------------------------
@@ -167,7 +193,8 @@ def _max_indices(n: NodeContext, x: int, values: int) -> int:
     kernel = _kernel(n)
     strides, pads, dilations = _window(n, x, kernel)
     count = len(kernel)
-    sizes, out = shape.dims[2:], s.shape(values).dims[2:]
+    dims = shape.static_dims
+    sizes, out = dims[2:], s.shape(values).static_dims[2:]
     ends = [max(e, (o - 1) * st + (k - 1) * d + 1 - size - b) for o, st, k, d, size, b, e in
             zip(out, strides, kernel, dilations, sizes, pads, pads[count:])]
     lowest = -np.inf if shape.dtype.is_float else np.iinfo(shape.dtype.numpy).min
@@ -182,10 +209,10 @@ def _max_indices(n: NodeContext, x: int, values: int) -> int:
     best = s.emit(ArgMax(-1, True), s.concat(taps, -1))
     table = _tap_indices(sizes, out, kernel, strides, dilations, pads[:count],
                          bool(n.attr("storage_order", 0)))
-    table = s.expand(s.const(table), (*shape.dims[:2], *out, table.shape[-1]))
+    table = s.expand(s.const(table), (*dims[:2], *out, table.shape[-1]))
     spatial = s.squeeze(s.emit(GatherElements(-1), table, best), (-1,))
-    planes = np.arange(shape.dims[0] * shape.dims[1], dtype=np.int64) * math.prod(sizes)
-    return s.add(spatial, s.const(planes.reshape(*shape.dims[:2], *(1,) * count)))
+    planes = np.arange(dims[0] * dims[1], dtype=np.int64) * math.prod(sizes)
+    return s.add(spatial, s.const(planes.reshape(*dims[:2], *(1,) * count)))
 
 
 def _tap_indices(sizes, out, kernel, strides, dilations, begins, column_major: bool):
@@ -275,8 +302,9 @@ def max_unpool(n: NodeContext) -> int:
     if not shape.is_static:
         raise n.fail(f"needs a static input shape, got {shape}")
     count = len(kernel)
-    inferred = (*shape.dims[:2], *((d - 1) * st + k - pads[i] - pads[i + count] for i, (d, st, k)
-                                   in enumerate(zip(shape.dims[2:], strides, kernel))))
+    dims = shape.static_dims
+    inferred = (*dims[:2], *((d - 1) * st + k - pads[i] - pads[i + count] for i, (d, st, k)
+                             in enumerate(zip(dims[2:], strides, kernel))))
     zeros = s.fill((math.prod(inferred),), 0, shape.dtype)
     flat = s.emit(ScatterElements(0), zeros, s.reshape(indices, (-1,)), s.reshape(x, (-1,)))
     y = s.reshape(flat, inferred)

@@ -17,6 +17,11 @@ from rlx.frontends.onnx.registry import converter
 from rlx.frontends.onnx.tensors import dtype_of
 from rlx.ir import Activation, Clamp, DType
 
+__all__ = [
+    "quantize", "dequantize", "quantize_linear", "dequantize_linear", "qlinear_matmul",
+    "qlinear_conv", "matmul_integer", "conv_integer",
+]
+
 _COMPUTE = DType.F32
 
 

@@ -13,6 +13,8 @@ from rlx.frontends.onnx.registry import converter
 from rlx.frontends.onnx.switch import normalized_axis, per_axis
 from rlx.ir import ArgMax, ArgMin, Concat, CumSum, DType, Reduce, ReduceOp, Scan, TopK
 
+__all__ = ["reduce", "arg_max", "arg_min", "cumsum", "cumprod", "top_k"]
+
 _REDUCE = {
     "ReduceSum": (ReduceOp.SUM, 13), "ReduceMean": (ReduceOp.MEAN, 18),
     "ReduceMax": (ReduceOp.MAX, 18), "ReduceMin": (ReduceOp.MIN, 18),

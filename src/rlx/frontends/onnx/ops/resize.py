@@ -9,30 +9,33 @@ and aspect-ratio cases spelled out as IR arithmetic in float64.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.ir import (
-    Activation, CoordinateMode, DType, NearestMode, Reduce, ReduceOp, Resize, ResizeMode,
+    Activation,
+    CoordinateMode,
+    DType,
+    NearestMode,
+    Reduce,
+    ReduceOp,
+    Resize,
+    ResizeMode,
     ScatterElements,
 )
+
+__all__ = ["upsample", "resize"]
 
 _OLD = dict(coordinate_mode=CoordinateMode.ASYMMETRIC, nearest_mode=NearestMode.FLOOR)
 """Upsample and Resize-10: output index i samples input i / scale, nearest rounds down."""
 
 
-def _enum(n: NodeContext, cls, name: str, default: str):
-    value = n.attr(name, default)
-    try:
-        return cls(value)
-    except ValueError:
-        raise n.fail(f"unknown {name} {value!r}") from None
-
-
 @converter("Upsample")
 def upsample(n: NodeContext) -> int:
-    mode = _enum(n, ResizeMode, "mode", "nearest")
+    mode = n.enum_attr(ResizeMode, "mode", "nearest")
     scales = n.attr("scales") if n.opset < 9 else n.static(1)
     common = dict(mode=mode, **_OLD)
     x = n.input(0)
@@ -46,17 +49,17 @@ def upsample(n: NodeContext) -> int:
 @converter("Resize")
 def resize(n: NodeContext) -> int:
     x = n.input(0)
-    mode = _enum(n, ResizeMode, "mode", "nearest")
+    mode = n.enum_attr(ResizeMode, "mode", "nearest")
     if n.opset < 11:
         operands = [None, n.input(1), None]
-        common = dict(mode=mode, **_OLD)
+        common: dict[str, Any] = dict(mode=mode, **_OLD)
     else:
         operands = [n.input(i) if _given(n, i) else None for i in (1, 2, 3)]
         common = dict(
             mode=mode,
-            coordinate_mode=_enum(n, CoordinateMode, "coordinate_transformation_mode",
-                                  "half_pixel"),
-            nearest_mode=_enum(n, NearestMode, "nearest_mode", "round_prefer_floor"),
+            coordinate_mode=n.enum_attr(CoordinateMode, "coordinate_transformation_mode",
+                                        "half_pixel"),
+            nearest_mode=n.enum_attr(NearestMode, "nearest_mode", "round_prefer_floor"),
             cubic_coeff_a=float(n.attr("cubic_coeff_a", -0.75)),
             exclude_outside=bool(n.attr("exclude_outside", 0)),
             extrapolation_value=float(n.attr("extrapolation_value", 0.0)),
@@ -102,7 +105,7 @@ def _static(n: NodeContext, x: int, roi, scales, sizes, common: dict) -> int:
             if pick is None:
                 raise n.fail(f"unknown keep_aspect_ratio_policy {policy!r}")
             scale = pick(ratios[a] for a in axes)
-            sizes = tuple(int(scale * d + 0.5) if a in axes else d
+            sizes = tuple(int(scale * int(d) + 0.5) if a in axes else d
                           for a, d in enumerate(dims))
             scales = tuple(scale if a in axes else 1.0 for a in range(rank))
     else:

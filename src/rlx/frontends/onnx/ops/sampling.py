@@ -18,8 +18,21 @@ from rlx.frontends.onnx.emit import Emitter
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.ir import (
-    Activation, BinaryOp, Clamp, CompareOp, Concat, DType, GatherElements, LogicalOp, ReduceOp,
+    Activation,
+    BinaryOp,
+    Clamp,
+    CompareOp,
+    Concat,
+    DType,
+    GatherElements,
+    LogicalOp,
+    ReduceOp,
 )
+
+__all__ = [
+    "Taps", "interpolation_taps", "reflect", "gather_taps", "grid_sample", "roi_align",
+    "deform_conv",
+]
 
 _CUBIC_A = -0.75
 _COORD = DType.F32  # coordinates are computed in float32, as ONNX's reference does
@@ -85,7 +98,9 @@ def gather_taps(s: Emitter, x: int, taps: list[Taps], out_shape: int,
     `out_shape` dims. `taps` has one entry per spatial axis of x (static sizes), in order."""
     dims = s.shape(x).dims[2:]
     count = len(taps)
-    flat = weight = valid = None
+    flat: int | None = None
+    weight: int | None = None
+    valid: int | None = None
     stride = 1
     for axis in reversed(range(count)):
         t = taps[axis]
@@ -97,10 +112,12 @@ def gather_taps(s: Emitter, x: int, taps: list[Taps], out_shape: int,
         if t.valid is not None:
             v = s.reshape(t.valid, shape)
             valid = v if valid is None else s.logical(LogicalOp.AND, valid, v)
-        stride *= dims[axis]
+        if axis:  # the next (outer) axis steps over this one's size
+            stride *= int(dims[axis])
+    assert flat is not None and weight is not None  # one tap per axis, at least one axis
     if valid is not None:
         weight = s.where(valid, weight, s.like(0, weight))
-    tap_count = math.prod(s.shape(t.index).dims[-1] for t in taps)
+    tap_count = math.prod(int(s.shape(t.index).dims[-1]) for t in taps)  # static
     flat = s.reshape(s.cast(flat, DType.I64), (0, 1, -1))
     data = s.reshape(x, (0, 0, -1))
     span = s.emit(Concat(0), s.shape_of(x, 0, 2), s.shape_of(flat, 2, 3))
@@ -128,9 +145,9 @@ def _padded(s: Emitter, taps: Taps, size: int, padding: str, lo: float, hi: floa
 def grid_sample(n: NodeContext) -> int:
     s = n.s
     x, grid = n.input(0), n.input(1)
-    dims = s.shape(x).dims[2:]
-    if not all(isinstance(d, int) for d in dims):
+    if not all(isinstance(d, int) for d in s.shape(x).dims[2:]):
         raise n.fail(f"needs static spatial dims, got {s.shape(x)}")
+    dims = s.shape(x).static_dims[2:]
     mode = n.attr("mode", "linear")
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)  # opset 16 names
     padding = n.attr("padding_mode", "zeros")
@@ -215,6 +232,7 @@ def roi_align(n: NodeContext) -> int:
     ty, tx = _roi_taps(s, vy, h), _roi_taps(s, vx, w)
     taps = []
     for tap, axis in ((ty, 2), (tx, 1)):  # y varies along the grid's rows, x along columns
+        assert tap.valid is not None  # _roi_taps marks which taps read the image
         parts = (_spread(s, v, axis, grid) for v in (tap.index, tap.weight, tap.valid))
         taps.append(Taps(*(s.reshape(p, (0, -1, 2)) for p in parts)))
     mode = n.attr("mode", "avg")
@@ -241,9 +259,9 @@ def deform_conv(n: NodeContext) -> int:
     xs, ws, os_ = s.shape(x), s.shape(w), s.shape(offset)
     if xs.rank != 4 or not all(s.shape(v).is_static for v in (x, w, offset)):
         raise n.fail(f"needs 2-D images and static shapes, got x {xs}, w {ws}, offset {os_}")
-    batch, channels, height, width = xs.dims
-    out_channels, per_group, kh, kw = ws.dims
-    out_h, out_w = os_.dims[2:]
+    batch, channels, height, width = xs.static_dims
+    out_channels, per_group, kh, kw = ws.static_dims
+    out_h, out_w = os_.static_dims[2:]
     groups, offset_groups = n.attr("group", 1), n.attr("offset_group", 1)
     strides = n.attr("strides") or (1, 1)
     dilations = n.attr("dilations") or (1, 1)

@@ -10,10 +10,42 @@ from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.frontends.onnx.tensors import dtype_of
 from rlx.ir import (
-    BinaryOp, CompareOp, Compress, Concat, CumSum, DepthToSpace, DepthToSpaceMode, DType, Flatten,
-    GatherElements, GatherND, NonZero, OneHot, Pad, PadMode, Range, ScatterElements, ScatterND,
-    ScatterReduction, Size, Slice, SpaceToDepth, Split, Squeeze, Tile, Trilu, Unsqueeze,
+    BinaryOp,
+    CompareOp,
+    Compress,
+    Concat,
+    CumSum,
+    DepthToSpace,
+    DepthToSpaceMode,
+    DType,
+    Flatten,
+    GatherElements,
+    GatherND,
+    NonZero,
+    OneHot,
+    Pad,
+    PadMode,
+    Range,
+    ScatterElements,
+    ScatterND,
+    ScatterReduction,
+    Size,
+    Slice,
+    SpaceToDepth,
+    Split,
+    Squeeze,
+    Tile,
+    Trilu,
+    Unsqueeze,
 )
+
+__all__ = [
+    "constant", "reshape", "flatten", "transpose", "concat", "expand", "tile", "squeeze",
+    "unsqueeze", "shape", "size", "range_", "constant_of_shape", "eye_like", "slice_", "split",
+    "gather", "gather_elements", "gather_nd", "scatter_nd", "scatter_elements",
+    "tensor_scatter", "one_hot", "non_zero", "compress", "depth_to_space", "space_to_depth",
+    "trilu", "reverse_sequence", "pad",
+]
 
 
 @converter("Constant")
@@ -47,7 +79,7 @@ def flatten(n: NodeContext) -> int:
 def transpose(n: NodeContext) -> int:
     x = n.input(0)
     perm = n.attr("perm")
-    return n.s.transpose(x, perm if perm is not None else reversed(range(n.s.rank(x))))
+    return n.s.transpose(x, perm if perm is not None else tuple(reversed(range(n.s.rank(x)))))
 
 
 @converter("Concat")
@@ -143,7 +175,7 @@ def eye_like(n: NodeContext) -> int:
     shape = n.s.shape(x)
     if shape.rank != 2 or not shape.is_static:
         raise n.fail(f"input must be a 2-D tensor of static shape, got {shape}")
-    rows, cols = shape.dims
+    rows, cols = shape.static_dims
     return n.s.const(np.eye(rows, cols, n.attr("k", 0), dtype=dtype.numpy))
 
 
@@ -237,10 +269,7 @@ def gather_nd(n: NodeContext) -> int:
 
 
 def _reduction(n: NodeContext) -> ScatterReduction:
-    try:
-        return ScatterReduction(n.attr("reduction", "none"))
-    except ValueError:
-        raise n.fail(f"unknown reduction {n.attr('reduction')!r}") from None
+    return n.enum_attr(ScatterReduction, "reduction", "none")
 
 
 @converter("ScatterND")
@@ -296,7 +325,7 @@ def compress(n: NodeContext) -> int:
 # -- layout ------------------------------------------------------------------------------------
 @converter("DepthToSpace")
 def depth_to_space(n: NodeContext) -> int:
-    mode = DepthToSpaceMode(n.attr("mode", "DCR").lower())
+    mode = n.enum_attr(DepthToSpaceMode, "mode", "DCR", exact=False)
     return n.s.emit(DepthToSpace(n.attr("blocksize"), mode), n.input(0))
 
 
@@ -310,7 +339,7 @@ def space_to_depth(n: NodeContext) -> int:
     shape = s.shape(x)
     if shape.rank != 4 or not shape.is_static:
         raise n.fail(f"mode CRD needs a static 4-D input, got {shape}")
-    batch, c, h, w = shape.dims
+    batch, c, h, w = shape.static_dims
     blocks = s.reshape(x, (batch, c, h // b, b, w // b, b))
     return s.reshape(s.transpose(blocks, (0, 1, 3, 5, 2, 4)), (batch, c * b * b, h // b, w // b))
 
@@ -360,10 +389,7 @@ def pad(n: NodeContext) -> int:
     s = n.s
     x = n.input(0)
     rank = s.rank(x)
-    try:
-        mode = PadMode(n.attr("mode", "constant"))
-    except ValueError:
-        raise n.fail(f"unknown mode {n.attr('mode')!r}") from None
+    mode = n.enum_attr(PadMode, "mode", "constant")
     if n.opset < 11:
         return s.emit(Pad(mode, tuple(n.attr("pads")), float(n.attr("value", 0.0))), x)
     pads = _full_pads(n, rank)
@@ -386,12 +412,13 @@ def _full_pads(n: NodeContext, rank: int) -> tuple[int, ...] | int:
         for i, a in enumerate(axes):
             full[a % rank], full[a % rank + rank] = pads[i], pads[i + len(axes)]
         return tuple(full)
-    pads = s.cast(n.input(1), DType.I64)
+    pad_values = s.cast(n.input(1), DType.I64)
     if not n.has(3):
-        return pads
+        return pad_values
     # scatter the given axes' pads into zeros: index a (begin) and a + rank (end)
-    axes = s.cast(n.input(3), DType.I64)
+    given = s.cast(n.input(3), DType.I64)
     r = s.scalar(rank, DType.I64)
-    axes = s.where(s.compare(CompareOp.LT, axes, s.scalar(0, DType.I64)), s.add(axes, r), axes)
-    index = s.emit(Concat(0), axes, s.add(axes, r))
-    return s.emit(ScatterElements(0), s.fill((2 * rank,), 0, DType.I64), index, pads)
+    given = s.where(s.compare(CompareOp.LT, given, s.scalar(0, DType.I64)), s.add(given, r),
+                    given)
+    index = s.emit(Concat(0), given, s.add(given, r))
+    return s.emit(ScatterElements(0), s.fill((2 * rank,), 0, DType.I64), index, pad_values)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 
@@ -22,8 +21,17 @@ from rlx.frontends.onnx.registry import converter
 from rlx.frontends.onnx.switch import normalized_axis, per_axis
 from rlx.frontends.onnx.tensors import dtype_of
 from rlx.ir import (
-    Activation, BinaryOp, CompareOp, DType, Gather, LogicalOp, Range, Slice,
+    Activation,
+    BinaryOp,
+    CompareOp,
+    DType,
+    Gather,
+    LogicalOp,
+    Range,
+    Slice,
 )
+
+__all__ = ["Run", "Length", "Kind", "transform_last", "dft", "dft_", "stft", "mel_weight_matrix"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +41,7 @@ class Run:
     id: int
 
 
-Length = Union[int, Run]
+Length = int | Run
 
 
 class Kind(enum.Enum):
@@ -45,32 +53,38 @@ class Kind(enum.Enum):
 def _tables(s: Emitter, rows: Length, cols: Length, n: Length, kind: Kind,
             dtype: DType) -> tuple[int, int]:
     """(C, S) tables [rows, cols]; rows index inputs, cols outputs."""
-    if all(isinstance(v, int) for v in (rows, cols, n)):
-        j, k = np.arange(rows)[:, None], np.arange(cols)[None, :]
-        angle = 2 * np.pi * ((j * k) % max(n, 1)) / max(n, 1)
-        scale = np.ones((rows, 1))
-        if kind is Kind.IRFFT:
-            scale = np.where((j == 0) | (2 * j == n), 1.0, 2.0)
-        if kind is not Kind.FORWARD:
-            scale = scale / n
-        return (s.const((np.cos(angle) * scale).astype(dtype.numpy)),
-                s.const((np.sin(angle) * scale).astype(dtype.numpy)))
-    rows, cols, n = (_node(s, v) for v in (rows, cols, n))
+    if isinstance(rows, int) and isinstance(cols, int) and isinstance(n, int):
+        c, sn = _static_tables(rows, cols, n, kind)
+        return s.const(c.astype(dtype.numpy)), s.const(sn.astype(dtype.numpy))
+    n_id = _node(s, n)
     zero, one = s.scalar(0, DType.I64), s.scalar(1, DType.I64)
-    j = s.unsqueeze(s.emit(Range(), zero, rows, one), (1,))
-    k = s.unsqueeze(s.emit(Range(), zero, cols, one), (0,))
-    turns = s.cast(s.binary(BinaryOp.MOD, s.mul(j, k), n), DType.F64)
-    n64 = s.cast(n, DType.F64)
+    j = s.unsqueeze(s.emit(Range(), zero, _node(s, rows), one), (1,))
+    k = s.unsqueeze(s.emit(Range(), zero, _node(s, cols), one), (0,))
+    turns = s.cast(s.binary(BinaryOp.MOD, s.mul(j, k), n_id), DType.F64)
+    n64 = s.cast(n_id, DType.F64)
     angle = s.mul(turns, s.div(s.scalar(2 * np.pi, DType.F64), n64))
     scale = s.scalar(1.0, DType.F64)
     if kind is Kind.IRFFT:
         edge = s.logical(LogicalOp.OR, s.compare(CompareOp.EQ, j, zero),
-                         s.compare(CompareOp.EQ, s.mul(j, s.scalar(2, DType.I64)), n))
+                         s.compare(CompareOp.EQ, s.mul(j, s.scalar(2, DType.I64)), n_id))
         scale = s.where(edge, s.scalar(1.0, DType.F64), s.scalar(2.0, DType.F64))
     if kind is not Kind.FORWARD:
         scale = s.div(scale, n64)
-    return tuple(s.cast(s.mul(s.unary(f, angle), scale), dtype)
-                 for f in (Activation.COS, Activation.SIN))
+    cos, sin = (s.cast(s.mul(s.unary(f, angle), scale), dtype)
+                for f in (Activation.COS, Activation.SIN))
+    return cos, sin
+
+
+def _static_tables(rows: int, cols: int, n: int, kind: Kind) -> tuple[np.ndarray, np.ndarray]:
+    """`_tables` of static sizes, as float64 arrays."""
+    j, k = np.arange(rows)[:, None], np.arange(cols)[None, :]
+    angle = 2 * np.pi * ((j * k) % max(n, 1)) / max(n, 1)
+    scale = np.ones((rows, 1))
+    if kind is Kind.IRFFT:
+        scale = np.where((j == 0) | (2 * j == n), 1.0, 2.0)
+    if kind is not Kind.FORWARD:
+        scale = scale / n
+    return np.cos(angle) * scale, np.sin(angle) * scale
 
 
 def _node(s: Emitter, value: Length) -> int:
@@ -84,7 +98,8 @@ def transform_last(s: Emitter, real: int, imag: int | None, n: Length, count: Le
     length = _length(s, real, -1)
     rows = _minimum(s, length, n if kind is not Kind.IRFFT else _half(s, n))
     if rows != length:
-        real, imag = (None if v is None else _head(s, v, rows) for v in (real, imag))
+        real = _head(s, real, rows)
+        imag = None if imag is None else _head(s, imag, rows)
     c, sn = _tables(s, rows, count, n, kind, s.dtype(real))
     sign = -1 if kind is Kind.FORWARD else 1
     re = s.matmul(real, c)
@@ -141,13 +156,13 @@ def dft(s: Emitter, x: int, axis: int, n: Length, kind: Kind, onesided: bool) ->
     axis %= rank
     perm = [a for a in range(rank - 1) if a != axis] + [axis]
     back = [perm.index(a) for a in range(rank - 1)]
-    real, imag = (None if v is None else s.transpose(v, perm) for v in _parts(s, x))
-    if kind is Kind.IRFFT:
-        count = n
-    else:
-        count = _half(s, n) if onesided else n
+    real, imag = _parts(s, x)
+    real = s.transpose(real, perm)
+    imag = None if imag is None else s.transpose(imag, perm)
+    count = _half(s, n) if kind is not Kind.IRFFT and onesided else n
     re, im = transform_last(s, real, imag, n, count, kind)
-    re, im = (None if v is None else s.transpose(v, back) for v in (re, im))
+    re = s.transpose(re, back)
+    im = None if im is None else s.transpose(im, back)
     return s.cast(_stack(s, re, im), dtype)
 
 

@@ -14,6 +14,8 @@ from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.ir import CompareOp, Concat, DType, ReduceOp
 
+__all__ = ["tf_idf_vectorizer"]
+
 
 @converter("TfIdfVectorizer")
 def tf_idf_vectorizer(n: NodeContext) -> int:
@@ -53,10 +55,10 @@ def tf_idf_vectorizer(n: NodeContext) -> int:
             same = s.compare(CompareOp.EQ, stacked, s.cast(s.const(grams), shape.dtype))
             hit = s.reduce(ReduceOp.MIN, same, (-1,), keepdims=False)  # all k tokens match
             hits.append(s.reduce(ReduceOp.SUM, s.cast(hit, DType.F32), (1,), keepdims=False))
-        total = hits[0] if hits else None
+        total = hits[0] if hits else zeros(len(grams))
         for h in hits[1:]:
             total = s.add(total, h)
-        counts.append(total if hits else zeros(len(grams)))
+        counts.append(total)
     indexes = list(n.attr("ngram_indexes"))
     route = np.zeros((len(indexes), max(indexes) + 1), np.float32)
     route[np.arange(len(indexes)), indexes] = 1

@@ -15,8 +15,18 @@ from rlx.frontends.onnx.emit import Emitter
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
 from rlx.ir import (
-    CompareOp, Compress, Concat, CumSum, DType, Range, ReduceOp, ScatterElements, TopK,
+    CompareOp,
+    Compress,
+    Concat,
+    CumSum,
+    DType,
+    Range,
+    ReduceOp,
+    ScatterElements,
+    TopK,
 )
+
+__all__ = ["unique"]
 
 
 def _arange(s: Emitter, count: int) -> int:
@@ -54,7 +64,7 @@ def unique(n: NodeContext):
         if not all(isinstance(d, int) for d in slice_dims):
             raise n.fail(f"the slices along axis {axis} must have static dims, got {shape}")
         rows = s.reshape(s.transpose(x, [axis, *rest]), (-1, int(np.prod(slice_dims))))
-    columns = s.shape(rows).dims[1]
+    columns = int(s.shape(rows).dims[1])  # static: the slices are (checked above)
     count = s.dim(rows, 0)
     order = _lexicographic_order(s, rows, count, columns)
     ranked = s.gather(rows, order)

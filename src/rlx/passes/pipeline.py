@@ -1,0 +1,95 @@
+"""The pass contract, and the runner that sequences passes by name.
+
+A pass is `Graph -> (Graph, rewrites)`: it builds a new graph and never mutates its input,
+gives back the very same graph object when it changed nothing, and counts what it did
+(nodes folded, matmuls packed, ...). A pass that needs more than the graph (weights, an
+encoding) is bound to it first (`functools.partial`, a closure) and is then a `Pass`.
+
+`run_pipeline` runs a list of named `Step`s in order and sums each step's count under its
+name, so a pass that runs twice (DCE after each clean-up) reports one total. When a step
+raises, the error keeps its type (callers and exit codes still see a `BindingError` as a
+`BindingError`) and its message says which pass failed and after which one. With `verify`
+(on in the test suite: `RLX_VERIFY_PASSES=1`, set by tests/conftest.py) every step's output
+is checked with `rlx.ir.verify`, so a pass that builds a malformed graph is named at once
+instead of surfacing passes later.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from rlx.errors import GraphError
+from rlx.ir.graph import Graph
+from rlx.ir.verify import verify as verify_graph
+
+__all__ = ["VERIFY_ENV", "Pass", "Step", "run_pipeline"]
+
+log = logging.getLogger(__name__)
+
+Pass = Callable[[Graph], tuple[Graph, int]]
+"""A graph pass: the new graph (the same object when unchanged) and how much it rewrote."""
+
+VERIFY_ENV = "RLX_VERIFY_PASSES"
+"""Set to 1 to verify the graph after every step of every pipeline (the tests do)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One named pass of a pipeline; `name` keys its count and names it in errors."""
+
+    name: str
+    run: Pass
+
+
+def run_pipeline(steps: Iterable[Step], graph: Graph, *,
+                 verify: bool | None = None) -> tuple[Graph, Counter[str]]:
+    """Run `steps` in order on `graph`; returns (last graph, count per step name).
+
+    `verify=None` follows the `RLX_VERIFY_PASSES` environment variable.
+    """
+    if verify is None:
+        verify = os.environ.get(VERIFY_ENV, "") not in ("", "0")
+    counts: Counter[str] = Counter()
+    previous: str | None = None
+    for step in steps:
+        try:
+            graph, count = step.run(graph)
+            if verify:
+                _verify(graph)
+        except Exception as err:
+            renamed = _renamed(err, f"pass {step.name} failed{_after(previous)}")
+            if renamed is err:
+                raise
+            raise renamed from err
+        counts[step.name] += count
+        log.debug("%s: %d rewrite(s)", step.name, count)
+        previous = step.name
+    return graph, counts
+
+
+def _verify(graph: Graph) -> None:
+    try:
+        verify_graph(graph)
+    except GraphError as err:
+        raise type(err)(f"it left an invalid graph: {err}") from err
+
+
+def _after(previous: str | None) -> str:
+    return f" (after {previous})" if previous else " (the first pass)"
+
+
+def _renamed(err: Exception, where: str) -> Exception:
+    """`err` again, of the same type and attributes, its message prefixed with `where`
+    (or `err` itself, noted, when its type cannot be copied)."""
+    try:
+        renamed = copy.copy(err)
+    except Exception:  # an exception type whose constructor its args do not fit
+        log.error("%s", where)
+        return err
+    renamed.args = (f"{where}: {err}",)
+    return renamed

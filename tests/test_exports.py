@@ -1,0 +1,85 @@
+"""Every name has one meaning: literal `__all__` lists, no star imports, and the names the
+top-level `rlx` package exports (its stable API) keep resolving."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+import rlx
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "rlx"
+SOURCES = sorted(p for p in SRC.rglob("*.py") if p.name != "__main__.py")
+
+# The stable public API: removing or renaming one of these breaks users (say so in the
+# CHANGELOG and keep the old name working); adding one means adding it here.
+STABLE_API = {
+    "BakeOptions", "BakeProfile", "BakeReport", "CompiledGraph", "DType", "Graph", "MemoryMode",
+    "MemoryStats", "RlxError", "RlxFile", "RlxIo", "RlxMeta", "RlxWeight", "Session", "Shape",
+    "__version__", "apply_memory_mode", "bake", "bake_bundle", "dedupe_identical_constants",
+    "drop_weight_table_data", "ensure_runtime_ready", "import_onnx", "into_runtime_graph",
+    "load_weights", "materialize_weights", "needs_materialize", "read_rlx", "relayout",
+    "strip_graph_weight_bytes", "strip_table_weight_bytes", "write_rlx",
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _literal_all(tree: ast.Module) -> list[str] | None:
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (
+            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+        if isinstance(target, ast.Name) and target.id == "__all__":
+            value = node.value
+            ok = isinstance(value, (ast.List, ast.Tuple)) and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts)
+            assert ok, "__all__ must be a literal list of strings"
+            return [e.value for e in value.elts]
+    return None
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(SRC)))
+def test_every_module_lists_its_names_and_imports_by_name(path):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    stars = [n.module for n in ast.walk(tree)
+             if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)]
+    assert not stars, f"star import from {stars}: import the names"
+    names = _literal_all(tree)
+    assert names is not None, "no __all__: list the module's public names"
+    assert len(set(names)) == len(names), "a name is listed twice"
+    module = importlib.import_module(_module_name(path))
+    missing = [n for n in names if not hasattr(module, n)]
+    assert not missing, f"__all__ names what the module does not have: {missing}"
+
+
+def test_rlx_ir_exports_every_op_module_name():
+    import rlx.ir
+    import rlx.ir.ops
+
+    for family in ("base", "control", "elementwise", "linalg", "multi", "nn", "reduce",
+                   "shaping", "sources"):
+        names = importlib.import_module(f"rlx.ir.ops.{family}").__all__
+        for package in (rlx.ir.ops, rlx.ir):
+            missing = sorted(set(names) - set(package.__all__))
+            assert not missing, f"{package.__name__} does not export {missing} (ops.{family})"
+
+
+def test_the_stable_api_is_what_rlx_exports_and_every_name_resolves():
+    assert set(rlx.__all__) == STABLE_API
+    for name in STABLE_API:
+        assert getattr(rlx, name) is not None
+    assert callable(rlx.bake) and rlx.baking.BakeOptions is rlx.BakeOptions
+
+
+def test_the_bake_package_is_baking_and_rlx_bake_is_the_function():
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("rlx.bake")
+    from rlx.baking import BakeOptions, bake
+
+    assert rlx.bake is bake and rlx.BakeOptions is BakeOptions
