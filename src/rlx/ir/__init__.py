@@ -9,6 +9,7 @@ from rlx.ir.ops import (
     GRU,
     LSTM,
     OPS,
+    PACKED_ENCODINGS,
     PACKED_SCHEMES,
     RNN,
     RNN_ACTIVATIONS,
@@ -29,8 +30,10 @@ from rlx.ir.ops import (
     ConvTranspose,
     CoordinateMode,
     CumSum,
+    DecodeWeight,
     DepthToSpace,
     DepthToSpaceMode,
+    DequantGather,
     DequantMatMul,
     Einsum,
     Expand,
@@ -56,6 +59,7 @@ from rlx.ir.ops import (
     Not,
     OneHot,
     Op,
+    OpMixin,
     OutShape,
     Pad,
     PadMode,
@@ -91,26 +95,30 @@ from rlx.ir.ops import (
     Unsqueeze,
     Where,
     as_byte_array,
+    dequant_inputs,
+    expect_dtype,
+    op_axis,
+    padded_row_bytes,
 )
 from rlx.ir.printer import format_graph, format_node
 from rlx.ir.serialize import graph_from_dict, graph_from_json, graph_to_dict, graph_to_json
 from rlx.ir.shape import UNKNOWN, Dim, Shape, broadcast_dims, normalize_axis
 from rlx.ir.verify import verify
 
-__all__ = ["DType", "Dim", "Graph", "Node", "Shape", "UNKNOWN", "broadcast_dims", "format_graph",
+__all__ = [
+    "DType", "Dim", "Graph", "Node", "Shape", "UNKNOWN", "broadcast_dims", "format_graph",
     "format_node", "graph_from_dict", "graph_from_json", "graph_to_dict", "graph_to_json",
-    "normalize_axis", "ops", "verify",
-    # the op types, as rlx.ir.ops lists them
-    "OPS", "Op", "OutShape", "Fail", "GRU", "If", "LSTM", "Loop", "RNN", "RNN_ACTIVATIONS",
-    "RnnDirection", "Scan", "Activation", "Binary", "BinaryOp", "Cast", "Clamp", "Compare",
-    "CompareOp", "Identity", "Logical", "LogicalOp", "Not", "Unary", "Where", "DequantMatMul",
-    "Einsum", "MatMul", "PACKED_SCHEMES", "QuantScheme", "TupleGet", "BatchNormInference", "Conv",
-    "ConvTranspose",
-    "CoordinateMode", "GlobalPool", "InstanceNorm", "LayerNorm", "LogSoftmax", "NearestMode",
-    "PRelu", "Pool", "PoolKind", "Resize", "ResizeMode", "Softmax", "ArgMax", "ArgMin", "CumSum",
-    "Reduce", "ReduceOp", "TopK", "Compress", "Concat", "DepthToSpace", "DepthToSpaceMode",
-    "Expand", "Fill", "Flatten", "Gather", "GatherElements", "GatherND", "NonZero", "OneHot",
-    "Pad", "PadMode", "Range", "Reshape", "ScatterElements", "ScatterND", "ScatterReduction",
-    "ShapeOf", "Size", "Slice", "SpaceToDepth", "Split", "Squeeze", "Tile", "Transpose", "Trilu",
-    "Unsqueeze", "Constant", "Input", "Param", "as_byte_array",
+    "normalize_axis", "ops", "verify", "Op", "OpMixin", "OPS", "OutShape", "op_axis",
+    "expect_dtype", "Fail", "If", "Loop", "Scan", "RnnDirection", "RNN_ACTIVATIONS", "LSTM", "GRU",
+    "RNN", "Activation", "BinaryOp", "CompareOp", "LogicalOp", "Unary", "Binary", "Compare",
+    "Logical", "Not", "Where", "Cast", "Clamp", "Identity", "MatMul", "PACKED_SCHEMES",
+    "QuantScheme", "DequantMatMul", "Einsum", "dequant_inputs", "TupleGet", "Conv",
+    "ConvTranspose", "PoolKind", "Pool", "GlobalPool", "Softmax", "LogSoftmax", "LayerNorm",
+    "BatchNormInference", "InstanceNorm", "PRelu", "ResizeMode", "CoordinateMode", "NearestMode",
+    "Resize", "PACKED_ENCODINGS", "padded_row_bytes", "DecodeWeight", "DequantGather", "ReduceOp",
+    "Reduce", "ArgMax", "ArgMin", "CumSum", "TopK", "PadMode", "ScatterReduction",
+    "DepthToSpaceMode", "Reshape", "Transpose", "Concat", "Slice", "Gather", "GatherElements",
+    "GatherND", "ScatterND", "ScatterElements", "Expand", "Pad", "Tile", "Split", "Squeeze",
+    "Unsqueeze", "Flatten", "ShapeOf", "Size", "Range", "Fill", "OneHot", "DepthToSpace",
+    "SpaceToDepth", "Trilu", "NonZero", "Compress", "Input", "Param", "Constant", "as_byte_array"
 ]
