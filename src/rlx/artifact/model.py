@@ -17,7 +17,11 @@ from rlx.ir.graph import Graph
 from rlx.ir.ops.sources import Constant, Input, Param, as_byte_array
 from rlx.ir.shape import Dim, Shape
 
-__all__ = ["RlxIo", "RlxWeight", "RlxMeta", "RlxFile"]
+__all__ = ["LAYOUTS", "RlxIo", "RlxWeight", "RlxMeta", "RlxFile"]
+
+LAYOUTS = ("row_major", "bt_nk", "padded_rows")
+"""How a row's bytes are ordered: as the tensor, as packed W^T [N, K] blocks, or as rows
+padded to whole blocks (read by DecodeWeight / DequantGather)."""
 
 
 @dataclass(frozen=True)

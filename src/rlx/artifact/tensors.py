@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rlx.codecs import Encoding, decode
+from rlx.codecs import Encoding, decode, decode_rows, padded_length
 from rlx.errors import ArtifactError
 from rlx.ir.dtype import DType
+from rlx.ir.ops.packed import DecodeWeight, DequantGather
 from rlx.ir.ops.sources import Constant
 
 if TYPE_CHECKING:
@@ -56,7 +57,9 @@ def decode_weight(file: RlxFile, row: RlxWeight) -> np.ndarray:
     data = _row_bytes(file, row)
     count = math.prod(row.shape)
     dtype = DType(row.dtype).numpy
-    if row.encoding in _ENCODINGS:
+    if row.layout == "padded_rows":
+        flat = np.empty(0)  # decoded by the op that reads the rows
+    elif row.encoding in _ENCODINGS:
         flat = decode(row.encoding, data, count)
     else:  # a plain dtype stored as itself (integer and bool weights)
         flat = data.view(DType(row.encoding).numpy)[:count]
@@ -65,6 +68,26 @@ def decode_weight(file: RlxFile, row: RlxWeight) -> np.ndarray:
         values = flat.reshape(n, k).T
     elif row.layout == "row_major":
         values = flat.reshape(row.shape)
+    elif row.layout == "padded_rows":
+        values = _padded_rows(file, row, data)
     else:
         raise ArtifactError(f"weight {row.name!r}: unknown layout {row.layout!r}")
     return np.array(values, dtype=dtype, order="C")  # (ascontiguousarray makes rank 0 rank 1)
+
+
+def _padded_rows(file: RlxFile, row: RlxWeight, data: np.ndarray) -> np.ndarray:
+    """A weight stored as padded rows, decoded by the op that reads it (which knows the
+    row length and the stored order); without a reader in the top graph, the table shape
+    is the logical one when no padding was added."""
+    readers = [n.op for n in file.graph.nodes() if row.node_id in n.inputs
+               and isinstance(n.op, (DecodeWeight, DequantGather))]
+    if readers and isinstance(readers[0], DecodeWeight):
+        return readers[0].dense(data)
+    if readers and isinstance(readers[0], DequantGather):
+        op = readers[0]
+        return decode_rows(op.encoding, data, op.vocab, op.dim)
+    count = math.prod(row.shape)
+    if padded_length(row.encoding, row.shape[-1]) != row.shape[-1]:
+        raise ArtifactError(f"weight {row.name!r} is stored as padded rows read inside a "
+                            "subgraph; export the graph to read it")
+    return decode(row.encoding, data, count).reshape(row.shape)

@@ -28,15 +28,10 @@ def decode_weight(node: Node, packed: np.ndarray) -> np.ndarray:
     """The dense `op.shape` float32 tensor of a DecodeWeight's packed bytes."""
     op = node.op
     assert isinstance(op, DecodeWeight)
-    length = op.row_length
     try:
-        matrix = decode_rows(op.encoding, packed, op.rows, length)
+        out = op.dense(packed)
     except BakeError as err:
         raise KernelError(f"{node.label}: {err}") from None
-    dense = matrix.reshape(op.stored_shape)
-    if op.perm:
-        dense = dense.transpose(np.argsort(op.perm))
-    out = np.ascontiguousarray(dense, dtype=np.float32)
     out.flags.writeable = False
     return out
 

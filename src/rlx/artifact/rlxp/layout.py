@@ -7,7 +7,7 @@ import struct
 __all__ = [
     "FLAT_MAGIC", "FLAT_HEADER", "CONTAINER_VERSION", "FLAG_HYBRID", "FLAG_BINCODE_TOC",
     "FLAG_TOC_DIGEST", "KNOWN_FLAGS", "WRITTEN_FLAGS", "FORMAT", "FORMAT_VERSION", "COMPAT_VERSION",
-    "GRAPH_ENCODING", "NO_GRAPH", "FIXED_CREATED", "CONTAINERS", "LAYOUTS", "MEMBERS",
+    "GRAPH_ENCODING", "NO_GRAPH", "FIXED_CREATED", "CONTAINERS", "MEMBERS",
     "MAX_TOC_BYTES", "sidecar_member", "container_for",
 ]
 
@@ -26,7 +26,6 @@ GRAPH_ENCODING = "rlx-graph-json"  # rlx's JSON graph (not the reference's binco
 NO_GRAPH = "none"
 FIXED_CREATED = "1970-01-01T00:00:00Z"  # default creation time: writes are deterministic
 CONTAINERS = ("flat", "zip", "dir")
-LAYOUTS = ("row_major", "bt_nk")
 MAX_TOC_BYTES = 256 << 20
 
 # members of the zip and dir containers (inventory 4.5); `graph/mir.bin` holds the graph in

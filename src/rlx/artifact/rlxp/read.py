@@ -22,7 +22,7 @@ from typing import Any, NoReturn, TypeGuard
 import numpy as np
 
 from rlx.artifact.layout import checksum, header_digest
-from rlx.artifact.model import RlxFile, RlxWeight
+from rlx.artifact.model import LAYOUTS, RlxFile, RlxWeight
 from rlx.artifact.reader import VERIFY_MODES, _Reader, _row_nbytes
 from rlx.artifact.rlxp import layout as L
 from rlx.artifact.rlxp.zblk import TIERS, decode_tier
@@ -346,8 +346,9 @@ class _Package:
             if not isinstance(shape, list) or not all(_int(d) for d in shape) \
                     or not isinstance(scheme, str):
                 self.fail(f"{where}: needs a shape of sizes >= 0 and a scheme")
-            if row.get("layout") not in L.LAYOUTS:
-                self.fail(f"{where}: layout {row.get('layout')!r} is not row_major or bt_nk")
+            if row.get("layout") not in LAYOUTS:
+                self.fail(f"{where}: layout {row.get('layout')!r} is not one of "
+                          f"{', '.join(LAYOUTS)}")
             tier, codec = row.get("tier"), row.get("codec")
             if not isinstance(tier, str) or tier not in TIERS or TIERS[tier] != codec:
                 self.fail(f"{where}: tier {tier!r} with codec {codec!r} (expected hot/raw, "

@@ -20,6 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
+
+from rlx.codecs.rows import decode_rows
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op
@@ -94,6 +97,15 @@ class DecodeWeight(Op):
                              f"{len(self.shape)} axes")
         _check_stream(self, self.encoding, packed, self.rows, numel // self.rows)
         return Shape(self.shape, DType.F32)
+
+    def dense(self, packed: np.ndarray) -> np.ndarray:
+        """The `shape` float32 tensor the packed bytes hold (BakeError if they do not fit):
+        the one definition the kernel and `RlxFile.tensor` share."""
+        dense = decode_rows(self.encoding, packed, self.rows, self.row_length)
+        dense = dense.reshape(self.stored_shape)
+        if self.perm:
+            dense = dense.transpose(np.argsort(self.perm))
+        return np.ascontiguousarray(dense, dtype=np.float32)
 
 
 @dataclass(frozen=True)
