@@ -164,7 +164,10 @@ def _input_shape(text: str) -> tuple[str, tuple[int | str, ...]]:
     name, sep, dims = text.rpartition(":")
     parts = dims.split(",") if dims else []
     if not sep or not name or not parts or not all(parts):
-        raise argparse.ArgumentTypeError(f"expected NAME:D,D,..., got {text!r}")
+        # the option takes several values: a model path after it reads as one of them
+        after = " (put the model before --input-shapes, or use --input-shapes=NAME:D,D)" \
+            if not sep and "." in text else ""
+        raise argparse.ArgumentTypeError(f"expected NAME:D,D,..., got {text!r}{after}")
     values = tuple(int(d) if d.lstrip("-").isdigit() else d for d in parts)
     if any(isinstance(d, int) and d < 0 for d in values):
         raise argparse.ArgumentTypeError(f"dims must be >= 0 or names, got {text!r}")

@@ -167,6 +167,8 @@ def test_input_shape_errors(cli, flatten_onnx, files, tmp_path):
                  r"does not fit the declared shape")
     assert_error(cli("bake", flatten_onnx, "-o", out, "--input-shapes", "x=3"),
                  r"expected NAME:D,D", code=2)
+    assert_error(cli("bake", "--input-shapes", "x:3,4,8", flatten_onnx, "-o", out),
+                 r"got '.*flatten\.onnx' \(put the model before --input-shapes", code=2)
     assert_error(cli("bake", flatten_onnx, "-o", out, "--dim", "batch=-1"),
                  r"expected NAME=N", code=2)
     assert_error(cli("bake", files.graph_json, "-w", files.npz, "-o", out, "--dim",
