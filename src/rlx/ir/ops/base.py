@@ -23,7 +23,7 @@ OutShape = Shape | tuple[Shape, ...]
 OPS: dict[str, type[Op]] = {}
 """Registry of every op type by its serialised name, filled at import."""
 
-__all__ = ["Op", "OpMixin", "OPS", "OutShape", "op_axis", "expect_dtype"]
+__all__ = ["Op", "OPS", "OutShape"]
 
 
 @dataclass(frozen=True)
