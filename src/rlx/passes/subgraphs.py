@@ -25,7 +25,8 @@ from rlx.ir.ops.sources import Constant, Input
 from rlx.ir.rewrite import Rewriter
 
 __all__ = [
-    "HOIST_MIN_BYTES", "capture_offsets", "captured_inputs", "hoist_subgraph_weights", "in_subgraphs",
+    "HOIST_MIN_BYTES", "capture_offsets", "captured_inputs", "hoist_subgraph_weights",
+    "in_subgraphs",
     "sink_constant_captures",
 ]
 
