@@ -66,9 +66,10 @@ def test_the_profile_says_where_the_time_goes(run):
     results, out = run
     prof = results["models"]["mlp"]["profile"]
     assert prof["threads"] == 1 and prof["total_seconds"] > 0
-    # the baked MLP runs a packed matmul (TQ2_0 layer), a MatMul, two adds and a relu
+    # the baked MLP: its TQ2_0 first layer (K = 784) decoded by DecodeWeight, two MatMuls,
+    # two adds and a relu (ONNX op types)
     ops = {t["op"]: t["nodes"] for t in prof["op_types"]}
-    assert ops == {"MatMul (TQ2_0)": 1, "MatMul": 1, "Add": 2, "Relu": 1}  # ONNX op types
+    assert ops == {"DecodeWeight": 1, "MatMul": 2, "Add": 2, "Relu": 1}
     assert abs(sum(t["share"] for t in prof["op_types"]) - 1) < 1e-9
     assert "### Where rlx's time goes" in (out / "RESULTS.md").read_text()
 
