@@ -191,12 +191,13 @@ def _gelu_tanh_formula(out, x, t):
     np.divide(x, t, out=out)
 
 
-def _hard_swish_formula(out, x, t):
-    """x * clip(x / 6 + 1/2, 0, 1)."""
-    np.multiply(x, 1 / 6, out=t)
+def _hard_swish(x, op, out=None):
+    """x * clip(x / 6 + 1/2, 0, 1) over the whole array (four cheap passes: blocks would
+    only add calls), with one buffer at most: `out` itself unless `out` is `x`."""
+    t = np.multiply(x, 1 / 6, out=None if out is x else out)
     t += 0.5
     np.clip(t, 0, 1, out=t)
-    np.multiply(t, x, out=out)
+    return np.multiply(t, x, out=t if out is None else out)
 
 
 def _hard_sigmoid(x, op, out=None):
@@ -214,7 +215,6 @@ _FORMULAS = {
     Activation.SILU: (_silu_formula, 1),
     Activation.MISH: (_mish_formula, 2),
     Activation.GELU_APPROX: (_gelu_tanh_formula, 1),
-    Activation.HARD_SWISH: (_hard_swish_formula, 1),
 }
 """Kinds computed by a multi-pass formula over cache-sized blocks (`blockwise`), with the
 number of scratch buffers each needs."""
@@ -267,6 +267,7 @@ _OUT = {
     **{kind: _ufunc_kernel(f) for kind, f in _UFUNCS.items()},
     Activation.RELU: _relu,
     Activation.HARD_SIGMOID: _hard_sigmoid,
+    Activation.HARD_SWISH: _hard_swish,
     Activation.GELU: lambda x, op, out=None: _gelu(x, out),
     Activation.ERF: lambda x, op, out=None: erf(x, out),
 }
