@@ -11,6 +11,7 @@ is refused before any work.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,10 @@ def artifact_bytes(path: str | Path) -> int:
 def with_default_command(argv: list[str], commands: set[str]) -> list[str]:
     """The reference's bare form `rlx-bake GRAPH -o OUT [flags]` means `rlx-bake bake ...`:
     a first argument that is neither an option nor a command is the bake input."""
-    if argv and not argv[0].startswith("-") and argv[0] not in commands:
+    first = argv[0] if argv else ""
+    # a path, not a misspelt command (`insepct` gets "did you mean" from the parser)
+    looks_like_path = os.path.exists(first) or "/" in first or "." in first
+    if first and not first.startswith("-") and first not in commands and looks_like_path:
         return ["bake", *argv]
     return argv
 

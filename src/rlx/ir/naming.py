@@ -24,6 +24,7 @@ from rlx.ir.ops.elementwise import (
 from rlx.ir.ops.linalg import DequantMatMul
 from rlx.ir.ops.multi import TupleGet
 from rlx.ir.ops.nn import BatchNormInference, GlobalPool, InstanceNorm, LayerNorm, Pool, PoolKind
+from rlx.ir.ops.packed import DecodeWeight, DequantGather
 from rlx.ir.ops.reduce import Reduce
 from rlx.ir.ops.shaping import Fill, ShapeOf
 from rlx.ir.ops.sources import Constant, Input, Param
@@ -31,11 +32,12 @@ from rlx.ir.ops.sources import Constant, Input, Param
 __all__ = ["COMPUTING_NODES", "computing_nodes", "is_computing", "node_title", "op_type",
            "op_type_counts"]
 
-COMPUTING_NODES = ("computing nodes: every op but graph inputs, weights and constants, "
-                   "and tuple selectors; subgraphs included")
+COMPUTING_NODES = ("computing nodes: every op but graph inputs, weights and constants (stored "
+                   "encoded or not), and tuple selectors; subgraphs included")
 """What `computing_nodes` counts, in words reports print beside the number."""
 
-_NOT_COMPUTING = (Input, Param, Constant, TupleGet)
+# DecodeWeight is how an encoded weight is stored, not a node of the model
+_NOT_COMPUTING = (Input, Param, Constant, TupleGet, DecodeWeight)
 
 # ONNX names that are not the IR enum value in CamelCase
 _UNARY = {"recip": "Reciprocal", "is_nan": "IsNaN", "is_inf": "IsInf", "is_pos_inf": "IsInf",
@@ -76,6 +78,8 @@ def op_type(op: Op) -> str:
         return "GlobalMaxPool" if op.kind is PoolKind.MAX else "GlobalAveragePool"
     if isinstance(op, DequantMatMul):
         return f"MatMul ({op.scheme.label.removeprefix('gguf_').upper()})"
+    if isinstance(op, DequantGather):
+        return f"Gather ({op.encoding.removeprefix('gguf_').upper()})"
     return _RENAMED.get(type(op), type(op).__name__)
 
 

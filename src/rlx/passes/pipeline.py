@@ -30,6 +30,7 @@ from rlx.ir.verify import verify as verify_graph
 __all__ = ["VERIFY_ENV", "Pass", "Step", "run_pipeline"]
 
 log = logging.getLogger(__name__)
+progress = logging.getLogger("rlx.progress")  # what a terminal shows while it runs
 
 Pass = Callable[[Graph], tuple[Graph, int]]
 """A graph pass: the new graph (the same object when unchanged) and how much it rewrote."""
@@ -56,7 +57,9 @@ def run_pipeline(steps: Iterable[Step], graph: Graph, *,
         verify = os.environ.get(VERIFY_ENV, "") not in ("", "0")
     counts: Counter[str] = Counter()
     previous: str | None = None
-    for step in steps:
+    steps = list(steps)
+    for number, step in enumerate(steps, 1):
+        progress.debug("pass %d of %d: %s", number, len(steps), step.name)
         try:
             graph, count = step.run(graph)
             if verify:

@@ -49,6 +49,7 @@ __all__ = ["WeightRole", "WeightChoice", "plan_weight_encodings", "apply_weight_
            "MIN_ELEMENTS", "F16_MAX_REL_ERROR", "Q8_0", "TQ2_0", "F16"]
 
 log = logging.getLogger(__name__)
+progress = logging.getLogger("rlx.progress")  # what a terminal shows while it runs
 
 Q8_0, TQ2_0, F16 = QuantScheme.GGUF_Q8_0.label, QuantScheme.GGUF_TQ2_0.label, "f16"
 
@@ -268,6 +269,8 @@ def apply_weight_encodings(graph: Graph, choices: list[WeightChoice]) -> tuple[G
     for node in graph.nodes():
         choice = by_id.get(node.id)
         if choice is not None:
+            progress.debug("encoding %s as %s (%d of %d tensors)", choice.name,
+                           choice.encoding, len(packed) + 1, len(by_id))
             packed[node.id] = _emit(rw, node, choice)
             continue
         readers = [i for i in node.inputs if i in packed and
