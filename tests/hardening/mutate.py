@@ -92,7 +92,8 @@ def structured(rng: random.Random, data: bytes, edit: Callable[..., bytes]) -> b
     edit expects."""
     try:
         return edit(rng, data)
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError, struct.error):
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, struct.error,
+            RecursionError):  # a corpus case nested deeper than the parser recurses
         return havoc(rng, data)
 
 

@@ -54,8 +54,8 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 ModelSource = str | os.PathLike | bytes | bytearray | memoryview | ModelProto
 
 MIN_EXPANSION = 256
-EXPANSION_PER_NODE = 32
-"""Function-body nodes an import may expand: 256 + 32 per node the model itself writes (a
+EXPANSION_PER_NODE = 16
+"""Function-body nodes an import may expand: 256 + 16 per node the model itself writes (a
 schema function such as LayerNormalization expands to ~10)."""
 MIN_DENSE_BUDGET = 16 << 20
 DENSE_PER_MODEL_BYTE = 16
@@ -144,6 +144,8 @@ class Importer:
         self.opsets = self._opsets(model)
         self.functions = {(f.domain, f.name): f for f in model.functions}
         self._fresh = itertools.count()
+        self._looked_at: set[tuple[str, str]] = set()  # local functions _unsupported saw
+        self._free_memo: dict[int, tuple] = {}  # free_variables of the graphs sorted so far
         # Function bodies expanded, in nodes: local functions calling each other twice
         # per level expand exponentially (a 1,135-byte model made 16,385 nodes in 11 s)
         written = sum(1 for _ in _all_nodes(model.graph)) + \
@@ -200,7 +202,7 @@ class Importer:
         for sparse in graph.sparse_initializer:
             scope.initializers[sparse.values.name] = sparse_to_array(
                 sparse, self.external, f"sparse initializer {sparse.values.name!r}")
-        for node in _topological(graph, scope.visible()):
+        for node in _topological(graph, scope.visible(), self._free_memo):
             self.convert_node(scope, node, self.opsets)
 
     def convert_node(self, scope: Scope, node: NodeProto, opsets: dict[str, int]) -> None:
@@ -333,14 +335,19 @@ class Importer:
 
     def _unsupported(self, nodes: Iterable[NodeProto],
                      opsets: dict[str, int]) -> list[tuple[str, str]]:
-        """(domain, op type) of the ops nothing here converts ("" for ONNX's domain)."""
+        """(domain, op type) of the ops nothing here converts ("" for ONNX's domain). Each
+        local function's body is looked at once, however often it is called (functions
+        calling each other twice per level made this walk exponential)."""
         missing: list[tuple[str, str]] = []
         for node in nodes:
             for sub in subgraph_attributes(node):
                 missing += self._unsupported(sub.node, opsets)
-            local = self.functions.get((node.domain, node.op_type))
+            key = (node.domain, node.op_type)
+            local = self.functions.get(key)
             if local is not None:
-                missing += self._unsupported(local.node, opsets)
+                if key not in self._looked_at:
+                    self._looked_at.add(key)
+                    missing += self._unsupported(local.node, opsets)
             elif node.domain not in DEFAULT_DOMAINS:
                 if find_converter(node.domain, node.op_type) is None:
                     missing.append((node.domain, node.op_type))
@@ -454,7 +461,8 @@ def _all_nodes(graph: GraphProto) -> Iterable[NodeProto]:
 
 
 # -- node order --------------------------------------------------------------------------------
-def _topological(graph: GraphProto, available: set[str]) -> list[NodeProto]:
+def _topological(graph: GraphProto, available: set[str],
+                 memo: dict[int, tuple] | None = None) -> list[NodeProto]:
     """`graph`'s nodes in an order where every value is made before it is read.
 
     Models are usually sorted already (one pass); otherwise nodes wait for their inputs.
@@ -463,7 +471,7 @@ def _topological(graph: GraphProto, available: set[str]) -> list[NodeProto]:
     known = set(available) | {v.name for v in graph.input}
     known |= {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
     needs = [[n for n in (*node.input, *(v for g in subgraph_attributes(node)
-                                          for v in free_variables(g))) if n]
+                                          for v in free_variables(g, memo))) if n]
              for node in graph.node]
     made = {o for node in graph.node for o in node.output if o}
     for node, names in zip(graph.node, needs):
@@ -483,6 +491,15 @@ def _kahn(nodes: list[NodeProto], needs: list[list[str]], known: set[str]) -> li
     """Nodes in dependency order in time linear in the graph (nodes waiting on a value are
     released when it is made; ready nodes go in their listed order, so a sorted graph
     keeps its order). Updates `known` with every value made."""
+    start = set(known)
+    for node, names in zip(nodes, needs):  # a sorted graph (the usual case): one pass
+        if not all(n in known for n in names):
+            break
+        known.update(o for o in node.output if o)
+    else:
+        return list(nodes)
+    known.clear()
+    known.update(start)
     missing = [len({n for n in names if n not in known}) for names in needs]
     waiters: dict[str, list[int]] = {}
     for i, names in enumerate(needs):

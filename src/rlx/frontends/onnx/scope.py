@@ -145,8 +145,16 @@ def subgraph_attributes(node) -> Iterable[GraphProto]:
             yield from attr.graphs
 
 
-def free_variables(graph: GraphProto) -> list[str]:
-    """Names `graph` (or a graph nested in it) reads but does not define, in first-use order."""
+def free_variables(graph: GraphProto, memo: dict[int, tuple] | None = None) -> list[str]:
+    """Names `graph` (or a graph nested in it) reads but does not define, in first-use order.
+
+    `memo` (id -> (graph, names), the graph kept so its id stays its own) lets an import
+    compute each nested graph's names once: without it, sorting every level of a deep
+    If-nesting recomputed the levels below it (quadratic in the depth)."""
+    if memo is not None:
+        found = memo.get(id(graph))
+        if found is not None and found[0] is graph:
+            return found[1]
     defined = {v.name for v in graph.input}
     defined |= {t.name for t in graph.initializer}
     defined |= {t.values.name for t in graph.sparse_initializer}
@@ -154,14 +162,18 @@ def free_variables(graph: GraphProto) -> list[str]:
         defined.update(o for o in node.output if o)
     free: dict[str, None] = {}
     for node in graph.node:
-        used = [*node.input, *(v for g in subgraph_attributes(node) for v in free_variables(g))]
+        used = [*node.input, *(v for g in subgraph_attributes(node)
+                               for v in free_variables(g, memo))]
         for name in used:
             if name and name not in defined:
                 free.setdefault(name)
     for value in graph.output:
         if value.name not in defined:
             free.setdefault(value.name)
-    return list(free)
+    names = list(free)
+    if memo is not None:
+        memo[id(graph)] = (graph, names)
+    return names
 
 
 # -- the finished graph ------------------------------------------------------------------------
