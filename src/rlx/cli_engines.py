@@ -59,7 +59,8 @@ class EngineRun:
         return self.model.run(feeds)
 
 
-def load_for_cli(path: str, password: str | None, args, ui: Ui) -> tuple[EngineRun, dict]:
+def load_for_cli(path: str, password: str | bytes | None, args,
+                 ui: Ui) -> tuple[EngineRun, dict]:
     from rlx.engines.model import load
 
     with ui.step(f"loading {path} on {args.engine}"):

@@ -82,8 +82,8 @@ def check_artifact_output(args: argparse.Namespace) -> str:
     return fmt
 
 
-def write_artifact(args: argparse.Namespace, file: RlxFile, password: str | None = None,
-                   **package: Any) -> dict[str, Any]:
+def write_artifact(args: argparse.Namespace, file: RlxFile,
+                   password: str | bytes | None = None, **package: Any) -> dict[str, Any]:
     """Write `file` in the format the arguments ask for; what was written, for the JSON."""
     fmt = output_format(args)
     if fmt == "rlx":

@@ -93,7 +93,7 @@ def _summary(name: str, value: np.ndarray) -> dict[str, Any]:
     return out
 
 
-def _load_compiled(path: str, password: str | None, ui: Ui,
+def _load_compiled(path: str, password: str | bytes | None, ui: Ui,
                    args=None) -> tuple[CompiledGraph, dict]:
     """Read, then verify checksums, materialise and compile; the two phases timed apart.
     With --engine / --precision asking for another engine, `rlx.load` does it all."""

@@ -167,7 +167,8 @@ class Ui:
         they are. A cell too long for a terminal wraps (`fold`): a name is never cut."""
         table = Table(title=None if title is None else Text(title, style="bold"),
                       box=box.SIMPLE_HEAD, title_justify="left", highlight=False,
-                      show_header=header, header_style="bold")
+                      show_header=header, header_style="bold",
+                      min_width=len(title) if title else None)  # a title never wraps
         cells = [[self.styled(v) for v in row] for row in rows]
         for i, name in enumerate(columns):
             # short columns (numbers, encodings, shapes) stay on one line; the long ones

@@ -144,8 +144,8 @@ def test_run_profile_ops(cli, files):
     # the baked MLP: its ternary first layer (K = 784, not whole TQ2_0 blocks) stored as
     # one TQ2_0 stream decoded by DecodeWeight, both layers MatMuls
     ops = {r["op"]: r["nodes"] for r in profile["op_types"]}
-    assert ops == {"MatMul (TQ2_0)": 1, "MatMul": 1, "Add": 2, "Relu": 1}  # ONNX op types
-    assert len(profile["slowest"]) == 5 and profile["runs"] == 1
+    assert ops == {"DecodeWeight": 1, "MatMul": 2, "Add": 2, "Relu": 1}  # ONNX op types
+    assert len(profile["slowest"]) == 6 and profile["runs"] == 1
     assert abs(sum(r["share"] for r in profile["op_types"]) - 1) < 1e-9
 
 

@@ -81,8 +81,8 @@ def test_bake_on_a_terminal_shows_progress_and_colour(long_named, tmp_path):
     assert code == 0, out.decode(errors="replace")
     assert ANSI.search(out)  # styles: bold headers and titles
     text = ANSI.sub(b"", out).decode()
-    for step in ("pass 1: binding weights", "pass 4: packing matmul weights as gguf_q8_0",
-                 "(1 of 2 tensors)", "bytes written"):
+    for step in ("pass 1 of", "specialize", "encode_weights", "as gguf_q8_0 (1 of 2 tensors)",
+                 "bytes written"):
         assert step in text, step
 
 
@@ -90,7 +90,10 @@ def test_bake_piped_has_no_progress_colour_or_trailing_spaces(long_named, tmp_pa
     done = piped(["bake", long_named, "-o", tmp_path / "m.rlx", "--profile", "size"])
     assert done.returncode == 0, done.stderr
     assert b"\x1b" not in done.stdout + done.stderr
-    assert b"pass 1" not in done.stderr and done.stderr == b""
+    # only the size profile's one warning that its accuracy is unchecked (no calibration)
+    assert b"pass 1" not in done.stderr
+    assert [line for line in done.stderr.decode().splitlines()
+            if not line.startswith("warning: size profile: accuracy unchecked")] == []
     lines = done.stdout.decode().splitlines()
     assert lines and not [line for line in lines if line != line.rstrip()]
 

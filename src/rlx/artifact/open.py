@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rlx.artifact.model import RlxFile
 from rlx.artifact.reader import ENCRYPTED_MAGIC, read_rlx
+from rlx.artifact.sniff import foreign_hint
 from rlx.errors import ArtifactError
 
 __all__ = ["open_artifact", "artifact_kind"]
@@ -26,12 +27,12 @@ def artifact_kind(path: str | os.PathLike) -> str:
     if not path.is_dir():
         try:
             with path.open("rb") as f:
-                head = f.read(8)
+                head = f.read(16)
         except OSError as err:
             raise ArtifactError(f"cannot read {path}: {err.strerror or err}") from None
-    if head == ENCRYPTED_MAGIC:
+    if head[:8] == ENCRYPTED_MAGIC:
         return "rlx-encrypted"
-    if head == b"RLXBAKE1":
+    if head[:8] == b"RLXBAKE1":
         return "rlx"
     # only now the package reader (and zstandard): a plain .rlx never needs them
     from rlx.artifact.rlxp.read import is_rlxp
@@ -40,8 +41,9 @@ def artifact_kind(path: str | os.PathLike) -> str:
         return "rlxp"
     if path.is_dir():
         raise ArtifactError(f"{path} is a folder without rlx.json, not an .rlxp package")
-    raise ArtifactError(f"{path} is not an rlx artifact (magic {head!r}; expected RLXBAKE1, "
-                        "RLXENC01, RLXPFLAT or an .rlxp zip/folder)")
+    raise ArtifactError(f"{path} is not an rlx artifact: bad magic {head[:8]!r} (expected "
+                        f"RLXBAKE1, RLXENC01, RLXPFLAT or an .rlxp zip/folder)"
+                        f"{foreign_hint(head, str(path))}")
 
 
 def open_artifact(path: str | os.PathLike, password: str | bytes | None = None, *,

@@ -49,7 +49,7 @@ def read_rlx(path: str | os.PathLike, *, password: str | bytes | None = None,
     """Open a `.rlx` file (plain: mapped under a read lease, or read if small or unleasable,
     see `rlx.safeio.mapping`; encrypted: decrypted chunk by chunk)."""
     source = os.fspath(path)
-    buffer: bytearray | mmap.mmap
+    buffer: bytearray | bytes | mmap.mmap
     try:
         mapped = map_file(source, ArtifactError)
         head = bytes(mapped.buffer[:len(ENCRYPTED_MAGIC)])
@@ -61,7 +61,6 @@ def read_rlx(path: str | os.PathLike, *, password: str | bytes | None = None,
             from rlx.artifact import crypto
 
             limits = {"limits": kdf_limits} if kdf_limits is not None else {}
-            buffer: Any
             try:
                 buffer = crypto.decrypt_file(source, password, **limits)
             except OSError as err:

@@ -66,19 +66,22 @@ class OptimizeStats:
 
     @classmethod
     def from_counts(cls, counts: Mapping[str, int], not_packed: dict[str, int]) -> OptimizeStats:
-        """The stats of a bake from its pipeline's counts per step name."""
-        return cls(**{stat: counts.get(step, 0) for stat, step in _STAT_STEPS.items()},
+        """The stats of a bake from its pipeline's counts per step name: each count field
+        reports one step's counts, summed over its runs."""
+        def count(step: str) -> int:
+            return counts.get(step, 0)
+
+        return cls(skipped_zero_matmuls=count("skip_zero_matmul"),
+                   ternary_packed=count("pack_ternary"),
+                   simplified=count("algebraic_simplify"),
+                   fused=count("fuse_patterns"),
+                   dead_removed=count("eliminate_dead_code"),
+                   constants_folded=count("fold_constants"),
+                   shapes_resolved=count("resolve_shapes"),
+                   batchnorms_folded=count("fold_batchnorm"),
+                   captures_sunk=count("sink_constant_captures"),
+                   weights_hoisted=count("hoist_subgraph_weights"),
                    not_packed=not_packed)
-
-
-# OptimizeStats field -> the pipeline step whose counts (summed over its runs) it reports
-_STAT_STEPS = {
-    "skipped_zero_matmuls": "skip_zero_matmul", "ternary_packed": "pack_ternary",
-    "simplified": "algebraic_simplify", "fused": "fuse_patterns",
-    "dead_removed": "eliminate_dead_code", "constants_folded": "fold_constants",
-    "shapes_resolved": "resolve_shapes", "batchnorms_folded": "fold_batchnorm",
-    "captures_sunk": "sink_constant_captures", "weights_hoisted": "hoist_subgraph_weights",
-}
 
 
 @dataclass

@@ -139,8 +139,8 @@ def _atomic(path: Path, data: bytes) -> None:
 
 def example_feeds(graph: Graph) -> dict[str, np.ndarray]:
     """Zeros of each input's declared shape and dtype, symbolic dims at 1."""
-    return {n.op.name: np.zeros([d if isinstance(d, int) else 1 for d in n.shape.dims],
-                                n.shape.dtype.numpy) for n in graph.inputs()}
+    return {n.source_name: np.zeros([d if isinstance(d, int) else 1 for d in n.tensor_shape.dims],
+                                    n.tensor_shape.dtype.numpy) for n in graph.inputs()}
 
 
 def _time(runner, feeds: Mapping[str, np.ndarray], outputs: list[str]) -> float:

@@ -64,7 +64,7 @@ def writable_alias(array: np.ndarray) -> np.ndarray:
     if array.flags.writeable or array.nbytes == 0:
         return array
     buf = (ctypes.c_char * array.nbytes).from_address(address_of(array))
-    return np.frombuffer(buf, dtype=array.dtype).reshape(array.shape)
+    return np.frombuffer(memoryview(buf), dtype=array.dtype).reshape(array.shape)
 
 
 def anon_rss_bytes() -> int:

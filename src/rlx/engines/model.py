@@ -59,13 +59,14 @@ class Model:
         self._graph = graph
         self._inputs = graph.inputs()
         self._runner = runner
-        self.inputs = [IoSpec(n.op.name, n.shape.dims, n.shape.dtype.numpy)
+        self.inputs = [IoSpec(n.source_name, n.tensor_shape.dims, n.tensor_shape.dtype.numpy)
                        for n in self._inputs]
         self.outputs = []
         for o in graph.outputs:
             node = graph.node(o)
-            self.outputs.append(IoSpec(node.name or f"out{o}", node.shape.dims,
-                                       node.shape.dtype.numpy))
+            # verified graphs output single tensors (tuple parts go through TupleGet)
+            self.outputs.append(IoSpec(node.name or f"out{o}", node.tensor_shape.dims,
+                                       node.tensor_shape.dtype.numpy))
         self._output_names = [spec.name for spec in self.outputs]
 
     @property
@@ -86,7 +87,7 @@ class Model:
             ) -> list[np.ndarray]:
         """Outputs in graph order, or only the named ones in the order given."""
         checked = check_feeds(self._inputs, feeds)
-        arrays = {n.op.name: checked[n.id] for n in self._inputs}
+        arrays = {n.source_name: checked[n.id] for n in self._inputs}
         return self._runner.run(arrays, self._select(outputs))
 
     def _select(self, outputs: Sequence[str] | None) -> Sequence[str]:

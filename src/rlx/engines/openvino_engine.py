@@ -79,7 +79,7 @@ class OpenVinoRunner:
         for k, out in enumerate(self.compiled.outputs):
             for name in out.get_names():
                 self._index.setdefault(name, k)
-        wanted = {n.op.name for n in graph.inputs()}
+        wanted = {n.source_name for n in graph.inputs()}
         # a port may carry several names (OpenVINO merges those of folded nodes)
         self._inputs = [next(n for n in sorted(i.get_names()) if n in wanted)
                         for i in self.compiled.inputs]

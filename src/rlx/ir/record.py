@@ -83,7 +83,7 @@ def _frozen(cls: type, eq: bool) -> type:
         f.name, f.type = name, annotation
         f._field_type = dataclasses._FIELD  # type: ignore[attr-defined]
         if f.kw_only is _MISSING:  # as the standard decorator resolves it
-            f.kw_only = False  # type: ignore[assignment]
+            f.kw_only = False
         fields[name] = f
     cls.__dataclass_fields__ = fields  # type: ignore[attr-defined]
     cls.__dataclass_params__ = _PARAMS[eq]  # type: ignore[attr-defined]
@@ -120,7 +120,7 @@ def _first_init(self, *args: Any, **kwargs: Any) -> None:
     """Compile this class's `__init__` (once), install it and run it."""
     cls = type(self)
     init = _compile_init(cls)
-    cls.__init__ = init  # type: ignore[misc]
+    cls.__init__ = init
     init(self, *args, **kwargs)
 
 

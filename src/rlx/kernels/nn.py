@@ -286,7 +286,7 @@ def _separable_max(xp: np.ndarray, win: Window, out: Sequence[int],
         k, d, s, o = win.kernel[a], win.dilations[a], win.strides[a], out[a]
         span = max((o - 1) * s + 1, 0)
         before = (slice(None),) * (lead + a)
-        y = _fold((y[(*before, slice(t * d, t * d + span, s))] for t in range(k)), np.maximum,
+        y = _fold((y[before + (slice(t * d, t * d + span, s),)] for t in range(k)), np.maximum,
                   dtype)
     return y
 

@@ -22,14 +22,15 @@ from rlx.ir.graph import Node
 from rlx.ir.ops.linalg import DequantMatMul
 from rlx.kernels.registry import builder
 
-__all__ = ["build_dequant_matmul"]
+__all__ = ["build_dequant_matmul", "dense_weight"]
 
 
 @builder(DequantMatMul)
 def build_dequant_matmul(node: Node, compile):
     """A step that decodes each packed buffer once (see `_decoded`), not once per call."""
+    assert isinstance(node.op, DequantMatMul)  # the builder registered for DequantMatMul
     encoding = Encoding.parse(node.op.scheme.label)
-    out_dtype = node.shape.dtype.numpy
+    out_dtype = node.tensor_shape.dtype.numpy
     # f16/bf16 compute in float32 (numpy has no fast half GEMM); f64 stays f64
     compute = np.dtype(np.float64 if out_dtype == np.float64 else np.float32)
 
@@ -53,13 +54,14 @@ def _decoded(node: Node, encoding: Encoding, packed: np.ndarray, k: int,
              dtype: np.dtype, groups: tuple[np.ndarray, ...] = ()) -> np.ndarray:
     arrays = (packed, *groups)  # MLX codes come with their scales (and biases)
     if any(a.flags.writeable or not a.flags.c_contiguous for a in arrays):
-        return _dense_weight(node, encoding, packed, k, dtype, groups)
+        return dense_weight(node, encoding, packed, k, dtype, groups)
+    assert isinstance(node.op, DequantMatMul)
     key = (*((a.__array_interface__["data"][0], a.nbytes) for a in arrays), encoding,
            node.op.n, k, dtype)
     weight = _DECODED.get(key)
     if weight is None:
         # two threads may both decode; the first to store wins
-        weight = _dense_weight(node, encoding, packed, k, dtype, groups)
+        weight = dense_weight(node, encoding, packed, k, dtype, groups)
         with _DECODED_LOCK:
             if key not in _DECODED:
                 _DECODED[key] = weight
@@ -69,7 +71,7 @@ def _decoded(node: Node, encoding: Encoding, packed: np.ndarray, k: int,
     return weight
 
 
-def _dense_weight(node: Node, encoding: Encoding, packed: np.ndarray, k: int,
+def dense_weight(node: Node, encoding: Encoding, packed: np.ndarray, k: int,
                   dtype: np.dtype, groups: tuple[np.ndarray, ...] = ()) -> np.ndarray:
     """The `[K, N]` weight, C-contiguous like the dense weight it replaces (the transposed
     view of the decoded `[N, K]` stream made BLAS ~15% slower on the demo MLP)."""
@@ -82,7 +84,7 @@ def _dense_weight(node: Node, encoding: Encoding, packed: np.ndarray, k: int,
         )
     parts = dict(zip(("scales", "biases"), groups))
     try:
-        values = decode(encoding, packed, **parts)
+        values = decode(encoding, packed, None, **parts)
     except RlxError as err:
         raise KernelError(f"{node.label}: {err}") from None
     return np.ascontiguousarray(values.astype(dtype, copy=False).reshape(n, k).T)

@@ -94,12 +94,13 @@ def _evaluate(rw: Rewriter, node: Node, tuples: dict) -> tuple[Any, int] | None:
 def _grows(node: Node, input_bytes: int) -> bool:
     """Whether the node's declared result would be a blown-up fill (see `_fits`): a Tile
     of 108 bytes declaring 1 GiB is not computed to find that out."""
-    shape = node.shape
-    nbytes = getattr(shape, "nbytes", None)  # tuple-valued nodes declare no one shape
-    if nbytes is None or nbytes <= input_bytes or shape.numel <= MAX_GROWN_ELEMENTS:
+    if isinstance(node.shape, tuple):  # tuple-valued nodes declare no one shape
+        return False
+    numel, nbytes = node.shape.numel, node.shape.nbytes
+    if numel is None or nbytes is None or nbytes <= input_bytes or numel <= MAX_GROWN_ELEMENTS:
         return False
     log.info("fold: %s not folded: %d elements (%d bytes) from %d input bytes would "
-             "grow the graph", node.label, shape.numel, nbytes, input_bytes)
+             "grow the graph", node.label, numel, nbytes, input_bytes)
     return True
 
 

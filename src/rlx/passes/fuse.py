@@ -184,6 +184,7 @@ def _factors(m: _Match, node: Node) -> tuple[float, list[int]] | None:
 
     def walk(node: Node) -> bool:
         nonlocal scale
+        assert isinstance(node.op, Binary)  # the chain's end, or an inner Binary (leaf)
         if node.op.op is BinaryOp.DIV:
             c = m.scalar(node.inputs[1])
             if not c:
@@ -199,7 +200,8 @@ def _factors(m: _Match, node: Node) -> tuple[float, list[int]] | None:
             scale *= c
             return True
         inner = m.inner(i, Binary)
-        if inner is not None and inner.op.op in (BinaryOp.MUL, BinaryOp.DIV) \
+        if inner is not None and isinstance(inner.op, Binary) \
+                and inner.op.op in (BinaryOp.MUL, BinaryOp.DIV) \
                 and m.node(i).shape == node.shape:
             return walk(inner)
         leaves.append(i)
@@ -211,7 +213,8 @@ def _factors(m: _Match, node: Node) -> tuple[float, list[int]] | None:
 def _unary_of(m: _Match, node_id: int, kind: Activation) -> int | None:
     """x, when inner node `node_id` is `Unary(kind)(x)`."""
     node = m.inner(node_id, Unary)
-    return node.inputs[0] if node is not None and node.op.kind is kind \
+    return node.inputs[0] if node is not None and isinstance(node.op, Unary) \
+        and node.op.kind is kind \
         and node.op.alpha is None and node.op.beta is None else None
 
 
@@ -220,7 +223,8 @@ def _erf_gelu_arg(m: _Match, node_id: int) -> int | None:
     arg = m.operand(node_id, BinaryOp.ADD, 1.0)
     inner = None if arg is None else _unary_of(m, arg, Activation.ERF)
     scaled = None if inner is None else m.inner(inner, Binary)
-    if scaled is None or scaled.op.op not in (BinaryOp.MUL, BinaryOp.DIV):
+    if scaled is None or not isinstance(scaled.op, Binary) \
+            or scaled.op.op not in (BinaryOp.MUL, BinaryOp.DIV):
         return None
     parts = _factors(m, scaled)
     if parts is None or len(parts[1]) != 1 or not _close(parts[0], 1 / math.sqrt(2)):
@@ -240,7 +244,8 @@ def _softplus_of(m: _Match, node_id: int) -> int | None:
 
 def _product_end(m: _Match, node: Node) -> bool:
     """GELU (exact), SiLU and Mish, matched at the last Mul (or Div) of their product."""
-    if node.op.op not in (BinaryOp.MUL, BinaryOp.DIV) or not node.shape.dtype.is_float:
+    assert isinstance(node.op, Binary)  # chains end at a Binary (_ENDS)
+    if node.op.op not in (BinaryOp.MUL, BinaryOp.DIV) or not node.tensor_shape.dtype.is_float:
         return False
     parts = _factors(m, node)
     if parts is None or len(parts[1]) != 2:

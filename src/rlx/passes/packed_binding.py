@@ -113,7 +113,7 @@ def _check_mlx(graph: Graph, param: Node, row: PackedRow, by_name: dict[str, Pac
                ) -> tuple[tuple[QuantScheme, int], list[PackedRow], list[int]]:
     """(scheme, N), the scales (and biases) rows, and the Transposes the MatMuls read it
     through; BindingError with the reason when the param cannot run packed."""
-    name = param.op.name
+    name = param.source_name
     try:
         scheme = QuantScheme.parse(row.encoding)
     except BakeError:
@@ -132,7 +132,7 @@ def _check_mlx(graph: Graph, param: Node, row: PackedRow, by_name: dict[str, Pac
                 tuple(part.shape) != (n, k // scheme.block_size) or k % scheme.block_size:
             raise BindingError(f"MLX {part.name!r}: {part.encoding}{list(part.shape)} does not "
                                f"fit {k} values per row in groups of {scheme.block_size}")
-    shape: Shape = param.shape
+    shape: Shape = param.tensor_shape
     readers = users[param.id]
     through: list[int] = []
     if shape.dims == (k, n):
@@ -205,9 +205,9 @@ def orient_bt_tensors(graph: Graph, tensors: Mapping[str, np.ndarray],
     users = graph.users()
     out = dict(tensors)
     for node in graph.params():
-        name = node.op.name
+        name = node.source_name
         value = tensors.get(name)
-        shape: Shape = node.shape
+        shape: Shape = node.tensor_shape
         if name not in bt or value is None or shape.rank != 2 or np.ndim(value) != 2:
             continue
         readers = [graph.node(r) for r in users[node.id]]

@@ -115,7 +115,7 @@ def plan_weight_encodings(graph: Graph, lossless: bool = False, ternary: bool = 
     choices: list[WeightChoice] = []
     skipped: Counter = Counter()
     for node in graph.nodes():
-        if not isinstance(node.op, Constant) or node.shape.dtype is not DType.F32:
+        if not isinstance(node.op, Constant) or node.tensor_shape.dtype is not DType.F32:
             continue
         values = constant_value(node)
         if values is None or values.size < min_elements or not users[node.id]:

@@ -99,8 +99,8 @@ def _packed_row(graph: Graph, matmul: Node, weight: Node) -> WeightRow:
     if not isinstance(k, int) and n:
         k = int(weight.tensor_shape.dims[0]) // scheme.block_bytes * scheme.block_size // n
     aligned = isinstance(k, int) and k % scheme.block_size == 0
-    return WeightRow(weight.name, weight.id, (k, n), matmul.shape.dtype, scheme.label, "bt_nk",
-                     aligned, f"packed {scheme} (BT [N, K] = [{n}, {k}])")
+    return WeightRow(weight.name, weight.id, (k, n), matmul.tensor_shape.dtype, scheme.label,
+                     "bt_nk", aligned, f"packed {scheme} (BT [N, K] = [{n}, {k}])")
 
 
 def _stored_row(reader: Node, weight: Node) -> WeightRow:

@@ -106,8 +106,9 @@ def into(run: Callable[..., Any], node: Node, k: int) -> Callable[..., Any]:
     """`run` with input `k`'s buffer as `out=` when it is a writable array of the output's
     dtype (else as before). The planner matched its shape to the output's symbolically, so
     sizes agree unless a dim is unknown ("?"): only then are shapes compared."""
-    dtype = node.shape.dtype.numpy
-    if "?" not in node.shape.dims:
+    shape = node.tensor_shape  # plan_reuse plans steps that yield one tensor only
+    dtype = shape.dtype.numpy
+    if "?" not in shape.dims:
         def step(*args: Any) -> Any:
             buf = args[k]
             if type(buf) is np.ndarray and buf.dtype == dtype and buf.flags.writeable:

@@ -146,7 +146,7 @@ def check_feeds(inputs: Sequence[Node], feeds: Mapping[str, Any]) -> dict[int, n
     """rlx's feed checks, shared by every engine: each of the graph's `inputs` (Input nodes)
     fed once, no unknown names, dtypes, ranks and sizes as declared, each symbolic dim one
     size throughout. Returns the checked arrays by node id."""
-    input_names = [n.op.name for n in inputs]
+    input_names = [n.source_name for n in inputs]
     names = set(input_names)
     unknown = sorted(set(feeds) - names)
     missing = [n for n in input_names if n not in feeds]
@@ -160,7 +160,8 @@ def check_feeds(inputs: Sequence[Node], feeds: Mapping[str, Any]) -> dict[int, n
     bound: dict[str, int] = {}
     values: dict[int, np.ndarray] = {}
     for node in inputs:
-        values[node.id] = conform_feed(node.op.name, node.shape, feeds[node.op.name], bound)
+        name = node.source_name
+        values[node.id] = conform_feed(name, node.tensor_shape, feeds[name], bound)
     return values
 
 

@@ -272,8 +272,9 @@ class _Builder:
             self.main_inits.append(tensor)
         return name
 
-    def note_packed(self, scheme: QuantScheme, how: str) -> None:
-        key = f"{'Q8_0' if scheme is QuantScheme.GGUF_Q8_0 else 'TQ2_0'} -> {how}"
+    def note_packed(self, scheme: QuantScheme | str, how: str) -> None:
+        label = str(scheme).removeprefix("gguf_").upper()
+        key = f"{label} -> {how}"
         self.summary.packed[key] = self.summary.packed.get(key, 0) + 1
 
     def main_graph(self, graph: Graph, name: str) -> onnx.GraphProto:

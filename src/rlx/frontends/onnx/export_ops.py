@@ -14,6 +14,7 @@ from collections.abc import Callable
 import numpy as np
 from onnx import TensorProto
 
+from rlx.codecs import decode_rows
 from rlx.errors import ExportError
 from rlx.frontends.onnx import export_quant as quant
 from rlx.frontends.onnx.export_quant import PackedForm
@@ -21,8 +22,10 @@ from rlx.ir.dtype import DType
 from rlx.ir.ops import control as ctl
 from rlx.ir.ops import elementwise as ew
 from rlx.ir.ops import linalg, nn, reduce, shaping
+from rlx.ir.ops import packed as packed_ops
 from rlx.ir.ops.elementwise import Activation as A
 from rlx.ir.ops.elementwise import BinaryOp as B
+from rlx.kernels.quant import dense_weight
 
 __all__ = ["HANDLERS"]
 
@@ -180,18 +183,16 @@ def _einsum(c) -> None:
 
 @handles(linalg.DequantMatMul)
 def _dequant_matmul(c) -> None:
-    from rlx.ir.ops.sources import Constant
-
     op, x = c.op, c.x[0]
     k = c.shape(0).dims[-1]
-    packed_node = c.scope.graph.node(c.node.inputs[1])
-    if not isinstance(packed_node.op, Constant) or not isinstance(k, int):
-        raise ExportError(f"{c.node.label}: the packed weight must be a constant and K static")
-    packed = packed_node.op.array(packed_node.shape)
+    packed, *groups = (_constant_input(c, i) for i in range(1, len(c.node.inputs)))
+    if not isinstance(k, int):
+        raise ExportError(f"{c.node.label}: K must be static")
     dtype = c.shape(0).dtype
     form = c.builder.packed
-    bits, block = quant.nbits_bits(op.scheme), quant.nbits_block(op.scheme)
-    whole_rows = k % op.scheme.block_size == 0
+    whole_rows = k % op.scheme.block_size == 0 and not op.scheme.is_mlx
+    bits, block = (quant.nbits_bits(op.scheme), quant.nbits_block(op.scheme)) if whole_rows \
+        else (0, 0)
     if form is PackedForm.NBITS and whole_rows and dtype is DType.F32 and \
             quant.nbits_supported(bits, block):
         codes, scales = quant.nbits_arrays(op, packed, k)
@@ -210,7 +211,8 @@ def _dequant_matmul(c) -> None:
         c.final("MatMul", [x, c.tmp("Transpose", [w], perm=[1, 0])])
         return
     c.builder.note_packed(op.scheme, "f32 (dequantised by rlx.codecs)")
-    weight = c.const(quant.dense_weight(op, packed, k, np.dtype(compute)), "weight")
+    weight = c.const(dense_weight(c.node, op.scheme, packed, k, np.dtype(compute),
+                                  tuple(groups)), "weight")
     if dtype.numpy == compute:
         c.final("MatMul", [x, weight])
         return
@@ -220,7 +222,41 @@ def _dequant_matmul(c) -> None:
     c.final("Cast", [c.tmp("MatMul", [wide, weight])], to=onnx_dtype(dtype))
 
 
-_dequant_matmul.raw_inputs = (1,)  # type: ignore[attr-defined]  # read from the graph
+_dequant_matmul.raw_inputs = (1, 2, 3)  # type: ignore[attr-defined]  # read from the graph
+
+
+def _constant_input(c, index: int) -> np.ndarray:
+    """Input `index` of the node, which must be a graph constant (a packed weight)."""
+    from rlx.ir.ops.sources import Constant
+
+    node = c.scope.graph.node(c.node.inputs[index])
+    if not isinstance(node.op, Constant):
+        raise ExportError(f"{c.node.label}: its packed weight (input {index}) must be a "
+                          "constant")
+    return node.op.array(node.shape)
+
+
+@handles(packed_ops.DecodeWeight)
+def _decode_weight(c) -> None:
+    """A weight stored as padded rows: exported as the dense f32 initializer it decodes to
+    (ONNX has no row-padded block format)."""
+    c.builder.note_packed(c.op.encoding, "f32 (dequantised by rlx.codecs)")
+    c.final("Identity", [c.const(c.op.dense(_constant_input(c, 0)), "weight")])
+
+
+_decode_weight.raw_inputs = (0,)  # type: ignore[attr-defined]  # read from the graph
+
+
+@handles(packed_ops.DequantGather)
+def _dequant_gather(c) -> None:
+    """A table stored as padded rows: the dense f32 table, then a plain Gather."""
+    op = c.op
+    table = decode_rows(op.encoding, _constant_input(c, 0), op.vocab, op.dim)
+    c.builder.note_packed(op.encoding, "f32 (dequantised by rlx.codecs)")
+    c.final("Gather", [c.const(np.ascontiguousarray(table), "table"), c.x[1]], axis=0)
+
+
+_dequant_gather.raw_inputs = (0,)  # type: ignore[attr-defined]  # read from the graph
 
 
 # -- nn ----------------------------------------------------------------------------------------

@@ -19,10 +19,9 @@ import functools
 
 import numpy as np
 
-from rlx.codecs import Encoding, decode
 from rlx.ir.ops.linalg import DequantMatMul, QuantScheme
 
-__all__ = ["PackedForm", "nbits_arrays", "decompress_arrays", "dense_weight", "nbits_supported",
+__all__ = ["PackedForm", "nbits_arrays", "decompress_arrays", "nbits_supported",
            "nbits_bits", "nbits_block"]
 
 
@@ -62,9 +61,9 @@ def nbits_arrays(op: DequantMatMul, packed: np.ndarray, k: int) -> tuple[np.ndar
         return codes.reshape(n, per_row, 32), _scales(blocks, 0)
     # TQ2_0: byte m of half h holds positions h*128 + m + 32*j in bit pair j
     raw = blocks[:, :64].reshape(-1, 2, 1, 32)
-    codes = (raw >> np.array([0, 2, 4, 6], np.uint8)[:, None]) & 3  # [blocks, 2, 4, 32]
-    codes = codes.reshape(-1, 256) + np.uint8(1)  # sequential positions, value + 2
-    quads = codes.reshape(-1, 64, 4)
+    pairs = (raw >> np.array([0, 2, 4, 6], np.uint8)[:, None]) & 3  # [blocks, 2, 4, 32]
+    sequential = pairs.reshape(-1, 256) + np.uint8(1)  # sequential positions, value + 2
+    quads = sequential.reshape(-1, 64, 4)
     packed_b = (quads[..., 0] | quads[..., 1] << 2 | quads[..., 2] << 4 | quads[..., 3] << 6)
     return packed_b.astype(np.uint8).reshape(n, per_row, 64), _scales(blocks, 64)
 
@@ -85,12 +84,6 @@ def decompress_arrays(op: DequantMatMul, packed: np.ndarray,
         scales = _scales(blocks, 64)
     return (codes.reshape(op.n, per_row, s.block_size),
             scales.reshape(op.n, per_row, 1))
-
-
-def dense_weight(op: DequantMatMul, packed: np.ndarray, k: int, dtype: np.dtype) -> np.ndarray:
-    """The `[K, N]` weight decoded by rlx.codecs (the numpy engine's own decoding)."""
-    flat = decode(Encoding.parse(op.scheme.label), packed)
-    return np.ascontiguousarray(flat.astype(dtype, copy=False).reshape(op.n, k).T)
 
 
 @functools.cache
