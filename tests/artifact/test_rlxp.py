@@ -410,3 +410,24 @@ def test_sidecars_and_placement_round_trip(baked, tmp_path, container):
                 "graph/io.json.zst"} <= set(names)
     with pytest.raises(ArtifactError, match="reserved"):
         write_rlxp(tmp_path / "x.rlxp", file, sidecars={"io": {}})
+
+
+@pytest.mark.parametrize("engine", ["numpy", "onnxruntime", "openvino"])
+@pytest.mark.parametrize("container", CONTAINERS)
+def test_rlx_load_runs_every_container_on_every_engine(baked, tmp_path, container, engine):
+    """`rlx.load` opens packages as it opens `.rlx` files (issue 16): the same outputs as
+    the numpy engine on the `.rlx` of the same bake."""
+    import rlx
+
+    file = baked[(BakeProfile.SIZE, MemoryMode.COMPACT)]
+    write_rlx(tmp_path / "m.rlx", file)
+    out = tmp_path / f"m-{CONTAINERS[container]}"
+    write_rlxp(out, file, container)
+    compiled = Session().compile(read_rlx(tmp_path / "m.rlx").into_runtime_graph())
+    feeds = feeds_for(compiled.input_shapes)
+    expected = compiled.run(feeds)
+    model = rlx.load(out, engine=engine)
+    got = model.run(feeds)
+    assert model.engine == engine and len(got) == len(expected)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)

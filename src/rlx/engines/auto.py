@@ -60,7 +60,10 @@ def default_cache_dir() -> Path:
 
 def artifact_checksum(path: str) -> str:
     """The header digest of a plain `.rlx` (it covers every blob's checksum); for an
-    encrypted file, a hash of its bytes."""
+    `.rlxp` folder, a hash of its TOC (which holds every tensor's checksum); for any other
+    file (encrypted, flat or zip package), a hash of its bytes."""
+    if os.path.isdir(path):
+        return hashlib.blake2b(Path(path, "rlx.json").read_bytes(), digest_size=16).hexdigest()
     with open(path, "rb") as f:
         head = f.read(40)
         if head[:8] == b"RLXBAKE1":

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rlx.artifact.model import RlxFile
-from rlx.artifact.reader import read_rlx
+from rlx.artifact.open import open_artifact
 from rlx.engines.registry import check_engine, check_precision, engine_module
 from rlx.errors import InputError
 from rlx.ir.graph import Graph
@@ -117,7 +117,7 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
          precision: str = "exact", password: str | bytes | None = None,
          cache_dir: str | os.PathLike | None = None,
          example: Mapping[str, Any] | None = None) -> Model:
-    """Open a `.rlx` file and prepare it on `engine`.
+    """Open a `.rlx` file or `.rlxp` package and prepare it on `engine`.
 
     `engine`: "auto" (the fastest installed engine for this model and machine, measured
     once and cached in `cache_dir`, default `$XDG_CACHE_HOME/rlx` or `~/.cache/rlx`),
@@ -132,7 +132,7 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InputError(f"threads must be a positive integer or None, got {threads!r}")
     source = os.fspath(path)
-    file = read_rlx(source, password=password)
+    file = open_artifact(source, password=password)  # .rlx, encrypted .rlx or .rlxp
     graph = file.into_runtime_graph()
     if engine == "auto":
         from rlx.engines import auto
