@@ -169,7 +169,7 @@ def test_short_rows_go_f16_and_other_large_floats_too(tmp_path):
 
 
 def test_decode_weight_decodes_once_across_runs(tmp_path, monkeypatch):
-    from rlx.kernels import packed as packed_kernels
+    from rlx.ir.ops import packed as packed_ops  # DecodeWeight.dense, which the kernel runs
 
     model, feeds, _, _ = _conv_case(1)
     path = tmp_path / "m.onnx"
@@ -177,8 +177,8 @@ def test_decode_weight_decodes_once_across_runs(tmp_path, monkeypatch):
     graph, bindings = import_onnx(path)
     file, _ = bake(graph, bindings, BakeOptions.from_profile("size"))
     calls = []
-    real = packed_kernels.decode_rows
-    monkeypatch.setattr(packed_kernels, "decode_rows",
+    real = packed_ops.decode_rows
+    monkeypatch.setattr(packed_ops, "decode_rows",
                         lambda *a: calls.append(1) or real(*a))
     compiled = Session().compile(file.into_runtime_graph())
     first = compiled.run(feeds)[0]

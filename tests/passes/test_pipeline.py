@@ -104,8 +104,10 @@ def test_bake_steps_follow_the_options(profile):
     opts = BakeOptions.from_profile(profile)
     names = [s.name for s in bake_steps(opts, WeightBundle(tensors={}), {})]
     assert names[:2] == ["specialize", "bind_packed"]
-    assert ("pack_ternary" in names) is opts.ternary and ("pack_quant" in names) is opts.quant
+    assert ("pack_ternary" in names) is opts.ternary
+    # Q8_0 (and f16) are chosen by the weight-encoding stage, last, on the finished graph
+    assert ("encode_weights" in names) is (opts.ternary or opts.quant)
     assert ("fold_constants" in names) is opts.constant_folding
     assert ("dedupe_identical_constants" in names) is opts.dedupe_constants
-    if opts.ternary and opts.quant:
-        assert names.index("pack_ternary") < names.index("pack_quant")
+    if opts.ternary:
+        assert names.index("pack_ternary") < names.index("encode_weights")

@@ -157,13 +157,14 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
 
 
 def bake_steps(opts: BakeOptions, bundle: WeightBundle, not_packed: dict[str, int],
-               encoding: _Encoding) -> list[Step]:
+               encoding: _Encoding | None = None) -> list[Step]:
     """The bake as a list of named passes, those `opts` turns off left out (module doc).
 
     `not_packed` collects, per packing step, why each MatMul weight it saw stays dense;
     `encoding` runs the weight-encoding stage and keeps what it measured.
     """
     fold, dce = opts.constant_folding, opts.dce
+    encoding = encoding or _Encoding(opts, BakeReport())
 
     def specialize(g: Graph) -> tuple[Graph, int]:
         # GGUF matrices decoded to f32 are [N, K]: bound transposed, as the packed path does

@@ -280,15 +280,17 @@ class _Builder:
     def main_graph(self, graph: Graph, name: str) -> onnx.GraphProto:
         self.main = graph
         for node in graph.inputs():
-            self.used.add(node.op.name)
-        values: Values = {n.id: n.op.name for n in graph.inputs()}
+            self.used.add(node.source_name)
+        values: Values = {n.id: n.source_name for n in graph.inputs()}
         out_names = [graph.node(o).name or f"out{o}" for o in graph.outputs]
         self.used.update(out_names)
-        anchor = graph.inputs()[0].op.name if graph.inputs() else None
+        anchor = graph.inputs()[0].source_name if graph.inputs() else None
         scope = _Scope(self, graph, values, anchor)
         nodes, inits = scope.emit(out_names)
-        inputs = [_value_info(n.op.name, n.shape.dtype, n.shape.dims) for n in graph.inputs()]
-        outputs = [_value_info(nm, graph.node(o).shape.dtype, graph.node(o).shape.dims)
+        inputs = [_value_info(n.source_name, n.tensor_shape.dtype, n.tensor_shape.dims)
+                  for n in graph.inputs()]
+        outputs = [_value_info(nm, graph.node(o).tensor_shape.dtype,
+                               graph.node(o).tensor_shape.dims)
                    for nm, o in zip(out_names, graph.outputs)]
         return helper.make_graph(nodes, _safe(name), inputs + self.main_inputs, outputs,
                                  self.main_inits + inits)
@@ -302,8 +304,9 @@ class _Builder:
         formals = []
         for k, node in enumerate(inputs):
             if k < formal:
-                values[node.id] = self.fresh(f"{label}/{node.op.name}")
-                formals.append(_value_info(values[node.id], node.shape.dtype, node.shape.dims,
+                values[node.id] = self.fresh(f"{label}/{node.source_name}")
+                shape = node.tensor_shape
+                formals.append(_value_info(values[node.id], shape.dtype, shape.dims,
                                            loose=True))
             else:
                 values[node.id] = bound[k]
@@ -311,8 +314,9 @@ class _Builder:
         scope = _Scope(self, graph, values, anchor if anchor else
                        (values[inputs[0].id] if inputs else None))
         nodes, inits = scope.emit(out_names)
-        outputs = [_value_info(nm, graph.node(o).shape.dtype, graph.node(o).shape.dims,
-                               loose=True) for nm, o in zip(out_names, graph.outputs)]
+        outputs = [_value_info(nm, graph.node(o).tensor_shape.dtype,
+                               graph.node(o).tensor_shape.dims, loose=True)
+                   for nm, o in zip(out_names, graph.outputs)]
         return helper.make_graph(nodes, _safe(label), formals, outputs, inits)
 
 
@@ -363,10 +367,11 @@ class _Scope:
         return self.values[node_id]
 
     def constant(self, node: Node) -> str:
-        if node.op.is_stripped and node.shape.numel:
+        assert isinstance(node.op, Constant)  # callers pass Constant nodes
+        if node.op.is_stripped and node.tensor_shape.numel:
             raise ExportError(f"{node.label}: constant has no bytes (a compact artifact); "
                               "export the RlxFile, which materialises its weights")
-        array = node.op.array(node.shape)
+        array = node.op.array(node.tensor_shape)
         named = self.b.constant_names.get(node.id) if self.graph is self.b.main else None
         return self.array(array, named or node.name or f"const{node.id}")
 
@@ -386,7 +391,7 @@ class _Scope:
         if handler is None:
             raise ExportError(f"{node.label}: no ONNX export for op {type(node.op).__name__}")
         base = node.name or f"{type(node.op).__name__}_{node.id}"
-        if node.is_tuple:
+        if isinstance(node.shape, tuple):
             outs = [self.b.fresh(f"{base}:{k}") for k in range(len(node.shape))]
         else:
             outs = [target or self.b.fresh(base)]
@@ -423,11 +428,11 @@ class _Call:
         return self.scope.b
 
     def shape(self, k: int = 0) -> Shape:
-        return self.scope.graph.node(self.node.inputs[k]).shape
+        return self.scope.graph.node(self.node.inputs[k]).tensor_shape
 
     @property
     def out_shape(self) -> Shape:
-        return self.node.shape
+        return self.node.tensor_shape
 
     def final(self, op_type: str, inputs: list[str], domain: str = "", **attrs) -> None:
         """The node that writes this rlx node's outputs."""

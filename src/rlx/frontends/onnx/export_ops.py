@@ -222,7 +222,7 @@ def _dequant_matmul(c) -> None:
     c.final("Cast", [c.tmp("MatMul", [wide, weight])], to=onnx_dtype(dtype))
 
 
-_dequant_matmul.raw_inputs = (1, 2, 3)  # type: ignore[attr-defined]  # read from the graph
+_dequant_matmul.raw_inputs = (1, 2, 3)  # read from the graph
 
 
 def _constant_input(c, index: int) -> np.ndarray:
@@ -244,7 +244,7 @@ def _decode_weight(c) -> None:
     c.final("Identity", [c.const(c.op.dense(_constant_input(c, 0)), "weight")])
 
 
-_decode_weight.raw_inputs = (0,)  # type: ignore[attr-defined]  # read from the graph
+_decode_weight.raw_inputs = (0,)  # read from the graph
 
 
 @handles(packed_ops.DequantGather)
@@ -256,7 +256,7 @@ def _dequant_gather(c) -> None:
     c.final("Gather", [c.const(np.ascontiguousarray(table), "table"), c.x[1]], axis=0)
 
 
-_dequant_gather.raw_inputs = (0,)  # type: ignore[attr-defined]  # read from the graph
+_dequant_gather.raw_inputs = (0,)  # read from the graph
 
 
 # -- nn ----------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ output channel's C_in/group x kH x kW reduction).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -27,6 +26,7 @@ from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op
 from rlx.ir.ops.linalg import QuantScheme
+from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape
 
 __all__ = ["PACKED_ENCODINGS", "padded_row_bytes", "DecodeWeight", "DequantGather"]
