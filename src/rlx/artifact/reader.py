@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import os
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import numpy as np
@@ -196,16 +197,7 @@ class _Reader:
                 self.fail(f"constant with symbolic shape {shape}")
             return self._take_blob(ref, nbytes, f"constant of shape {shape}")
 
-        try:
-            graph = graph_from_dict(body, decode)
-            verify_graph(graph)
-        except ArtifactError:
-            raise
-        except RlxError as err:
-            self.fail(f"graph: {err}")
-        except (RecursionError, OverflowError, ValueError, TypeError) as err:
-            self.fail(f"graph: malformed ({type(err).__name__}: {str(err)[:200]})")
-        return graph
+        return checked_graph(body, decode, self.fail)
 
     def _weights(self, rows: Any, graph: Graph) -> list[RlxWeight]:
         if not isinstance(rows, list):
@@ -308,5 +300,22 @@ def _text(row: dict, key: str, default: str) -> str:
 _HEADER_LIMITS = JsonLimits(max_depth=MAX_JSON_DEPTH)
 
 
-__all__ = ["VERIFY_MODES", "parse_rlx", "read_rlx"]
+
+def checked_graph(body: Any, decode: Callable[[Any, Shape], np.ndarray],
+                  fail: Callable[[str], NoReturn]) -> Graph:
+    """The verified graph of a header's `graph` body; every way it can be malformed goes to
+    `fail` (shared by the `.rlx` and `.rlxp` readers)."""
+    try:
+        graph = graph_from_dict(body, decode)
+        verify_graph(graph)
+    except ArtifactError:
+        raise
+    except RlxError as err:
+        fail(f"graph: {err}")
+    except (RecursionError, OverflowError, ValueError, TypeError) as err:
+        fail(f"graph: malformed ({type(err).__name__}: {str(err)[:200]})")
+    return graph
+
+
+__all__ = ["VERIFY_MODES", "checked_graph", "parse_rlx", "read_rlx"]
 

@@ -23,15 +23,13 @@ import numpy as np
 
 from rlx.artifact.layout import checksum, header_digest
 from rlx.artifact.model import LAYOUTS, RlxFile, RlxWeight
-from rlx.artifact.reader import VERIFY_MODES, _Reader, _row_nbytes
+from rlx.artifact.reader import VERIFY_MODES, _Reader, _row_nbytes, checked_graph
 from rlx.artifact.rlxp import layout as L
 from rlx.artifact.rlxp.zblk import TIERS, decode_tier
 from rlx.errors import ArtifactError, IntegrityError, RlxError
 from rlx.ir.graph import Graph
 from rlx.ir.ops.sources import Constant
-from rlx.ir.serialize import graph_from_dict
 from rlx.ir.shape import Shape
-from rlx.ir.verify import verify as verify_graph
 from rlx.safeio import JsonLimits, load_json
 from rlx.stored_zip import check_crc, read_stored_zip
 
@@ -421,16 +419,7 @@ class _Package:
                 self.fail(f"constant with symbolic shape {shape}")
             return self._take(ref, shape.nbytes or 0, f"constant of shape {shape}")
 
-        try:
-            graph = graph_from_dict(body, decode)
-            verify_graph(graph)
-        except ArtifactError:
-            raise
-        except RlxError as err:
-            self.fail(f"graph: {err}")
-        except (RecursionError, OverflowError, ValueError, TypeError) as err:
-            self.fail(f"graph: malformed ({type(err).__name__}: {str(err)[:200]})")
-        return graph
+        return checked_graph(body, decode, self.fail)
 
     def _weights(self, rows: Any, graph: Graph) -> list[RlxWeight]:
         if not isinstance(rows, list):
