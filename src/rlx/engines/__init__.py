@@ -16,5 +16,5 @@ _LAZY = {
     "PRECISIONS": "rlx.engines.registry",
     "available_engines": "rlx.engines.registry",
 }
-__all__ = sorted(_LAZY)
+__all__ = ["ENGINES", "IoSpec", "Model", "PRECISIONS", "available_engines", "load"]
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

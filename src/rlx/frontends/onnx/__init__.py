@@ -22,5 +22,8 @@ _LAZY = {
     "export_onnx": "rlx.frontends.onnx.export",
     "EXPORT_OPSET": "rlx.frontends.onnx.export",
 }
-__all__ = sorted(_LAZY)
+__all__ = [
+    "EXPORT_OPSET", "MAX_OPSET", "MIN_OPSET", "export_onnx", "import_onnx", "onnx_op_types",
+    "read_model"
+]
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
