@@ -10,8 +10,9 @@ activation buffers and arenas).
 With `latency`, the probe then times repeated calls at `threads` intra-op threads and
 compares the last outputs with the reference's (plain onnxruntime, f32).
 
-Runners: rlx:<engine>:<precision> (rlx.load), rlx:onnxruntime-prepack:exact (the same
-with onnxruntime's weight prepacking on), ort (plain onnxruntime on the .onnx file),
+Runners: rlx:<engine>:<precision> (rlx.load; onnxruntime maps its saved prepacked model),
+rlx:onnxruntime-off:exact (the same with prepacking off: weights straight from the .rlx),
+ort (plain onnxruntime on the .onnx file),
 ov:f32 and ov:default (plain OpenVINO on the .onnx file, f32 hint / its default).
 """
 
@@ -56,8 +57,8 @@ def _build(runner: str, args: dict):
     threads = args["threads"]
     if runner.startswith("rlx:"):
         _, engine, precision = runner.split(":")
-        if engine == "onnxruntime-prepack":
-            os.environ["RLX_ORT_PREPACK"] = "1"
+        if engine == "onnxruntime-off":
+            os.environ["RLX_ORT_PREPACK"] = "off"
             engine = "onnxruntime"
         else:
             os.environ.pop("RLX_ORT_PREPACK", None)

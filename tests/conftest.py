@@ -6,3 +6,10 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("RLX_VERIFY_PASSES", "1")
+
+# engines keep caches (auto's choice, onnxruntime's prepacked models) in the user's cache
+# folder: the suite (and the processes it starts) keeps its own, never the user's
+if "RLX_TEST_KEEP_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="rlx-test-cache-")

@@ -6,9 +6,8 @@ then runs until `RUNS` or `BUDGET_S` seconds, median kept. The choice is cached 
 `<cache_dir>/engines.json` under a key made of the artifact's checksum, the machine (CPU
 model, core count, architecture), the engines' versions, rlx's version, threads and
 precision (an engine's version: its package's install path and time); a later load builds
-only the chosen engine. With onnxruntime chosen, the
-exported model (its weights all references into the `.rlx` file) is cached too, so a warm
-load neither exports nor imports onnx.
+only the chosen engine. onnxruntime keeps its own prepacked copy of the model in the same
+folder (`onnxruntime_engine`), so a warm load of it neither exports nor imports onnx.
 
 `auto` never changes numerics beyond the requested precision: with "exact" every
 candidate runs exact (OpenVINO with f32 inference precision); only precision="fast" lets
@@ -23,7 +22,6 @@ import hashlib
 import json
 import logging
 import os
-import platform
 import statistics
 import time
 from collections.abc import Mapping
@@ -33,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from rlx.artifact.model import RlxFile
+from rlx.engines.fingerprint import artifact_checksum, default_cache_dir, machine_id
 from rlx.engines.registry import (
     available_engines,
     engine_fingerprints,
@@ -42,7 +41,7 @@ from rlx.engines.registry import (
 from rlx.ir.graph import Graph
 from rlx.version import __version__
 
-__all__ = ["choose", "cache_key", "default_cache_dir", "example_feeds", "RUNS", "BUDGET_S",
+__all__ = ["choose", "cache_key", "example_feeds", "RUNS", "BUDGET_S",
            "PREFERENCE"]
 
 log = logging.getLogger("rlx.engines")
@@ -53,41 +52,8 @@ PREFERENCE = ("onnxruntime", "openvino", "numpy")
 _CACHE_FILE = "engines.json"
 
 
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "rlx"
-
-
-def artifact_checksum(path: str) -> str:
-    """The header digest of a plain `.rlx` (it covers every blob's checksum); for an
-    `.rlxp` folder, a hash of its TOC (which holds every tensor's checksum); for any other
-    file (encrypted, flat or zip package), a hash of its bytes."""
-    if os.path.isdir(path):
-        return hashlib.blake2b(Path(path, "rlx.json").read_bytes(), digest_size=16).hexdigest()
-    with open(path, "rb") as f:
-        head = f.read(40)
-        if head[:8] == b"RLXBAKE1":
-            return head[24:40].hex()
-        f.seek(0)
-        digest = hashlib.blake2b(digest_size=16)
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-        return digest.hexdigest()
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
-
-
 def cache_key(path: str, engines: list[str], threads: int | None, precision: str) -> str:
-    machine = f"{platform.machine()}|{_cpu_model()}|{os.cpu_count()}"
+    machine = machine_id()
     versions = ",".join(f"{k}={v}" for k, v in sorted(engine_fingerprints(engines).items()))
     parts = [artifact_checksum(path), os.path.basename(path), machine, versions,
              f"rlx={__version__}", f"threads={threads}", precision]
@@ -110,28 +76,16 @@ class _Cache:
         entry = self.read().get(key)
         return entry if isinstance(entry, dict) else None
 
-    def put(self, key: str, entry: dict[str, Any], onnx_bytes: bytes | None) -> None:
+    def put(self, key: str, entry: dict[str, Any]) -> None:
         """Write atomically (temporary file + rename); a cache that cannot be written is
         only logged: the model still loads."""
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            if onnx_bytes is not None:
-                _atomic(self.folder / f"{key}.onnx", onnx_bytes)
-                entry = {**entry, "onnx": f"{key}.onnx"}
             data = self.read()
             data[key] = entry
             _atomic(self.file, json.dumps(data, indent=1, sort_keys=True).encode())
         except OSError as err:
             log.warning("auto: cannot write the engine cache %s: %s", self.file, err)
-
-    def onnx_bytes(self, entry: dict[str, Any]) -> bytes | None:
-        name = entry.get("onnx")
-        if not isinstance(name, str):
-            return None
-        try:
-            return (self.folder / os.path.basename(name)).read_bytes()
-        except OSError:
-            return None
 
 
 def _atomic(path: Path, data: bytes) -> None:
@@ -158,9 +112,9 @@ def _time(runner, feeds: Mapping[str, np.ndarray], outputs: list[str]) -> float:
 
 
 def _build(name: str, file: RlxFile, graph: Graph, path: str, threads: int | None,
-           precision: str, **extra):
+           precision: str, cache_dir: str | os.PathLike | None):
     return engine_module(name).build(file, graph, path, threads=threads, precision=precision,
-                                     **extra)
+                                     cache_dir=cache_dir)
 
 
 def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, precision: str,
@@ -174,12 +128,7 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
     if entry is not None and entry.get("engine") in engines:
         name = entry["engine"]
         log.info("auto: %s from the cache (%s)", name, _fmt(entry.get("measured_ms", {})))
-        extra = {}
-        if name == "onnxruntime":
-            onnx_bytes = cache.onnx_bytes(entry)
-            if onnx_bytes is not None:
-                extra["model_bytes"] = onnx_bytes
-        return _build(name, file, graph, path, threads, precision, **extra)
+        return _build(name, file, graph, path, threads, precision, cache_dir)
     feeds = dict(example) if example is not None else example_feeds(graph)
     from rlx.runtime.session import check_feeds
 
@@ -191,7 +140,7 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
     for name in engines:
         try:
             t = time.perf_counter()
-            runners[name] = _build(name, file, graph, path, threads, precision)
+            runners[name] = _build(name, file, graph, path, threads, precision, cache_dir)
             build_ms = (time.perf_counter() - t) * 1e3
             measured[name] = _time(runners[name], feeds, outputs) * 1e3
             log.info("auto: %s built in %.0f ms, runs in %.3f ms", name, build_ms,
@@ -207,13 +156,12 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
         pick = min(measured, key=measured.__getitem__)
         how = "fastest"
     log.info("auto: chose %s, %s (%s)", pick, how, _fmt(measured))
-    runner = runners.get(pick) or _build(pick, file, graph, path, threads, precision)
-    ort = runners.get("onnxruntime")  # its export is cached even when another engine won
-    onnx_bytes = ort.model_bytes if ort is not None and ort.cacheable else None
+    runner = runners.get(pick) or _build(pick, file, graph, path, threads, precision,
+                                         cache_dir)
     cache.put(key, {"engine": pick, "how": how, "measured_ms": measured, "failed": failed,
                     "versions": engine_versions(engines),
                     "path": os.path.abspath(path), "precision": precision,
-                    "threads": threads}, onnx_bytes)
+                    "threads": threads})
     return runner
 
 

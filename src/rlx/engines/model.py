@@ -107,10 +107,11 @@ class Model:
 
 
 def build_runner(engine: str, file: RlxFile, graph: Graph, path: str | None, *,
-                 threads: int | None, precision: str) -> Runner:
+                 threads: int | None, precision: str,
+                 cache_dir: str | os.PathLike | None = None) -> Runner:
     """One concrete engine's runner (EngineError when its runtime is not installed)."""
     return engine_module(engine).build(file, graph, path, threads=threads,
-                                       precision=precision)
+                                       precision=precision, cache_dir=cache_dir)
 
 
 def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None = None,
@@ -121,10 +122,12 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
 
     `engine`: "auto" (the fastest installed engine for this model and machine, measured
     once and cached in `cache_dir`, default `$XDG_CACHE_HOME/rlx` or `~/.cache/rlx`),
-    "numpy", "onnxruntime" or "openvino". `threads`: intra-op threads (None: the engine's
-    default). `precision`: "exact" computes in the graph's dtypes (f32); "fast" lets the
-    engine use its faster default (OpenVINO: bf16 on AMX/AVX512-BF16 CPUs; the others
-    have none, so fast equals exact there). `password` opens an encrypted file.
+    "numpy", "onnxruntime" (which keeps its prepacked copy of a plain file's model in
+    `cache_dir`: RLX_ORT_PREPACK, docs/engines.md) or "openvino". `threads`: intra-op
+    threads (None: the engine's default). `precision`: "exact" computes in the graph's
+    dtypes (f32); "fast" lets the engine use its faster default (OpenVINO: bf16 on
+    AMX/AVX512-BF16 CPUs; the others have none, so fast equals exact there). `password`
+    opens an encrypted file.
     `example`: feeds auto measures with (default: zeros of the declared shapes).
     """
     check_engine(engine)
@@ -141,6 +144,6 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
                              cache_dir=cache_dir, example=example)
     else:
         runner = build_runner(engine, file, graph, source, threads=threads,
-                              precision=precision)
+                              precision=precision, cache_dir=cache_dir)
     log.info("%s: running on %s (%s precision)", source, runner.name, runner.precision)
     return Model(file, graph, runner, source)

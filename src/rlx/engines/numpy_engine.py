@@ -3,6 +3,7 @@ tested against. Feeds arrive checked, so a run is `CompiledGraph.call` in graph 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -41,5 +42,6 @@ class NumpyRunner:
 
 
 def build(file: RlxFile, graph: Graph, path: str | None, *, threads: int | None,
-          precision: str) -> NumpyRunner:
+          precision: str, cache_dir: str | os.PathLike | None = None) -> NumpyRunner:
+    """`cache_dir` is unused: this engine keeps nothing on disk."""
     return NumpyRunner(graph, threads, precision)

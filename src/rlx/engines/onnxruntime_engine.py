@@ -1,35 +1,60 @@
-"""The onnxruntime engine: the graph's ONNX export, built in memory, weights not copied.
+"""The onnxruntime engine: the graph's ONNX export, weights read from files, not copied.
 
 Large weights are written as external data that points into the `.rlx` file itself, at
 the offset where the artifact's memory map holds them (`mapping.FileRegions`):
 onnxruntime then memory-maps those bytes from the file (read-only, shared page cache, no
-anonymous copy). Arrays with no file behind them (an encrypted file's decrypted buffer,
-packed weights re-laid out for MatMulNBits) go in as `OrtValue`s over the numpy arrays
+anonymous copy). Arrays with no file behind them (packed weights re-laid out for
+MatMulNBits) go in as `OrtValue`s over the numpy arrays
 (`SessionOptions.add_external_initializers`); onnxruntime 1.32 copies those once.
 
-Prepacking: onnxruntime re-lays out constant MatMul/Conv/Gemm weights for its kernels at
-load ("prepacking"), a second, anonymous copy of them. It is disabled by default
-(`PREPACK`, or RLX_ORT_PREPACK=1): measured in docs/engines.md, it costs about the weight
-bytes in RSS and gains little on these models at 1-2 threads.
+Prepacking: at load onnxruntime re-lays out constant MatMul/Gemm/Conv weights for its
+kernels (and Conv weights for its NCHWc layout), an anonymous copy of about the weight
+bytes that buys up to 1.4x in latency (docs/engines.md). `RLX_ORT_PREPACK` chooses:
+
+- `mapped` (default): the first load of a plain (unencrypted) file optimises the export
+  once and saves it, prepacked weights included, to `<cache_dir>/onnxruntime/<key>/`
+  (`ort_cache`); every load then maps that model's weights from disk: prepacked speed,
+  file-backed pages shared by every process, no optimisation at load.
+- `heap`: onnxruntime's own behaviour (prepacked copies on the heap).
+- `off`: no prepacking; weights stay the artifact's mapped bytes. Encrypted files, and a
+  cache folder that cannot be written, run this way.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
 from rlx.artifact.model import RlxFile
+from rlx.engines.fingerprint import default_cache_dir, is_plain_artifact
 from rlx.engines.mapping import FileRegions
+from rlx.engines.ort_cache import MODEL_FILE, WEIGHTS_FILE, cache_folder
+from rlx.errors import EngineError
 from rlx.ir.graph import Graph
 
-__all__ = ["OrtRunner", "build", "PREPACK", "session_options", "export_for_ort"]
+__all__ = ["OrtRunner", "build", "PREPACK_MODES", "prepack_mode", "session_options",
+           "export_for_ort"]
 
-PREPACK = os.environ.get("RLX_ORT_PREPACK", "") not in ("", "0")
+log = logging.getLogger("rlx.engines")
+
+PREPACK_MODES = ("mapped", "heap", "off")
 _IN_MEMORY = "rlx-in-memory-weight"  # placeholder location; add_external_initializers binds it
+
+
+def prepack_mode() -> str:
+    mode = os.environ.get("RLX_ORT_PREPACK", "mapped") or "mapped"
+    if mode not in PREPACK_MODES:
+        raise EngineError(f"RLX_ORT_PREPACK={mode!r}; expected one of "
+                          f"{', '.join(PREPACK_MODES)}")
+    return mode
 
 
 class _Placer:
@@ -51,6 +76,16 @@ class _Placer:
         self.in_memory[name] = np.ascontiguousarray(array)
         return external_tensor(name, array, _IN_MEMORY, 0)
 
+    def bind(self, so: ort.SessionOptions) -> None:
+        """Let the session resolve both kinds of reference."""
+        if self.path:
+            so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                        os.path.dirname(os.path.abspath(self.path)))
+        if self.in_memory:
+            names = list(self.in_memory)
+            so.add_external_initializers(
+                names, [ort.OrtValue.ortvalue_from_numpy(self.in_memory[n]) for n in names])
+
 
 def session_options(threads: int | None) -> ort.SessionOptions:
     so = ort.SessionOptions()
@@ -58,7 +93,7 @@ def session_options(threads: int | None) -> ort.SessionOptions:
         so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # failures reach the caller as exceptions, not log lines
     return so
 
 
@@ -74,40 +109,97 @@ def export_for_ort(file: RlxFile, graph: Graph, path: str | None) -> tuple[bytes
 
 
 class OrtRunner:
-    """`model_bytes` given (auto's cache of an earlier export of the same file, whose
-    weights are all file references) skips the export and the onnx import."""
-
     name = "onnxruntime"
 
     def __init__(self, file: RlxFile, graph: Graph, path: str | None, threads: int | None,
-                 model_bytes: bytes | None = None):
+                 cache_dir: str | os.PathLike | None = None):
         self.precision = "exact"  # onnxruntime's CPU kernels run the graph's dtypes
         self.file = file  # keeps the artifact's map (and the arrays below) alive
-        self.summary = None
-        if model_bytes is None:
-            model_bytes, placer, self.summary = export_for_ort(file, graph, path)
-            self.mapped, self.in_memory = placer.mapped, placer.in_memory
-        else:
-            self.mapped, self.in_memory = {}, {}
-        self.cacheable = not self.in_memory
+        self.summary = None  # the export's, when this load exported
+        self.mapped: dict[str, tuple[int, int]] = {}
+        self.in_memory: dict[str, np.ndarray] = {}
+        self.prepack = prepack_mode()
+        self.cached: Path | None = None  # the prepacked model this session maps
+        if self.prepack == "mapped":
+            session = self._from_cache(file, graph, path, threads, cache_dir)
+            if session is not None:
+                self.session = session
+                return
+            self.prepack = "off"
+        model_bytes, placer = self._export(file, graph, path)
         so = session_options(threads)
-        if path:
-            so.add_session_config_entry("session.model_external_initializers_file_folder_path",
-                                        os.path.dirname(os.path.abspath(path)))
-        if not PREPACK:
+        placer.bind(so)
+        if self.prepack == "off":
             so.add_session_config_entry("session.disable_prepacking", "1")
-        if self.in_memory:
-            names = list(self.in_memory)
-            so.add_external_initializers(
-                names, [ort.OrtValue.ortvalue_from_numpy(self.in_memory[n]) for n in names])
-        self.model_bytes = model_bytes
-        self.session = ort.InferenceSession(self.model_bytes, so,
-                                            providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+
+    def _export(self, file: RlxFile, graph: Graph, path: str | None) -> tuple[bytes, _Placer]:
+        model_bytes, placer, self.summary = export_for_ort(file, graph, path)
+        self.mapped, self.in_memory = placer.mapped, placer.in_memory
+        return model_bytes, placer
+
+    def _from_cache(self, file: RlxFile, graph: Graph, path: str | None, threads: int | None,
+                    cache_dir: str | os.PathLike | None) -> ort.InferenceSession | None:
+        """A session over the cached prepacked model, made first if missing; None where
+        the file may not be cached or the cache cannot be written (logged)."""
+        if path is None or not is_plain_artifact(path):
+            return None
+        folder = cache_folder(Path(cache_dir) if cache_dir is not None
+                              else default_cache_dir(), path)
+        for attempt in range(2):
+            if not (folder / MODEL_FILE).is_file():
+                try:
+                    self._optimize_into(folder, file, graph, path)
+                except OSError as err:
+                    log.warning("onnxruntime: cannot write the prepacked model to %s (%s); "
+                                "running without prepacking", folder, err)
+                    return None
+            so = session_options(threads)
+            # already optimised (and laid out for this machine's kernels) when saved
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            try:
+                session = ort.InferenceSession(str(folder / MODEL_FILE), so,
+                                               providers=["CPUExecutionProvider"])
+            except Exception as err:  # noqa: BLE001 - a damaged cache entry is rebuilt
+                if attempt:
+                    raise
+                log.warning("onnxruntime: the cached model %s does not load (%s); "
+                            "rebuilding it", folder, " ".join(str(err).split())[:200])
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
+            self.cached = folder
+            return session
+        return None
+
+    def _optimize_into(self, folder: Path, file: RlxFile, graph: Graph, path: str) -> None:
+        """Optimise the export with onnxruntime and save it (prepacked weights in its
+        external data file) into `folder`, atomically: written to a sibling temporary
+        folder, then renamed."""
+        model_bytes, placer = self._export(file, graph, path)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        try:
+            so = session_options(None)
+            placer.bind(so)
+            so.optimized_model_filepath = str(tmp / MODEL_FILE)
+            for key, value in (
+                    ("session.optimized_model_external_initializers_file_name", WEIGHTS_FILE),
+                    ("session.optimized_model_external_initializers_min_size_in_bytes", "1024"),
+                    ("session.save_external_prepacked_constant_initializers", "1")):
+                so.add_session_config_entry(key, value)
+            ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+            try:
+                os.replace(tmp, folder)
+            except OSError:
+                if not (folder / MODEL_FILE).is_file():  # else another process won the race
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def run(self, feeds: dict[str, np.ndarray], outputs: Sequence[str]) -> list[np.ndarray]:
         return self.session.run(list(outputs), feeds)
 
 
 def build(file: RlxFile, graph: Graph, path: str | None, *, threads: int | None,
-          precision: str, model_bytes: bytes | None = None) -> OrtRunner:
-    return OrtRunner(file, graph, path, threads, model_bytes)
+          precision: str, cache_dir: str | os.PathLike | None = None) -> OrtRunner:
+    return OrtRunner(file, graph, path, threads, cache_dir)

@@ -13,6 +13,7 @@ request, so one Model may run from many threads.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 
@@ -99,5 +100,6 @@ class OpenVinoRunner:
 
 
 def build(file: RlxFile, graph: Graph, path: str | None, *, threads: int | None,
-          precision: str) -> OpenVinoRunner:
+          precision: str, cache_dir: str | os.PathLike | None = None) -> OpenVinoRunner:
+    """`cache_dir` is unused: this engine keeps nothing on disk."""
     return OpenVinoRunner(file, graph, threads, precision)
