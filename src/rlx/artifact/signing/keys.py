@@ -61,8 +61,9 @@ def save_keypair(key: Ed25519PrivateKey, path: str | os.PathLike, *,
     private, public = Path(path), public_key_path(path)
     existing = [str(p) for p in (private, public) if p.exists() or p.is_symlink()]
     if existing and not overwrite:
-        raise SigningKeyError(f"{' and '.join(existing)} already exist(s); refusing to "
-                              "replace a key (pass overwrite=True, or --force)")
+        verb = "exists" if len(existing) == 1 else "exist"
+        raise SigningKeyError(f"{' and '.join(existing)} already {verb}; refusing to replace "
+                              "a key (overwrite=True, or --force on the command line)")
     encryption: serialization.KeySerializationEncryption = serialization.NoEncryption()
     if password is not None:
         secret = password.encode("utf-8") if isinstance(password, str) else bytes(password)
