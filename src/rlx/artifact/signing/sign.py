@@ -168,12 +168,15 @@ def verify_signature(artifact: str | os.PathLike, trusted_keys: Iterable[PublicK
     if statement.key_id != sig.key_id:
         raise SignatureError(f"{sig_path}: the signed message names key "
                              f"{statement.key_id.hex()}, the header {signer}", "malformed")
-    kind = signing_kind(path)
+    folder = statement.kind == "rlxp-dir"
+    if folder != path.is_dir():
+        raise _mismatch(path, f"the signature is for a {statement.kind} artifact, this is a "
+                              f"{'folder' if path.is_dir() else 'file'}")
+    hashed = _check_dir(path, statement) if folder else [_check_file(path, statement)]
+    kind = signing_kind(path)  # the signed bytes hold the magic: only a lying signer fails it
     if kind != statement.kind:
-        raise SignatureError(f"{path}: the signature is for a {statement.kind} artifact, this "
-                             f"is a {kind} one", "mismatch")
-    hashed = _check_dir(path, statement) if kind == "rlxp-dir" else \
-        [_check_file(path, statement)]
+        raise _mismatch(path, f"the signature is for a {statement.kind} artifact, this is a "
+                              f"{kind} one")
     return _info(path, sig_path, statement, True, hashed)
 
 
