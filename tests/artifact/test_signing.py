@@ -517,3 +517,19 @@ def test_parts_tile_the_file_as_documented(signed):
         expected = sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) \
             if kind == "rlxp-dir" else os.path.getsize(path)
         assert total == expected, kind
+
+
+def test_an_oversized_signature_file_is_refused_before_it_is_read(signed, keys):
+    sig = signature_path(signed["rlx"])
+    header = sig.read_bytes()[:88]
+    sig.write_bytes(header + (1 << 62).to_bytes(8, "little"))  # claims a 4 EiB message
+    assert "does not fit" in str(refused(signed["rlx"], [public(keys[0])], "malformed"))
+    with sig.open("r+b") as f:
+        f.truncate((64 << 20) + 97)  # sparse: past the cap, nothing to read
+    tracemalloc.start()
+    try:
+        refused(signed["rlx"], [public(keys[0])], "malformed")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
