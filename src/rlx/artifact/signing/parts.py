@@ -75,7 +75,8 @@ def hash_file(path: Path, lengths: Sequence[int], where: str,
     try:
         before = FileIdentity.of_fd(fd)
         if before.size != sum(lengths):
-            raise error(f"{where}: {path} is {before.size} bytes, {sum(lengths)} expected")
+            raise error(f"{where}: {before.size} bytes, {sum(lengths)} expected (changed while "
+                        "being checked?)")
         buffer = memoryview(bytearray(_BUFFER))
         digests = []
         with os.fdopen(os.dup(fd), "rb", buffering=0) as f:
@@ -85,7 +86,7 @@ def hash_file(path: Path, lengths: Sequence[int], where: str,
                     digest.update(view)
                 digests.append(digest.digest())
         if FileIdentity.of_fd(fd) != before:
-            raise error(f"{where}: {path} changed while it was hashed")
+            raise error(f"{where}: changed while it was hashed")
     finally:
         os.close(fd)
     return HashedFile(path, tuple(digests), before)
