@@ -34,12 +34,14 @@ ALLOWED: dict[str, set[str]] = {
     # the rlx-bake command: cli (parser, exit codes) over cli_artifact and cli_run
     "cli_ui": {"errors"},
     "cli_artifact": {"errors", "ir", "weights", "baking", "artifact", "frontends", "cli_ui",
-                     "cli_package"},
+                     "cli_package", "cli_sign"},
     "cli_package": {"artifact", "cli_ui"},
-    "cli_run": {"ir", "runtime", "artifact", "demo", "cli_ui", "cli_engines", "weights"},
+    "cli_run": {"ir", "runtime", "artifact", "demo", "cli_ui", "cli_engines", "weights",
+                "cli_sign"},
+    "cli_sign": {"errors", "artifact", "cli_ui"},  # keygen, sign, verify-signature
     "cli_engines": {"ir", "artifact", "engines", "frontends", "cli_ui"},
     "cli": {"errors", "version", "cli_ui", "cli_artifact", "cli_run", "cli_package",
-            "cli_engines"},
+            "cli_engines", "cli_sign"},
     "__main__": {"cli"},
     "__init__": {"errors", "ir", "codecs", "kernels", "runtime", "passes", "weights", "baking",
                  "artifact", "frontends", "version", "_lazy", "engines"},

@@ -33,6 +33,8 @@ _LAZY = {
     "Model": "rlx.engines",
     "IoSpec": "rlx.engines",
     "load_weights": "rlx.weights",
+    **dict.fromkeys(("generate_keypair", "save_keypair", "sign_artifact", "verify_signature"),
+                    "rlx.artifact.signing"),
 }
 __all__ = [
     "BakeOptions", "BakeProfile", "BakeReport", "CompiledGraph", "DType", "Graph",

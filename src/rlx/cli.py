@@ -1,10 +1,11 @@
 """The `rlx-bake` command (also `python -m rlx`): thin functions over the public API.
 
-The subcommands live in `cli_artifact` (bake, inspect, tensors, relayout, encrypt, decrypt)
-and `cli_run` (run, verify, demo); this module owns the parser and the exit codes, the same
-for every command (see `cli_ui`): 0 success, 1 a failed check, 2 bad usage (one line, with
-"did you mean" for a mistyped command or option), 3 an error (`RlxError`, or an OS error on
-a path the user gave: one line `error: ...` on stderr). With --json the error is also a JSON
+The subcommands live in `cli_artifact` (bake, inspect, tensors, relayout, encrypt, decrypt),
+`cli_run` (run, verify, demo) and `cli_sign` (keygen, sign, verify-signature); this module
+owns the parser and the exit codes, the same for every command (see `cli_ui`): 0 success,
+1 a failed check, 2 bad usage (one line, with "did you mean" for a mistyped command or
+option), 3 an error (`RlxError`, or an OS error on a path the user gave: one line
+`error: ...` on stderr). With --json the error is also a JSON
 object on stdout. Anything else is a bug and stays a traceback.
 """
 
@@ -23,6 +24,7 @@ from rlx.cli_artifact import add_commands as add_artifact_commands
 from rlx.cli_engines import add_commands as add_engine_commands
 from rlx.cli_package import with_default_command
 from rlx.cli_run import add_commands as add_run_commands
+from rlx.cli_sign import add_commands as add_sign_commands
 from rlx.cli_ui import (
     EXIT_ERROR,
     EXIT_USAGE,
@@ -43,6 +45,8 @@ EXAMPLES = """examples:
   rlx-bake verify model.rlx --onnx model.onnx
   rlx-bake run model.rlx --inputs feeds.npz --engine auto -v
   rlx-bake export model.rlx -o model.onnx
+  rlx-bake keygen -o release.key && rlx-bake sign model.rlx --key release.key
+  rlx-bake verify-signature model.rlx --pubkey release.key.pub
   rlx-bake <command> --help                       options of one command
 
 exit codes (every command):
@@ -125,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_artifact_commands(sub, common)
     add_run_commands(sub, common)
     add_engine_commands(sub, common)
+    add_sign_commands(sub, common)
     for command in sub.choices.values():  # every command, whoever added it
         command.epilog = (command.epilog or "").rstrip("\n") + "\n\n" + EXIT_CODES_SHORT
     return parser

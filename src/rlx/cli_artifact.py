@@ -37,6 +37,7 @@ from rlx.cli_package import (
     render_package,
     write_artifact,
 )
+from rlx.cli_sign import add_trusted_key_option, signature_status, trusted_keys
 from rlx.cli_ui import (
     CliError,
     Outcome,
@@ -499,14 +500,19 @@ def _add_inspect(sub, common) -> None:
                        description="Show meta, inputs/outputs, the weight table, the memory "
                                    "layout and the ops of a .rlx file, and verify every "
                                    "checksum (exit 1 when one fails). An encrypted file "
-                                   "without a password shows its encryption parameters.",
+                                   "without a password shows its encryption parameters. "
+                                   "A signed file shows the key id its .sig names; with "
+                                   "--trusted-key the signature is checked too (exit 1 when "
+                                   "it fails).",
                        epilog="examples:\n  rlx-bake inspect model.rlx\n"
-                              "  rlx-bake inspect secret.rlx --password-env RLX_PASSWORD --json")
+                              "  rlx-bake inspect secret.rlx --password-env RLX_PASSWORD --json\n"
+                              "  rlx-bake inspect model.rlx --trusted-key release.key.pub")
     p.add_argument("file", help="a .rlx file")
     p.add_argument("--graph", action="store_true",
                    help="also print the baked graph as text, one line per node (with --json: "
                         "as the `graph_text` lines)")
     add_password_options(p.add_argument_group("encrypted files"))
+    add_trusted_key_option(p)
     p.set_defaults(run=_inspect)
 
 
@@ -528,8 +534,12 @@ def _inspect(args, ui: Ui) -> Outcome:
                             "file_bytes": artifact_bytes(path), "encrypted": encrypted,
                             "encryption": _encryption(read_encryption_info(path))
                             if encrypted else None}
+    keys = trusted_keys(args)
+    with ui.step("checking the signature" if keys else "looking for a signature"):
+        data["signature"] = signature_status(path, keys)  # before reading: no password needed
+    signature_ok = data["signature"]["valid"] is not False
     if encrypted and password is None:
-        return Outcome({**data, "locked": True}, _render_locked)
+        return Outcome({**data, "locked": True}, _render_locked, 0 if signature_ok else 1)
     with ui.step(f"reading {args.file}"):
         if package:
             if password is not None:
@@ -559,7 +569,7 @@ def _inspect(args, ui: Ui) -> Outcome:
         "checksums": checksums,
         "graph_text": format_graph(file.graph).splitlines() if args.graph else None,
     })
-    return Outcome(data, _render_inspect, 0 if checksums["ok"] else 1)
+    return Outcome(data, _render_inspect, 0 if checksums["ok"] and signature_ok else 1)
 
 
 def _render_locked(d: dict, ui: Ui) -> None:
@@ -573,6 +583,7 @@ def _render_locked(d: dict, ui: Ui) -> None:
         ("chunks", f"{e['chunks']} of up to {fmt_bytes(e['chunk_size'])} bytes"),
         ("plaintext", f"{fmt_bytes(e['plaintext_bytes'])} bytes"),
         ("file", f"{fmt_bytes(e['file_bytes'])} bytes"),
+        ("signature", _signature_text(d["signature"])),
     ])
 
 
@@ -595,6 +606,7 @@ def _render_inspect(d: dict, ui: Ui) -> None:
         ("bytes in graph constants", fmt_bytes(mem["graph_constant_bytes"])),
         ("needs materialize", "yes" if mem["needs_materialize"] else "no"),
         ("checksums", "OK" if d["checksums"]["ok"] else f"FAILED: {d['checksums']['error']}"),
+        ("signature", _signature_text(d["signature"])),
     ])
     ui.table("inputs and outputs", ("", "name", "shape", "dtype"),
              [(kind, io["name"], fmt_shape(io["shape"]), io["dtype"])
@@ -611,6 +623,16 @@ def _render_inspect(d: dict, ui: Ui) -> None:
         ui.line("")
         for line in d["graph_text"]:
             ui.line(line)
+
+
+def _signature_text(s: dict) -> str:
+    if s["valid"] is False:
+        return f"FAILED: {s['error']}"
+    if not s["signed"]:
+        return "none"
+    if s["checked"]:
+        return f"OK: valid, by trusted key {s['key_id']}"
+    return f"{s['signature']} names key {s['key_id']} (not checked: pass --trusted-key PUB)"
 
 
 def _where(row: dict) -> str:

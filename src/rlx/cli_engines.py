@@ -66,7 +66,8 @@ def load_for_cli(path: str, password: str | bytes | None, args,
     with ui.step(f"loading {path} on {args.engine}"):
         start = time.perf_counter()
         model = load(path, engine=args.engine, precision=args.precision, password=password,
-                     threads=getattr(args, "threads", None))
+                     threads=getattr(args, "threads", None),
+                     trusted_keys=getattr(args, "trusted_key", None) or None)
         done = time.perf_counter()
     return EngineRun(model), {"load_ms": (done - start) * 1e3, "compile_ms": 0.0,
                               "engine": model.engine, "precision": model.precision}

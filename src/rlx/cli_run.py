@@ -19,6 +19,7 @@ from rlx.artifact import open_artifact
 from rlx.artifact.atomic import atomic_write
 from rlx.artifact.crypto import DEFAULT_KDF
 from rlx.cli_engines import add_engine_options, load_for_cli, uses_engine
+from rlx.cli_sign import add_trusted_key_option, trusted_keys
 from rlx.cli_ui import (
     CliError,
     Outcome,
@@ -104,7 +105,8 @@ def _load_compiled(path: str, password: str | bytes | None, ui: Ui,
         return load_for_cli(path, password, args, ui)  # type: ignore[return-value]
     with ui.step(f"loading {path}"):
         start = time.perf_counter()
-        file = open_artifact(path, password=password)
+        file = open_artifact(path, password=password,
+                             trusted_keys=trusted_keys(args) if args is not None else None)
         if not len(file.graph):
             raise CliError(f"{path} holds weights only (a package written with --no-graph): "
                            "there is no graph to run")
@@ -145,6 +147,7 @@ def _add_run(sub, common) -> None:
                            help="how many of the slowest nodes to list (default 10)")
     add_password_options(p.add_argument_group("encrypted files"))
     add_engine_options(p)
+    add_trusted_key_option(p)
     p.set_defaults(run=_run)
 
 
@@ -258,6 +261,7 @@ def _add_verify(sub, common) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (0)")
     add_password_options(p.add_argument_group("encrypted files"))
     add_engine_options(p)
+    add_trusted_key_option(p)
     p.set_defaults(run=_verify)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 __all__ = [
     "RlxError", "GraphError", "ShapeError", "UnsupportedOpError", "InputError", "KernelError",
     "BakeError", "BindingError", "WeightError", "ModelImportError", "ArtifactError",
-    "IntegrityError", "EncryptedFileError", "DecryptError",
+    "IntegrityError", "EncryptedFileError", "DecryptError", "SignatureError", "SigningKeyError",
 ]
 
 
@@ -75,6 +75,27 @@ class EncryptedFileError(ArtifactError):
 
 class DecryptError(ArtifactError):
     """Decryption failed: wrong password or a corrupt/tampered file."""
+
+
+class SignatureError(ArtifactError):
+    """An artifact's signature is missing, malformed, from an untrusted key, invalid, or does
+    not match the artifact's bytes. `reason` says which (one of `SignatureError.REASONS`)."""
+
+    REASONS = ("unsigned", "malformed", "untrusted", "invalid", "mismatch", "changed")
+
+    def __init__(self, message: str, reason: str):
+        assert reason in self.REASONS, reason
+        super().__init__(message)
+        self.reason = reason
+
+    def __reduce__(self):  # pickles (multiprocessing) with its reason
+        return type(self), (str(self), self.reason)
+
+
+class SigningKeyError(RlxError):
+    """A signing key cannot be used: missing, unreadable, not Ed25519, the wrong half (a
+    private key where a public one is wanted), encrypted without a password given, or a
+    wrong password."""
 
 
 class ExportError(RlxError):

@@ -25,13 +25,15 @@ _LAZY = {
     "write_rlx": "rlx.artifact.writer",
     **dict.fromkeys(("RlxpOptions", "RlxpPackage", "read_rlxp", "read_rlxp_package",
                      "write_rlxp"), "rlx.artifact.rlxp"),
+    **dict.fromkeys(("generate_keypair", "save_keypair", "sign_artifact", "signature_path",
+                     "verify_signature"), "rlx.artifact.signing"),
 }
 
 
 def __getattr__(name: str):
-    """Writers and `.rlxp` load on first use: reading and running a `.rlx` file never write
-    (the writer brings `secrets`, `random` and the atomic-file helpers, ~15% of the import
-    of a reader) and need no zstandard."""
+    """Writers, `.rlxp` and signing load on first use: reading and running a `.rlx` file
+    never write (the writer brings `secrets`, `random` and the atomic-file helpers, ~15% of
+    the import of a reader) and need no zstandard or Ed25519."""
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
@@ -47,5 +49,6 @@ __all__ = [
     "into_runtime_graph", "materialize_weights", "needs_materialize", "parse_rlx", "read_rlx",
     "relayout", "strip_graph_weight_bytes", "strip_table_weight_bytes", "write_rlx",
     "RlxpOptions", "RlxpPackage", "artifact_kind", "open_artifact", "read_rlxp",
-    "read_rlxp_package", "write_rlxp",
+    "read_rlxp_package", "write_rlxp", "generate_keypair", "save_keypair", "sign_artifact",
+    "signature_path", "verify_signature",
 ]

@@ -47,14 +47,17 @@ def remove_stale_temps(folder: Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def atomic_write(dest: str | os.PathLike) -> Iterator[BinaryIO]:
-    """Yield a binary file; on normal exit it replaces `dest`, on error it vanishes."""
+def atomic_write(dest: str | os.PathLike, *, mode: int = 0o666) -> Iterator[BinaryIO]:
+    """Yield a binary file; on normal exit it replaces `dest`, on error it vanishes.
+
+    `mode` (less the umask) is set when the temp file is created, before a byte is written:
+    a private key is never readable by others, not even for a moment."""
     dest = Path(dest)
     folder = dest.parent if str(dest.parent) else Path(".")
     remove_stale_temps(folder)
     temp = _temp_name(dest)
     try:
-        with open(temp, "xb") as out:
+        with open(temp, "xb", opener=lambda name, flags: os.open(name, flags, mode)) as out:
             yield out
             out.flush()
             os.fsync(out.fileno())

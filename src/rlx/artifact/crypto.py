@@ -64,7 +64,7 @@ from rlx.safeio import open_regular
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE", "DEFAULT_KDF", "ENC_MAGIC", "ENC_VERSION", "HEADER_SIZE", "PLAIN_MAGIC",
-    "EncryptionInfo", "KdfLimits", "KdfParams", "decrypt_bytes", "decrypt_file",
+    "TAG_SIZE", "EncryptionInfo", "KdfLimits", "KdfParams", "decrypt_bytes", "decrypt_file",
     "encrypt_bytes", "encrypt_file", "encrypt_stream", "is_encrypted", "read_encryption_info",
 ]
 
@@ -79,7 +79,7 @@ HEADER_SIZE = _HEADER.size  # 63
 _SALT_SIZE = 16
 _PREFIX_SIZE = 7
 _KEY_SIZE = 32
-_TAG_SIZE = 16
+TAG_SIZE = 16  # the Poly1305 tag after each chunk
 _NONCE_TAIL = struct.Struct("<IB")  # chunk index, final flag
 _MAX_CHUNKS = 1 << 32
 _ARGON2_VERSION = 0x13
@@ -167,7 +167,7 @@ def _chunk_count(length: int, chunk_size: int, where: str) -> int:
 
 
 def _file_size(length: int, count: int) -> int:
-    return HEADER_SIZE + length + _TAG_SIZE * count
+    return HEADER_SIZE + length + TAG_SIZE * count
 
 
 def _nonce(prefix: bytes, index: int, count: int) -> bytes:
@@ -310,11 +310,11 @@ def encrypt_stream(src: BinaryIO, dst: BinaryIO, password: str | bytes, *, lengt
     salt, prefix = secrets.token_bytes(_SALT_SIZE), secrets.token_bytes(_PREFIX_SIZE)
     header = _HEADER.pack(ENC_MAGIC, ENC_VERSION, KDF_ARGON2ID, kdf.m_cost, kdf.t_cost,
                           kdf.p_cost, salt, chunk_size, length, prefix)
-    sealed = memoryview(bytearray(len(first) + _TAG_SIZE))
+    sealed = memoryview(bytearray(len(first) + TAG_SIZE))
     with _cipher(secret, salt, kdf) as aead:
         dst.write(header)
         for i, chunk in enumerate(itertools.chain([first], chunks)):
-            out = sealed[:len(chunk) + _TAG_SIZE]
+            out = sealed[:len(chunk) + TAG_SIZE]
             aead.encrypt_into(_nonce(prefix, i, count), chunk, header, out)
             dst.write(out)
     return EncryptionInfo(ENC_VERSION, kdf, chunk_size, length, count,
@@ -355,15 +355,15 @@ def _decrypt_stream(src: BinaryIO, header: _Header, password: str | bytes,
     info = header.info
     out = bytearray(info.plaintext_length)
     plain = memoryview(out)
-    sealed = memoryview(bytearray(min(info.chunk_size, info.plaintext_length) + _TAG_SIZE))
+    sealed = memoryview(bytearray(min(info.chunk_size, info.plaintext_length) + TAG_SIZE))
     with _cipher(secret, header.salt, info.kdf) as aead:
         for i in range(info.chunk_count):
             start = i * info.chunk_size
             size = min(info.chunk_size, info.plaintext_length - start)
-            _read_exact(src, sealed[:size + _TAG_SIZE], where)
+            _read_exact(src, sealed[:size + TAG_SIZE], where)
             try:
                 aead.decrypt_into(_nonce(header.nonce_prefix, i, info.chunk_count),
-                                  sealed[:size + _TAG_SIZE], header.raw,
+                                  sealed[:size + TAG_SIZE], header.raw,
                                   plain[start:start + size])
             except InvalidTag:
                 raise DecryptError(_DECRYPT_FAILED) from None

@@ -8,6 +8,7 @@ a zip holding `rlx.json` and a folder holding `rlx.json` (the three `.rlxp` cont
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from rlx.artifact.model import RlxFile
@@ -47,8 +48,19 @@ def artifact_kind(path: str | os.PathLike) -> str:
 
 
 def open_artifact(path: str | os.PathLike, password: str | bytes | None = None, *,
-                  verify: str = "lazy", kdf_limits=None) -> RlxFile:
-    """Open any `.rlx` or `.rlxp` artifact; `password` only for encrypted `.rlx` files."""
+                  verify: str = "lazy", kdf_limits=None, trusted_keys: Iterable | None = None,
+                  signature: str | os.PathLike | None = None) -> RlxFile:
+    """Open any `.rlx` or `.rlxp` artifact; `password` only for encrypted `.rlx` files.
+
+    With `trusted_keys` (Ed25519 public keys: key objects, PEM bytes or PEM files) the
+    artifact must carry a valid signature by one of them (`signature`, default beside it:
+    `rlx.artifact.signing.signature_path`), checked before the artifact is parsed or
+    decrypted; otherwise `SignatureError`. Without, nothing about signatures is looked at."""
+    signed = None
+    if trusted_keys is not None:
+        from rlx.artifact.signing import verify_signature
+
+        signed = verify_signature(path, trusted_keys, signature=signature)
     kind = artifact_kind(path)
     if kind == "rlxp":
         if password is not None:
@@ -56,5 +68,9 @@ def open_artifact(path: str | os.PathLike, password: str | bytes | None = None, 
                                 "open it without a password")
         from rlx.artifact.rlxp.read import read_rlxp
 
-        return read_rlxp(path, verify=verify)
-    return read_rlx(path, password=password, verify=verify, kdf_limits=kdf_limits)
+        file = read_rlxp(path, verify=verify)
+    else:
+        file = read_rlx(path, password=password, verify=verify, kdf_limits=kdf_limits)
+    if signed is not None:
+        signed.check_unchanged()  # the bytes read are the bytes verified
+    return file

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -117,7 +117,8 @@ def build_runner(engine: str, file: RlxFile, graph: Graph, path: str | None, *,
 def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None = None,
          precision: str = "exact", password: str | bytes | None = None,
          cache_dir: str | os.PathLike | None = None,
-         example: Mapping[str, Any] | None = None) -> Model:
+         example: Mapping[str, Any] | None = None, trusted_keys: Iterable | None = None,
+         signature: str | os.PathLike | None = None) -> Model:
     """Open a `.rlx` file or `.rlxp` package and prepare it on `engine`.
 
     `engine`: "auto" (the fastest installed engine for this model and machine, measured
@@ -129,13 +130,18 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     AMX/AVX512-BF16 CPUs; the others have none, so fast equals exact there). `password`
     opens an encrypted file.
     `example`: feeds auto measures with (default: zeros of the declared shapes).
+    `trusted_keys`: Ed25519 public keys (key objects, PEM bytes or PEM files); when given,
+    the file must carry a valid signature by one of them (`signature`, default the `.sig`
+    file beside it), checked before it is parsed or decrypted, or `SignatureError` is
+    raised (docs/format.md, "Signatures"). None (the default) checks no signature.
     """
     check_engine(engine)
     check_precision(precision)
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InputError(f"threads must be a positive integer or None, got {threads!r}")
     source = os.fspath(path)
-    file = open_artifact(source, password=password)  # .rlx, encrypted .rlx or .rlxp
+    file = open_artifact(source, password=password,  # .rlx, encrypted .rlx or .rlxp
+                         trusted_keys=trusted_keys, signature=signature)
     graph = file.into_runtime_graph()
     if engine == "auto":
         from rlx.engines import auto

@@ -1,0 +1,246 @@
+"""`sign_artifact` and `verify_signature`: Ed25519 signatures kept beside the artifact.
+
+The signature of `model.rlx` is `model.rlx.sig` (of a dir package `pkg/`, `pkg.sig`): a
+detached file, so the artifact's bytes never change and every reader, old or new, reads a
+signed artifact exactly as before. Verifying checks, in this order and before anything of
+the artifact is parsed: the `.sig` file's header, that its key id names a trusted key, the
+Ed25519 signature over the message, and then that every part of the artifact hashes to what
+the message says (lengths first, then SHA-256). Each refusal is a `SignatureError` whose
+`reason` says which check failed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+
+from rlx.artifact.atomic import atomic_write
+from rlx.artifact.signing.keys import (
+    PrivateKeySource,
+    PublicKeySource,
+    key_id,
+    load_private_key,
+    load_public_keys,
+)
+from rlx.artifact.signing.layout import MAX_MESSAGE_BYTES, SIG_HEADER, SignatureFile, Statement
+from rlx.artifact.signing.parts import (
+    HashedFile,
+    dir_members,
+    hash_file,
+    signed_parts,
+    signing_kind,
+)
+from rlx.errors import ArtifactError, SignatureError
+from rlx.safeio import FileIdentity, read_regular
+
+__all__ = ["SignatureInfo", "read_signature", "sign_artifact", "signature_path",
+           "verify_signature"]
+
+
+@dataclass(frozen=True)
+class SignatureInfo:
+    """A signature and what it covers. `verified` is False for what `read_signature` shows
+    without a key: then nothing of it is authenticated."""
+
+    artifact: Path
+    signature: Path
+    kind: str
+    key_id: str  # hex
+    parts: int
+    size: int
+    verified: bool
+    files: tuple[HashedFile, ...] = field(default=(), repr=False, compare=False)
+
+    def check_unchanged(self) -> None:
+        """Refuse when a verified file was replaced or written since it was hashed (best
+        effort: by inode, size and mtime, which is what an in-place write or a rename
+        changes)."""
+        for hashed in self.files:
+            try:
+                now = FileIdentity.of(os.stat(hashed.path))
+            except OSError:
+                now = None
+            if now != hashed.identity:
+                raise SignatureError(f"{self.artifact}: {hashed.path} changed after its "
+                                     "signature was verified", "changed")
+
+
+def signature_path(artifact: str | os.PathLike) -> Path:
+    """Where the signature of `artifact` lives: beside it, its name + ".sig"."""
+    path = Path(artifact)
+    if not path.name:
+        path = path.resolve()
+    return path.with_name(path.name + ".sig")
+
+
+def sign_artifact(artifact: str | os.PathLike, key: PrivateKeySource, *,
+                  password: str | bytes | None = None,
+                  signature: str | os.PathLike | None = None) -> SignatureInfo:
+    """Sign a `.rlx` (plain or encrypted) or `.rlxp` artifact with an Ed25519 private key
+    (a key object, PKCS#8 PEM bytes or a PEM file; `password` if the key is encrypted).
+
+    The artifact is validated first (every checksum of a plain file or package; the
+    container of an encrypted one, which is signed as ciphertext and needs no password):
+    a corrupt artifact is never signed. Writes `signature` (default: `signature_path`)
+    atomically, replacing an earlier signature there."""
+    path = Path(artifact)
+    private = load_private_key(key, password)
+    kind = signing_kind(path)
+    before = None if path.is_dir() else FileIdentity.of(os.stat(path))
+    _validate(path, kind)
+    parts, hashed = signed_parts(path, kind)
+    if before is not None and hashed[0].identity != before:
+        raise ArtifactError(f"{path} changed while it was being signed")
+    statement = Statement(kind, key_id(private), tuple(parts))
+    message = statement.message()
+    out = Path(signature) if signature is not None else signature_path(path)
+    with atomic_write(out) as f:
+        f.write(SignatureFile(statement.key_id, private.sign(message), message).to_bytes())
+    return _info(path, out, statement, True, hashed)
+
+
+def _validate(path: Path, kind: str) -> None:
+    if kind == "rlx":
+        from rlx.artifact.reader import read_rlx
+
+        read_rlx(path, verify="full")
+    elif kind == "rlx-encrypted":
+        from rlx.artifact.crypto import read_encryption_info
+
+        read_encryption_info(path)
+    else:
+        from rlx.artifact.rlxp.read import read_rlxp
+
+        read_rlxp(path, verify="full")
+
+
+def _read_signature_file(artifact: Path, signature: str | os.PathLike | None
+                         ) -> tuple[Path, SignatureFile]:
+    sig_path = Path(signature) if signature is not None else signature_path(artifact)
+    if not os.path.lexists(sig_path):
+        raise SignatureError(f"{artifact} is not signed (no signature file {sig_path})",
+                             "unsigned")
+    try:
+        data = read_regular(sig_path, ArtifactError, limit=SIG_HEADER.size + MAX_MESSAGE_BYTES)
+    except ArtifactError as err:
+        raise SignatureError(f"{artifact}: {err}", "malformed") from None
+    return sig_path, SignatureFile.parse(data, str(sig_path))
+
+
+def read_signature(artifact: str | os.PathLike,
+                   signature: str | os.PathLike | None = None) -> SignatureInfo | None:
+    """What the signature beside `artifact` claims (which key, which kind), checking
+    nothing but its layout; None when there is no signature file."""
+    path = Path(artifact)
+    try:
+        sig_path, sig = _read_signature_file(path, signature)
+    except SignatureError as err:
+        if err.reason == "unsigned":
+            return None
+        raise
+    return _info(path, sig_path, Statement.parse(sig.message, str(sig_path)), False, [])
+
+
+def verify_signature(artifact: str | os.PathLike, trusted_keys: Iterable[PublicKeySource], *,
+                     signature: str | os.PathLike | None = None) -> SignatureInfo:
+    """Check that `artifact` is signed by one of `trusted_keys` (key objects, PEM bytes or
+    PEM files) and that its bytes are the ones signed; `SignatureError` when not."""
+    path = Path(artifact)
+    keys = load_public_keys(trusted_keys)
+    if not path.exists():
+        raise ArtifactError(f"{path} does not exist")
+    sig_path, sig = _read_signature_file(path, signature)
+    signer = sig.key_id.hex()
+    candidates = [k for k in keys if key_id(k) == sig.key_id]
+    if not candidates:
+        trusted = ", ".join(key_id(k).hex() for k in keys) or "none"
+        raise SignatureError(f"{path}: signed by key {signer}, which is not trusted (trusted "
+                             f"keys: {trusted})", "untrusted")
+    if not any(_valid(k, sig) for k in candidates):
+        raise SignatureError(f"{path}: the signature in {sig_path} is not valid for key "
+                             f"{signer} (the signature or the signed message was altered)",
+                             "invalid")
+    statement = Statement.parse(sig.message, str(sig_path))
+    if statement.key_id != sig.key_id:
+        raise SignatureError(f"{sig_path}: the signed message names key "
+                             f"{statement.key_id.hex()}, the header {signer}", "malformed")
+    folder = statement.kind == "rlxp-dir"
+    if folder != path.is_dir():
+        raise _mismatch(path, f"the signature is for a {statement.kind} artifact, this is a "
+                              f"{'folder' if path.is_dir() else 'file'}")
+    hashed = _check_dir(path, statement) if folder else [_check_file(path, statement)]
+    kind = signing_kind(path)  # the signed bytes hold the magic: only a lying signer fails it
+    if kind != statement.kind:
+        raise _mismatch(path, f"the signature is for a {statement.kind} artifact, this is a "
+                              f"{kind} one")
+    return _info(path, sig_path, statement, True, hashed)
+
+
+def _valid(key, sig: SignatureFile) -> bool:
+    try:
+        key.verify(sig.signature, sig.message)
+    except InvalidSignature:
+        return False
+    return True
+
+
+def _mismatch(path: Path, what: str) -> SignatureError:
+    return SignatureError(f"{path}: {what}: it was changed after it was signed", "mismatch")
+
+
+def _hash(path: Path, lengths: list[int], where: str, member: bool = False) -> HashedFile:
+    try:
+        return hash_file(path, lengths, where, member=member)
+    except ArtifactError as err:  # it changed, or vanished, between the checks and now
+        raise SignatureError(str(err), "changed") from None
+
+
+def _check_file(path: Path, statement: Statement) -> HashedFile:
+    size = path.stat().st_size
+    if size != statement.size:
+        raise _mismatch(path, f"it is {size:,} bytes, the signature covers {statement.size:,}")
+    hashed = _hash(path, [p.length for p in statement.parts], str(path))
+    start, changed = 0, []
+    for part, digest in zip(statement.parts, hashed.digests):
+        if digest != part.sha256:
+            changed.append(f"{part.name} (bytes {start}..{start + part.length})")
+        start += part.length
+    if changed:
+        more = f" and {len(changed) - 1} other part(s) differ" if len(changed) > 1 \
+            else " differs"
+        raise _mismatch(path, f"{changed[0]}{more} from the signed bytes")
+    return hashed
+
+
+def _check_dir(path: Path, statement: Statement) -> list[HashedFile]:
+    try:
+        members = dir_members(path, ArtifactError)
+    except ArtifactError as err:
+        raise SignatureError(str(err), "mismatch") from None
+    signed = {p.name: p for p in statement.parts}
+    extra, missing = sorted(set(members) - set(signed)), sorted(set(signed) - set(members))
+    if missing:
+        raise _mismatch(path, f"the signed member {missing[0]} is missing")
+    if extra:
+        raise _mismatch(path, f"{extra[0]} is not covered by the signature")
+    hashed = []
+    for name, member in members.items():
+        part = signed[name]
+        size = member.stat().st_size
+        if size != part.length:
+            raise _mismatch(path, f"member {name} is {size:,} bytes, {part.length:,} signed")
+        result = _hash(member, [part.length], f"{path}: {name}", member=True)
+        if result.digests[0] != part.sha256:
+            raise _mismatch(path, f"member {name} differs from the signed bytes")
+        hashed.append(result)
+    return hashed
+
+
+def _info(path: Path, sig_path: Path, statement: Statement, verified: bool,
+          hashed: list[HashedFile]) -> SignatureInfo:
+    return SignatureInfo(path, sig_path, statement.kind, statement.key_id.hex(),
+                         len(statement.parts), statement.size, verified, tuple(hashed))
