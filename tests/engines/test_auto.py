@@ -114,3 +114,16 @@ def test_warm_onnxruntime_load_does_not_import_onnx(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True, env=env).stdout.split()
     assert out == ["onnxruntime", "False"]
+
+
+def test_a_signature_beside_the_file_is_part_of_the_cache_key(tmp_path):
+    """The artifact checksum is xxhash; a look-alike with the same checksum must not share
+    cache entries (auto's choice, onnxruntime's saved model) with the signed file."""
+    from rlx.artifact.signing import generate_keypair, sign_artifact
+    from rlx.engines.fingerprint import artifact_checksum
+
+    mlp = write_mlp(tmp_path / "mlp.rlx")
+    unsigned = artifact_checksum(str(mlp.path))
+    sign_artifact(mlp.path, generate_keypair())
+    signed = artifact_checksum(str(mlp.path))
+    assert signed != unsigned and signed.startswith(unsigned)

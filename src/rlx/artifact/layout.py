@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import struct
+from pathlib import Path
 
 import xxhash
 
 __all__ = [
     "MAGIC", "SCHEMA_VERSION", "REFERENCE_SCHEMAS", "PREAMBLE", "ALIGN", "MAX_HEADER_BYTES",
-    "MAX_JSON_DEPTH", "align", "checksum", "header_digest",
+    "MAX_JSON_DEPTH", "align", "checksum", "header_digest", "signature_path",
 ]
 
 MAGIC = b"RLXBAKE1"
@@ -31,3 +33,11 @@ def checksum(data) -> str:
 
 def header_digest(header: bytes) -> bytes:
     return xxhash.xxh3_128_digest(header)
+
+
+def signature_path(artifact: str | os.PathLike) -> Path:
+    """Where the signature of `artifact` lives: beside it, its name + ".sig"."""
+    path = Path(artifact)
+    if not path.name:
+        path = path.resolve()
+    return path.with_name(path.name + ".sig")

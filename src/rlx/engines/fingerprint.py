@@ -8,6 +8,8 @@ import os
 import platform
 from pathlib import Path
 
+from rlx.artifact.layout import signature_path
+
 __all__ = ["artifact_checksum", "default_cache_dir", "is_plain_artifact", "machine_id"]
 
 _PLAIN_MAGIC = b"RLXBAKE1"
@@ -19,6 +21,18 @@ def default_cache_dir() -> Path:
 
 
 def artifact_checksum(path: str) -> str:
+    """The artifact's own checksum, and its signature's when one lies beside it."""
+    own = _own_checksum(path)
+    try:
+        sig = signature_path(path).read_bytes()
+    except OSError:
+        return own
+    # the checksums are xxhash (not collision resistant); the .sig holds SHA-256 of every
+    # part, so a cache entry made from a look-alike never serves the signed file
+    return own + hashlib.blake2b(sig, digest_size=8).hexdigest()
+
+
+def _own_checksum(path: str) -> str:
     """The header digest of a plain `.rlx` (it covers every blob's checksum); for an
     `.rlxp` folder, a hash of its TOC (which holds every tensor's checksum); for any other
     file (encrypted, flat or zip package), a hash of its bytes."""

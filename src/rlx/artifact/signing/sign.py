@@ -19,6 +19,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidSignature
 
 from rlx.artifact.atomic import atomic_write
+from rlx.artifact.layout import signature_path
 from rlx.artifact.signing.keys import (
     PrivateKeySource,
     PublicKeySource,
@@ -67,14 +68,6 @@ class SignatureInfo:
             if now != hashed.identity:
                 raise SignatureError(f"{self.artifact}: {hashed.path} changed after its "
                                      "signature was verified", "changed")
-
-
-def signature_path(artifact: str | os.PathLike) -> Path:
-    """Where the signature of `artifact` lives: beside it, its name + ".sig"."""
-    path = Path(artifact)
-    if not path.name:
-        path = path.resolve()
-    return path.with_name(path.name + ".sig")
 
 
 def sign_artifact(artifact: str | os.PathLike, key: PrivateKeySource, *,
