@@ -181,27 +181,29 @@ def conform_feed(name: str, shape: Shape, value: Any,
     want = shape.dtype.numpy
     if not isinstance(value, np.ndarray):
         value = np.asarray(value, dtype=want)
-    expected = f"expected {shape}"
-    got = f"got {DType.from_numpy(value.dtype) if value.dtype in _KNOWN else value.dtype}" \
-          f"[{', '.join(map(str, value.shape))}]"
+
+    def wrong(why: str) -> InputError:  # built only on failure: feeds are checked per call
+        dtype = DType.from_numpy(value.dtype) if value.dtype in _KNOWN else value.dtype
+        return InputError(f"input {name!r}: expected {shape}, got "
+                          f"{dtype}[{', '.join(map(str, value.shape))}]{why}")
+
     if value.dtype != want:
-        raise InputError(f"input {name!r}: {expected}, {got} (the dtype must match)")
+        raise wrong(" (the dtype must match)")
     if shape.rank == 0 and value.ndim:
         if value.size != 1:
-            raise InputError(f"input {name!r}: {expected}, {got} (a scalar takes one "
-                             "element)")
+            raise wrong(" (a scalar takes one element)")
         return value.reshape(())  # a view: one element is contiguous in any layout
     if value.ndim != shape.rank:
-        raise InputError(f"input {name!r}: {expected}, {got} (rank {shape.rank})")
-    bound = {} if bound is None else bound
+        raise wrong(f" (rank {shape.rank})")
     for axis, (dim, size) in enumerate(zip(shape.dims, value.shape)):
         if isinstance(dim, int):
             if dim != size:
-                raise InputError(f"input {name!r}: {expected}, {got} (axis {axis})")
-        elif dim != "?" and bound.setdefault(dim, size) != size:
-            raise InputError(
-                f"input {name!r}: {expected}, {got}: dim {dim!r} is {bound[dim]} elsewhere"
-            )
+                raise wrong(f" (axis {axis})")
+        elif dim != "?":
+            if bound is None:
+                bound = {}
+            if bound.setdefault(dim, size) != size:
+                raise wrong(f": dim {dim!r} is {bound[dim]} elsewhere")
     return value
 
 
