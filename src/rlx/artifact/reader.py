@@ -200,34 +200,7 @@ class _Reader:
         return checked_graph(body, decode, self.fail)
 
     def _weights(self, rows: Any, graph: Graph) -> list[RlxWeight]:
-        if not isinstance(rows, list):
-            self.fail("header 'weights' must be a list")
-        out = []
-        for i, row in enumerate(rows):
-            if not isinstance(row, dict):
-                self.fail(f"weight {i} must be an object")
-            name = _field(row, "name", str)
-            shape = _field(row, "shape", list)
-            encoding = _field(row, "encoding", str)
-            if name is None or shape is None or encoding is None or not all(
-                    isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-                self.fail(f"weight {i}: needs a name, an encoding and a shape of sizes >= 0")
-            node_id = row.get("node_id")
-            if node_id is not None and (not isinstance(node_id, int) or isinstance(node_id, bool)
-                                        or not 0 <= node_id < len(graph)
-                                        or not isinstance(graph.node(node_id).op, Constant)):
-                self.fail(f"weight {name!r}: node_id {node_id!r} is not a constant of the graph")
-            try:
-                nbytes = _row_nbytes(encoding, shape)
-            except RlxError as err:
-                self.fail(f"weight {name!r}: {err}")
-            data = self._take_blob(row, nbytes, f"weight {name!r}")
-            out.append(RlxWeight(
-                name, tuple(shape), _text(row, "dtype", encoding), encoding, data,
-                note=_text(row, "note", ""), layout=_text(row, "layout", "row_major"),
-                node_id=node_id, row_aligned=bool(row.get("row_aligned", True)),
-            ))
-        return out
+        return weight_rows(rows, graph, self._take_blob, self.fail, "header 'weights'")
 
     def _meta(self, body: Any) -> RlxMeta:
         if not isinstance(body, dict):
@@ -292,13 +265,51 @@ def _field(entry: Any, key: str, kind: type) -> Any:
     return value
 
 
-def _text(row: dict, key: str, default: str) -> str:
+def text_field(row: dict, key: str, default: str) -> str:
     value = row.get(key, default)
     return value if isinstance(value, str) else default
 
 
 _HEADER_LIMITS = JsonLimits(max_depth=MAX_JSON_DEPTH)
 
+
+
+def weight_rows(rows: Any, graph: Graph, take: Callable[[dict, int, str], np.ndarray],
+                fail: Callable[[str], NoReturn], where: str,
+                check: Callable[[dict, RlxWeight], None] | None = None) -> list[RlxWeight]:
+    """The weight table of a header, each row checked against `graph`; `take(row, nbytes,
+    what)` gives a row's bytes, `check` is the container's own test of a row (shared by
+    the `.rlx` and `.rlxp` readers)."""
+    if not isinstance(rows, list):
+        fail(f"{where} must be a list")
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            fail(f"weight {i} must be an object")
+        name = _field(row, "name", str)
+        shape = _field(row, "shape", list)
+        encoding = _field(row, "encoding", str)
+        if name is None or shape is None or encoding is None or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            fail(f"weight {i}: needs a name, an encoding and a shape of sizes >= 0")
+        node_id = row.get("node_id")
+        if node_id is not None and (not isinstance(node_id, int) or isinstance(node_id, bool)
+                                    or not 0 <= node_id < len(graph)
+                                    or not isinstance(graph.node(node_id).op, Constant)):
+            fail(f"weight {name!r}: node_id {node_id!r} is not a constant of the graph")
+        try:
+            nbytes = _row_nbytes(encoding, shape)
+        except RlxError as err:
+            fail(f"weight {name!r}: {err}")
+        weight = RlxWeight(
+            name, tuple(shape), text_field(row, "dtype", encoding), encoding,
+            take(row, nbytes, f"weight {name!r}"), note=text_field(row, "note", ""),
+            layout=text_field(row, "layout", "row_major"), node_id=node_id,
+            row_aligned=bool(row.get("row_aligned", True)))
+        if check is not None:
+            check(row, weight)
+        out.append(weight)
+    return out
 
 
 def checked_graph(body: Any, decode: Callable[[Any, Shape], np.ndarray],
@@ -317,5 +328,5 @@ def checked_graph(body: Any, decode: Callable[[Any, Shape], np.ndarray],
     return graph
 
 
-__all__ = ["VERIFY_MODES", "checked_graph", "parse_rlx", "read_rlx"]
+__all__ = ["VERIFY_MODES", "checked_graph", "parse_rlx", "read_rlx", "text_field", "weight_rows"]
 

@@ -31,7 +31,7 @@ from rlx.ir.ops.linalg import DequantMatMul, MatMul, QuantScheme
 from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter, constant_value
 
-__all__ = ["SkipReason", "packing_candidates", "pack_matmuls"]
+__all__ = ["SkipReason", "fits_dequant_matmul", "packing_candidates", "pack_matmuls"]
 
 log = logging.getLogger(__name__)
 progress = logging.getLogger("rlx.progress")  # shown on a terminal (cli_ui)
@@ -52,6 +52,12 @@ class SkipReason(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+def fits_dequant_matmul(shape: tuple[int, ...], block_size: int) -> bool:
+    """A right operand DequantMatMul takes packed: `[K, N]`, K a whole number of blocks
+    (each of the N rows of `w.T` starts on a block)."""
+    return len(shape) == 2 and shape[0] > 0 and shape[1] > 0 and shape[0] % block_size == 0
 
 
 def packing_candidates(graph: Graph, block_size: int,
@@ -78,7 +84,7 @@ def _skip_reason(weight: Node, block_size: int, require_ternary: bool) -> SkipRe
         return SkipReason.STRIPPED
     if values.ndim != 2:
         return SkipReason.RANK
-    if values.size == 0 or values.shape[0] % block_size:
+    if not fits_dequant_matmul(values.shape, block_size):
         return SkipReason.BLOCK
     if require_ternary:
         return None if is_ternary(values) else SkipReason.NOT_TERNARY

@@ -43,6 +43,7 @@ from rlx.ir.ops.shaping import Gather
 from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter, constant_value
 from rlx.ir.shape import Shape
+from rlx.passes.packing import fits_dequant_matmul
 from rlx.passes.subgraphs import capture_offsets
 
 __all__ = ["WeightRole", "WeightChoice", "plan_weight_encodings", "apply_weight_encodings",
@@ -213,7 +214,8 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
             ternary: bool) -> tuple[WeightChoice | None, str | None]:
     shape = tuple(int(d) for d in values.shape)
     length = values.size // rows
-    if role is WeightRole.MATMUL and shape[0] % QuantScheme.GGUF_Q8_0.block_size:
+    if role is WeightRole.MATMUL and not fits_dequant_matmul(
+            shape, QuantScheme.GGUF_Q8_0.block_size):
         role = WeightRole.MATMUL_DECODED  # K rows not whole blocks: padded rows instead
     stored = values.transpose(perm) if perm else values
     matrix = np.ascontiguousarray(stored, np.float32).reshape(rows, length)

@@ -23,12 +23,17 @@ import numpy as np
 
 from rlx.artifact.layout import checksum, header_digest
 from rlx.artifact.model import LAYOUTS, RlxFile, RlxWeight
-from rlx.artifact.reader import VERIFY_MODES, _Reader, _row_nbytes, checked_graph
+from rlx.artifact.reader import (
+    VERIFY_MODES,
+    _Reader,
+    _row_nbytes,
+    checked_graph,
+    weight_rows,
+)
 from rlx.artifact.rlxp import layout as L
 from rlx.artifact.rlxp.zblk import TIERS, decode_tier
 from rlx.errors import ArtifactError, IntegrityError, RlxError
 from rlx.ir.graph import Graph
-from rlx.ir.ops.sources import Constant
 from rlx.ir.shape import Shape
 from rlx.safeio import JsonLimits, load_json
 from rlx.stored_zip import check_crc, read_stored_zip
@@ -422,39 +427,17 @@ class _Package:
         return checked_graph(body, decode, self.fail)
 
     def _weights(self, rows: Any, graph: Graph) -> list[RlxWeight]:
-        if not isinstance(rows, list):
-            self.fail("rlx.weights must be a list")
-        out = []
-        for i, row in enumerate(rows):
-            if not isinstance(row, dict):
-                self.fail(f"weight {i} must be an object")
-            name, shape, encoding = row.get("name"), row.get("shape"), row.get("encoding")
-            if not isinstance(name, str) or not isinstance(encoding, str) \
-                    or not isinstance(shape, list) or not all(_int(d) for d in shape):
-                self.fail(f"weight {i}: needs a name, an encoding and a shape of sizes >= 0")
-            node_id = row.get("node_id")
-            if node_id is not None and (not isinstance(node_id, int) or isinstance(node_id, bool)
-                                        or not 0 <= node_id < len(graph)
-                                        or not isinstance(graph.node(node_id).op, Constant)):
-                self.fail(f"weight {name!r}: node_id {node_id!r} is not a constant of the graph")
-            try:
-                nbytes = _row_nbytes(encoding, shape)
-            except RlxError as err:
-                self.fail(f"weight {name!r}: {err}")
-            data = self._take(row, nbytes, f"weight {name!r}")
-            index = row.get("tensor")
-            layout = _text(row, "layout", "row_major")
-            if index is not None:
-                t = self.rows[index]
-                if (t["name"], t["shape"], t["scheme"], t["layout"]) != \
-                        (name, shape, encoding, layout):
-                    self.fail(f"weight {name!r} and its tensor row disagree on name, shape, "
-                              "scheme or layout")
-            out.append(RlxWeight(
-                name, tuple(shape), _text(row, "dtype", encoding), encoding, data,
-                note=_text(row, "note", ""), layout=layout, node_id=node_id,
-                row_aligned=bool(row.get("row_aligned", True))))
-        return out
+        return weight_rows(rows, graph, self._take, self.fail, "rlx.weights", self._same_tensor)
+
+    def _same_tensor(self, row: dict, weight: RlxWeight) -> None:
+        index = row.get("tensor")
+        if index is None:
+            return
+        t = self.rows[index]
+        if (t["name"], t["shape"], t["scheme"], t["layout"]) != \
+                (weight.name, list(weight.shape), weight.encoding, weight.layout):
+            self.fail(f"weight {weight.name!r} and its tensor row disagree on name, shape, "
+                      "scheme or layout")
 
     def _sidecars(self, rows: Any) -> dict[str, Any]:
         if not isinstance(rows, list):
@@ -481,7 +464,4 @@ class _Package:
                           "package is corrupt", IntegrityError)
 
 
-def _text(row: dict, key: str, default: str) -> str:
-    value = row.get(key, default)
-    return value if isinstance(value, str) else default
 
