@@ -35,15 +35,15 @@ kind, path, action, other, when, in_thread = sys.argv[1:7]
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 
 def load():
-    if kind == "rlx":
-        from rlx.artifact import read_rlx
-        return read_rlx(path, verify="lazy")
+    if kind in ("rlx", "rlxp"):
+        from rlx.artifact import open_artifact
+        return open_artifact(path, verify="lazy")
     from rlx.weights import load_weights
     return load_weights(path)
 
 def use(loaded):
     digest = hashlib.sha256()
-    if kind == "rlx":
+    if kind in ("rlx", "rlxp"):
         from rlx.runtime import Session
         from tests.hardening.harness import feeds_for
         compiled = Session().compile(loaded.into_runtime_graph())
@@ -120,7 +120,9 @@ def gguf_bytes(tmp: Path) -> bytes:
 
 
 MAKERS = {"rlx": lambda tmp: rlx_bytes(), "safetensors": lambda tmp: safetensors_bytes(),
-          "npy": lambda tmp: npy_bytes(), "gguf": gguf_bytes}
+          "npy": lambda tmp: npy_bytes(), "gguf": gguf_bytes,
+          "rlxp": lambda tmp: seeds.rlxp_packages()["exact-flat"],
+          "dduf": lambda tmp: seeds.dduf_files()["one"]}
 
 
 def files(tmp_path: Path, kind: str) -> tuple[Path, Path]:

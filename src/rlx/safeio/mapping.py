@@ -36,12 +36,14 @@ import signal
 import sys
 import threading
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from rlx.errors import RlxError
 from rlx.safeio.files import FileIdentity, open_regular, read_fd
 
-__all__ = ["COPY_BELOW", "MappedFile", "map_fd", "map_file"]
+__all__ = ["COPY_BELOW", "MappedFile", "map_fd", "map_file", "map_with_file"]
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +114,21 @@ def map_file(path: str | os.PathLike[str], error: type[RlxError], *,
              copy_below: int = COPY_BELOW) -> MappedFile:
     """The regular file at `path`, mapped under a lease or read into memory (see above)."""
     return map_fd(open_regular(path, error), os.fsdecode(path), error, copy_below=copy_below)
+
+
+@contextlib.contextmanager
+def map_with_file(path: str | os.PathLike[str], error: type[RlxError], *,
+                  copy_below: int = COPY_BELOW) -> Iterator[tuple[MappedFile, BinaryIO]]:
+    """`map_file`, plus a file object on the same open file for parsers that read through
+    one (zipfile): both see the file that was opened, never one swapped in at the path."""
+    fd = open_regular(path, error)
+    try:
+        f = os.fdopen(os.dup(fd), "rb")
+    except OSError as err:
+        os.close(fd)
+        raise error(f"cannot read {os.fsdecode(path)}: {err.strerror or err}") from None
+    with f:
+        yield map_fd(fd, os.fsdecode(path), error, copy_below=copy_below), f
 
 
 def map_fd(fd: int, name: str, error: type[RlxError], *,

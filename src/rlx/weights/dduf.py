@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from rlx.errors import WeightError
+from rlx.safeio import map_with_file
 from rlx.stored_zip import StoredMember, read_stored_zip
 from rlx.weights.bundle import WeightBundle
 from rlx.weights.policy import (
@@ -61,19 +62,17 @@ def _name_problem(name: str) -> str | None:
 
 def read_dduf(path: Path) -> SourceTensors:
     """Every tensor of every safetensors member, in its native dtype, as map views."""
-    with reading(path, "DDUF"):
-        size = path.stat().st_size
-        with path.open("rb") as f:
-            members = read_stored_zip(f, size, str(path), WeightError, _name_problem)
-            index = _index(f, members, path)
-            tables = {name: _table(f, member, path) for name, member in members.items()
-                      if name.endswith(".safetensors")}
+    with reading(path, "DDUF"), map_with_file(path, WeightError) as (mapped, f):  # leased
+        members = read_stored_zip(f, len(mapped), str(path), WeightError, _name_problem)
+        index = _index(f, members, path)
+        tables = {name: _table(f, member, path) for name, member in members.items()
+                  if name.endswith(".safetensors")}
     folders = {name.split("/")[0] for name in members if "/" in name}
     missing = sorted(folders - set(index))
     if missing:
         raise WeightError(f"corrupt DDUF file {path}: folder {missing[0]!r} is not in "
                           f"{INDEX}")
-    data = np.memmap(path, np.uint8, "r").view(np.ndarray) if tables else np.empty(0, np.uint8)
+    data = np.frombuffer(mapped.buffer, np.uint8) if tables else np.empty(0, np.uint8)
     seen: dict[str, str] = {}
     clash = False
     for member, (_, entries) in tables.items():

@@ -12,7 +12,6 @@ of the package's memory map; warm and cold ones are inflated into owned buffers.
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from rlx.artifact.rlxp.zblk import TIERS, decode_tier
 from rlx.errors import ArtifactError, IntegrityError, RlxError
 from rlx.ir.graph import Graph
 from rlx.ir.shape import Shape
-from rlx.safeio import JsonLimits, load_json
+from rlx.safeio import JsonLimits, load_json, map_file, map_with_file
 from rlx.stored_zip import check_crc, read_stored_zip
 
 __all__ = ["RlxpPackage", "read_rlxp", "read_rlxp_package", "is_rlxp"]
@@ -93,11 +92,11 @@ def read_rlxp_package(path: str | os.PathLike, *, verify: str = "lazy") -> RlxpP
         if Path(source).is_dir():
             container: _Container = _DirContainer(Path(source))
         else:
-            with open(source, "rb") as f:
-                head = f.read(8)
+            with map_with_file(source, ArtifactError) as (mapped, f):  # leased: safeio
+                buf = memoryview(mapped.buffer)
+                head = bytes(buf[:8])
                 if not head:
                     raise ArtifactError(f"{source}: empty file, not an .rlxp package")
-                buf = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
                 if head == L.FLAT_MAGIC:
                     container = _FlatContainer(buf, source)
                 elif head[:4] == b"PK\x03\x04":
@@ -242,13 +241,7 @@ class _DirContainer(_Container):
         self.tensor_area = self._map(L.MEMBERS["shard"]) if shard.exists() else memoryview(b"")
 
     def _map(self, name: str) -> memoryview:
-        try:
-            with (self.folder / name).open("rb") as f:
-                if os.fstat(f.fileno()).st_size == 0:
-                    return memoryview(b"")
-                return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
-        except OSError as err:
-            self.fail(f"cannot read member {name}: {err.strerror or err}")
+        return memoryview(map_file(self.folder / name, ArtifactError).buffer)  # leased
 
     def region(self, row: Any, what: str) -> memoryview:
         name = row.get("member") if isinstance(row, dict) else None
