@@ -23,6 +23,7 @@ from rlx.cli_artifact import add_commands as add_artifact_commands
 from rlx.cli_engines import add_commands as add_engine_commands
 from rlx.cli_package import with_default_command
 from rlx.cli_run import add_commands as add_run_commands
+from rlx.cli_serve import add_commands as add_serve_commands
 from rlx.cli_ui import (
     EXIT_ERROR,
     EXIT_USAGE,
@@ -43,6 +44,7 @@ EXAMPLES = """examples:
   rlx-bake verify model.rlx --onnx model.onnx
   rlx-bake run model.rlx --inputs feeds.npz --engine auto -v
   rlx-bake export model.rlx -o model.onnx
+  rlx-bake serve model.rlx --port 8000 --replicas 2   HTTP with Ray Serve (rlx[ray])
   rlx-bake <command> --help                       options of one command
 
 exit codes (every command):
@@ -125,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_artifact_commands(sub, common)
     add_run_commands(sub, common)
     add_engine_commands(sub, common)
+    add_serve_commands(sub, common)
     for command in sub.choices.values():  # every command, whoever added it
         command.epilog = (command.epilog or "").rstrip("\n") + "\n\n" + EXIT_CODES_SHORT
     return parser

@@ -9,7 +9,7 @@ from __future__ import annotations
 __all__ = [
     "RlxError", "GraphError", "ShapeError", "UnsupportedOpError", "InputError", "KernelError",
     "BakeError", "BindingError", "WeightError", "ModelImportError", "ArtifactError",
-    "IntegrityError", "EncryptedFileError", "DecryptError",
+    "IntegrityError", "EncryptedFileError", "DecryptError", "ServeError",
 ]
 
 
@@ -83,3 +83,7 @@ class ExportError(RlxError):
 
 class EngineError(RlxError):
     """An engine is unknown, not installed, or cannot run the model (one line, with the fix)."""
+
+
+class ServeError(RlxError):
+    """Serving cannot start: Ray is not installed, a replica failed, the port is taken."""
