@@ -19,8 +19,7 @@ from benchmarks.bench_ray import TARGET, measure, start_cluster
 from tests.engines.conftest import write_mlp
 from tests.ray.conftest import write_one_row
 
-pytestmark = [pytest.mark.slow,  # Ray's own models warn about pydantic on import
-              pytest.mark.filterwarnings("ignore:Using extra keyword arguments on `Field`")]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
