@@ -70,16 +70,13 @@ def serve_ort(onnx_path: str, port: int, replicas: int) -> None:
     """Serve `OrtEndpoint` at 127.0.0.1:port until SIGINT (run as its own process)."""
     from ray import serve
 
-    from rlx.ray.serve import serve_locally, stop_serving
+    from rlx.ray.serve import serve_locally, stop_serving, wait_for_stop
 
     app = serve.deployment(OrtEndpoint, num_replicas=replicas,
                            ray_actor_options={"num_cpus": 1}).bind(onnx_path)
     serve_locally(app, port=port)
-    print("ready", flush=True)
     try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
+        wait_for_stop()
     finally:
         stop_serving()
 

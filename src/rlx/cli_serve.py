@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import threading
 from typing import Any
 
 from rlx.cli_ui import Outcome, Ui, non_negative_float, positive_int
@@ -62,7 +60,7 @@ def add_commands(sub, common: argparse.ArgumentParser) -> None:
 
 def _serve(args, ui: Ui) -> Outcome:
     from rlx.ray.codec import ROUTES
-    from rlx.ray.serve import deployment, serve_locally, stop_serving
+    from rlx.ray.serve import deployment, serve_locally, stop_serving, wait_for_stop
 
     cpus = len(os.sched_getaffinity(0))
     if args.replicas * args.threads > cpus:
@@ -85,21 +83,7 @@ def _serve(args, ui: Ui) -> Outcome:
             ui.line(f"  {line}")
         sys.stdout.flush()
     try:
-        _wait_for_stop()
+        wait_for_stop()
     finally:
         stop_serving()
     return Outcome({**data, "stopped": True}, lambda d, u: u.line("stopped"))
-
-
-def _wait_for_stop() -> None:
-    """Until Ctrl-C or SIGTERM (both end the wait as KeyboardInterrupt)."""
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)

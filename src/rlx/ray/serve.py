@@ -1,5 +1,5 @@
 """`rlx.ray.deployment(path) -> serve.Application`, and serving one on this machine
-(`serve_locally`, what `rlx-bake serve` runs).
+(`serve_locally`, `wait_for_stop`, `stop_serving`: what `rlx-bake serve` runs).
 
 The arguments and the file are checked here, in the caller's process, so that a typo or a
 bad file is one line now rather than a replica failing over and over in the cluster.
@@ -10,14 +10,16 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import signal
 import socket
+import threading
 from typing import Any
 
 from rlx.artifact.open import open_artifact
 from rlx.engines.registry import check_engine
 from rlx.errors import InputError, ServeError
 
-__all__ = ["deployment", "require_ray", "serve_locally", "stop_serving"]
+__all__ = ["deployment", "require_ray", "serve_locally", "stop_serving", "wait_for_stop"]
 
 _PIP = "pip install 'rlx[ray]'"
 
@@ -93,6 +95,23 @@ def stop_serving() -> None:
     import ray
 
     ray.shutdown()
+
+
+def wait_for_stop() -> None:
+    """Until SIGINT (Ctrl-C) or SIGTERM. Both handlers are set here: a shell starts a
+    background job with SIGINT ignored, and `kill -INT` should stop it all the same."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = [signal.signal(s, interrupt) for s in stops]
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for s, handler in zip(stops, previous):
+            signal.signal(s, handler)
 
 
 def _check_port_free(host: str, port: int) -> None:
