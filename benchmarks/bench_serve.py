@@ -5,9 +5,10 @@
         [--models ppocr-cls,silero-vad] [--replicas 1,2] [--engines auto]
 
 Each server runs in its own process with its own local Ray cluster. The plain endpoint
-(`OrtEndpoint` below) makes an `onnxruntime.InferenceSession` (1 intra-op thread, as each
-rlx replica gets) from the .onnx file, reads `await request.json()` and answers
-`{"outputs": {name: lists}}`: the same JSON both ways, so the comparison is like for like.
+(`OrtEndpoint` in bench_serve.py) makes an `onnxruntime.InferenceSession` (1 intra-op
+thread, as each rlx replica gets) from the .onnx file, reads `await request.json()` and
+answers `{"outputs": {name: lists}}`: the same JSON both ways, so the comparison is like
+for like.
 The client is `--concurrency` threads, each with one keep-alive `http.client` connection,
 sending the same JSON body (the model's seeded feeds) until `--requests` are done, after
 2 x concurrency warm-up requests that are not counted. Latency is per request, send to
@@ -22,6 +23,7 @@ import argparse
 import datetime
 import http.client
 import json
+import os
 import signal
 import socket
 import statistics
@@ -192,6 +194,7 @@ def run_server(command: list[str], body: bytes, reference: list[np.ndarray],
             proc.kill()
             proc.communicate()
     result["max_abs_diff_vs_onnxruntime"] = diff
+    result["loadavg_after"] = os.getloadavg()  # the machine is shared: how busy it was
     if health is not None:
         result["engine"] = health["engine"]
         counts = health["this_replica"]
@@ -217,20 +220,22 @@ def prepare(name: str) -> tuple[Path, Path, dict[str, np.ndarray]]:
 
 def table(results: dict[str, Any]) -> str:
     lines = ["| model | server | replicas | engine | requests x concurrency | p50 ms | "
-             "p99 ms | requests/s | errors | mean batch (one replica) | max abs diff vs ORT |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "p99 ms | requests/s | errors | mean batch (one replica) | max abs diff vs ORT | "
+             "load avg after |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["runs"]:
         if "error" in r:
             lines.append(f"| {r['model']} | {r['server']} | {r['replicas']} | | | "
-                         f"{r['error']} | | | | | |")
+                         f"{r['error']} | | | | | | |")
             continue
         batch = r.get("mean_batch_one_replica")
+        load = f"{r['loadavg_after'][0]:.1f}" if "loadavg_after" in r else ""
         lines.append(f"| {r['model']} | {r['server']} | {r['replicas']} | "
                      f"{r.get('engine', 'onnxruntime')} | {r['requests']} x {r['concurrency']} "
                      f"| {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
                      f"{r['requests_per_second']:.0f} | {r['errors']} | "
                      f"{'' if batch is None else f'{batch:.2f}'} | "
-                     f"{r['max_abs_diff_vs_onnxruntime']:.2g} |")
+                     f"{r['max_abs_diff_vs_onnxruntime']:.2g} | {load} |")
     return "\n".join(lines)
 
 

@@ -330,16 +330,28 @@ def ray_benchmarks(quick: bool, markdown: Path) -> dict[str, Any]:
     memory = bench_ray.main(["--workers", "2"] if quick else [])
     serving = bench_serve.main(["--requests", "200", "--models", "silero-vad"] if quick
                                else [])
-    markdown.write_text(
-        "# Ray: shared memory and serving\n\n"
-        "Written by `make bench` (`python -m benchmarks.run`, or the two scripts alone); "
-        f"{memory['date']}, machine in the JSON files under `results/`.\n\n"
-        "## Anonymous memory per Ray worker at load\n\n"
-        "`python -m benchmarks.bench_ray`: N actors load the same file at once; target: "
-        f"<= {bench_ray.TARGET:.0%} of the weight bytes with the numpy engine.\n\n"
-        f"{memory['markdown']}\n\n## Load test on loopback\n\n`{serving['command']}`\n\n"
-        f"{serving['markdown']}\n")
+    markdown.write_text(ray_markdown(memory, serving))
     return {"memory": memory, "serving": serving}
+
+
+def ray_markdown(memory: dict[str, Any], serving: dict[str, Any]) -> str:
+    """RAY.md from the two benchmarks' results (as their JSON files hold them)."""
+    from benchmarks import bench_ray, bench_serve
+
+    return (
+        "# Ray: shared memory and serving\n\n"
+        "Written by `make bench` (`python -m benchmarks.run`; `--ray only` runs just these, "
+        "and each script runs alone too). Raw numbers and the machine: "
+        f"`results/ray-memory-{memory['date']}.json`, `results/serve-{serving['date']}.json`."
+        "\n\n## Anonymous memory per Ray worker at load\n\n"
+        "`python -m benchmarks.bench_ray`: N actors load the same file at once, after a "
+        "warm-up load of a tiny model on the same engine; target: <= "
+        f"{bench_ray.TARGET:.0%} of the weight bytes with the numpy engine. The last column "
+        "is the artifact's pages each worker has resident and its proportional share of them "
+        "(Pss): shared pages count 1/N.\n\n"
+        f"{bench_ray.table(memory)}\n\n## Load test on loopback\n\n`{serving['command']}`"
+        "\n\n" + bench_serve.__doc__.split("\n\n", 2)[2].strip() + "\n\n"
+        f"{bench_serve.table(serving)}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
