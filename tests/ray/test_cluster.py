@@ -39,13 +39,16 @@ def _rows(n: int, k: int = 64) -> np.ndarray:
 
 
 def test_ray_data_maps_batches_through_the_predictor(cluster, mlp):
-    context = ray.data.DataContext.get_current()
-    context.execution_options.preserve_order = True
+    options = ray.data.DataContext.get_current().execution_options
     x = _rows(40)
     ds = ray.data.from_items([{"id": i, "x": x[i]} for i in range(len(x))])
-    rows = ds.map_batches(rlx.ray.Predictor, concurrency=2, batch_size=7,
-                          fn_constructor_kwargs={"path": str(mlp.path),
-                                                 "engine": "numpy"}).take_all()
+    options.preserve_order = True  # Ray Data's own setting: blocks come back in order
+    try:
+        rows = ds.map_batches(rlx.ray.Predictor, concurrency=2, batch_size=7,
+                              fn_constructor_kwargs={"path": str(mlp.path),
+                                                     "engine": "numpy"}).take_all()
+    finally:
+        options.preserve_order = False
     assert [r["id"] for r in rows] == list(range(40))  # order kept, ids passed through
     got = {name: np.stack([r[name] for r in rows]) for name in rows[0] if name != "id"}
     outputs = [o.name for o in rlx.load(mlp.path, engine="numpy").outputs]
