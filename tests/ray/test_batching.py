@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -95,6 +98,19 @@ def test_a_failed_joined_call_falls_back_to_one_call_per_request(mlp):
         _close(got, mlp.oracle(feeds["x"]))
 
 
+def test_an_engine_bug_in_the_joined_call_still_answers_each_request_alone(mlp):
+    model = rlx.load(mlp.path, engine="numpy")
+
+    def fails_joined(feeds):  # a runtime raising its own exception type, not an RlxError
+        if len(feeds["x"]) > 1:
+            raise RuntimeError("engine bug")
+        return model.run(feeds)
+
+    requests = [{"x": _x(1, seed)} for seed in range(2)]
+    for feeds, got in zip(requests, run_batch(model.inputs, fails_joined, requests)):
+        _close(got, mlp.oracle(feeds["x"]))
+
+
 def test_a_model_without_a_batch_dim_runs_each_request_alone(tmp_path):
     one = write_one_row(tmp_path / "one.rlx")
     model = rlx.load(one.path, engine="numpy")
@@ -167,3 +183,11 @@ def test_deployment_checks_the_file_before_ray_sees_it(tmp_path):
     (tmp_path / "bad.rlx").write_bytes(b"not an artifact")
     with pytest.raises(rlx.RlxError, match="bad.rlx"):
         rlx.ray.deployment(tmp_path / "bad.rlx")
+
+
+def test_importing_rlx_ray_and_the_predictor_imports_no_ray():
+    code = ("import sys, rlx.ray\nrlx.ray.Predictor\n"
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"

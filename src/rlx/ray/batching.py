@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from rlx.engines.model import IoSpec
-from rlx.errors import RlxError
 
 __all__ = ["Outcome", "batch_dim", "run_batch"]
 
@@ -78,7 +77,7 @@ def _run_joined(run: Run, group: Sequence[Mapping[str, Any]]) -> list[Outcome] |
     joined = {name: np.concatenate([feeds[name] for feeds in group]) for name in group[0]}
     try:
         outputs = run(joined)
-    except RlxError:
+    except Exception:  # one request's bad feed, or an engine's own error: each runs alone
         return None
     total = sum(rows)
     if any(out.ndim == 0 or out.shape[0] != total for out in outputs):
