@@ -12,7 +12,9 @@ model's weights and on a synthetic array. Every measurement runs in a fresh proc
 alternates with what it is compared to, so that drift of the machine hits both alike.
 
 Writes results/<date>.json (every raw number and the machine), results/<date>.png (ratios
-per model) and RESULTS.md (ratios and targets first, then the details).
+per model) and RESULTS.md (ratios and targets first, then the details). Before it, unless
+told otherwise: the engines benchmark (ENGINES.md) and the Ray ones (RAY.md: shared memory
+of N workers, bench_ray.py; the serving load test, bench_serve.py).
 """
 
 from __future__ import annotations
@@ -315,11 +317,49 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--engines", choices=("yes", "no", "only"), default="yes",
                         help="also run the engines benchmark (benchmarks/bench_engines.py, "
                              "ENGINES.md), or only it")
+    parser.add_argument("--ray", choices=("yes", "no", "only"), default="yes",
+                        help="also run the Ray benchmarks (bench_ray.py: shared memory; "
+                             "bench_serve.py: the loopback load test; RAY.md), or only them")
     return parser.parse_args(argv)
+
+
+def ray_benchmarks(quick: bool, markdown: Path) -> dict[str, Any]:
+    """Shared memory of N Ray workers and the serving load test, both into `markdown`."""
+    from benchmarks import bench_ray, bench_serve
+
+    memory = bench_ray.main(["--workers", "2"] if quick else [])
+    serving = bench_serve.main(["--requests", "200", "--models", "silero-vad"] if quick
+                               else [])
+    markdown.write_text(ray_markdown(memory, serving))
+    return {"memory": memory, "serving": serving}
+
+
+def ray_markdown(memory: dict[str, Any], serving: dict[str, Any]) -> str:
+    """RAY.md from the two benchmarks' results (as their JSON files hold them)."""
+    from benchmarks import bench_ray, bench_serve
+
+    return (
+        "# Ray: shared memory and serving\n\n"
+        "Written by `make bench` (`python -m benchmarks.run`; `--ray only` runs just these, "
+        "and each script runs alone too). Raw numbers and the machine: "
+        f"`results/ray-memory-{memory['date']}.json`, `results/serve-{serving['date']}.json`."
+        "\n\n## Anonymous memory per Ray worker at load\n\n"
+        "`python -m benchmarks.bench_ray`: N actors load the same file at once, after a "
+        "warm-up load of a tiny model on the same engine; target: <= "
+        f"{bench_ray.TARGET:.0%} of the weight bytes with the numpy engine. The last column "
+        "is the artifact's pages each worker has resident and its proportional share of them "
+        "(Pss): shared pages count 1/N.\n\n"
+        f"{bench_ray.table(memory)}\n\n## Load test on loopback\n\n`{serving['command']}`"
+        "\n\n" + bench_serve.__doc__.split("\n\n", 2)[2].strip() + "\n\n"
+        f"{bench_serve.table(serving)}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
     args = parse_args(argv)
+    if args.ray != "no":
+        ray_results = ray_benchmarks(args.quick, ROOT / "benchmarks" / "RAY.md")
+        if args.ray == "only":
+            return ray_results
     if args.engines != "no":
         from benchmarks import bench_engines
 

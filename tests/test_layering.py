@@ -29,6 +29,8 @@ ALLOWED: dict[str, set[str]] = {
     # engines: rlx.load / Model over numpy, onnxruntime, openvino (never passes or baking)
     "engines": {"errors", "ir", "codecs", "kernels", "runtime", "artifact", "frontends",
                 "version", "_lazy"},
+    # rlx.ray: Ray Serve deployment and Ray Data predictor over rlx.load (beside the CLI)
+    "ray": {"errors", "engines", "artifact", "weights", "_lazy"},
     "models": {"ir"},
     "demo": {"runtime", "baking", "artifact", "models"},
     # the rlx-bake command: cli (parser, exit codes) over cli_artifact and cli_run
@@ -40,8 +42,9 @@ ALLOWED: dict[str, set[str]] = {
                 "cli_sign"},
     "cli_sign": {"errors", "artifact", "cli_ui"},  # keygen, sign, verify-signature
     "cli_engines": {"ir", "artifact", "engines", "frontends", "cli_ui"},
+    "cli_serve": {"errors", "engines", "cli_ui", "ray"},
     "cli": {"errors", "version", "cli_ui", "cli_artifact", "cli_run", "cli_package",
-            "cli_engines", "cli_sign"},
+            "cli_engines", "cli_sign", "cli_serve"},
     "__main__": {"cli"},
     "__init__": {"errors", "ir", "codecs", "kernels", "runtime", "passes", "weights", "baking",
                  "artifact", "frontends", "version", "_lazy", "engines"},

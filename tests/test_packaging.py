@@ -55,9 +55,11 @@ def test_runtime_dependencies_are_what_src_imports():
     imported = {DISTRIBUTION.get(m, m).lower().replace("_", "-") for m in
                 _third_party_imports()}
     runtime, extras = _requirements()
-    # an optional engine is imported only when asked for, and installed by its extra
-    optional = extras["openvino"]
+    # an optional engine or integration is imported only when asked for, and installed by
+    # its extra; the dev extra (what `make test` installs) has them all
+    optional = extras["openvino"] | extras["ray"]
     assert runtime == imported - optional and optional <= imported
+    assert optional <= extras["dev"]
     # safetensors is only a test oracle (rlx reads and writes the format itself)
     assert "safetensors" in extras["dev"] and "safetensors" not in runtime
 

@@ -24,6 +24,7 @@ from rlx.cli_artifact import add_commands as add_artifact_commands
 from rlx.cli_engines import add_commands as add_engine_commands
 from rlx.cli_package import with_default_command
 from rlx.cli_run import add_commands as add_run_commands
+from rlx.cli_serve import add_commands as add_serve_commands
 from rlx.cli_sign import add_commands as add_sign_commands
 from rlx.cli_ui import (
     EXIT_ERROR,
@@ -47,6 +48,7 @@ EXAMPLES = """examples:
   rlx-bake export model.rlx -o model.onnx
   rlx-bake keygen -o release.key && rlx-bake sign model.rlx --key release.key
   rlx-bake verify-signature model.rlx --pubkey release.key.pub
+  rlx-bake serve model.rlx --port 8000 --replicas 2   HTTP with Ray Serve (rlx[ray])
   rlx-bake <command> --help                       options of one command
 
 exit codes (every command):
@@ -130,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_commands(sub, common)
     add_engine_commands(sub, common)
     add_sign_commands(sub, common)
+    add_serve_commands(sub, common)
     for command in sub.choices.values():  # every command, whoever added it
         command.epilog = (command.epilog or "").rstrip("\n") + "\n\n" + EXIT_CODES_SHORT
     return parser

@@ -10,6 +10,7 @@ __all__ = [
     "RlxError", "GraphError", "ShapeError", "UnsupportedOpError", "InputError", "KernelError",
     "BakeError", "BindingError", "WeightError", "ModelImportError", "ArtifactError",
     "IntegrityError", "EncryptedFileError", "DecryptError", "SignatureError", "SigningKeyError",
+    "ServeError",
 ]
 
 
@@ -104,3 +105,7 @@ class ExportError(RlxError):
 
 class EngineError(RlxError):
     """An engine is unknown, not installed, or cannot run the model (one line, with the fix)."""
+
+
+class ServeError(RlxError):
+    """Serving cannot start: Ray is not installed, a replica failed, the port is taken."""

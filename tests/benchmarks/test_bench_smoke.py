@@ -31,7 +31,8 @@ def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     results = main(["--quick", "--models", "mlp", "--threads", "1", "--synthetic", "0",
                     "--out", str(out), "--markdown", str(out / "RESULTS.md"),
-                    "--work", str(out / "work"), "--date", DATE, "--engines", "no"])
+                    "--work", str(out / "work"), "--date", DATE, "--engines", "no",
+                    "--ray", "no"])
     return results, out
 
 

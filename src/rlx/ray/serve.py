@@ -1,0 +1,130 @@
+"""`rlx.ray.deployment(path) -> serve.Application`, and serving one on this machine
+(`serve_locally`, `wait_for_stop`, `stop_serving`: what `rlx-bake serve` runs).
+
+The arguments and the file are checked here, in the caller's process, so that a typo or a
+bad file is one line now rather than a replica failing over and over in the cluster.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import signal
+import socket
+import threading
+from typing import Any
+
+from rlx.artifact.open import open_artifact
+from rlx.engines.registry import check_engine
+from rlx.errors import InputError, ServeError
+
+__all__ = ["deployment", "require_ray", "serve_locally", "stop_serving", "wait_for_stop"]
+
+_PIP = "pip install 'rlx[ray]'"
+
+
+def require_ray(what: str) -> None:
+    """ServeError naming the pip command when Ray Serve (ray[serve]) is not installed."""
+    for package in ("ray", "starlette"):
+        if importlib.util.find_spec(package) is None:
+            raise ServeError(f"{what} needs Ray Serve ({package} is not installed): {_PIP}")
+
+
+def deployment(path: str | os.PathLike, *, engine: str = "auto", threads: int = 1,
+               max_batch_size: int = 16, batch_wait_timeout_s: float = 0.005,
+               num_replicas: int = 1) -> Any:
+    """A Ray Serve application answering `POST /predict` and `GET /health` for `path`.
+
+    Each of `num_replicas` replicas loads the file with `rlx.load(path, engine=engine,
+    threads=threads)` (the weights stay in the file's shared page cache) and reserves
+    `threads` CPUs. Up to `max_batch_size` requests arriving within `batch_wait_timeout_s`
+    of each other run as one model call when the model has a symbolic batch dim.
+    Run it with `serve.run(app)`.
+    """
+    require_ray("rlx.ray.deployment")
+    check_engine(engine)
+    for name, value in (("threads", threads), ("max_batch_size", max_batch_size),
+                        ("num_replicas", num_replicas)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InputError(f"{name} must be a positive integer, got {value!r}")
+    if not isinstance(batch_wait_timeout_s, (int, float)) or batch_wait_timeout_s < 0:
+        raise InputError(f"batch_wait_timeout_s must be >= 0 seconds, got "
+                         f"{batch_wait_timeout_s!r}")
+    source = os.path.abspath(os.fspath(path))  # replicas need not share the caller's cwd
+    open_artifact(source)  # a missing, bad or encrypted file fails here, in one line
+    from rlx.ray.replica import RlxReplica
+
+    stem = os.path.splitext(os.path.basename(source))[0]
+    return RlxReplica.options(  # type: ignore[attr-defined]  # serve.deployment's class
+        name=f"rlx-{stem}", num_replicas=num_replicas,
+        ray_actor_options={"num_cpus": threads},
+    ).bind(source, engine, threads, max_batch_size, float(batch_wait_timeout_s))
+
+
+def serve_locally(app: Any, *, host: str = "127.0.0.1", port: int = 8000,
+                  verbose: bool = False) -> str:
+    """Start a Ray cluster on this machine, serve `app` at http://host:port/ and return
+    that URL once every replica is ready (ServeError if the port is taken or a replica
+    fails to start). `stop_serving` ends both."""
+    require_ray("serving")
+    _check_port_free(host, port)
+    import ray
+    from ray import serve
+
+    level = logging.INFO if verbose else logging.WARNING
+    logging.getLogger("ray.serve").setLevel(level)  # Serve's driver-side progress lines
+    ray.init(address="local", include_dashboard=False, logging_level=level,
+             log_to_driver=verbose)
+    try:
+        serve.start(http_options={"host": host, "port": port},
+                    logging_config={"log_level": logging.getLevelName(level)})
+        serve.run(app, name="rlx", route_prefix="/")
+    except RuntimeError as err:
+        stop_serving()
+        raise ServeError(f"the deployment did not start: {_first_line(err)}") from None
+    except BaseException:
+        stop_serving()
+        raise
+    return f"http://{host}:{port}"
+
+
+def stop_serving() -> None:
+    """End what `serve_locally` started: the cluster is its own, so shutting it down ends
+    Serve's actors with it (and spares the controller's noisy graceful stop)."""
+    import ray
+
+    ray.shutdown()
+
+
+def wait_for_stop() -> None:
+    """Until SIGINT (Ctrl-C) or SIGTERM. Both handlers are set here: a shell starts a
+    background job with SIGINT ignored, and `kill -INT` should stop it all the same."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = [signal.signal(s, interrupt) for s in stops]
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for s, handler in zip(stops, previous):
+            signal.signal(s, handler)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as err:
+        raise ServeError(f"cannot serve on {host}:{port}: {err.strerror or err}") from None
+
+
+def _first_line(err: BaseException) -> str:
+    """The line of a replica's error that says what went wrong (Ray wraps it in its
+    traceback): the last `...Error: message` line, else the first line."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    causes = [line for line in lines if "Error: " in line and not line.startswith("File ")]
+    return causes[-1] if causes else (lines[0] if lines else type(err).__name__)
