@@ -32,6 +32,7 @@ from rlx.artifact.memory import MemoryStats
 from rlx.artifact.model import RlxFile, RlxWeight
 from rlx.baking.guard import AccuracyReport, TensorAccuracy, guard_encodings
 from rlx.baking.options import BakeOptions
+from rlx.deferred import Deferred, Payload, defer
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node, unique_name
 from rlx.ir.naming import op_type_counts
@@ -297,7 +298,8 @@ def _weight_table(g: Graph, bundle: WeightBundle, opts: BakeOptions, stats: Opti
         if found is not None and isinstance(found.op, Constant) and found.id not in linked:
             rows[name] = _dense_row(name, found, "baked from live constant")
         elif found is None and opts.keep_folded_bindings:
-            value = np.ascontiguousarray(bundle.tensors[name])
+            value = bundle.tensors[name]
+            value = defer(value if isinstance(value, Deferred) else np.ascontiguousarray(value))
             rows[name] = RlxWeight(name, value.shape, _dtype_name(value), _dtype_name(value),
                                    value, note="source binding (folded away in the graph)")
         elif found is None:
@@ -312,5 +314,5 @@ def _dense_row(name: str, node: Node, note: str) -> RlxWeight:
                      shape.dtype.value, node.op.data, note=note, node_id=node.id)
 
 
-def _dtype_name(value: np.ndarray) -> str:
+def _dtype_name(value: Payload) -> str:
     return DType.from_numpy(value.dtype).value

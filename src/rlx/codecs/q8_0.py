@@ -18,8 +18,9 @@ from rlx.codecs._blocks import (
     inverse_scale,
     round_half_away,
 )
+from rlx.errors import BakeError
 
-__all__ = ["quantize_q8_0", "dequantize_q8_0"]
+__all__ = ["quantize_q8_0", "dequantize_q8_0", "roundtrip_q8_0_columns"]
 
 LAYOUT = Layout("gguf_q8_0", 32, 34)
 
@@ -41,3 +42,19 @@ def dequantize_q8_0(data: object, count: int | None = None) -> np.ndarray:
     codes = blocks[:, 2:].view(np.int8).astype(np.float32)
     codes *= f16_scale_values(blocks[:, :2])  # exact: 8-bit code x 11-bit scale fits float32
     return codes.reshape(-1)
+
+
+def roundtrip_q8_0_columns(matrix: np.ndarray) -> np.ndarray:
+    """`dequantize_q8_0(quantize_q8_0(matrix.T))`, transposed back, computed without
+    transposing: the `[K, N]` matrix in blocks of 32 down its columns (K whole blocks).
+
+    The same float32 operations on the same values, so the same decoded values: what a
+    MatMul weight stored as the Q8_0 stream of W^T reads as, for measuring its error."""
+    k, n = matrix.shape
+    blocks = np.asarray(matrix, np.float32).reshape(-1, LAYOUT.block_size, n)
+    if blocks.shape[0] * LAYOUT.block_size != k:
+        raise BakeError(f"{LAYOUT.name}: {k} rows are not whole blocks of {LAYOUT.block_size}")
+    scale = block_scale(np.abs(blocks).max(axis=1).reshape(-1), 127, LAYOUT.name)
+    codes = round_half_away(blocks * inverse_scale(scale).reshape(-1, 1, n))
+    codes *= f16_scale_values(f16_scale_bytes(scale)).reshape(-1, 1, n)
+    return codes.reshape(k, n)
