@@ -87,11 +87,14 @@ def _skip_reason(weight: Node, block_size: int, require_ternary: bool) -> SkipRe
 
 
 def pack_matmuls(graph: Graph, scheme: QuantScheme, quantize: Quantizer | None = None,
-                 require_ternary: bool = False, pass_name: str = "") -> tuple[Graph, int]:
+                 require_ternary: bool = False, pass_name: str = "",
+                 not_packed: Counter | None = None) -> tuple[Graph, int]:
     """Rewrite every qualifying MatMul to a DequantMatMul; returns (graph, matmuls packed).
 
     `quantize` defaults to the scheme's codec (`rlx.codecs.encode`), so a new block
-    encoding packs without a pass of its own.
+    encoding packs without a pass of its own. `not_packed`, when given, counts the MatMuls
+    left dense by reason (what `packing_candidates` says, without reading every weight a
+    second time).
     """
     quantize = quantize or functools.partial(encode, scheme)
     pass_name = pass_name or f"pack {scheme}"
@@ -101,6 +104,8 @@ def pack_matmuls(graph: Graph, scheme: QuantScheme, quantize: Quantizer | None =
         if reason is None:
             chosen[mm] = node.inputs[1]
         else:
+            if not_packed is not None:
+                not_packed[reason] += 1
             log.debug("%s: %s stays dense: %s (%s)", pass_name, node.label, reason,
                       graph.node(node.inputs[1]).label)
     streams = _encode(graph, set(chosen.values()), scheme, quantize, pass_name)
