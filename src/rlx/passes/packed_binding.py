@@ -22,7 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from rlx.codecs import decode
+from rlx.codecs import decode, transposed
 from rlx.deferred import Payload, compute, defer
 from rlx.errors import BakeError, BindingError
 from rlx.ir.dtype import DType
@@ -218,7 +218,7 @@ def orient_bt_tensors(graph: Graph, tensors: Mapping[str, Payload],
             continue
         k, n = shape.dims
         if isinstance(k, int) and isinstance(n, int) and tuple(value.shape) == (n, k):
-            out[name] = compute(np.transpose, (value,), (), (k, n), value.dtype)
+            out[name] = compute(transposed, (value,), (), (k, n), value.dtype)
             log.debug("GGUF matrix %r [%d, %d] bound transposed to its MatMul weight", name,
                       n, k)
     return out
