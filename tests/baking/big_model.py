@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 
 SEED = 7
-KINDS = ("safetensors", "onnx", "gguf")
 
 
 def base(dim: int) -> np.ndarray:
