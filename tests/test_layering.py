@@ -14,17 +14,18 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "rlx"
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "version": set(),
-    "ir": {"errors", "codecs", "enums"},
+    "ir": {"errors", "codecs", "enums", "deferred"},
     "codecs": {"errors", "enums"},
     "kernels": {"errors", "ir", "codecs"},
     "runtime": {"errors", "ir", "codecs", "kernels"},
-    "passes": {"errors", "ir", "codecs", "kernels", "_lazy"},
-    "weights": {"errors", "codecs", "enums", "_lazy", "safeio", "stored_zip"},
+    "passes": {"errors", "ir", "codecs", "kernels", "_lazy", "deferred"},
+    "weights": {"errors", "codecs", "enums", "_lazy", "safeio", "stored_zip", "deferred"},
     "stored_zip": {"errors"},  # STORE-only zip archives: .rlxp zip packages, .dduf bundles
     "enums": set(),
-    "artifact": {"errors", "ir", "codecs", "enums", "version", "safeio", "stored_zip"},
+    "artifact": {"errors", "ir", "codecs", "enums", "version", "safeio", "stored_zip",
+                 "deferred"},
     "baking": {"errors", "ir", "codecs", "kernels", "runtime", "passes", "weights", "artifact",
-               "enums"},
+               "enums", "deferred"},
     "frontends": {"errors", "ir", "kernels", "codecs", "enums", "version", "_lazy", "safeio"},
     # engines: rlx.load / Model over numpy, onnxruntime, openvino (never passes or baking)
     "engines": {"errors", "ir", "codecs", "kernels", "runtime", "artifact", "frontends",
@@ -50,6 +51,7 @@ ALLOWED: dict[str, set[str]] = {
                  "artifact", "frontends", "version", "_lazy", "engines"},
     "_lazy": set(),
     "safeio": {"errors"},  # bounded JSON, regular files, leased maps: for every reader
+    "deferred": {"errors", "safeio"},  # arrays read or computed when used (streaming bake)
 }
 ONNX_IMPORTERS = {"frontends"}
 

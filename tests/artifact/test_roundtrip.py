@@ -120,12 +120,12 @@ def test_a_failed_write_leaves_the_previous_file(tmp_path, monkeypatch):
     write_rlx(path, baked())
     before = path.read_bytes()
 
-    def half_then_fail(file):
-        yield b"RLXBAKE1 and then the disk fills up"
+    def half_then_fail(data):  # the first blob's bytes, then the disk fills up
+        yield memoryview(b"half a blob")
         raise OSError("no space left on device")
 
     import rlx.artifact.writer as writer
-    monkeypatch.setattr(writer, "iter_rlx_bytes", half_then_fail)
+    monkeypatch.setattr(writer, "_pieces", half_then_fail)
     with pytest.raises(OSError, match="no space"):
         write_rlx(path, baked(BakeProfile.SIZE))
     assert path.read_bytes() == before

@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from rlx.codecs import dequantize_q8_0, quantize_q8_0
+from rlx.codecs import dequantize_q8_0, quantize_q8_0, roundtrip_q8_0_columns
 from rlx.errors import BakeError
 
 Q8_0 = gguf.GGMLQuantizationType.Q8_0
@@ -50,6 +50,7 @@ CASES = {
     "normal-1": _normal(1),
     "normal-37": _normal(37),
     "normal-4096": _normal(4096),
+    "normal-20000": _normal(20_000),  # quantized in slabs of 8192 blocks: three of them
     "ternary": RNG.integers(-1, 2, 64 * BLOCK).astype(np.float32),
     "zeros": np.zeros(8 * BLOCK, np.float32),
     "negative-zeros": np.full(2 * BLOCK, -0.0, np.float32),
@@ -183,3 +184,27 @@ def test_property_round_trip_error_within_half_a_step(x):
         q = np.nan_to_num(np.rint(xs / d))  # 0 where the block is all zeros
     err = np.abs(dequantize_q8_0(packed).reshape(-1, BLOCK) - xs)
     assert np.all(err <= d * (0.5 + 1e-4) + (np.abs(q) + 1) * np.abs(d - d16))
+
+
+def test_blocks_are_numbered_across_slabs():
+    x = np.ones(10_000 * BLOCK, np.float32)
+    x[9_000 * BLOCK + 5] = np.nan  # in the second slab
+    with pytest.raises(BakeError, match="block 9000 holds a non-finite value"):
+        quantize_q8_0(x)
+
+
+@pytest.mark.parametrize("k, n", [(32, 1), (64, 96), (96, 7), (4096, 130)])
+def test_roundtrip_down_the_columns_is_gguf_of_the_transpose(k, n):
+    w = (RNG.standard_normal((k, n)) * RNG.uniform(0.01, 100, n)).astype(np.float32)
+    w[:BLOCK, 0] = 0  # an all-zero block
+    want = dequantize(quantize(np.ascontiguousarray(w.T), Q8_0), Q8_0).reshape(n, k).T
+    np.testing.assert_array_equal(roundtrip_q8_0_columns(w), want)
+
+
+def test_roundtrip_down_the_columns_needs_whole_blocks():
+    with pytest.raises(BakeError, match="40 rows are not whole blocks of 32"):
+        roundtrip_q8_0_columns(np.ones((40, 3), np.float32))
+    w = np.ones((64, 3), np.float32)
+    w[40, 2] = np.inf  # W^T's block 2 * 2 + 1: column 2's second block
+    with pytest.raises(BakeError, match="block 5 holds a non-finite value"):
+        roundtrip_q8_0_columns(w)

@@ -1,4 +1,5 @@
-"""Padded-row streams: byte-exact with the `gguf` package quantising the zero-padded matrix."""
+"""Padded-row streams: byte-exact with the `gguf` package quantising the zero-padded matrix;
+the tiled transpose."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 from gguf.quants import dequantize, quantize
 
-from rlx.codecs import decode_rows, encode_rows, padded_length
+from rlx.codecs import decode_rows, encode_rows, padded_length, transposed
 
 Q = gguf.GGMLQuantizationType
 
@@ -32,3 +33,11 @@ def test_f16_rows_need_no_padding():
     stream = encode_rows("f16", m)
     assert stream.size == m.size * 2
     np.testing.assert_array_equal(decode_rows("f16", stream, 3, 7), m.astype(np.float16))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 700), (600, 257), (512, 512)])
+def test_transposed_is_the_transpose_c_contiguous(shape):
+    a = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    out = transposed(a)
+    assert out.flags.c_contiguous and out.dtype == a.dtype
+    np.testing.assert_array_equal(out, a.T)

@@ -54,11 +54,11 @@ def test_a_write_that_fails_half_way_leaves_the_old_file_and_no_temp(tmp_path, m
     write_rlx(path, parse_rlx(SMALL))
     before = path.read_bytes()
 
-    def broken(file):
-        yield b"RLXBAKE1"
+    def broken(data):  # a blob's first bytes, then the disk is full
+        yield memoryview(b"RLXBAKE1")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(writer, "iter_rlx_bytes", broken)
+    monkeypatch.setattr(writer, "_pieces", broken)
     with pytest.raises(OSError, match="No space"):
         write_rlx(path, parse_rlx(SMALL))
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["model.rlx"]

@@ -111,6 +111,35 @@ def test_constant_weight_is_decoded_once(monkeypatch):
     assert len(calls) == 1
 
 
+def test_weights_past_the_cache_budget_are_decoded_on_each_call(monkeypatch):
+    """A model whose decoded weights exceed the budget runs in the memory of its packed
+    bytes: what does not fit is decoded per call, and the results are the same."""
+    calls = []
+    real_decode = quant_kernels.decode
+
+    def counting_decode(*args, **kwargs):
+        calls.append(args)
+        return real_decode(*args, **kwargs)
+
+    monkeypatch.setattr(quant_kernels, "decode", counting_decode)
+    n, k = 16, 256
+    monkeypatch.setattr(quant_kernels, "DECODED_CACHE_BYTES", n * k * 4)  # one weight
+    monkeypatch.setattr(quant_kernels, "_DECODED", {})  # other tests' weights may be kept
+    g = Graph("two")
+    x = g.input("x", Shape([2, k]))
+    weights = [_weight(QuantScheme.GGUF_Q8_0, n, k) for _ in range(2)]
+    outs = [g.add_node(DequantMatMul(QuantScheme.GGUF_Q8_0, n),
+                       [x, g.constant(packed, name=f"w{i}")])
+            for i, (packed, _) in enumerate(weights)]
+    g.set_outputs(outs)
+    compiled = Session().compile(g)
+    for _ in range(3):
+        feed = RNG.standard_normal((2, k)).astype(np.float32)
+        for out, (_, w) in zip(compiled.run({"x": feed}), weights):
+            _check(out, feed, w)
+    assert len(calls) == 1 + 3  # the first weight once, kept; the second on every run
+
+
 def test_writeable_input_weight_is_never_stale():
     compiled, packed, w = _compiled(QuantScheme.GGUF_Q8_0, 8, 64, packed_constant=False)
     x = RNG.standard_normal((2, 64)).astype(np.float32)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rlx.artifact import memory
+from rlx.deferred import Deferred, Payload
 from rlx.ir.graph import Graph
 from rlx.ir.ops.sources import Constant, Input, Param, as_byte_array
 from rlx.ir.shape import Dim, Shape
@@ -38,7 +39,9 @@ class RlxWeight:
     """One weight-table row.
 
     `shape` is the logical shape ([K, N] for a matmul weight even when packed as BT [N, K]);
-    `layout` says how `data` is ordered ("row_major" or "bt_nk"); `node_id` links the row to
+    `layout` says how `data` is ordered ("row_major" or "bt_nk"); `data` is flat bytes, or
+    for a bake's large weights a `Deferred` (`rlx.deferred`: read or computed when written
+    or used, never all held at once); `node_id` links the row to
     its graph Constant (None for rows with no node, e.g. kept source bindings).
     `row_aligned` tells per-row kernels whether each row of K is a whole number of blocks.
     """
@@ -47,14 +50,15 @@ class RlxWeight:
     shape: tuple[int, ...]
     dtype: str
     encoding: str
-    data: np.ndarray = field(repr=False, compare=False)
+    data: Payload = field(repr=False, compare=False)
     note: str = ""
     layout: str = "row_major"
     node_id: int | None = None
     row_aligned: bool = True
 
     def __post_init__(self):
-        object.__setattr__(self, "data", as_byte_array(self.data))
+        if not isinstance(self.data, Deferred):
+            object.__setattr__(self, "data", as_byte_array(self.data))
 
     @property
     def nbytes(self) -> int:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rlx.codecs import Encoding, decode, decode_rows, padded_length
+from rlx.deferred import byte_view, materialize
 from rlx.errors import ArtifactError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.packed import DecodeWeight, DequantGather
@@ -43,11 +44,11 @@ def find_weight(file: RlxFile, name: str) -> RlxWeight:
 
 def _row_bytes(file: RlxFile, row: RlxWeight) -> np.ndarray:
     if row.nbytes:
-        return row.data
+        return byte_view(materialize(row.data))
     if row.node_id is not None and 0 <= row.node_id < len(file.graph):
         op = file.graph.node(row.node_id).op
         if isinstance(op, Constant) and op.nbytes:
-            return op.data
+            return byte_view(materialize(op.data))
     raise ArtifactError(f"weight {row.name!r} holds no bytes in the table or the graph "
                         "(a metadata-only row)")
 

@@ -1,7 +1,10 @@
 """`write_rlx`: an `RlxFile` to schema-3 bytes on disk, atomically and deterministically.
 
 The same file always gives the same bytes: the header is JSON with a fixed key order and no
-timestamps, blobs follow in graph order then table order, padding is zeros.
+timestamps, blobs follow in graph order then table order, padding is zeros. The blobs are
+streamed into the file one at a time, checksummed as they go (`_write_streaming`), so a
+baked model whose weights are deferred (`rlx.deferred`) is written without ever being
+in memory as a whole.
 """
 
 from __future__ import annotations
@@ -11,9 +14,9 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
-import numpy as np
+import xxhash
 
 from rlx.artifact.atomic import atomic_write
 from rlx.artifact.layout import (
@@ -26,6 +29,7 @@ from rlx.artifact.layout import (
     header_digest,
 )
 from rlx.artifact.model import RlxFile
+from rlx.deferred import CHUNK_BYTES, Deferred, Payload
 from rlx.ir.graph import Node
 from rlx.ir.ops.sources import Constant
 from rlx.ir.serialize import graph_to_dict
@@ -34,11 +38,34 @@ from rlx.version import __version__
 progress = logging.getLogger("rlx.progress")  # shown on a terminal (cli_ui)
 
 
-def encode_rlx(file: RlxFile) -> tuple[bytes, list[np.ndarray]]:
-    """The header bytes and the blobs, in file order (blobs are views, not copies)."""
-    blobs: list[np.ndarray] = []
+@dataclass(frozen=True)
+class _Layout:
+    """Everything about the file but the blob checksums: the header (whose blob table
+    lacks them), the blobs in file order, and where the data section ends."""
 
-    def blob_ref(data: np.ndarray) -> dict:
+    header: dict
+    blobs: list[Payload]
+    data_bytes: int  # from the data section's start to the end of the last blob
+
+    @property
+    def file_bytes(self) -> int:
+        header = self.header_bytes([_NO_DIGEST] * len(self.blobs))  # as long as the real one
+        return align(PREAMBLE.size + len(header)) + self.data_bytes
+
+    def header_bytes(self, digests: list[str]) -> bytes:
+        table, offset = [], 0
+        for data, digest in zip(self.blobs, digests):
+            table.append({"offset": offset, "length": int(data.nbytes), "xxh3": digest})
+            offset = align(offset + data.nbytes)
+        text = json.dumps({**self.header, "blobs": table}, separators=(",", ":"),
+                          ensure_ascii=False, allow_nan=False)
+        return text.encode("utf-8")
+
+
+def _layout(file: RlxFile) -> _Layout:
+    blobs: list[Payload] = []
+
+    def blob_ref(data: Payload) -> dict:
         if data.nbytes == 0:
             return {"blob": None}
         blobs.append(data)
@@ -56,34 +83,64 @@ def encode_rlx(file: RlxFile) -> tuple[bytes, list[np.ndarray]]:
             "encoding": row.encoding, "layout": row.layout, "row_aligned": row.row_aligned,
             "node_id": row.node_id, "note": row.note, **blob_ref(row.data),
         })
-    table, offset = [], 0
-    for data in blobs:
-        table.append({"offset": offset, "length": int(data.nbytes), "xxh3": checksum(data)})
-        offset = align(offset + data.nbytes)
     meta = asdict(file.meta)
     for io_list in ("inputs", "outputs"):
         meta[io_list] = [{**io, "shape": list(io["shape"])} for io in meta[io_list]]
     header = {"format": "rlx", "schema": SCHEMA_VERSION, "writer": f"rlx {__version__}",
-              "meta": meta, "graph": graph, "weights": weights, "blobs": table}
-    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return text.encode("utf-8"), blobs
+              "meta": meta, "graph": graph, "weights": weights}
+    end = 0
+    for data in blobs:
+        end = align(end) + int(data.nbytes)
+    return _Layout(header, blobs, end)
+
+
+def _checksum(data: Payload) -> str:
+    if not isinstance(data, Deferred):
+        return checksum(data)
+    digest = xxhash.xxh3_128()  # streamed: the same digest as `checksum` of the bytes
+    for piece in data.chunks():
+        digest.update(piece)
+    return digest.hexdigest()
+
+
+def encode_rlx(file: RlxFile) -> tuple[bytes, list[Payload]]:
+    """The header bytes and the blobs, in file order (blobs are views, not copies, or
+    `Deferred` arrays: each is read once here, for its checksum)."""
+    layout = _layout(file)
+    return layout.header_bytes([_checksum(b) for b in layout.blobs]), layout.blobs
+
+
+def _pieces(data: Payload) -> Iterator[memoryview]:
+    """A blob's bytes in pieces of at most `CHUNK_BYTES` (each valid until the next)."""
+    if isinstance(data, Deferred):
+        yield from data.chunks()
+        return
+    view = data.data.cast("B")  # the (contiguous) array's bytes, no copy
+    for start in range(0, len(view), CHUNK_BYTES):
+        yield view[start:start + CHUNK_BYTES]
 
 
 def iter_rlx_bytes(file: RlxFile) -> Iterator[memoryview | bytes]:
-    """The whole file as a sequence of pieces, so it can be streamed (e.g. into encryption)."""
+    """The whole file as a sequence of pieces, so it can be streamed (e.g. into encryption);
+    a piece is valid until the next is asked for. Deferred blobs are read twice: once for
+    the header's checksums, once for their bytes."""
     header, blobs = encode_rlx(file)
-    yield PREAMBLE.pack(MAGIC, SCHEMA_VERSION, 0, len(header), header_digest(header))
-    yield header
-    position = PREAMBLE.size + len(header)
-    data_start = align(position)
-    yield bytes(data_start - position)
+    yield from _frame(header)
     cursor = 0
     for index, data in enumerate(blobs):
         if index:  # the file ends where the last blob ends: pad only between blobs
             yield bytes(align(cursor) - cursor)
             cursor = align(cursor)
-        yield data.data  # a memoryview of the (contiguous) array, no copy
+        yield from _pieces(data)
         cursor += data.nbytes
+
+
+def _frame(header: bytes) -> Iterator[bytes]:
+    """The preamble, the header and the padding up to the data section."""
+    yield PREAMBLE.pack(MAGIC, SCHEMA_VERSION, 0, len(header), header_digest(header))
+    yield header
+    position = PREAMBLE.size + len(header)
+    yield bytes(align(position) - position)
 
 
 class _PieceReader(io.RawIOBase):
@@ -108,36 +165,54 @@ class _PieceReader(io.RawIOBase):
         return n
 
 
-_PROGRESS_STEP = 16 << 20  # report bytes written every 16 MiB
+_NO_DIGEST = "0" * 32  # an xxh3-128 hex digest's width: the header keeps its length
 
 
-def _write_pieces(out, pieces: list) -> None:
-    """Write the pieces, in slices of `_PROGRESS_STEP`, saying how far it got."""
-    total = sum(memoryview(p).nbytes for p in pieces)
-    done = 0
-    for piece in pieces:
-        view = memoryview(piece).cast("B")
-        for start in range(0, len(view), _PROGRESS_STEP):
-            chunk = view[start:start + _PROGRESS_STEP]
-            out.write(chunk)
-            done += len(chunk)
+def _write_streaming(out, file: RlxFile) -> None:
+    """Write the file in one pass over its blobs: the header goes first with placeholder
+    checksums, each blob is read once (a deferred one: from its file, or computed) and
+    hashed as it is written, then the header is written again with the real ones (the
+    same length: digests are fixed-width). The bytes are those of `iter_rlx_bytes`."""
+    layout = _layout(file)
+    placeholder = layout.header_bytes([_NO_DIGEST] * len(layout.blobs))
+    for part in _frame(placeholder):
+        out.write(part)
+    total, done, cursor, digests = layout.data_bytes, 0, 0, []
+    for index, data in enumerate(layout.blobs):
+        if index:
+            out.write(bytes(align(cursor) - cursor))
+            cursor = align(cursor)
+        digest = xxhash.xxh3_128()
+        for piece in _pieces(data):
+            digest.update(piece)
+            out.write(piece)
+            done += len(piece)
             progress.debug("%s of %s bytes written", f"{done:,}", f"{total:,}")
+        digests.append(digest.hexdigest())
+        cursor += data.nbytes
+    header = layout.header_bytes(digests)
+    assert len(header) == len(placeholder)  # fixed-width digests
+    out.seek(0)
+    for part in _frame(header):
+        out.write(part)
 
 
 def write_rlx(path: str | os.PathLike, file: RlxFile, *, password: str | bytes | None = None,
               kdf=None, chunk_size: int | None = None) -> None:
-    """Write `file` to `path` atomically; encrypt it (RLXENC01) when a password is given."""
+    """Write `file` to `path` atomically; encrypt it (RLXENC01) when a password is given.
+
+    Weights are written one at a time: a deferred one (`rlx.deferred`) is read or computed
+    as it is written and dropped before the next, so writing a model larger than memory
+    holds one weight at a time."""
     with atomic_write(path) as out:
         if password is None:
-            _write_pieces(out, list(iter_rlx_bytes(file)))
+            _write_streaming(out, file)
         else:
             from rlx.artifact import crypto
 
-            pieces = list(iter_rlx_bytes(file))  # views of the weights, not copies
-            length = sum(memoryview(p).nbytes for p in pieces)
-            reader = io.BufferedReader(_PieceReader(iter(pieces)), 1 << 20)
-            crypto.encrypt_stream(reader, out, password, length=length, name=os.fspath(path),
-                                  kdf=kdf or crypto.DEFAULT_KDF,
+            reader = io.BufferedReader(_PieceReader(iter_rlx_bytes(file)), 1 << 20)
+            crypto.encrypt_stream(reader, out, password, length=_layout(file).file_bytes,
+                                  name=os.fspath(path), kdf=kdf or crypto.DEFAULT_KDF,
                                   chunk_size=chunk_size or crypto.DEFAULT_CHUNK_SIZE)
 
 

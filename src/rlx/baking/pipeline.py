@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,13 +33,14 @@ from rlx.artifact.memory import MemoryStats
 from rlx.artifact.model import RlxFile, RlxWeight
 from rlx.baking.guard import AccuracyReport, TensorAccuracy, guard_encodings
 from rlx.baking.options import BakeOptions
+from rlx.deferred import Deferred, Payload, defer
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node, unique_name
 from rlx.ir.naming import op_type_counts
 from rlx.ir.ops.linalg import QuantScheme
 from rlx.ir.ops.sources import Constant
 from rlx.ir.verify import verify
-from rlx.passes.pipeline import Pass, Step
+from rlx.passes.pipeline import Step
 from rlx.weights.bundle import WeightBundle
 
 __all__ = ["BakeReport", "OptimizeStats", "bake", "bake_bundle", "bake_steps"]
@@ -182,7 +184,7 @@ def bake_steps(opts: BakeOptions, bundle: WeightBundle, not_packed: dict[str, in
         (opts.skip_zero, Step("skip_zero_matmul", passes.skip_zero_matmul)),
         # packing, in this order: a weight TQ2_0 took is no longer a MatMul's for Q8_0
         (opts.ternary, _packing("pack_ternary", QuantScheme.GGUF_TQ2_0, passes.pack_ternary,
-                                not_packed, require_ternary=True)),
+                                not_packed)),
         (opts.algebraic_simplify, Step("algebraic_simplify", _simplify)),
         (opts.algebraic_simplify, Step("fuse_patterns", _fuse)),
         (dce, Step("eliminate_dead_code", _dce)),
@@ -197,16 +199,17 @@ def bake_steps(opts: BakeOptions, bundle: WeightBundle, not_packed: dict[str, in
     return [step for enabled, step in table if enabled]
 
 
-def _packing(name: str, scheme: QuantScheme, pack: Pass, not_packed: dict[str, int],
-             require_ternary: bool = False) -> Step:
+def _packing(name: str, scheme: QuantScheme, pack: Callable[..., tuple[Graph, int]],
+             not_packed: dict[str, int]) -> Step:
     """A packing step that also counts, by reason, the MatMul weights it leaves dense."""
 
     def run(g: Graph) -> tuple[Graph, int]:
-        for _, reason in passes.packing_candidates(g, scheme.block_size, require_ternary):
-            if reason is not None:
-                key = f"{scheme.label}: {reason.value}"
-                not_packed[key] = not_packed.get(key, 0) + 1
-        return pack(g)
+        reasons: Counter = Counter()
+        result = pack(g, not_packed=reasons)
+        for reason, count in reasons.items():
+            key = f"{scheme.label}: {reason.value}"
+            not_packed[key] = not_packed.get(key, 0) + count
+        return result
 
     return Step(name, run)
 
@@ -297,7 +300,8 @@ def _weight_table(g: Graph, bundle: WeightBundle, opts: BakeOptions, stats: Opti
         if found is not None and isinstance(found.op, Constant) and found.id not in linked:
             rows[name] = _dense_row(name, found, "baked from live constant")
         elif found is None and opts.keep_folded_bindings:
-            value = np.ascontiguousarray(bundle.tensors[name])
+            value = bundle.tensors[name]
+            value = defer(value if isinstance(value, Deferred) else np.ascontiguousarray(value))
             rows[name] = RlxWeight(name, value.shape, _dtype_name(value), _dtype_name(value),
                                    value, note="source binding (folded away in the graph)")
         elif found is None:
@@ -312,5 +316,5 @@ def _dense_row(name: str, node: Node, note: str) -> RlxWeight:
                      shape.dtype.value, node.op.data, note=note, node_id=node.id)
 
 
-def _dtype_name(value: np.ndarray) -> str:
+def _dtype_name(value: Payload) -> str:
     return DType.from_numpy(value.dtype).value

@@ -86,23 +86,23 @@ def round_half_away(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def block_scale(amax: np.ndarray, divisor: float, name: str) -> np.ndarray:
-    """Per-block float32 scale `amax / divisor`, refusing what an f16 scale cannot hold.
+def block_scale(amax: np.ndarray, divisor: float, name: str, first: int = 0) -> np.ndarray:
+    """Per-block float32 scale `amax / divisor`, refusing what an f16 scale cannot hold
+    (errors number the blocks from `first`: the blocks may be a slab of a larger stream).
 
     The gguf package writes such blocks anyway, with garbage codes (NaN input) or an
     infinite scale that dequantises to NaN; a baked weight must not silently turn into that.
     """
     bad = ~np.isfinite(amax)
     if bad.any():
-        raise BakeError(f"{name}: block {int(np.argmax(bad))} holds a non-finite value")
+        raise BakeError(f"{name}: block {first + int(np.argmax(bad))} holds a non-finite value")
     scale = amax / np.float32(divisor)
     # f16 rounds to nearest even: from max + half an ulp (65504 + 16) up, a scale becomes inf
     over = scale >= np.float32(_F16_MAX + 16)
     if over.any():
         block = int(np.argmax(over))
-        raise BakeError(
-            f"{name}: block {block} has max |x| = {float(amax[block]):g}, its scale overflows f16"
-        )
+        raise BakeError(f"{name}: block {first + block} has max |x| = {float(amax[block]):g}, "
+                        "its scale overflows f16")
     return scale
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from rlx.deferred import Deferred
 from rlx.errors import GraphError, ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op, OutShape
@@ -184,11 +185,13 @@ class Graph:
     def constant(
         self, value, shape: Shape | None = None, name: str | None = None
     ) -> int:
-        """A constant from an array (shape taken from it) or raw bytes (`shape` required)."""
+        """A constant from an array or a `Deferred` one (shape taken from it) or raw bytes
+        (`shape` required)."""
         if shape is None:
             if isinstance(value, (bytes, bytearray, memoryview)):
                 raise GraphError("constant from raw bytes needs a shape")
-            value = np.asarray(value)
+            if not isinstance(value, Deferred):
+                value = np.asarray(value)
             shape = Shape(value.shape, DType.from_numpy(value.dtype))
         elif isinstance(value, np.ndarray) and value.dtype != shape.dtype.numpy:
             value = value.astype(shape.dtype.numpy)

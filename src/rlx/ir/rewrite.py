@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from rlx.deferred import Payload
 from rlx.errors import GraphError
 from rlx.ir.graph import Graph, Node, ShapeLike
 from rlx.ir.ops.base import Op
@@ -94,8 +95,9 @@ class Rewriter:
         self.changed = True
         return self.target.add_node(op, inputs, shape, name)
 
-    def emit_constant(self, array: np.ndarray, name: str | None = None) -> int:
-        """A new Constant holding `array`'s bytes (a view when it is contiguous)."""
+    def emit_constant(self, array: Payload, name: str | None = None) -> int:
+        """A new Constant holding `array`'s bytes (a view when it is contiguous, or the
+        `Deferred` array itself)."""
         self.changed = True
         return self.target.constant(array, name=name)
 
@@ -117,7 +119,7 @@ class Rewriter:
         self._claim(node.origin)
         return new_id
 
-    def substitute_constant(self, node: Node, array: np.ndarray) -> int:
+    def substitute_constant(self, node: Node, array: Payload) -> int:
         """A Constant holding `array` in place of `node`, under `node`'s name."""
         new_id = self.emit_constant(array, node.name)
         self._ids[node.id] = new_id

@@ -19,6 +19,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
+from rlx.deferred import byte_view, materialize
 from rlx.enums import lookup
 from rlx.errors import GraphError
 from rlx.ir.dtype import DType
@@ -42,7 +43,7 @@ ConstantDecoder = Callable[[Any, Shape], Any]
 
 def _base64_encode(node: Node) -> str:
     assert isinstance(node.op, Constant)  # the encoder is called for Constant nodes only
-    return base64.b64encode(node.op.data.tobytes()).decode("ascii")
+    return base64.b64encode(byte_view(materialize(node.op.data)).tobytes()).decode("ascii")
 
 
 def _base64_decode(value: Any, shape: Shape) -> bytes:

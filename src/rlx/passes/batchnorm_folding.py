@@ -11,8 +11,9 @@ are Constants, the BN disappears into them:
 
 Only when the BN's scale/bias/mean/var are Constants and the folded node has no reader but
 the chain (nor is a graph output). The new weights are computed in float64 and stored in the
-weight's dtype; the result takes the BN node's name. Run it after `specialize` and
-`fold_constants` (so weights are Constants) and before weight packing.
+weight's dtype (deferred when large: `rlx.deferred`); the result takes the BN node's name.
+Run it after `specialize` and `fold_constants` (so weights are Constants) and before
+weight packing.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rlx.deferred import Payload, byte_view, compute
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.elementwise import Binary, BinaryOp
 from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.nn import BatchNormInference, Conv
+from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter, constant_value
+from rlx.ir.shape import Shape
 
 __all__ = ["fold_batchnorm"]
 
@@ -39,10 +43,10 @@ class _Fold:
 
     bn: Node
     chain: tuple[Node, ...]  # the nodes folded away: the Conv/MatMul, then the Add if any
-    weight: tuple[int, np.ndarray]  # (old weight node, new value)
+    weight: tuple[int, Payload]  # (old weight node, new value: deferred when large)
     bias: tuple[int | None, np.ndarray]  # (old bias node or None, new value)
 
-    def rewritten(self, users: list[list[int]], outputs: set[int]) -> dict[int, np.ndarray]:
+    def rewritten(self, users: list[list[int]], outputs: set[int]) -> dict[int, Payload]:
         """Old weight/bias Constants that only this chain reads: they take the new values
         (and keep their names, which name the weight rows)."""
         chain = {n.id for n in self.chain}
@@ -92,29 +96,48 @@ def _find(graph: Graph) -> list[_Fold]:
         found = _conv(graph, producer) or _matmul(graph, producer, only_feeds)
         if found is None:
             continue
-        chain, (weight_id, weight), (bias_id, bias) = found
+        chain, weight, (bias_id, bias) = found
+        shape = weight.tensor_shape  # a constant's: static
+        dims, dtype = tuple(int(d) for d in shape.dims), shape.dtype.numpy
         scale, beta, mean, var = (p.astype(np.float64) for p in params)
         a = scale / np.sqrt(var + bn.op.epsilon)
-        per_out = a.reshape(-1, *[1] * (weight.ndim - 1)) if isinstance(chain[0].op, Conv) \
+        per_out = a.reshape(-1, *[1] * (len(dims) - 1)) if isinstance(chain[0].op, Conv) \
             else a  # a Conv's output channels are W's axis 0, a MatMul's its axis 1
         new_bias = beta - mean * a if bias is None else bias.astype(np.float64) * a + \
             beta - mean * a
-        folds.append(_Fold(bn, chain,
-                           (weight_id, (weight.astype(np.float64) * per_out).astype(weight.dtype)),
-                           (bias_id, new_bias.astype(weight.dtype))))
+        assert isinstance(weight.op, Constant)  # _conv and _matmul find constant weights
+        scaled = compute(_scaled, (weight.op.data, per_out), (dims, dtype), dims, dtype)
+        folds.append(_Fold(bn, chain, (weight.id, scaled), (bias_id, new_bias.astype(dtype))))
         log.debug("fold_batchnorm: %s folds into %s", bn.label, chain[0].label)
     return folds
+
+
+def _scaled(dims: tuple[int, ...], dtype: np.dtype, weight: np.ndarray,
+            per_out: np.ndarray) -> np.ndarray:
+    """The weight (its bytes) times the BN's per-channel factor, in float64."""
+    values = byte_view(weight).view(dtype).reshape(dims)
+    return (values.astype(np.float64) * per_out).astype(dtype)
+
+
+def _weight(graph: Graph, node_id: int) -> Node | None:
+    """The node if it is a Constant with bytes and a static shape (not read)."""
+    node = graph.node(node_id)
+    shape = node.shape
+    if not isinstance(node.op, Constant) or not isinstance(shape, Shape) \
+            or not shape.is_static or node.op.is_stripped:
+        return None
+    return node
 
 
 def _conv(graph: Graph, node: Node):
     if not isinstance(node.op, Conv):
         return None
-    weight = constant_value(graph.node(node.inputs[1]))
+    weight = _weight(graph, node.inputs[1])
     bias_id = node.inputs[2] if len(node.inputs) == 3 else None
     bias = None if bias_id is None else constant_value(graph.node(bias_id))
     if weight is None or (bias_id is not None and bias is None):
         return None
-    return (node,), (node.inputs[1], weight), (bias_id, bias)
+    return (node,), weight, (bias_id, bias)
 
 
 def _matmul(graph: Graph, node: Node, only_feeds):
@@ -134,16 +157,16 @@ def _matmul(graph: Graph, node: Node, only_feeds):
     matmul = chain[0]
     if not isinstance(matmul.op, MatMul) or matmul.tensor_shape.rank != 2:
         return None
-    weight = constant_value(graph.node(matmul.inputs[1]))
-    if weight is None or weight.ndim != 2:
+    weight = _weight(graph, matmul.inputs[1])
+    if weight is None or weight.tensor_shape.rank != 2:
         return None
-    return chain, (matmul.inputs[1], weight), (bias_id, bias)
+    return chain, weight, (bias_id, bias)
 
 
-def _emit(rw: Rewriter, fold: _Fold, replaced: dict[int, np.ndarray]) -> None:
+def _emit(rw: Rewriter, fold: _Fold, replaced: dict[int, Payload]) -> None:
     """The folded Conv, or MatMul + Add, in place of the BN (taking its name)."""
 
-    def constant(old: int | None, value: np.ndarray) -> int:
+    def constant(old: int | None, value: Payload) -> int:
         return rw.id(old) if old in replaced else rw.emit_constant(value)
 
     head = fold.chain[0]

@@ -12,6 +12,10 @@ on the graph being built, so whole constant subgraphs collapse in one pass. Not 
   elements (an `Expand` or fill of a scalar would otherwise bloat the artifact);
 - nodes whose kernel fails (logged; the error will surface at run time instead).
 
+A result of `DEFER_MIN_BYTES` or more (a Transpose of a weight) is not computed here but
+deferred (`rlx.deferred.Computed`): the kernel runs whenever the constant is read, so a
+bake never holds every folded weight at once; its kernel failing then is a `BakeError`.
+
 A tuple-valued node (Split, TopK, ...) is evaluated once and its `TupleGet` readers become
 constants; the node itself is kept for DCE to remove.
 """
@@ -23,12 +27,16 @@ from typing import Any
 
 import numpy as np
 
+from rlx.deferred import DEFER_MIN_BYTES, Computed, Payload, byte_view
+from rlx.errors import BakeError
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.base import Op
 from rlx.ir.ops.linalg import DequantMatMul
 from rlx.ir.ops.multi import TupleGet
 from rlx.ir.ops.packed import DecodeWeight, DequantGather
+from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter, constant_value
+from rlx.ir.shape import Shape
 from rlx.kernels import KERNELS
 
 __all__ = ["fold_constants", "MAX_GROWN_ELEMENTS", "NEVER_FOLD"]
@@ -68,19 +76,28 @@ def fold_constants(graph: Graph) -> tuple[Graph, int]:
 
 
 def _evaluate(rw: Rewriter, node: Node, tuples: dict) -> tuple[Any, int] | None:
-    """(value, bytes of the constants it was computed from), or None if it is not foldable."""
+    """(value, bytes of the constants it was computed from), or None if it is not foldable.
+
+    A large result is not computed here: it is a `Computed` of the kernel over the input
+    payloads (`rlx.deferred`), run whenever the folded constant is read."""
     if isinstance(node.op, TupleGet) and node.inputs[0] in tuples:
         parts, input_bytes = tuples[node.inputs[0]]
         return parts[node.op.index], input_bytes
     kernel = KERNELS.get(type(node.op))
     if kernel is None or not node.inputs or isinstance(node.op, NEVER_FOLD):
         return None
-    arrays = [a for a in (constant_value(rw.node(i)) for i in node.inputs) if a is not None]
-    if len(arrays) != len(node.inputs):
+    sources = [rw.node(i) for i in node.inputs]
+    payloads = [p for p in map(_payload, sources) if p is not None]
+    if len(payloads) != len(sources):
         return None
-    input_bytes = sum(a.nbytes for a in arrays)
+    input_bytes = sum(p.nbytes for p in payloads)
     if _grows(node, input_bytes):
         return None  # refused by its declared size, before the kernel allocates it
+    if _deferred(node):
+        shape = node.tensor_shape
+        return Computed(_kernel_value, tuple(payloads), (node, tuple(n.shape for n in sources)),
+                        tuple(int(d) for d in shape.dims), shape.dtype.numpy), input_bytes
+    arrays = [constant_value(n) for n in sources]
     try:
         with np.errstate(all="ignore"):  # the runtime would compute the same inf/NaN
             value = kernel(node, *arrays)
@@ -89,6 +106,33 @@ def _evaluate(rw: Rewriter, node: Node, tuples: dict) -> tuple[Any, int] | None:
         return None
     value = tuple(value) if isinstance(value, (tuple, list)) else np.asarray(value)
     return value, input_bytes
+
+
+def _payload(node: Node) -> Payload | None:
+    """What `constant_value` would read, unread (None where it gives None)."""
+    op, shape = node.op, node.shape
+    if not isinstance(op, Constant) or not isinstance(shape, Shape) or not shape.is_static \
+            or (op.is_stripped and shape.nbytes != 0):
+        return None
+    return op.data
+
+
+def _deferred(node: Node) -> bool:
+    """Whether the node's result is large enough to be computed when read, not now."""
+    shape = node.shape
+    return isinstance(shape, Shape) and shape.nbytes is not None \
+        and shape.nbytes >= DEFER_MIN_BYTES
+
+
+def _kernel_value(node: Node, shapes: tuple[Shape, ...], *payloads: np.ndarray) -> np.ndarray:
+    """A deferred fold's value: the node's kernel over its inputs' bytes."""
+    arrays = [byte_view(p).view(s.dtype.numpy).reshape(s.dims) for p, s in zip(payloads, shapes)]
+    try:
+        with np.errstate(all="ignore"):
+            return np.asarray(KERNELS[type(node.op)](node, *arrays))
+    except Exception as err:
+        raise BakeError(f"fold: {node.label}, deferred as too large to hold, failed when "
+                        f"read: {err}") from err
 
 
 def _grows(node: Node, input_bytes: int) -> bool:

@@ -5,6 +5,11 @@ digests match, so the pass reads each payload once or twice: O(total bytes), and
 any payload is held. The first copy keeps its node and name; later copies are left out and
 their readers (and graph outputs) point at the first (their names go with them). Stripped
 constants (no bytes) are never merged: their content is unknown.
+
+Deferred constants (`rlx.deferred`) are keyed on their fingerprints: a weight read from a
+file on its bytes' hash, an encoded or folded one on its recipe (function, parameters and
+the fingerprints of its inputs), so two encodings of one weight merge without either
+being computed. A deferred and a plain constant never merge.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import logging
 
 import numpy as np
 
+from rlx.deferred import Deferred, Payload
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter
@@ -33,8 +39,8 @@ def dedupe_identical_constants(graph: Graph) -> tuple[Graph, int]:
         if not isinstance(op, Constant) or op.is_stripped:
             rw.copy(node)
             continue
-        digest = hashlib.blake2b(op.data.data, digest_size=16).digest()
-        same_key = kept.setdefault((node.tensor_shape.dtype, node.tensor_shape.dims, digest), [])
+        same_key = kept.setdefault((node.tensor_shape.dtype, node.tensor_shape.dims,
+                                    _digest(op.data)), [])
         original = next((k for k in same_key if _same_bytes(rw.target.node(k), node)), None)
         if original is None:
             same_key.append(rw.copy(node))  # a digest collision keeps both copies
@@ -47,6 +53,16 @@ def dedupe_identical_constants(graph: Graph) -> tuple[Graph, int]:
     return rw.finish(), merged
 
 
+def _digest(data: Payload) -> tuple[str, bytes]:
+    if isinstance(data, Deferred):
+        return type(data).__name__, data.fingerprint()
+    return "bytes", hashlib.blake2b(data.data, digest_size=16).digest()
+
+
 def _same_bytes(a: Node, b: Node) -> bool:
     assert isinstance(a.op, Constant) and isinstance(b.op, Constant)  # both deduped constants
-    return bool(np.array_equal(a.op.data, b.op.data))
+    x, y = a.op.data, b.op.data
+    if isinstance(x, Deferred) and isinstance(y, Deferred):
+        return x.same(y)
+    return not isinstance(x, Deferred) and not isinstance(y, Deferred) \
+        and bool(np.array_equal(x, y))

@@ -32,6 +32,7 @@ from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Clamp, Unary
 from rlx.ir.ops.nn import Conv
 from rlx.ir.rewrite import Rewriter, constant_value, rewrite_nodes
+from rlx.ir.shape import Shape
 
 __all__ = ["fuse_patterns"]
 
@@ -71,7 +72,10 @@ class _Match:
 
     def scalar(self, node_id: int) -> float | None:
         """The value of a one-element float constant, else None."""
-        value = constant_value(self.node(node_id))
+        node = self.node(node_id)
+        if not isinstance(node.shape, Shape) or node.shape.numel != 1:
+            return None  # not read: a large weight is no scalar
+        value = constant_value(node)
         if value is None or value.size != 1 or value.dtype.kind != "f":
             return None
         return float(value.reshape(-1)[0])

@@ -22,7 +22,8 @@ from typing import Protocol
 
 import numpy as np
 
-from rlx.codecs import decode
+from rlx.codecs import decode, transposed
+from rlx.deferred import Payload, compute, defer
 from rlx.errors import BakeError, BindingError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
@@ -68,7 +69,7 @@ def bind_packed(graph: Graph, rows: Sequence[PackedRow]) -> tuple[Graph, int]:
     for node in graph.nodes():
         if node.id in bound:
             row = by_name[_param_name(node)]
-            data = np.asarray(row.data, np.uint8).reshape(-1)
+            data = defer(np.asarray(row.data, np.uint8).reshape(-1))  # read from its file
             rw.substitute(node, Constant(data), (), Shape([data.size], DType.U8))
             extra[node.id] = [rw.emit_constant(_array(part), part.name)
                               for part in groups.get(node.id, ())]
@@ -194,12 +195,13 @@ def _check(graph: Graph, param: Node, row: PackedRow,
     return scheme, n
 
 
-def orient_bt_tensors(graph: Graph, tensors: Mapping[str, np.ndarray],
-                      bt: Collection[str]) -> dict[str, np.ndarray]:
+def orient_bt_tensors(graph: Graph, tensors: Mapping[str, Payload],
+                      bt: Collection[str]) -> dict[str, Payload]:
     """`tensors` with each `[N, K]`-stored matrix (names in `bt`) transposed to `[K, N]`
     where it binds a Param [K, N] read only as MatMuls' right operand: the rule by which
     `bind_packed` takes a packed row's bytes as BT, so a model baked from decoded (dense)
-    GGUF tensors is the model baked from the packed ones. Others are left as they are."""
+    GGUF tensors is the model baked from the packed ones (a large transpose is deferred:
+    `rlx.deferred.compute`). Others are left as they are."""
     if not bt:
         return dict(tensors)
     users = graph.users()
@@ -208,15 +210,15 @@ def orient_bt_tensors(graph: Graph, tensors: Mapping[str, np.ndarray],
         name = node.source_name
         value = tensors.get(name)
         shape: Shape = node.tensor_shape
-        if name not in bt or value is None or shape.rank != 2 or np.ndim(value) != 2:
+        if name not in bt or value is None or shape.rank != 2 or value.ndim != 2:
             continue
         readers = [graph.node(r) for r in users[node.id]]
         if not readers or not all(isinstance(r.op, MatMul) and r.inputs[1] == node.id
                                   and r.inputs[0] != node.id for r in readers):
             continue
         k, n = shape.dims
-        if isinstance(k, int) and isinstance(n, int) and tuple(np.shape(value)) == (n, k):
-            out[name] = np.asarray(value).T
+        if isinstance(k, int) and isinstance(n, int) and tuple(value.shape) == (n, k):
+            out[name] = compute(transposed, (value,), (), (k, n), value.dtype)
             log.debug("GGUF matrix %r [%d, %d] bound transposed to its MatMul weight", name,
-                      *np.shape(value))
+                      n, k)
     return out

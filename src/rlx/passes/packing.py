@@ -23,7 +23,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from rlx.codecs import encode, is_ternary
+from rlx.codecs import encode, is_ternary, transposed
+from rlx.deferred import Payload, byte_view, compute
 from rlx.errors import BakeError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
@@ -92,11 +93,14 @@ def _skip_reason(weight: Node, block_size: int, require_ternary: bool) -> SkipRe
 
 
 def pack_matmuls(graph: Graph, scheme: QuantScheme, quantize: Quantizer | None = None,
-                 require_ternary: bool = False, pass_name: str = "") -> tuple[Graph, int]:
+                 require_ternary: bool = False, pass_name: str = "",
+                 not_packed: Counter | None = None) -> tuple[Graph, int]:
     """Rewrite every qualifying MatMul to a DequantMatMul; returns (graph, matmuls packed).
 
     `quantize` defaults to the scheme's codec (`rlx.codecs.encode`), so a new block
-    encoding packs without a pass of its own.
+    encoding packs without a pass of its own. `not_packed`, when given, counts the MatMuls
+    left dense by reason (what `packing_candidates` says, without reading every weight a
+    second time).
     """
     quantize = quantize or functools.partial(encode, scheme)
     pass_name = pass_name or f"pack {scheme}"
@@ -106,9 +110,11 @@ def pack_matmuls(graph: Graph, scheme: QuantScheme, quantize: Quantizer | None =
         if reason is None:
             chosen[mm] = node.inputs[1]
         else:
+            if not_packed is not None:
+                not_packed[reason] += 1
             log.debug("%s: %s stays dense: %s (%s)", pass_name, node.label, reason,
                       graph.node(node.inputs[1]).label)
-    streams = _encode(graph, set(chosen.values()), quantize, pass_name)
+    streams = _encode(graph, set(chosen.values()), scheme, quantize, pass_name)
     chosen = {mm: w for mm, w in chosen.items() if w in streams}
     if not chosen:
         log.info("%s %r: no matmul packed", pass_name, graph.name)
@@ -135,21 +141,29 @@ def pack_matmuls(graph: Graph, scheme: QuantScheme, quantize: Quantizer | None =
     return rw.finish(), len(chosen)
 
 
-def _encode(graph: Graph, weights: set[int], quantize: Quantizer,
-            pass_name: str) -> dict[int, np.ndarray]:
-    """The block stream of each weight's transpose; weights the codec refuses are left out."""
+def _encode(graph: Graph, weights: set[int], scheme: QuantScheme, quantize: Quantizer,
+            pass_name: str) -> dict[int, Payload]:
+    """The block stream of each weight's transpose (deferred when large: `rlx.deferred`);
+    weights the codec refuses are left out."""
     streams = {}
     for i, w in enumerate(sorted(weights)):
         node = graph.node(w)
+        assert isinstance(node.op, Constant)  # a candidate weight has bytes (_skip_reason)
         progress.debug("%s: packing %s (%d of %d tensors)", pass_name,
                        node.name or f"%{node.id}", i + 1, len(weights))
+        k, n = (int(d) for d in node.tensor_shape.dims)
+        nbytes = k * n // scheme.block_size * scheme.block_bytes
         try:
-            value = constant_value(node)
-            assert value is not None  # a candidate weight has bytes (_skip_reason)
-            streams[w] = quantize(np.ascontiguousarray(value.T))
+            streams[w] = compute(_bt_stream, (node.op.data,), (quantize, (k, n)), (nbytes,),
+                                 np.uint8)
         except BakeError as err:
             log.warning("%s: weight %s stays dense: %s", pass_name, node.label, err)
     return streams
+
+
+def _bt_stream(quantize: Quantizer, shape: tuple[int, int], data: np.ndarray) -> np.ndarray:
+    """The block stream of W^T for the f32 `[K, N]` weight whose bytes are `data`."""
+    return quantize(transposed(byte_view(data).view(np.float32).reshape(shape)))
 
 
 def _read_counts(graph: Graph, weights: Counter) -> Counter:
@@ -160,7 +174,7 @@ def _read_counts(graph: Graph, weights: Counter) -> Counter:
     return reads
 
 
-def _emit_packed(rw: Rewriter, weight: Node, stream: np.ndarray, scheme: QuantScheme,
+def _emit_packed(rw: Rewriter, weight: Node, stream: Payload, scheme: QuantScheme,
                  shared: bool) -> int:
     """The packed constant, in place of the f32 weight unless something else still reads it."""
     if shared:

@@ -107,9 +107,13 @@ def _known_value(rw: Rewriter, node: Node, op: Op, inputs: Sequence[int],
         return np.array(first.numel, dtype=np.int64)
     if node.shape.dtype.is_float or not inputs:
         return None
-    values = [constant_value(rw.target.node(i)) for i in inputs]
+    sources = [rw.target.node(i) for i in inputs]
     kernel = KERNELS.get(type(op))
-    if kernel is None or any(v is None or v.size > MAX_SHAPE_ELEMENTS for v in values):
+    if kernel is None or any(not isinstance(n.shape, Shape) or n.shape.numel is None
+                             or n.shape.numel > MAX_SHAPE_ELEMENTS for n in sources):
+        return None  # sizes checked before anything is read (a weight may be large)
+    values = [constant_value(n) for n in sources]
+    if any(v is None for v in values):
         return None
     try:
         with np.errstate(all="ignore"):

@@ -77,9 +77,11 @@ _NEUTRAL = {
 def _neutral_operand(rw: Rewriter, node: Node) -> bool:
     assert isinstance(node.op, Binary)  # the rule of Binary nodes
     for value, side in _NEUTRAL.get(node.op.op, ()):
-        const = constant_value(rw.node(node.inputs[side]))
         kept = rw.node(node.inputs[1 - side])
-        if const is not None and kept.shape == node.shape and np.all(const == value):
+        if kept.shape != node.shape:
+            continue  # checked first: the constant may be a large weight, not worth a read
+        const = constant_value(rw.node(node.inputs[side]))
+        if const is not None and np.all(const == value):
             return _forward(rw, node, kept.id, f"{node.op.op.value} by all-{value} constant")
     return False
 

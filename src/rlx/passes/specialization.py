@@ -5,7 +5,8 @@ every later pass. A binding must have the Param's dtype exactly (Python lists an
 are converted to it) and either the Param's shape or, flat, its element count; anything else
 is a `BindingError` naming the Param. Symbolic dims of a Param are fixed by the binding's
 shape. Arrays that are already C-contiguous little-endian in the right dtype are used
-without copying (the Constant is a view). Bindings that name no Param are ignored here.
+without copying (the Constant is a view, or for a large view of a weights file a
+`FileView` that reads it from the file). Bindings that name no Param are ignored here.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from rlx.deferred import Deferred, Payload, compute, defer
 from rlx.errors import BindingError, GraphError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
@@ -46,28 +48,37 @@ def specialize(graph: Graph, bindings: Mapping[str, Any]) -> tuple[Graph, int]:
     return new, count
 
 
-def bound_value(node: Node, value: Any) -> np.ndarray:
-    """`value` as an array of the Param's dtype and (concrete) shape, or a `BindingError`."""
+def bound_value(node: Node, value: Any) -> Payload:
+    """`value` as an array of the Param's dtype and (concrete) shape, or a `BindingError`.
+
+    A large view of a mapped weights file comes back deferred (`rlx.deferred.defer`), and
+    a conversion of a large array is deferred too: the bake holds no weight it is not
+    looking at."""
     assert isinstance(node.op, Param)
     shape: Shape = node.tensor_shape
     want = shape.dtype.numpy
-    if not isinstance(value, np.ndarray):
+    if not isinstance(value, (np.ndarray, Deferred)):
         try:
             value = np.asarray(value, dtype=want)
         except (TypeError, ValueError, OverflowError) as err:
             raise BindingError(
                 f"binding for param {node.op.name!r}: cannot convert to {shape.dtype}: {err}"
             ) from None
-    elif value.dtype != want and value.dtype.newbyteorder("<") == want.newbyteorder("<"):
-        value = value.astype(want)  # same type, big-endian: payloads are little-endian
-    elif _widens_losslessly(value.dtype, want):
-        value = value.astype(want)  # e.g. an f16 checkpoint for an f32 graph: exact
+    elif value.dtype != want and (value.dtype.newbyteorder("<") == want.newbyteorder("<")
+                                  or _widens_losslessly(value.dtype, want)):
+        # big-endian (payloads are little-endian), or e.g. an f16 checkpoint for an f32
+        # graph: exact either way
+        value = compute(_converted, (value,), (want,), value.shape, want)
     if value.dtype != want:
         raise _mismatch(node, value, f"dtype {_dtype_text(value.dtype)}")
     dims = _concrete_dims(shape, value.shape)
     if dims is None:
         raise _mismatch(node, value, "shape")
-    return value.reshape(dims)
+    return defer(value).reshape(dims)
+
+
+def _converted(dtype: np.dtype, value: np.ndarray) -> np.ndarray:
+    return value.astype(dtype)
 
 
 def _widens_losslessly(have: np.dtype, want: np.dtype) -> bool:
@@ -95,7 +106,7 @@ def _concrete_dims(shape: Shape, got: tuple[int, ...]) -> tuple[int, ...] | None
     return got
 
 
-def _mismatch(node: Node, value: np.ndarray, what: str) -> BindingError:
+def _mismatch(node: Node, value: Payload, what: str) -> BindingError:
     assert isinstance(node.op, Param)
     shape: Shape = node.tensor_shape
     count = "" if shape.numel is None else f" ({shape.numel} elements)"

@@ -7,6 +7,8 @@ TQ2_0 stores each 256-value block as 2-bit codes plus an f16 scale `max|x|`, whi
 
 from __future__ import annotations
 
+from collections import Counter
+
 from rlx.codecs import quantize_tq2_0
 from rlx.ir.graph import Graph
 from rlx.ir.ops.linalg import QuantScheme
@@ -15,7 +17,8 @@ from rlx.passes.packing import pack_matmuls
 __all__ = ["pack_ternary"]
 
 
-def pack_ternary(graph: Graph) -> tuple[Graph, int]:
-    """MatMuls over ternary f32 `[K, N]` weights -> DequantMatMul(gguf_tq2_0); (graph, count)."""
+def pack_ternary(graph: Graph, not_packed: Counter | None = None) -> tuple[Graph, int]:
+    """MatMuls over ternary f32 `[K, N]` weights -> DequantMatMul(gguf_tq2_0); (graph, count).
+    `not_packed` counts the MatMuls left dense by reason (`pack_matmuls`)."""
     return pack_matmuls(graph, QuantScheme.GGUF_TQ2_0, quantize_tq2_0, require_ternary=True,
-                        pass_name="pack_ternary")
+                        pass_name="pack_ternary", not_packed=not_packed)

@@ -21,6 +21,10 @@ layout, never straddled. Q8_0 is proposed only when it is smaller than f16 (a 3x
 depthwise row of 9 values padded to 32 is not); f16 only when it holds the values (no
 overflow, relative error <= `F16_MAX_REL_ERROR`). Exactly ternary weights (-1/0/+1) are
 proposed as TQ2_0, which is lossless; `lossless=True` proposes only those.
+
+The plan reads one weight at a time and keeps only its decision; a large encoded stream
+is not computed here but deferred (`rlx.deferred`): it is encoded when it is read (by the
+writer, which streams it to the file), so a bake never holds every encoded weight.
 """
 
 from __future__ import annotations
@@ -32,7 +36,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlx.codecs import decode_rows, encode_rows, is_ternary, quantize_q8_0, quantize_tq2_0
+from rlx.codecs import (
+    decode_rows,
+    encode_rows,
+    is_ternary,
+    padded_length,
+    quantize_q8_0,
+    quantize_tq2_0,
+    roundtrip_q8_0_columns,
+    transposed,
+)
+from rlx.deferred import byte_view, compute
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.control import GRU, LSTM, RNN
@@ -217,8 +231,6 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
     if role is WeightRole.MATMUL and not fits_dequant_matmul(
             shape, QuantScheme.GGUF_Q8_0.block_size):
         role = WeightRole.MATMUL_DECODED  # K rows not whole blocks: padded rows instead
-    stored = values.transpose(perm) if perm else values
-    matrix = np.ascontiguousarray(stored, np.float32).reshape(rows, length)
     candidates = []
     if ternary and role in _LINEAR and is_ternary(values):
         candidates.append(TQ2_0)
@@ -238,13 +250,12 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
             # exact whatever the blocking (ternary blocks decode to exactly -1/0/+1), so
             # one row of the whole tensor saves the per-row padding
             rows, perm, length = 1, (), values.size
-            matrix = np.ascontiguousarray(values, np.float32).reshape(1, -1)
         nbytes = rows * padded_row_bytes(encoding, length)
         if encoding != F16 and nbytes >= f16_bytes and not (encoding == TQ2_0 and lossless):
             continue  # padding made it no smaller than f16
         if encoding == F16 and np.abs(values).max() > float(np.finfo(np.float16).max):
             return None, "f16 would overflow"
-        error = _rel_error(matrix, encoding)
+        error = _rel_error(values, encoding, rows, perm)
         if encoding == F16 and error > F16_MAX_REL_ERROR:
             return None, f"f16 relative error above {F16_MAX_REL_ERROR:g}"
         if encoding == F16 and role not in (WeightRole.OTHER, WeightRole.GATHER):
@@ -254,11 +265,21 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
     return None, None
 
 
-def _rel_error(matrix: np.ndarray, encoding: str) -> float:
-    rows, length = matrix.shape
-    decoded = decode_rows(encoding, encode_rows(encoding, matrix), rows, length)
-    norm = float(np.linalg.norm(matrix))
-    return float(np.linalg.norm(decoded - matrix)) / norm if norm else 0.0
+def _rel_error(values: np.ndarray, encoding: str, rows: int, perm: tuple[int, ...]) -> float:
+    """||w - decoded|| / ||w|| of the weight stored as `rows` encoded rows in `perm` order,
+    without a transposed copy where it can: f16 is value by value (any order will do), and
+    a `[K, N]` MatMul weight's Q8_0 stream of W^T is measured down its columns."""
+    length = values.size // rows
+    if encoding == Q8_0 and perm == (1, 0) and padded_length(encoding, length) == length:
+        decoded = roundtrip_q8_0_columns(values)
+    else:
+        if encoding == F16:
+            rows, perm = 1, ()
+        stored = values.transpose(perm) if perm else values
+        values = np.ascontiguousarray(stored, np.float32).reshape(rows, -1)
+        decoded = decode_rows(encoding, encode_rows(encoding, values), rows, values.shape[1])
+    norm = float(np.linalg.norm(values))
+    return float(np.linalg.norm(decoded - values)) / norm if norm else 0.0
 
 
 def apply_weight_encodings(graph: Graph, choices: list[WeightChoice]) -> tuple[Graph, int]:
@@ -294,15 +315,11 @@ def apply_weight_encodings(graph: Graph, choices: list[WeightChoice]) -> tuple[G
 
 
 def _emit(rw: Rewriter, node: Node, choice: WeightChoice) -> int:
-    values = constant_value(node)
-    assert values is not None
-    if choice.role is WeightRole.MATMUL:
-        quantize = quantize_q8_0 if choice.encoding == Q8_0 else quantize_tq2_0
-        stream = quantize(np.ascontiguousarray(values.T))
-    else:
-        stored = values.transpose(choice.perm) if choice.perm else values
-        matrix = np.ascontiguousarray(stored, np.float32).reshape(choice.rows, -1)
-        stream = encode_rows(choice.encoding, matrix)
+    assert isinstance(node.op, Constant)  # choices are of constants
+    matmul = choice.role is WeightRole.MATMUL
+    stream = compute(_encoded, (node.op.data,),
+                     (choice.encoding, matmul, choice.shape, choice.rows, choice.perm),
+                     (choice.packed_bytes,), np.uint8)  # deferred when large: rlx.deferred
     packed = rw.emit_constant(stream, node.name)
     if choice.role in (WeightRole.MATMUL, WeightRole.GATHER):
         rw.drop(node.id)
@@ -311,3 +328,15 @@ def _emit(rw: Rewriter, node: Node, choice: WeightChoice) -> int:
     decoded = rw.emit(op, (packed,), Shape(choice.shape, DType.F32))
     rw.replace(node.id, decoded)
     return packed
+
+
+def _encoded(encoding: str, matmul: bool, shape: tuple[int, ...], rows: int,
+             perm: tuple[int, ...], data: np.ndarray) -> np.ndarray:
+    """The stored stream of an f32 weight's bytes: the GGUF stream of W^T for a MatMul
+    weight, else `rows` encoded rows of the weight in `perm` order."""
+    values = byte_view(data).view(np.float32).reshape(shape)
+    if matmul:
+        quantize = quantize_q8_0 if encoding == Q8_0 else quantize_tq2_0
+        return quantize(transposed(values))
+    stored = values.transpose(perm) if perm else values
+    return encode_rows(encoding, np.ascontiguousarray(stored, np.float32).reshape(rows, -1))

@@ -14,6 +14,7 @@ import logging
 
 import numpy as np
 
+from rlx.deferred import compute
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.linalg import MatMul
 from rlx.ir.rewrite import Rewriter, constant_value, rewrite_nodes
@@ -38,7 +39,9 @@ def _skip(rw: Rewriter, node: Node) -> bool:
     if w is None or not weight.tensor_shape.dtype.is_float or np.any(w):
         return False  # np.any treats NaN as non-zero and -0.0 as zero
     shape = node.tensor_shape  # static: checked above
-    rw.substitute_constant(node, np.zeros(tuple(int(d) for d in shape.dims), shape.dtype.numpy))
+    dims = tuple(int(d) for d in shape.dims)
+    rw.substitute_constant(node, compute(np.zeros, (), (dims, shape.dtype.numpy), dims,
+                                         shape.dtype.numpy))  # deferred when large
     log.debug("skip_zero_matmul: %s reads all-zero weight %s: now a zero constant %s",
               node.label, weight.label, node.shape)
     return True

@@ -9,7 +9,15 @@ from __future__ import annotations
 from rlx.safeio.errors import detached
 from rlx.safeio.files import FileIdentity, open_regular, read_fd, read_regular
 from rlx.safeio.json_scan import JsonLimits, load_json
-from rlx.safeio.mapping import MappedFile, map_fd, map_file, map_with_file
+from rlx.safeio.mapping import (
+    MappedFile,
+    in_leased_map,
+    map_fd,
+    map_file,
+    map_with_file,
+    read_from_file,
+)
 
-__all__ = ["FileIdentity", "JsonLimits", "MappedFile", "detached", "load_json", "map_fd",
-           "map_file", "map_with_file", "open_regular", "read_fd", "read_regular"]
+__all__ = ["FileIdentity", "JsonLimits", "MappedFile", "detached", "in_leased_map", "load_json",
+           "map_fd", "map_file", "map_with_file", "open_regular", "read_fd", "read_from_file",
+           "read_regular"]

@@ -43,7 +43,8 @@ from typing import BinaryIO
 from rlx.errors import RlxError
 from rlx.safeio.files import FileIdentity, open_regular, read_fd
 
-__all__ = ["COPY_BELOW", "MappedFile", "map_fd", "map_file", "map_with_file"]
+__all__ = ["COPY_BELOW", "MappedFile", "in_leased_map", "map_fd", "map_file", "map_with_file",
+           "read_from_file"]
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,40 @@ def map_fd(fd: int, name: str, error: type[RlxError], *,
     finally:
         if fd >= 0:
             _release(fd)
+
+
+def in_leased_map(address: int, nbytes: int) -> bool:
+    """Whether the `nbytes` at `address` lie in a map still held under its lease."""
+    return _lease_at(address, nbytes) is not None
+
+
+def read_from_file(address: int, out: memoryview) -> bool:
+    """Fill `out` (bytes) with what a leased map shows at `address`, read from its file with
+    `pread` rather than through the map, so the pages never join the process's resident
+    set: how a bake reads weights larger than memory. False when `address` is in no
+    leased map, or the lease broke during the read (the map then holds the private copy
+    of the bytes rlx opened: read them there)."""
+    lease = _lease_at(address, out.nbytes)
+    if lease is None:
+        return False
+    fd, offset, done = lease.fd, address - lease.address, 0
+    try:
+        while done < out.nbytes:
+            got = os.preadv(fd, [out[done:]], offset + done)
+            if not got:
+                return False
+            done += got
+    except OSError:
+        return False
+    # a lease that broke meanwhile closed its descriptor (whose number may name another
+    # file by now) and privatized the map: only a lease still held vouches for the read
+    return lease.fd >= 0 and not lease.changed
+
+
+def _lease_at(address: int, nbytes: int) -> _Lease | None:
+    with _lock:
+        return next((lease for lease in _leases if lease.fd >= 0 and lease.address <= address
+                     and address + nbytes <= lease.address + lease.length), None)
 
 
 def _take_lease(fd: int) -> bool:

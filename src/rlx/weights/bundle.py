@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rlx.deferred import Payload
 from rlx.weights.policy import F32FirstVerdict, WeightSourceInfo
 
 __all__ = ["LoadedWeight", "WeightBundle"]
@@ -23,13 +24,14 @@ class LoadedWeight:
 
 @dataclass
 class WeightBundle:
-    """Dense tensors by name (native dtypes, often memory-mapped) plus packed ones.
+    """Dense tensors by name (native dtypes, often memory-mapped; large decoded ones
+    `Deferred`: `np.asarray` reads them) plus packed ones.
 
     A name is in `tensors` or in `packed`, never both. `verdict` and `info` say how a loader
     decided about packed source tensors (None for bundles built from plain arrays).
     """
 
-    tensors: dict[str, np.ndarray] = field(default_factory=dict)
+    tensors: dict[str, Payload] = field(default_factory=dict)
     packed: list[LoadedWeight] = field(default_factory=list)
     source: str = ""
     verdict: F32FirstVerdict | None = None

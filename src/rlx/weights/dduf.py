@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from rlx.deferred import Payload, compute
 from rlx.errors import WeightError
 from rlx.safeio import map_with_file
 from rlx.stored_zip import StoredMember, read_stored_zip
@@ -124,14 +125,18 @@ def _table(f, member: StoredMember, path: Path) -> tuple[int, list]:
     return member.offset + 8 + header_len, entries
 
 
+def _widened(half: np.ndarray) -> np.ndarray:
+    return half.astype(np.float32)
+
+
 def load_dduf(path: Path, policy: WeightLoadPolicy, opts: Any = None) -> WeightBundle:
     source = read_dduf(path)
     info = WeightSourceInfo(False, source.has_native_half, WeightPathKind.DDUF)
     verdict = f32_first_verdict(policy, info, opts)
     log.info("f32-first %s", verdict)
-    tensors = dict(source.dense)
-    if verdict.go:
-        tensors = {k: v.astype(np.float32) if v.dtype in HALF_DTYPES else v
-                   for k, v in tensors.items()}
+    tensors: dict[str, Payload] = dict(source.dense)
+    if verdict.go:  # widened when read if large (rlx.deferred): never all at once
+        tensors = {k: compute(_widened, (v,), (), v.shape, np.float32)
+                   if v.dtype in HALF_DTYPES else v for k, v in tensors.items()}
     log.info("loaded %d tensors from DDUF bundle %s", len(tensors), path)
     return WeightBundle(tensors, [], str(path), verdict, info)

@@ -3,8 +3,9 @@
 A file is read by its extension (.safetensors, .npz, .npy, .gguf); a directory is the union of
 the weight files directly inside it (e.g. sharded safetensors), a name in two files being an
 error. Readers only map and index; the verdict then decides about packed tensors: GO decodes
-them into `tensors` as float32, NO-GO keeps them in `packed`. Dense tensors keep their
-native dtype either way.
+them into `tensors` as float32 (a large one deferred: `rlx.deferred.Computed`, decoded from
+the file each time it is read, so a bundle never holds every decoded tensor), NO-GO keeps
+them in `packed`. Dense tensors keep their native dtype either way.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from rlx.deferred import Payload, compute, defer, materialize
 from rlx.errors import WeightError
 from rlx.weights.bundle import LoadedWeight, WeightBundle
 from rlx.weights.dduf import load_dduf
@@ -84,7 +86,7 @@ def _load_mlx(folder: Path, quant: dict, policy: WeightLoadPolicy, opts: Any) ->
     info = WeightSourceInfo(bool(packs.rows), source.has_native_half, WeightPathKind.MLX)
     verdict = f32_first_verdict(policy, info, opts)
     log.info("f32-first %s", verdict)
-    tensors = dict(source.dense)
+    tensors: dict[str, Payload] = dict(source.dense)
     if verdict.go:
         tensors.update(packs.decoded())
         packed: list[LoadedWeight] = []
@@ -96,8 +98,9 @@ def _load_mlx(folder: Path, quant: dict, policy: WeightLoadPolicy, opts: Any) ->
 
 
 def load_weights_f32(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """The f32-first bundle's tensors: packs decoded to float32, other tensors native."""
-    return load_weights(path).tensors
+    """The f32-first bundle's tensors as arrays: packs decoded to float32, other tensors
+    native (views of the file where they can be)."""
+    return {name: materialize(value) for name, value in load_weights(path).tensors.items()}
 
 
 def _reader_for(path: Path) -> tuple[WeightPathKind, Reader]:
@@ -133,12 +136,19 @@ def _read_dir(path: Path) -> SourceTensors:
     return merged
 
 
+def _decoded(name: str, shape: tuple[int, ...], encoding: str, path: Path,
+             data: np.ndarray) -> np.ndarray:
+    return decode_packed(LoadedWeight(name, shape, encoding, data), path)
+
+
 def _resolve(source: SourceTensors, verdict: F32FirstVerdict,
-             path: Path) -> tuple[dict[str, np.ndarray], list[LoadedWeight]]:
+             path: Path) -> tuple[dict[str, Payload], list[LoadedWeight]]:
     """(tensors, packed) under the verdict; a name ends up in exactly one of them."""
     if verdict.go:
-        tensors = dict(source.dense)
-        tensors.update((w.name, decode_packed(w, path)) for w in source.packs)
+        tensors: dict[str, Payload] = dict(source.dense)
+        tensors.update((w.name, compute(_decoded, (defer(w.data),),
+                                        (w.name, w.shape, w.encoding, path), w.shape,
+                                        np.float32)) for w in source.packs)
         return tensors, []
     foreign = sorted({w.encoding for w in source.packs if w.encoding not in RUNNABLE_PACKS})
     if foreign:

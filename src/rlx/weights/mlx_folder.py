@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from rlx.codecs import MlxScheme, decode, decode_mlx
+from rlx.deferred import Payload, compute, defer
 from rlx.errors import RlxError, WeightError
 from rlx.weights.bundle import LoadedWeight
 from rlx.weights.source import SourceTensors
@@ -61,18 +62,26 @@ class MlxPacks:
         self.rows: list[LoadedWeight] = []  # weight, scales(, biases) per layer, in order
         self.schemes: dict[str, MlxScheme] = {}  # "<base>.weight" -> scheme
 
-    def decoded(self) -> dict[str, np.ndarray]:
-        """GO: every quantized layer's weight as float32 [N, K]."""
+    def decoded(self) -> dict[str, Payload]:
+        """GO: every quantized layer's weight as float32 [N, K] (deferred when large: decoded
+        each time it is read, `rlx.deferred`)."""
         by_name = {row.name: row for row in self.rows}
-        out = {}
+        out: dict[str, Payload] = {}
         for name, scheme in self.schemes.items():
             base = name.removesuffix(".weight")
             codes = by_name[name]
-            scales = _view(by_name[f"{base}.scales"])
-            biases = _view(by_name[f"{base}.biases"]) if scheme.has_biases else None
-            out[name] = decode_mlx(scheme, codes.data, math.prod(codes.shape), scales=scales,
-                                   biases=biases).reshape(codes.shape)
+            parts = [_view(by_name[f"{base}.scales"])]
+            if scheme.has_biases:
+                parts.append(_view(by_name[f"{base}.biases"]))
+            out[name] = compute(_decode_layer, (defer(codes.data), *parts),
+                                (scheme, codes.shape), codes.shape, np.float32)
         return out
+
+
+def _decode_layer(scheme: MlxScheme, shape: tuple[int, ...], codes: np.ndarray,
+                  scales: np.ndarray, biases: np.ndarray | None = None) -> np.ndarray:
+    return decode_mlx(scheme, codes, math.prod(shape), scales=scales,
+                      biases=biases).reshape(shape)
 
 
 def _view(row: LoadedWeight) -> np.ndarray:

@@ -6,7 +6,8 @@ written with its Constants emptied (`strip_graph_weights`), each naming the tens
 refills it on load, and the weight table names the same tensors, so the reader rebuilds the
 file's memory mode exactly (duplex: both views of one buffer). Tensors are 64-byte aligned.
 The same file and options always give the same bytes: fixed key order, a creation time that
-is fixed unless the caller passes one, zero padding.
+is fixed unless the caller passes one, zero padding. A package is built in memory: deferred
+weights (`rlx.deferred`) are read into it, unlike `write_rlx`, which streams them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rlx.artifact.layout import checksum, header_digest
 from rlx.artifact.model import RlxFile
 from rlx.artifact.rlxp import layout as L
 from rlx.artifact.rlxp.zblk import DEFAULT_BLOCK, TIERS, encode_tier
+from rlx.deferred import Payload, byte_view, materialize
 from rlx.errors import ArtifactError
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.sources import Constant, Input
@@ -119,8 +121,9 @@ def encode_rlxp(file: RlxFile, opts: RlxpOptions, sidecar_tier: str) -> Encoded:
     names: set[str] = set()
     graph = file.graph
 
-    def add(name: str, shape, scheme: str, layout: str, data: np.ndarray) -> int:
+    def add(name: str, shape, scheme: str, layout: str, payload: Payload) -> int:
         tier = opts.tiers.get(name, opts.tier)
+        data = byte_view(materialize(payload))  # a package is built in memory
         stored = encode_tier(tier, data, opts.block_size)
         tensors.append(_Tensor({
             "name": name, "shape": [int(d) for d in shape], "scheme": scheme,
@@ -197,8 +200,9 @@ def _linked(graph: Graph, node_id: int | None) -> Node | None:
     return node if isinstance(node.op, Constant) else None
 
 
-def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.nbytes == b.nbytes and bool(np.array_equal(a.view(np.uint8), b.view(np.uint8)))
+def _same_bytes(a: Payload, b: Payload) -> bool:
+    return a.nbytes == b.nbytes and bool(np.array_equal(byte_view(materialize(a)),
+                                                        byte_view(materialize(b))))
 
 
 def _fresh(name: str, taken: set[str]) -> str:

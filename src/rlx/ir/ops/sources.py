@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from rlx.deferred import Deferred, Payload, byte_view
 from rlx.errors import ShapeError
 from rlx.ir.ops.base import Op
 from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
@@ -46,15 +47,18 @@ class Constant(Op):
     """Raw little-endian bytes in the node's dtype, laid out row-major.
 
     `data` is kept as a flat uint8 view of whatever buffer it came from, so a constant can
-    point into a memory-mapped file. An empty payload means the bytes were stripped from
-    the graph (compact memory mode) and must be materialised before running.
+    point into a memory-mapped file, or is a `Deferred` (`rlx.deferred`: a large weight
+    of a bake, read from its file or computed each time it is used). An empty payload
+    means the bytes were stripped from the graph (compact memory mode) and must be
+    materialised before running.
     """
 
-    data: np.ndarray = field(repr=False)
+    data: Payload = field(repr=False)
     arity: ClassVar = (0, 0)
 
     def __post_init__(self):
-        object.__setattr__(self, "data", as_byte_array(self.data))
+        if not isinstance(self.data, Deferred):
+            object.__setattr__(self, "data", as_byte_array(self.data))
 
     @property
     def nbytes(self) -> int:
@@ -65,15 +69,16 @@ class Constant(Op):
         return self.data.nbytes == 0
 
     def array(self, shape: Shape) -> np.ndarray:
-        """The payload as a read-only array of `shape` (a view, never a copy)."""
+        """The payload as a read-only array of `shape` (a view, or a deferred one's read)."""
         if not shape.is_static:
             raise ShapeError(f"constant with symbolic shape {shape}")
         if self.nbytes != shape.nbytes:
             raise ShapeError(
                 f"constant payload is {self.nbytes} bytes, shape {shape} needs {shape.nbytes}"
             )
+        data = byte_view(self.data.read()) if isinstance(self.data, Deferred) else self.data
         try:
-            arr = self.data.view(shape.dtype.numpy).reshape(shape.dims)
+            arr = data.view(shape.dtype.numpy).reshape(shape.dims)
         except ValueError as err:  # dims no array can have, e.g. [0, 2**64]
             raise ShapeError(f"constant of shape {shape}: {err}") from None
         arr.flags.writeable = False

@@ -1,0 +1,234 @@
+"""Arrays read or computed when they are used: how a bake handles weights larger than memory.
+
+A bake looks at every weight several times (the zero and ternary checks, the encoding
+plan, dedupe, the write). Held as arrays, a model's weights and everything derived from
+them (Q8_0 blocks, f16 copies, folded transposes, decoded GGUF tensors) would all be in
+memory at once, and even weights that stay views of a mapped file would not: every page a
+pass touches joins the process's resident set. A `Deferred` holds only how to get its
+array:
+
+- `FileView`: a slice of a file mapped under a lease (`rlx.safeio.mapping`), read with
+  `pread` each time, so its pages never become resident;
+- `Computed`: a pure function of other arrays (deferred or not) and plain parameters,
+  run on each read.
+
+Each read gives a new array that its reader drops when done, so a bake holds one tensor's
+arrays at a time. Reads repeat work (a weight three passes look at is read three times);
+`fingerprint` and `same` let dedupe compare computed arrays by their recipes instead of
+computing them. Arrays under `DEFER_MIN_BYTES` are not worth it and stay arrays.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from rlx.errors import BakeError
+from rlx.safeio import in_leased_map, read_from_file
+
+__all__ = ["CHUNK_BYTES", "DEFER_MIN_BYTES", "Computed", "Deferred", "FileView", "Payload",
+           "byte_view", "compute", "defer", "materialize"]
+
+DEFER_MIN_BYTES = 1 << 20
+"""Arrays this large and larger are deferred; smaller ones (biases, norms, shape
+arithmetic) cost less as arrays than as repeated reads."""
+
+CHUNK_BYTES = 16 << 20
+"""How much of a deferred array `chunks` holds at a time."""
+
+
+class Deferred(abc.ABC):
+    """An array of known `shape` and `dtype` whose values are produced by `read`."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self._fingerprint: bytes | None = None
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @abc.abstractmethod
+    def read(self) -> np.ndarray:
+        """A new read-only C-contiguous array of `shape` and `dtype`."""
+
+    @abc.abstractmethod
+    def reshape(self, shape: tuple[int, ...]) -> Deferred:
+        """The same bytes under another shape of the same size."""
+
+    def chunks(self, size: int = CHUNK_BYTES) -> Iterator[memoryview]:
+        """The bytes in order, at most `size` at a time (each valid until the next)."""
+        data = byte_view(self.read())
+        for start in range(0, data.size, size):
+            yield data[start:start + size].data
+
+    def fingerprint(self) -> bytes:
+        """16 bytes that equal arrays of the same kind share (a hash: `same` confirms)."""
+        if self._fingerprint is None:
+            self._fingerprint = self._digest()
+        return self._fingerprint
+
+    @abc.abstractmethod
+    def _digest(self) -> bytes: ...
+
+    @abc.abstractmethod
+    def same(self, other: Deferred) -> bool:
+        """Whether `other` certainly holds the same values (False may miss, never lies)."""
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        array = self.read()
+        return array if dtype is None else array.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.dtype}{list(self.shape)})"
+
+
+Payload = np.ndarray | Deferred
+"""What a Constant, a weight-table row or a weight binding holds."""
+
+
+class FileView(Deferred):
+    """A C-contiguous view of a leased file map, read from the file rather than the map."""
+
+    def __init__(self, view: np.ndarray):
+        super().__init__(view.shape, view.dtype)
+        self._bytes = byte_view(view)
+
+    def read(self) -> np.ndarray:
+        out = np.empty(self.shape, self.dtype)
+        self._fill(byte_view(out), 0)
+        out.flags.writeable = False
+        return out
+
+    def reshape(self, shape: tuple[int, ...]) -> Deferred:
+        return FileView(self._bytes.view(self.dtype).reshape(shape))
+
+    def chunks(self, size: int = CHUNK_BYTES) -> Iterator[memoryview]:
+        buffer = np.empty(min(size, self.nbytes), np.uint8)  # one buffer for every piece
+        for start in range(0, self.nbytes, size):
+            piece = buffer[:min(size, self.nbytes - start)]
+            self._fill(piece, start)
+            yield piece.data
+
+    def _fill(self, out: np.ndarray, start: int) -> None:
+        source = self._bytes[start:start + out.size]
+        if not read_from_file(source.ctypes.data, out.data):
+            out[...] = source  # a broken lease's private copy
+
+    def _digest(self) -> bytes:
+        digest = xxhash.xxh3_128(f"{self.dtype.str}{self.shape}".encode())
+        for piece in self.chunks():
+            digest.update(piece)
+        return digest.digest()
+
+    def same(self, other: Deferred) -> bool:
+        if not isinstance(other, FileView) or other.dtype != self.dtype \
+                or other.shape != self.shape:
+            return False
+        if other._bytes.ctypes.data == self._bytes.ctypes.data:
+            return True
+        return all(np.array_equal(np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8))
+                   for a, b in zip(self.chunks(), other.chunks()))
+
+
+class Computed(Deferred):
+    """`fn(*params, *inputs)`, computed on each read.
+
+    `fn` must be pure and deterministic, `params` plain values that compare with `==`
+    (no arrays: those go in `inputs`), and the result `dtype` and `shape` (any shape of
+    that size). Equal functions of the same inputs and params are the same array: that is
+    what `same` checks, without computing either."""
+
+    def __init__(self, fn: Callable[..., Any], inputs: tuple[Payload, ...], params: tuple,
+                 shape: tuple[int, ...], dtype: np.dtype | type):
+        super().__init__(shape, np.dtype(dtype))
+        self.fn, self.inputs, self.params = fn, tuple(inputs), tuple(params)
+
+    def read(self) -> np.ndarray:
+        value = self.evaluate().view()  # read-only, whatever it is a view of
+        value.flags.writeable = False
+        return value
+
+    def evaluate(self) -> np.ndarray:
+        """The result, checked against the declared dtype and size, as a new array."""
+        value = np.asarray(self.fn(*self.params, *(materialize(i) for i in self.inputs)))
+        if value.dtype != self.dtype or value.size != self.size:
+            raise BakeError(f"{self._name()} gave {value.dtype}{list(value.shape)}, "
+                            f"declared {self.dtype}{list(self.shape)}")
+        return np.ascontiguousarray(value).reshape(self.shape)
+
+    def reshape(self, shape: tuple[int, ...]) -> Deferred:
+        return Computed(self.fn, self.inputs, self.params, shape, self.dtype)
+
+    def _name(self) -> str:
+        return f"{getattr(self.fn, '__module__', '')}.{getattr(self.fn, '__qualname__', self.fn)}"
+
+    def _digest(self) -> bytes:
+        digest = xxhash.xxh3_128(f"{self._name()}{self.params!r}{self.dtype.str}".encode())
+        for item in self.inputs:
+            digest.update(_input_digest(item))
+        return digest.digest()
+
+    def same(self, other: Deferred) -> bool:
+        return isinstance(other, Computed) and other.fn is self.fn \
+            and other.params == self.params and other.dtype == self.dtype \
+            and other.size == self.size and len(other.inputs) == len(self.inputs) \
+            and all(_same_input(a, b) for a, b in zip(self.inputs, other.inputs))
+
+    def __repr__(self) -> str:
+        return f"Computed({self._name()}, {self.dtype}{list(self.shape)})"
+
+
+def _input_digest(item: Payload) -> bytes:
+    if isinstance(item, Deferred):
+        return item.fingerprint()
+    array = np.ascontiguousarray(item)
+    return xxhash.xxh3_128_digest(f"{array.dtype.str}{array.shape}".encode()
+                                  + byte_view(array).tobytes())
+
+
+def _same_input(a: Payload, b: Payload) -> bool:
+    if isinstance(a, Deferred) or isinstance(b, Deferred):
+        return isinstance(a, Deferred) and isinstance(b, Deferred) and a.same(b)
+    return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
+
+
+def byte_view(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous array's bytes as flat uint8 (a view); other arrays are copied first."""
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
+def materialize(value: Payload) -> np.ndarray:
+    """The array itself: read if deferred."""
+    return value.read() if isinstance(value, Deferred) else value
+
+
+def defer(value: Payload) -> Payload:
+    """`value` as a `FileView` when it is a large contiguous view of a leased file map
+    (a weights file: reading it through the map would make it resident), else as it is."""
+    if isinstance(value, np.ndarray) and value.nbytes >= DEFER_MIN_BYTES \
+            and value.flags.c_contiguous and in_leased_map(value.ctypes.data, value.nbytes):
+        return FileView(value)
+    return value
+
+
+def compute(fn: Callable[..., Any], inputs: tuple[Payload, ...], params: tuple,
+            shape: tuple[int, ...], dtype: np.dtype | type) -> Payload:
+    """`fn(*params, *inputs)` (see `Computed`): deferred when the result takes
+    `DEFER_MIN_BYTES` or more, computed now otherwise."""
+    computed = Computed(fn, inputs, params, shape, dtype)
+    return computed if computed.nbytes >= DEFER_MIN_BYTES else computed.evaluate()

@@ -1,0 +1,112 @@
+"""A bake of weights larger than it may hold: weights are read from their file and encoded
+one at a time (rlx.deferred), so the bake's peak RSS stays a fraction of the weights, and
+the file it writes runs.
+
+Each bake runs in a fresh process (`tests.baking.big_model`), so its peak RSS (file-backed
+pages of the mapped weights included) is its own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.baking.big_model import (
+    feeds,
+    reference,
+    weights,
+    write_gguf,
+    write_onnx,
+    write_safetensors,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+MIB = 1 << 20
+LAYERS, DIM = 128, 4096  # 128 weights of 64 MiB: 8 GiB of float32
+# Q8_0 of Gaussian weights errs by ~0.5% a layer (a step of max|x|/127 ~ 2.1 sigma/127,
+# uniform rounding: 0.48% of sigma); independent errors add up as sqrt(layers)
+Q8_0_LAYER_ERROR = 0.005
+
+
+def worker(*args: object) -> dict:
+    result = subprocess.run([sys.executable, "-m", "tests.baking.big_model",
+                             *map(str, args)], cwd=ROOT, capture_output=True, text=True,
+                            timeout=3600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    """`tmp_path`, deleted after the test whatever its outcome: pytest keeps the folders of
+    its last runs, and these files take gigabytes."""
+    yield tmp_path
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def relative_error(y: list[float], want: np.ndarray) -> float:
+    got = np.asarray(y, np.float64)
+    return float(np.linalg.norm(got - want.reshape(-1)) / np.linalg.norm(want))
+
+
+@pytest.mark.slow
+def test_an_8_gib_model_bakes_in_a_fraction_of_its_size_and_runs(scratch):
+    source = scratch / "weights.safetensors"
+    weight_bytes = LAYERS * DIM * DIM * 4
+    assert write_safetensors(source, LAYERS, DIM) > weight_bytes
+    want = reference(LAYERS, DIM)
+    budget = 0.15 * weight_bytes + 200 * MIB
+    for profile, tolerance in (("exact", 1e-5),
+                               ("size", 2 * Q8_0_LAYER_ERROR * math.sqrt(LAYERS))):
+        out = scratch / f"{profile}.rlx"
+        baked = worker("bake", "safetensors", source, out, profile, LAYERS, DIM)
+        assert baked["peak_rss"] <= budget, (profile, baked)
+        ran = worker("run", out, LAYERS, DIM)
+        assert relative_error(ran["y"], want) <= tolerance, profile
+        if profile == "size":  # 2 GiB of Q8_0 runs without its 8 GiB of f32 (DequantMatMul)
+            assert baked["encoded"] == {"gguf_q8_0": LAYERS}
+            assert ran["peak_rss"] < weight_bytes / 2, ran["peak_rss"]
+        out.unlink()  # 8 GiB: the disk need not hold both
+
+
+SMALL_LAYERS, SMALL_DIM = 16, 2048  # 16 weights of 16 MiB: 256 MiB of float32
+SMALL_BYTES = SMALL_LAYERS * SMALL_DIM * SMALL_DIM * 4
+
+
+def small_bake(kind: str, source: Path, out: Path) -> dict:
+    """Bake (exact) in a fresh process; its peak RSS over the RSS before the bake must stay
+    a fraction of the weights: all of them held at once (touched mapped pages, decoded
+    tensors) would be 256 MiB or more."""
+    baked = worker("bake", kind, source, out, "exact", SMALL_LAYERS, SMALL_DIM)
+    assert baked["growth"] <= 0.15 * SMALL_BYTES + 64 * MIB, baked
+    return baked
+
+
+def test_onnx_external_data_is_read_one_tensor_at_a_time(scratch):
+    out = scratch / "onnx.rlx"
+    small_bake("onnx", write_onnx(scratch, SMALL_LAYERS, SMALL_DIM), out)
+    ran = worker("run", out, SMALL_LAYERS, SMALL_DIM)
+    assert relative_error(ran["y"], reference(SMALL_LAYERS, SMALL_DIM)) <= 1e-5
+
+
+def test_gguf_q8_0_tensors_are_decoded_one_at_a_time(scratch):
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    source, out = scratch / "w.gguf", scratch / "gguf.rlx"
+    write_gguf(source, SMALL_LAYERS, SMALL_DIM)
+    baked = small_bake("gguf", source, out)
+    assert baked["weight_bytes"] == SMALL_BYTES  # decoded to f32 (exact keeps them dense)
+    ran = worker("run", out, SMALL_LAYERS, SMALL_DIM)
+    q8 = GGMLQuantizationType.Q8_0
+    h = feeds(SMALL_DIM)["x"].astype(np.float64)  # the weights as the gguf package decodes
+    for _, w in weights(SMALL_LAYERS, SMALL_DIM):
+        h = h @ dequantize(quantize(np.ascontiguousarray(w.T), q8), q8).astype(np.float64).T
+    assert relative_error(ran["y"], h) <= 1e-5

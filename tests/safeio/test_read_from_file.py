@@ -1,0 +1,29 @@
+"""`read_from_file`: a leased map's bytes read with pread, not through the map."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlx.errors import WeightError
+from rlx.safeio import in_leased_map, map_file, read_from_file
+
+
+def test_reads_what_the_map_shows_and_only_inside_a_held_lease(tmp_path):
+    data = np.random.default_rng(0).integers(0, 256, 3 * 4096 + 17, np.uint8)
+    path = tmp_path / "blob.bin"
+    path.write_bytes(data.tobytes())
+    mapped = map_file(path, WeightError)
+    assert mapped.leased
+    view = np.frombuffer(mapped.buffer, np.uint8)
+    base = view.ctypes.data
+    out = np.empty(5000, np.uint8)
+    assert in_leased_map(base + 100, out.size)
+    assert read_from_file(base + 100, out.data)
+    np.testing.assert_array_equal(out, data[100:5100])
+    assert not in_leased_map(base + data.size - 10, 11)  # runs past the map
+    assert not read_from_file(base + data.size - 10, out[:11].data)
+    memory = np.zeros(64, np.uint8)
+    assert not in_leased_map(memory.ctypes.data, 64)  # not a map at all
+    assert not read_from_file(memory.ctypes.data, out[:64].data)
+    mapped.lease.release()  # let go: its bytes are no longer vouched for
+    assert not read_from_file(base + 100, out.data)

@@ -1,0 +1,113 @@
+"""rlx.deferred: arrays read from their file (FileView) or computed (Computed) when used."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from rlx.deferred import (
+    DEFER_MIN_BYTES,
+    Computed,
+    FileView,
+    compute,
+    defer,
+    materialize,
+)
+from rlx.errors import BakeError
+from rlx.weights import load_weights
+
+MIB = 1 << 20
+RNG = np.random.default_rng(0)
+
+
+def rss(field: str) -> int:
+    """A field of /proc/self/status (RssFile, RssAnon), in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} in /proc/self/status")
+
+
+def mapped(tmp_path: Path, **tensors: np.ndarray) -> dict:
+    path = tmp_path / "w.safetensors"
+    save_file(tensors, str(path))
+    return load_weights(path).tensors
+
+
+def test_a_file_view_reads_the_file_without_making_its_pages_resident(tmp_path):
+    big = RNG.standard_normal((4096, 4096), dtype=np.float32)  # 64 MiB
+    view = mapped(tmp_path, big=big)["big"]
+    lazy = defer(view)
+    assert isinstance(lazy, FileView) and lazy.shape == big.shape and lazy.dtype == big.dtype
+    before = rss("RssFile")
+    for _ in range(3):
+        np.testing.assert_array_equal(lazy.read(), big)
+    assert rss("RssFile") - before < 8 * MIB  # read with pread: no page of the map touched
+    float(view.sum())  # the map itself, for comparison: every page becomes resident
+    assert rss("RssFile") - before > 60 * MIB
+
+
+def test_chunks_fingerprints_and_sameness_follow_the_bytes(tmp_path):
+    a = RNG.standard_normal((1024, 512), dtype=np.float32)  # 2 MiB
+    b = a.copy()
+    b[-1, -1] += 1
+    views = mapped(tmp_path, a=a, b=b, c=a.copy())
+    fa, fb, fc = (defer(views[k]) for k in "abc")
+    # a piece is valid until the next: each is copied as it comes
+    assert b"".join(bytes(piece) for piece in fa.chunks(300_000)) == a.tobytes()
+    assert fa.fingerprint() == fc.fingerprint() != fb.fingerprint()
+    assert fa.same(fc) and not fa.same(fb)
+    assert fa.reshape((512, 1024)).read().shape == (512, 1024)
+    np.testing.assert_array_equal(np.asarray(fa), a)  # __array__ reads
+
+
+def test_what_stays_an_array(tmp_path):
+    memory = np.ones(DEFER_MIN_BYTES, np.uint8)
+    assert defer(memory) is memory  # in memory already: nothing to save
+    small = mapped(tmp_path, s=np.ones(16, np.float32))["s"]
+    assert defer(small) is small  # under DEFER_MIN_BYTES
+    half = memory[:DEFER_MIN_BYTES // 2]
+    assert isinstance(compute(np.negative, (half,), (), half.shape, np.uint8), np.ndarray)
+    assert isinstance(compute(np.negative, (np.ones(MIB, np.float32),), (), (MIB,), np.float32),
+                      Computed)
+
+
+def _scaled(factor: float, values: np.ndarray) -> np.ndarray:
+    return values * np.float32(factor)
+
+
+def test_a_computed_array_is_its_recipe():
+    values = RNG.standard_normal((512, 512), dtype=np.float32)
+    made = Computed(_scaled, (values,), (2.0,), values.shape, np.float32)
+    out = made.read()
+    np.testing.assert_array_equal(out, values * 2)
+    assert not out.flags.writeable
+    again = Computed(_scaled, (values.copy(),), (2.0,), values.shape, np.float32)
+    other = Computed(_scaled, (values,), (3.0,), values.shape, np.float32)
+    assert made.same(again) and made.fingerprint() == again.fingerprint()
+    assert not made.same(other) and made.fingerprint() != other.fingerprint()
+    chained = Computed(np.negative, (made,), (), values.shape, np.float32)
+    np.testing.assert_array_equal(materialize(chained), -values * 2)
+    assert chained.reshape((256, 1024)).read().shape == (256, 1024)
+
+
+def test_a_result_that_is_not_what_was_declared_is_refused():
+    wrong = Computed(np.ones, (), ((3, 3),), (9,), np.float32)  # np.ones gives float64
+    with pytest.raises(BakeError, match="gave float64"):
+        wrong.read()
+
+
+def test_a_file_rewritten_under_a_file_view_still_reads_as_opened(tmp_path):
+    original = RNG.standard_normal((1024, 1024), dtype=np.float32)
+    view = mapped(tmp_path, w=original)["w"]
+    lazy = defer(view)
+    assert isinstance(lazy, FileView)
+    other = tmp_path / "other.safetensors"
+    save_file({"w": -original}, str(other))
+    subprocess.run(["cp", str(other), str(tmp_path / "w.safetensors")], check=True)
+    np.testing.assert_array_equal(lazy.read(), original)  # the lease kept the bytes
+    assert b"".join(bytes(piece) for piece in lazy.chunks()) == original.tobytes()
