@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -26,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import ROOT, WORK, mib  # noqa: E402
+from benchmarks.common import ROOT, WORK, mib, save_results  # noqa: E402
 
 TARGET = 0.05  # anonymous growth at load / weight bytes, numpy engine
 ENGINES = ("numpy", "onnxruntime", "openvino")
@@ -211,14 +210,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     results["models"].setdefault(model, {}).setdefault(engine, {})[str(n)] = m
     finally:
         ray.shutdown()
-    text = table(results)
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / f"ray-memory-{results['date']}.json"
-    out.write_text(json.dumps(results, indent=1) + "\n")
-    results["markdown"] = text
-    print(f"wrote {out}")
-    return results
+    return save_results(results, table(results), args.out, f"ray-memory-{results['date']}")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import ROOT, WORK, machine_info  # noqa: E402
+from benchmarks.common import ROOT, WORK, machine_info, save_results  # noqa: E402
 
 STARTUP = 600.0  # seconds a server may take to answer its first request
 MODELS = ("ppocr-cls", "silero-vad")
@@ -285,14 +285,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 except RuntimeError as err:
                     row["error"] = str(err).splitlines()[-1]
                 results["runs"].append(row)
-    text = table(results)
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / f"serve-{date}.json"
-    out.write_text(json.dumps(results, indent=1) + "\n")
-    results["markdown"] = text
-    print(f"wrote {out}")
-    return results
+    return save_results(results, table(results), args.out, f"serve-{date}")
 
 
 if __name__ == "__main__":

@@ -135,3 +135,15 @@ def machine_info() -> dict[str, Any]:
 
 def mib(n: float) -> str:
     return f"{n / (1 << 20):.1f}"
+
+
+def save_results(results: dict[str, Any], text: str, folder: Path, name: str) -> dict[str, Any]:
+    """Print a benchmark's markdown, write its results as `folder/name.json`, and return
+    them with the markdown added (what benchmarks/run.py collects)."""
+    print(text)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"{name}.json"
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    results["markdown"] = text
+    print(f"wrote {out}")
+    return results
