@@ -27,21 +27,13 @@ def refused(error: type[RlxError], call, *, match: str | None = None, budget: in
             seconds: float = FAST):
     """Run `call`; it must raise `error` (matching `match`) within `seconds` of CPU time and
     a traced peak of `budget` bytes."""
-    started = not tracemalloc.is_tracing()
-    if started:
-        tracemalloc.start()
-    tracemalloc.reset_peak()
-    base = tracemalloc.get_traced_memory()[0]
-    start = time.process_time()
-    try:
+    def expect() -> pytest.ExceptionInfo:
         with pytest.raises(error, match=match) as caught:
             call()
-    finally:
-        peak = tracemalloc.get_traced_memory()[1] - base
-        if started:
-            tracemalloc.stop()
-    took = time.process_time() - start
-    assert took < seconds, f"took {took:.2f} s of CPU"
+        return caught
+
+    cpu_seconds, peak, caught = cpu_and_peak(expect)
+    assert cpu_seconds < seconds, f"took {cpu_seconds:.2f} s of CPU"
     assert peak < budget, f"allocated {peak} bytes before refusing"
     assert "\n" not in str(caught.value)
     return caught.value
