@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from rlx.artifact.layout import MAGIC
 from rlx.artifact.model import RlxFile
 from rlx.artifact.reader import ENCRYPTED_MAGIC, read_rlx
 from rlx.artifact.sniff import foreign_hint
@@ -33,7 +34,7 @@ def artifact_kind(path: str | os.PathLike) -> str:
             raise ArtifactError(f"cannot read {path}: {err.strerror or err}") from None
     if head[:8] == ENCRYPTED_MAGIC:
         return "rlx-encrypted"
-    if head[:8] == b"RLXBAKE1":
+    if head[:8] == MAGIC:
         return "rlx"
     # only now the package reader (and zstandard): a plain .rlx never needs them
     from rlx.artifact.rlxp.read import is_rlxp

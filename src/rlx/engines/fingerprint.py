@@ -8,11 +8,10 @@ import os
 import platform
 from pathlib import Path
 
-from rlx.artifact.layout import signature_path
+from rlx.artifact.layout import MAGIC, signature_path
+from rlx.artifact.reader import ENCRYPTED_MAGIC
 
 __all__ = ["artifact_checksum", "default_cache_dir", "is_plain_artifact", "machine_id"]
-
-_PLAIN_MAGIC = b"RLXBAKE1"
 
 
 def default_cache_dir() -> Path:
@@ -40,7 +39,7 @@ def _own_checksum(path: str) -> str:
         return hashlib.blake2b(Path(path, "rlx.json").read_bytes(), digest_size=16).hexdigest()
     with open(path, "rb") as f:
         head = f.read(40)
-        if head[:8] == _PLAIN_MAGIC:
+        if head[:8] == MAGIC:
             return head[24:40].hex()
         f.seek(0)
         digest = hashlib.blake2b(digest_size=16)
@@ -61,8 +60,6 @@ def is_plain_artifact(path: str | None) -> bool:
             head = f.read(8)
     except OSError:
         return False
-    from rlx.artifact.reader import ENCRYPTED_MAGIC
-
     return head != ENCRYPTED_MAGIC
 
 
