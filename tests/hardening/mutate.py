@@ -528,9 +528,10 @@ def _opset(rng: random.Random, model) -> None:
             model.opset_import[0].domain = rng.choice(("ai.onnx.ml", "x", "ai.onnx"))
 
 
-def nest_subgraphs(model, depth: int):
+def nest_subgraphs(model, depth: int, prefix: str = ""):
     """The model's graph wrapped in `depth` levels of If (the other branch is the original
-    graph each time, so the size grows linearly): a recursion bomb."""
+    graph each time, so the size grows linearly): a recursion bomb. Nesting a nested model
+    again (another `prefix` for the new conditions) makes its size quadratic in the depth."""
     from onnx import GraphProto, TensorProto, helper
 
     base = GraphProto()
@@ -539,13 +540,13 @@ def nest_subgraphs(model, depth: int):
     del base.input[:]  # branches take no inputs: they read the outer scope
     inner = base
     for level in range(depth):
-        outputs = [helper.make_tensor_value_info(f"{o.name}_{level}",
+        outputs = [helper.make_tensor_value_info(f"{o.name}_{prefix}{level}",
                                                  o.type.tensor_type.elem_type, None)
                    for o in base.output]
-        node = helper.make_node("If", [f"c{level}"], [o.name for o in outputs],
+        node = helper.make_node("If", [f"c{prefix}{level}"], [o.name for o in outputs],
                                 then_branch=inner, else_branch=_renamed_outputs(base, inner))
-        inputs.append(helper.make_tensor_value_info(f"c{level}", TensorProto.BOOL, []))
-        inner = helper.make_graph([node], f"level{level}", [], outputs)
+        inputs.append(helper.make_tensor_value_info(f"c{prefix}{level}", TensorProto.BOOL, []))
+        inner = helper.make_graph([node], f"level{prefix}{level}", [], outputs)
     inner.input.extend(inputs)
     model.graph.CopyFrom(inner)
     return model
@@ -569,6 +570,8 @@ def _deep_nesting(rng: random.Random, model) -> None:
 
     with contextlib.suppress(DecodeError):  # protobuf itself refuses to nest ~33 levels
         nest_subgraphs(model, rng.choice((2, 8, 20, 40)))
+        if rng.random() < 0.3:  # a nesting of nestings: hundreds of subgraphs
+            nest_subgraphs(model, rng.choice((4, 9)), prefix="n")
 
 
 ONNX_EDITS = (_wrong_dims, _missing_input, _cycle, _huge_attribute, _lying_initializer,

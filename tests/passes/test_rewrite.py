@@ -22,10 +22,32 @@ def _graph() -> Graph:
     return g
 
 
-def test_copying_everything_returns_the_same_graph():
+def test_copying_everything_returns_the_same_graph(monkeypatch):
     g = _graph()
+    added = []
+    monkeypatch.setattr(Graph, "add_node", lambda *args, **kwargs: added.append(args))
     new, count = rewrite_nodes(g, lambda rw, node: False)
     assert new is g and count == 0
+    assert added == []  # a pass that changes nothing builds no graph
+
+
+def test_the_first_change_copies_the_unchanged_prefix():
+    g = _graph()
+
+    def negate_relu(rw: Rewriter, node) -> bool:
+        if node.name != "r":
+            # before any change, the new graph reads as the source
+            assert all(rw.node(i) is g.node(i) for i in node.inputs)
+            return False
+        rw.substitute(node, Unary(Activation.NEG), rw.inputs(node), node.shape)
+        return True
+
+    new, count = rewrite_nodes(g, negate_relu)
+    verify(new)
+    assert count == 1 and new is not g
+    assert [(n.op, n.inputs, n.name) for n in new.nodes()][:3] == \
+        [(n.op, n.inputs, n.name) for n in g.nodes()][:3]
+    assert new.node(3).op == Unary(Activation.NEG) and new.outputs == g.outputs
 
 
 def test_replace_remaps_readers_and_outputs_and_keeps_names():

@@ -6,6 +6,9 @@ either `copy` it (inputs remapped, same op, shape and name), `substitute` a new 
 remaps the outputs (a graph output keeps its position) and returns the SOURCE graph itself
 when nothing changed, so callers can test `new is old`.
 
+A pass that changes nothing costs no new graph: until the first change, copied nodes keep
+their ids and the new graph is the source's prefix, built only when something changes.
+
 Names belong to nodes: a copied or substituted node keeps its name, a node replaced by an
 existing one or dropped takes its name with it. Origins (the source-model node, see
 `Node.origin`) flow the same way, and the new nodes emitted for a source node that is then
@@ -44,10 +47,25 @@ class Rewriter:
 
     def __init__(self, source: Graph):
         self.source = source
-        self.target = Graph(source.name)
+        self._target: Graph | None = None  # None: every node so far copied, ids unchanged
         self._ids: dict[int, int | None] = {}
         self.changed = False
         self._unclaimed = 0  # target nodes from here on were emitted for no source node yet
+
+    @property
+    def target(self) -> Graph:
+        """The new graph (for reading it by new ids: the source itself while nothing changed)."""
+        return self.source if self._target is None else self._target
+
+    def _building(self) -> Graph:
+        """The new graph as a real one: the unchanged prefix copied out on first need."""
+        if self._target is None:
+            self._target = Graph(self.source.name)
+            for old_id in range(len(self._ids)):
+                node = self.source.node(old_id)
+                self._target.add_node(node.op, node.inputs, node.shape, node.name, node.origin)
+            self._unclaimed = len(self._target)
+        return self._target
 
     # -- reading ----------------------------------------------------------------------------
     def id(self, old_id: int) -> int:
@@ -83,27 +101,31 @@ class Rewriter:
     # -- building ---------------------------------------------------------------------------
     def copy(self, node: Node) -> int:
         """Re-emit a source node unchanged except for its remapped inputs."""
-        new_id = self.target.add_node(node.op, self.inputs(node), node.shape, node.name,
-                                      node.origin)
+        if self._target is None and node.id == len(self._ids):  # still the source's prefix
+            self._ids[node.id] = node.id
+            return node.id
+        target = self._building()
+        new_id = target.add_node(node.op, self.inputs(node), node.shape, node.name, node.origin)
         self._ids[node.id] = new_id
-        self._unclaimed = len(self.target)
+        self._unclaimed = len(target)
         return new_id
 
     def emit(self, op: Op, inputs: tuple[int, ...] | list[int], shape: ShapeLike | None = None,
              name: str | None = None) -> int:
         """A brand-new node over NEW ids (maps no source node)."""
         self.changed = True
-        return self.target.add_node(op, inputs, shape, name)
+        return self._building().add_node(op, inputs, shape, name)
 
     def emit_constant(self, array: Payload, name: str | None = None) -> int:
         """A new Constant holding `array`'s bytes (a view when it is contiguous, or the
         `Deferred` array itself)."""
         self.changed = True
-        return self.target.constant(array, name=name)
+        return self._building().constant(array, name=name)
 
     def replace(self, old_id: int, new_id: int) -> None:
         """Let an already emitted node stand for source node `old_id` from now on."""
         self.changed = True
+        self._building()
         self._ids[old_id] = new_id
         self._claim(self.source.node(old_id).origin)
 
@@ -129,6 +151,7 @@ class Rewriter:
     def drop(self, old_id: int) -> None:
         """Leave source node `old_id` out (reading it later is an error)."""
         self.changed = True
+        self._building()
         self._ids[old_id] = None
 
     def finish(self) -> Graph:

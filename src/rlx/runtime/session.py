@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -58,9 +58,11 @@ class _Step:
 class CompiledGraph:
     """A graph ready to run. `run(feeds)` returns the outputs in graph order."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, *, nested: bool = False):
+        """`nested`: a subgraph of a graph being compiled, which has checked it already."""
         verify(graph)
-        _check_runnable(graph)
+        if not nested:
+            _check_runnable(graph)
         self.graph = graph
         self._inputs = graph.inputs()
         self._input_ids = [n.id for n in self._inputs]
@@ -86,7 +88,7 @@ class CompiledGraph:
     def _resolve(node: Node) -> Callable:
         build = BUILDERS.get(type(node.op))
         if build is not None:
-            return build(node, CompiledGraph)
+            return build(node, functools.partial(CompiledGraph, nested=True))
         return functools.partial(KERNELS[type(node.op)], node)
 
     @property
@@ -211,10 +213,14 @@ _KNOWN = {d.numpy for d in DType}
 
 
 def _check_runnable(graph: Graph) -> None:
-    missing = _missing_kernels(graph)
+    """Every op has a kernel (all missing ones reported at once), every param a value and
+    every constant its bytes, in `graph` and the subgraphs nested in it."""
+    nodes = list(_all_nodes(graph))
+    missing = {type(n.op).__name__ for n in nodes
+               if not isinstance(n.op, (Input, Constant, Param)) and not has_kernel(type(n.op))}
     if missing:
         raise UnsupportedOpError(missing, where=f"graph {graph.name!r}")
-    for node in graph.nodes():
+    for node in nodes:
         if isinstance(node.op, Param):
             raise GraphError(
                 f"param {node.op.name!r} has no value: bake the graph with its weights first"
@@ -226,15 +232,12 @@ def _check_runnable(graph: Graph) -> None:
             )
 
 
-def _missing_kernels(graph: Graph) -> set[str]:
-    """Op types without a kernel, in the graph and every subgraph (all reported at once)."""
-    missing: set[str] = set()
-    for node in graph.nodes():
-        if not isinstance(node.op, (Input, Constant, Param)) and not has_kernel(type(node.op)):
-            missing.add(type(node.op).__name__)
-        for sub in node.op.subgraphs():
-            missing |= _missing_kernels(sub)
-    return missing
+def _all_nodes(graph: Graph) -> Iterator[Node]:
+    pending = [graph]
+    while pending:
+        for node in pending.pop().nodes():
+            yield node
+            pending.extend(node.op.subgraphs())
 
 
 def _fetcher(inputs: tuple[int, ...]) -> tuple[Callable[[dict], Any], bool]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -145,7 +145,7 @@ class Importer:
         self.functions = {(f.domain, f.name): f for f in model.functions}
         self._fresh = itertools.count()
         self._looked_at: set[tuple[str, str]] = set()  # local functions _unsupported saw
-        self._free_memo: dict[int, tuple] = {}  # free_variables of the graphs sorted so far
+        self._free_memo: dict[int, tuple] = {}  # see free_variables
         # Function bodies expanded, in nodes: local functions calling each other twice
         # per level expand exponentially (a 1,135-byte model made 16,385 nodes in 11 s)
         written = sum(1 for _ in _all_nodes(model.graph)) + \
@@ -194,6 +194,10 @@ class Importer:
             raise ModelImportError(f"imported graph does not verify: {err}") from None
         return result, {k: v for k, v in self.bindings.items() if k in used}
 
+    def free_variables(self, graph: GraphProto) -> list[str]:
+        """`scope.free_variables` of `graph`, each graph of the model computed once per import."""
+        return free_variables(graph, self._free_memo)
+
     def convert_graph_body(self, scope: Scope, graph: GraphProto) -> None:
         """Initializers and nodes of `graph` (the model's or a subgraph) into `scope`."""
         for tensor in graph.initializer:
@@ -202,7 +206,7 @@ class Importer:
         for sparse in graph.sparse_initializer:
             scope.initializers[sparse.values.name] = sparse_to_array(
                 sparse, self.external, f"sparse initializer {sparse.values.name!r}")
-        for node in _topological(graph, scope.visible(), self._free_memo):
+        for node in _topological(graph, scope.visible(), self.free_variables):
             self.convert_node(scope, node, self.opsets)
 
     def convert_node(self, scope: Scope, node: NodeProto, opsets: dict[str, int]) -> None:
@@ -462,7 +466,7 @@ def _all_nodes(graph: GraphProto) -> Iterable[NodeProto]:
 
 # -- node order --------------------------------------------------------------------------------
 def _topological(graph: GraphProto, available: set[str],
-                 memo: dict[int, tuple] | None = None) -> list[NodeProto]:
+                 free: Callable[[GraphProto], list[str]] = free_variables) -> list[NodeProto]:
     """`graph`'s nodes in an order where every value is made before it is read.
 
     Models are usually sorted already (one pass); otherwise nodes wait for their inputs.
@@ -471,7 +475,7 @@ def _topological(graph: GraphProto, available: set[str],
     known = set(available) | {v.name for v in graph.input}
     known |= {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
     needs = [[n for n in (*node.input, *(v for g in subgraph_attributes(node)
-                                          for v in free_variables(g, memo))) if n]
+                                          for v in free(g))) if n]
              for node in graph.node]
     made = {o for node in graph.node for o in node.output if o}
     for node, names in zip(graph.node, needs):

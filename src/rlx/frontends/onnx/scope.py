@@ -48,8 +48,12 @@ class Scope(Emitter):
 
     def visible(self) -> set[str]:
         """Every name this scope (and the scopes around it) can read."""
-        names = set(self.values) | set(self.initializers)
-        return names | (self.parent.visible() if self.parent is not None else set())
+        names: set[str] = set()
+        scope: Scope | None = self
+        while scope is not None:
+            names.update(scope.values, scope.initializers)
+            scope = scope.parent
+        return names
 
     def get(self, name: str) -> int:
         """The node id of a value, creating the initializer's node on first use."""
@@ -116,7 +120,7 @@ class Subgraph:
         for value, shape in declared[:at]:
             scope.define(value.name, scope.graph.input(value.name, shape))
         captured, capture_inputs = [], []
-        for var in free_variables(body) if free is None else free:
+        for var in parent.importer.free_variables(body) if free is None else free:
             known = parent.static(var)
             if known is not None and known.nbytes <= INLINE_CONSTANT_BYTES:
                 scope.define(var, scope.const(known))
@@ -178,8 +182,8 @@ def free_variables(graph: GraphProto, memo: dict[int, tuple] | None = None) -> l
 
 # -- the finished graph ------------------------------------------------------------------------
 def finish_graph(graph: Graph, outputs: Sequence[tuple[str | None, int]]) -> Graph:
-    """A copy of `graph` with only the nodes its outputs need (and every Input), outputs
-    named after their ONNX values where a name is given.
+    """`graph` with only the nodes its outputs need (and every Input), outputs named after
+    their ONNX values where a name is given (a copy, unless nothing is dropped or renamed).
 
     Converting leaves dead nodes behind (constants that shape arithmetic used, values no
     output reads). An unnamed output node takes its output's name; one already named (an
@@ -202,6 +206,9 @@ def finish_graph(graph: Graph, outputs: Sequence[tuple[str | None, int]]) -> Gra
             names[node_id] = name
         else:
             extra.append((name, node_id))
+    if all(live) and not names and not extra:
+        graph.set_outputs(node_id for _, node_id in outputs)
+        return graph
     out = Graph(graph.name)
     new_id: dict[int, int] = {}
     for node in graph.nodes():

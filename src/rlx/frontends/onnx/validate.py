@@ -45,22 +45,25 @@ def check_text(node: NodeProto, label: str) -> None:
 
 
 def _texts(graph) -> Iterator[object]:
-    """Every name in `graph` and the graphs nested in it."""
-    yield graph.name
-    for value in (*graph.input, *graph.output, *graph.value_info):
-        yield value.name
-        if value.type.WhichOneof("value") == "tensor_type":
-            yield from (d.dim_param for d in value.type.tensor_type.shape.dim)
-    yield from (t.name for t in graph.initializer)
-    for node in graph.node:
-        yield from (node.op_type, node.domain, node.name, *node.input, *node.output)
-        for attr in node.attribute:
-            yield attr.name
-            if attr.type == AttributeProto.GRAPH:
-                yield from _texts(attr.g)
-            elif attr.type == AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from _texts(sub)
+    """Every name in `graph` and the graphs nested in it (a stack, not recursive generators,
+    whose `yield from` chains cost each name once per level of nesting)."""
+    pending = [graph]
+    while pending:
+        graph = pending.pop()
+        yield graph.name
+        for value in (*graph.input, *graph.output, *graph.value_info):
+            yield value.name
+            if value.type.WhichOneof("value") == "tensor_type":
+                yield from (d.dim_param for d in value.type.tensor_type.shape.dim)
+        yield from (t.name for t in graph.initializer)
+        for node in graph.node:
+            yield from (node.op_type, node.domain, node.name, *node.input, *node.output)
+            for attr in node.attribute:
+                yield attr.name
+                if attr.type == AttributeProto.GRAPH:
+                    pending.append(attr.g)
+                elif attr.type == AttributeProto.GRAPHS:
+                    pending.extend(attr.graphs)
 
 
 def check_model_text(model: onnx.ModelProto) -> None:

@@ -52,6 +52,8 @@ class Op:
         """This op with its subgraphs replaced, given in `subgraphs()` order; the op itself
         when every one is the same object."""
         old = self.subgraphs()
+        if all(new is was for new, was in zip(graphs, old)):
+            return self
         names = [f.name for f in fields(self) if any(getattr(self, f.name) is g for g in old)]
         changes = {name: new for name, new, was in zip(names, graphs, old) if new is not was}
         return replace(self, **changes) if changes else self

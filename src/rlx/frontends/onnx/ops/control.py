@@ -15,7 +15,7 @@ import numpy as np
 from rlx.errors import ModelImportError
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
-from rlx.frontends.onnx.scope import Subgraph, free_variables
+from rlx.frontends.onnx.scope import Subgraph
 from rlx.ir import (
     GRU,
     LSTM,
@@ -47,7 +47,7 @@ def if_(n: NodeContext):
             # a condition known at import: the taken branch, inline
             n.s.importer.convert_graph_body(n.s, taken)
             return [n.s.get(o.name) for o in taken.output]
-    free = list(dict.fromkeys(v for b in branches for v in free_variables(b)))
+    free = list(dict.fromkeys(v for b in branches for v in n.s.importer.free_variables(b)))
     then, other = _branches(n, branches, free)
     _align_scalars(then.graph, other.graph)
     node = n.s.emit(If(then.graph, other.graph), n.input(0), *then.captured)
