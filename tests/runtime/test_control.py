@@ -163,7 +163,8 @@ def test_if_shape_errors():
     matrix = Graph("matrix")
     matrix.input("a", Shape((3,)))
     matrix.set_outputs([matrix.constant(np.zeros((1, 3), np.float32))])
-    with pytest.raises(ShapeError, match="output 0 is f32\\[3\\] and f32\\[1, 3\\]"):
+    with pytest.raises(ShapeError, match="output 0 is f32\\[3\\] and f32\\[1, 3\\].*fix "
+                                         "them \\(input_shapes=, --input-shapes\\)"):
         g.add_node(If(_one_output("t", 1, Shape(("n",))), matrix), [cond, x])
 
 

@@ -79,10 +79,11 @@ def _outputs(op: Op, graph: Graph, bindings: dict[str, Dim], what: str) -> list[
     return shapes
 
 
-def _join(op: Op, a: Shape, b: Shape, what: str) -> Shape:
+def _join(op: Op, a: Shape, b: Shape, what: str, hint: str = "") -> Shape:
     """The shape two values may both have: equal dims kept, differing dims UNKNOWN."""
     if a.dtype != b.dtype or a.rank != b.rank:
-        raise ShapeError(f"{op.op_name}: {what} is {a} and {b} (dtype and rank must agree)")
+        raise ShapeError(f"{op.op_name}: {what} is {a} and {b} (dtype and rank must "
+                         f"agree){hint}")
     return a.with_dims(x if x == y else UNKNOWN for x, y in zip(a.dims, b.dims))
 
 
@@ -128,7 +129,10 @@ class If(Op):
         if len(then) != len(other):
             raise ShapeError(f"If: then_branch has {len(then)} outputs, "
                              f"else_branch has {len(other)}")
-        return tuple(_join(self, a, b, f"output {i}") for i, (a, b) in
+        # ONNX lets branches differ in rank (a model squeezing a batch of 1); rlx's values
+        # have one rank, which fixed input sizes give
+        hint = "; if that depends on input sizes, fix them (input_shapes=, --input-shapes)"
+        return tuple(_join(self, a, b, f"output {i}", hint) for i, (a, b) in
                      enumerate(zip(then, other)))
 
 
