@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import logging
 import mmap
 import os
@@ -255,7 +254,9 @@ def _libc():
     global _LIBC
     if _LIBC is False:
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            # the process's own symbols, libc's among them: ctypes.util.find_library would
+            # run ldconfig in a subprocess (and importing it costs shutil, tempfile, lzma...)
+            libc = ctypes.CDLL(None, use_errno=True)
             libc.mmap.restype = ctypes.c_void_p
             libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
                                   ctypes.c_int, ctypes.c_int, ctypes.c_long]
