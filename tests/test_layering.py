@@ -17,7 +17,7 @@ ALLOWED: dict[str, set[str]] = {
     "ir": {"errors", "codecs", "enums", "deferred"},
     "codecs": {"errors", "enums"},
     "kernels": {"errors", "ir", "codecs"},
-    "runtime": {"errors", "ir", "codecs", "kernels"},
+    "runtime": {"errors", "ir", "codecs", "kernels", "_lazy"},
     "passes": {"errors", "ir", "codecs", "kernels", "_lazy", "deferred"},
     "weights": {"errors", "codecs", "enums", "_lazy", "safeio", "stored_zip", "deferred"},
     "stored_zip": {"errors"},  # STORE-only zip archives: .rlxp zip packages, .dduf bundles

@@ -99,3 +99,23 @@ def test_reading_and_compiling_builds_few_classes_and_no_bake_modules(tmp_path):
               "rlx.runtime.profile", "rlx.artifact.writer",
               "subprocess", "shutil", "tempfile")  # ctypes.util brought these (~15 ms)
     assert not {m for m in modules if m.startswith(banned)}, modules
+
+
+def test_a_warm_onnxruntime_load_imports_no_numpy_kernel_and_spawns_nothing(tmp_path):
+    """Time to first result on other engines: with onnxruntime's saved model warm, a load
+    imports neither the numpy kernels nor the ONNX exporter, and runs no subprocess
+    (`platform.processor()` ran `uname -p`; `ctypes.util` imported subprocess)."""
+    from rlx import BakeOptions, BakeProfile, bake, write_rlx
+    from rlx.models import mlp_graph, mlp_weights
+
+    path = tmp_path / "mlp.rlx"
+    file, _ = bake(mlp_graph(), mlp_weights(), BakeOptions.from_profile(BakeProfile.EXACT))
+    write_rlx(path, file)
+    code = (f"import rlx\nmodel = rlx.load({str(path)!r}, engine='onnxruntime', "
+            f"cache_dir={str(tmp_path / 'cache')!r})\n"
+            "model.run({i.name: __import__('numpy').zeros([1 if isinstance(d, str) else d "
+            "for d in i.shape], i.dtype) for i in model.inputs})")
+    _imported_after(code)  # the first load saves onnxruntime's optimised model
+    loaded = _imported_after(code)
+    assert not {m for m in loaded if m.startswith(("rlx.kernels", "rlx.runtime.session",
+                                                   "rlx.frontends", "onnx.", "subprocess"))}

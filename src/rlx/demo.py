@@ -25,7 +25,7 @@ from rlx import BakeOptions, BakeProfile, MemoryMode, bake
 from rlx.artifact import read_rlx, write_rlx
 from rlx.artifact.crypto import KdfParams
 from rlx.models import mlp_graph, ternarize
-from rlx.runtime import Session
+from rlx.runtime.session import Session
 
 __all__ = ["DEMO_KDF", "DemoResult", "DemoRow", "Digits", "load_digits", "run_demo"]
 

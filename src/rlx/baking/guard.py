@@ -26,7 +26,7 @@ import numpy as np
 
 from rlx.ir.graph import Graph
 from rlx.passes.weight_encoding import WeightChoice, apply_weight_encodings
-from rlx.runtime import Session
+from rlx.runtime.session import Session
 
 __all__ = ["OutputAccuracy", "TensorAccuracy", "AccuracyReport", "guard_encodings",
            "compare_outputs", "DEFAULT_MIN_COSINE"]

@@ -22,7 +22,6 @@ import hashlib
 import json
 import logging
 import os
-import statistics
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -108,7 +107,7 @@ def _time(runner, feeds: Mapping[str, np.ndarray], outputs: list[str]) -> float:
         t = time.perf_counter()
         runner.run(dict(feeds), outputs)
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return float(np.median(times))
 
 
 def _build(name: str, file: RlxFile, graph: Graph, path: str, threads: int | None,
@@ -130,7 +129,7 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
         log.info("auto: %s from the cache (%s)", name, _fmt(entry.get("measured_ms", {})))
         return _build(name, file, graph, path, threads, precision, cache_dir)
     feeds = dict(example) if example is not None else example_feeds(graph)
-    from rlx.runtime.session import check_feeds
+    from rlx.runtime.feeds import check_feeds
 
     check_feeds(graph.inputs(), feeds)
     outputs = [graph.node(o).name or f"out{o}" for o in graph.outputs]

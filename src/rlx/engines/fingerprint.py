@@ -64,8 +64,9 @@ def is_plain_artifact(path: str | None) -> bool:
 
 
 def _cpu_info() -> tuple[str, str]:
-    """(model name, flags) from /proc/cpuinfo; kernels are chosen by the flags."""
-    model, flags = platform.processor() or "?", ""
+    """(model name, flags) from /proc/cpuinfo; kernels are chosen by the flags. Only
+    without it `platform.processor()`, which on Linux runs `uname -p` in a subprocess."""
+    model, flags = "", ""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -75,11 +76,11 @@ def _cpu_info() -> tuple[str, str]:
                     model = value.strip()
                 elif key == "flags":
                     flags = value.strip()
-                if model != "?" and flags:
+                if model and flags:
                     break
     except OSError:
         pass
-    return model, flags
+    return model or platform.processor() or "?", flags
 
 
 def machine_id() -> str:

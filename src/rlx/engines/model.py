@@ -23,7 +23,7 @@ from rlx.engines.registry import check_engine, check_precision, engine_module
 from rlx.errors import InputError
 from rlx.ir.graph import Graph
 from rlx.ir.shape import Dim
-from rlx.runtime.session import check_feeds
+from rlx.runtime.feeds import check_feeds
 
 __all__ = ["IoSpec", "Model", "Runner", "load", "build_runner"]
 

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -165,6 +163,8 @@ class OrtRunner:
                     raise
                 log.warning("onnxruntime: the cached model %s does not load (%s); "
                             "rebuilding it", folder, " ".join(str(err).split())[:200])
+                import shutil
+
                 shutil.rmtree(folder, ignore_errors=True)
                 continue
             self.cached = folder
@@ -175,6 +175,9 @@ class OrtRunner:
         """Optimise the export with onnxruntime and save it (prepacked weights in its
         external data file) into `folder`, atomically: written to a sibling temporary
         folder, then renamed."""
+        import shutil  # here, not at the top: a load from the cache never needs them
+        import tempfile
+
         model_bytes, placer = self._export(file, graph, path)
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))

@@ -1,5 +1,15 @@
-"""The CPU runtime: `Session`, `CompiledGraph` and the numpy kernel registry."""
+"""The CPU runtime: `Session`, `CompiledGraph` and the numpy kernel registry.
 
-from rlx.runtime.session import CompiledGraph, Session, conform_feed
+Names load on first use (`rlx._lazy`): the feed checks every engine shares import no kernel.
+"""
 
-__all__ = ["CompiledGraph", "Session", "conform_feed"]
+from rlx._lazy import lazy_exports
+
+_LAZY = {
+    "CompiledGraph": "rlx.runtime.session",
+    "Session": "rlx.runtime.session",
+    "check_feeds": "rlx.runtime.feeds",
+    "conform_feed": "rlx.runtime.feeds",
+}
+__all__ = ["CompiledGraph", "Session", "check_feeds", "conform_feed"]
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

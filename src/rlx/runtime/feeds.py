@@ -1,0 +1,88 @@
+"""Feeds as rlx takes them, the same for every engine: names, dtypes, ranks and sizes
+checked against a graph's inputs, by onnxruntime's rules (`conform_feed`).
+
+Its own module so that engines other than numpy check feeds without importing the numpy
+kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rlx.errors import InputError
+from rlx.ir.dtype import DType
+from rlx.ir.graph import Node
+from rlx.ir.shape import Shape
+
+__all__ = ["check_feeds", "conform_feed"]
+
+
+def check_feeds(inputs: Sequence[Node], feeds: Mapping[str, Any]) -> dict[int, np.ndarray]:
+    """rlx's feed checks, shared by every engine: each of the graph's `inputs` (Input nodes)
+    fed once, no unknown names, dtypes, ranks and sizes as declared, each symbolic dim one
+    size throughout. Returns the checked arrays by node id."""
+    input_names = [n.source_name for n in inputs]
+    names = set(input_names)
+    unknown = sorted(set(feeds) - names)
+    missing = [n for n in input_names if n not in feeds]
+    if unknown or missing:
+        parts = []
+        if missing:
+            parts.append(f"missing input(s) {', '.join(map(repr, missing))}")
+        if unknown:
+            parts.append(f"unknown input(s) {', '.join(map(repr, unknown))}")
+        raise InputError(f"{'; '.join(parts)}; graph inputs are {sorted(names)}")
+    bound: dict[str, int] = {}
+    values: dict[int, np.ndarray] = {}
+    for node in inputs:
+        name = node.source_name
+        values[node.id] = conform_feed(name, node.tensor_shape, feeds[name], bound)
+    return values
+
+
+def conform_feed(name: str, shape: Shape, value: Any,
+                 bound: dict[str, int] | None = None) -> np.ndarray:
+    """`value` as the graph input `name` of declared `shape` takes it, by onnxruntime's
+    input rules, or an `InputError` saying what was expected.
+
+    onnxruntime (1.32, measured) requires the exact dtype and, for a declared rank >= 1,
+    the exact rank and every fixed dim; a declared scalar it takes at any shape. rlx takes
+    a declared scalar as any one-element array (silero-vad's own feeds pass `sr` as
+    int64 [1]), reshaped to rank 0 without a copy; more elements cannot fit the scalar the
+    graph was built around, so they stay an error. A symbolic dim must have one size over
+    all inputs (`bound` collects them; onnxruntime does not check, but rlx's graph relies
+    on it). Python scalars and lists take the declared dtype.
+    """
+    want = shape.dtype.numpy
+    if not isinstance(value, np.ndarray):
+        value = np.asarray(value, dtype=want)
+
+    def wrong(why: str) -> InputError:  # built only on failure: feeds are checked per call
+        dtype = DType.from_numpy(value.dtype) if value.dtype in _KNOWN else value.dtype
+        return InputError(f"input {name!r}: expected {shape}, got "
+                          f"{dtype}[{', '.join(map(str, value.shape))}]{why}")
+
+    if value.dtype != want:
+        raise wrong(" (the dtype must match)")
+    if shape.rank == 0 and value.ndim:
+        if value.size != 1:
+            raise wrong(" (a scalar takes one element)")
+        return value.reshape(())  # a view: one element is contiguous in any layout
+    if value.ndim != shape.rank:
+        raise wrong(f" (rank {shape.rank})")
+    for axis, (dim, size) in enumerate(zip(shape.dims, value.shape)):
+        if isinstance(dim, int):
+            if dim != size:
+                raise wrong(f" (axis {axis})")
+        elif dim != "?":
+            if bound is None:
+                bound = {}
+            if bound.setdefault(dim, size) != size:
+                raise wrong(f": dim {dim!r} is {bound[dim]} elsewhere")
+    return value
+
+
+_KNOWN = {d.numpy for d in DType}
