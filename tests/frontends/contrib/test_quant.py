@@ -4,9 +4,13 @@ outputs must be equal bit for bit."""
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
-from tests.frontends.contrib.oracle import Const, assert_same, run_both
+from rlx import BakeOptions, BakeProfile, bake
+from rlx.frontends.onnx import import_onnx
+from rlx.runtime import Session
+from tests.frontends.contrib.oracle import Const, assert_same, one_node, run_both
 
 F32 = np.float32
 rng = np.random.default_rng(0)
@@ -117,13 +121,42 @@ def test_qlinear_average_pool(dtype, attrs):
 
 @pytest.mark.parametrize("dtype", TYPES)
 @pytest.mark.parametrize("opset,axis", [(13, -1), (13, 1), (1, 1)])
-def test_qlinear_softmax(dtype, opset, axis):
+@pytest.mark.parametrize("x_scale,y_scale,length", [
+    (0.1, 1 / 256, 10),
+    (0.23951402, 0.00392157, 64),  # minilm-l3's attention: floor(1 / y_scale) is 254
+    (0.7, 0.003, 33)])  # outputs past the type's range saturate
+def test_qlinear_softmax(dtype, opset, axis, x_scale, y_scale, length):
     z = -128 if dtype == np.int8 else 0
-    x = q((2, 5, 10), dtype, 1)
-    got, want = run_both("QLinearSoftmax", [x, scale(0.1), zero(z + 20, dtype),
-                                            scale(1 / 256), zero(z, dtype)],
+    x = q((3, 5, length), dtype, 1)
+    got, want = run_both("QLinearSoftmax", [x, scale(x_scale), zero(z + 20, dtype),
+                                            scale(y_scale), zero(z, dtype)],
                          opset=opset, axis=axis)
     assert_same(got, want)
+
+
+def test_qlinear_softmax_with_a_scale_known_at_run_time():
+    """onnxruntime then builds its table of exponentials per call: so does rlx's graph."""
+    x = q((4, 64), np.uint8, 2)
+    got, want = run_both("QLinearSoftmax", [x, np.array(0.2395, F32), zero(202),
+                                            scale(1 / 255), zero(0)], opset=13, axis=-1)
+    assert_same(got, want)
+
+
+def test_qlinear_softmax_over_a_symbolic_length():
+    """The table's headroom depends on the row length, read from the shape at run time."""
+    model, _ = one_node("QLinearSoftmax", [q((2, 1), np.uint8), scale(0.2395), zero(202),
+                                           scale(1 / 255), zero(0)], opset=13, axis=-1)
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "length"
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    oracle = ort.InferenceSession(model.SerializeToString(), options,
+                                  providers=["CPUExecutionProvider"])
+    graph, bindings = import_onnx(model)
+    compiled = Session().compile(bake(graph, bindings, BakeOptions.from_profile(
+        BakeProfile.EXACT))[0].into_runtime_graph())
+    for length in (7, 64, 300):
+        feeds = {"in0": q((2, length), np.uint8, length)}
+        assert_same(compiled.run(feeds), oracle.run(None, feeds))
 
 
 @pytest.mark.parametrize("a_type", TYPES)

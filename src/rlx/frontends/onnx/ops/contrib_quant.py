@@ -20,7 +20,7 @@ from rlx.frontends.onnx.ops.control import recurrent_lstm
 from rlx.frontends.onnx.ops.nn import _pool
 from rlx.frontends.onnx.ops.quant import dequantize, dequantize_linear, quantize, quantize_linear
 from rlx.frontends.onnx.registry import MICROSOFT, converter
-from rlx.ir import Activation, Clamp, DType, PoolKind, ReduceOp, Softmax
+from rlx.ir import Activation, Clamp, CumSum, DType, PoolKind, ReduceOp
 
 __all__ = ["requantize"]
 
@@ -174,20 +174,45 @@ def qlinear_average_pool(n: NodeContext) -> int:
 
 @converter("QLinearSoftmax", domain=MICROSOFT)
 def qlinear_softmax(n: NodeContext) -> int:
-    """Softmax of the dequantised input along `axis` (the whole trailing block before
-    opset 13), quantised to Y."""
+    """Softmax of X along `axis` (the whole trailing block before opset 13), quantised to
+    Y, in onnxruntime's arithmetic: each value reads the entry 255 - (row max - value) of
+    a table of exponentials (X's zero point cancels), the row's entries are summed in
+    order in float32, and Y = saturate(round(entry * floor(1 / y_scale) / sum) + y_zero)."""
     s = n.s
     x = n.input(0)
-    real = dequantize(s, x, _f32(s, n.input(1)), _zero(n, 2), F32)
     opset = int(n.attr("opset", 13))
     rank = s.rank(x)
     axis = n.attr("axis", -1 if opset >= 13 else 1) % max(rank, 1)
+    shape = None
     if opset < 13 and axis < rank - 1:
-        flat, shape = s.to_2d(real, axis)
-        soft = s.reshape(s.emit(Softmax(-1), flat), shape)
-    else:
-        soft = s.emit(Softmax(axis), real)
-    return quantize(s, soft, n.input(3), _zero(n, 4), _out_type(n, 4, x))
+        x, shape = s.to_2d(x, axis)
+        axis = 1
+    values = s.cast(x, DType.I32)
+    offset = s.sub(s.reduce(ReduceOp.MAX, values, (axis,)), s.scalar(255, DType.I32))
+    entries = s.gather(_softmax_table(n, x, axis), s.sub(values, offset))
+    total = s.slice(s.emit(CumSum(axis), entries), [-1], [_END], [axis])
+    steps = s.unary(Activation.FLOOR, s.div(s.scalar(1.0, F32), _f32(s, n.input(3))))
+    y = requantize(s, s.div(s.mul(entries, steps), total), None, _zero(n, 4),
+                   _out_type(n, 4, x))
+    return y if shape is None else s.reshape(y, shape)
+
+
+_END = np.iinfo(np.int64).max
+_FLOAT_MAX = float(np.finfo(np.float32).max)
+
+
+def _softmax_table(n: NodeContext, x: int, axis: int) -> int:
+    """onnxruntime's 256 float32 exponentials: entry i = exp((i - 255 + shift) * x_scale)
+    in float64, `shift` scaling them up as far as a row of x's length along `axis` can sum
+    without overflowing float32, less a margin of e^5 (a constant once folded)."""
+    s = n.s
+    x_scale = s.cast(s.reshape(n.input(1), ()), DType.F64)
+    length = s.cast(s.dim(x, axis), F32)
+    headroom = s.cast(s.div(s.scalar(_FLOAT_MAX, F32), length), DType.F64)
+    shift = s.emit(Clamp(0.0, None), s.sub(s.unary(Activation.LOG, headroom),
+                                           s.scalar(5.0, DType.F64)))
+    steps = s.add(s.const(np.arange(256, dtype=np.float64) - 255), s.div(shift, x_scale))
+    return s.cast(s.unary(Activation.EXP, s.mul(steps, x_scale)), F32)
 
 
 # -- matrix products ---------------------------------------------------------------------------
