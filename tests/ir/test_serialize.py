@@ -79,6 +79,8 @@ SAMPLES: dict[str, ops.Op] = {op.__class__.__name__: op for op in [
              activations=("Sigmoid", "Tanh", "Tanh") * 2, activation_alpha=(0.5,),
              activation_beta=(0.25,), clip=3.0, layout=1, present=("B", "initial_h"),
              input_forget=True),
+    ops.QuantizedLSTM(hidden_size=4, present=("B", "W_scale", "W_zero_point", "R_scale",
+                                              "R_zero_point")),
     ops.GRU(hidden_size=4, direction=ops.RnnDirection.REVERSE, linear_before_reset=True,
             present=("B",)),
     ops.RNN(hidden_size=4, activations=("Relu",), clip=None),

@@ -67,6 +67,7 @@ from rlx.ir.ops import (
     Pool,
     PoolKind,
     PRelu,
+    QuantizedLSTM,
     QuantScheme,
     Range,
     Reduce,
@@ -120,5 +121,6 @@ __all__ = [
     "DepthToSpaceMode", "Reshape", "Transpose", "Concat", "Slice", "Gather", "GatherElements",
     "GatherND", "ScatterND", "ScatterElements", "Expand", "Pad", "Tile", "Split", "Squeeze",
     "Unsqueeze", "Flatten", "ShapeOf", "Size", "Range", "Fill", "OneHot", "DepthToSpace",
-    "SpaceToDepth", "Trilu", "NonZero", "Compress", "Input", "Param", "Constant", "as_byte_array"
+    "SpaceToDepth", "Trilu", "NonZero", "Compress", "Input", "Param", "Constant", "as_byte_array",
+    "QuantizedLSTM",
 ]

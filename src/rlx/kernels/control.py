@@ -23,6 +23,7 @@ from rlx.ir.ops.control import (
     Fail,
     If,
     Loop,
+    QuantizedLSTM,
     RnnDirection,
     Scan,
 )
@@ -32,7 +33,7 @@ from rlx.kernels.registry import builder, kernel
 
 __all__ = [
     "build_if", "build_loop", "build_scan", "Activation", "Recurrent", "States", "Step",
-    "build_recurrence", "fail",
+    "build_recurrence", "build_quantized_lstm", "fail",
 ]
 
 
@@ -207,18 +208,28 @@ def _lstm_cell(op: LSTM, p: _Weights) -> tuple[np.ndarray, Step]:
     return p.w_bias + p.r_bias, step
 
 
-def _plain_lstm_step(hidden: int, p: _Weights) -> Step:
+def _plain_lstm_step(hidden: int, p: _Weights,
+                     recur: Callable[[np.ndarray], np.ndarray] | None = None,
+                     bias: np.ndarray | None = None) -> Step:
     """The LSTM step without peepholes or coupled gates: the gates (ONNX order i, o, f, c)
-    are one [batch, 4H] product, clipped at once, and i, o, f (adjacent) go through `f`
+    are one [batch, 4H] product (`recur(h_prev)`, by default h_prev @ R^T) plus xw (plus
+    `bias` where xw holds none), clipped at once, and i, o, f (adjacent) go through `f`
     in one call; the state update reuses the fresh buffers."""
     f, g, h = p.acts
-    r_t, clip = p.r_t, p.clip
+    clip = p.clip
     h1, h2, h3 = hidden, 2 * hidden, 3 * hidden
+    if recur is None:
+        r_t = p.r_t
+
+        def recur(h_prev: np.ndarray) -> np.ndarray:
+            return h_prev @ r_t
 
     def step(xw: np.ndarray, states: States) -> States:
         h_prev, c_prev = states
-        gates = h_prev @ r_t
+        gates = recur(h_prev)
         gates += xw
+        if bias is not None:
+            gates += bias
         gates = clip(gates)
         ifo = f(gates[:, :h3])
         c = g(gates[:, h3:])
@@ -263,6 +274,7 @@ def _rnn_cell(op: RNN, p: _Weights) -> tuple[np.ndarray, Step]:
 # op type -> (cell factory, the ONNX inputs holding its initial states)
 _CELLS: dict[type, tuple[Callable[..., tuple], tuple[str, ...]]] = {
     LSTM: (_lstm_cell, ("initial_h", "initial_c")),
+    QuantizedLSTM: (_lstm_cell, ("initial_h", "initial_c")),
     GRU: (_gru_cell, ("initial_h",)),
     RNN: (_rnn_cell, ("initial_h",)),
 }
@@ -295,9 +307,18 @@ def build_recurrence(node, compile):
 class _Direction:
     """One direction's weights as the run reads them, laid out once per weight array."""
 
-    w_t: np.ndarray  # W^T, C-contiguous [input, gates * hidden]
-    in_bias: np.ndarray  # the biases that add to x W^T (Wb + Rb, per cell)
+    project: Callable[[np.ndarray], np.ndarray]  # [steps * batch, input] -> xw
     step: Step
+
+
+def _projection(w_t: np.ndarray, in_bias: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """x W^T + the biases that add to it (Wb + Rb, per cell); w_t C-contiguous."""
+    def project(xs: np.ndarray) -> np.ndarray:
+        xw = xs @ w_t
+        xw += in_bias
+        return xw
+
+    return project
 
 
 def _lay_out(op: Recurrent, acts: list[list[Activation]], clip: Activation, cdt,
@@ -315,7 +336,7 @@ def _lay_out(op: Recurrent, acts: list[list[Activation]], clip: Activation, cdt,
                            None if peepholes is None else peepholes[d].astype(cdt), acts[d],
                            clip)
         in_bias, step = make_cell(op, weights)
-        laid.append(_Direction(np.ascontiguousarray(w[d].T), in_bias, step))
+        laid.append(_Direction(_projection(np.ascontiguousarray(w[d].T), in_bias), step))
     return laid
 
 
@@ -346,9 +367,7 @@ def _recurrence(op: Recurrent, laid: list[_Direction], cdt, x: np.ndarray,
         reverse = op.direction is RnnDirection.REVERSE or d == 1
         order = _time_order(steps, batch, lens, reverse)
         xs = _gather(x, order)
-        xw = xs.reshape(-1, xs.shape[-1]) @ lay.w_t
-        xw += lay.in_bias
-        xw = xw.reshape(steps, batch, -1)
+        xw = lay.project(xs.reshape(-1, xs.shape[-1])).reshape(steps, batch, -1)
         y, final = _unroll(lay.step, xw, tuple(s[d] for s in initial), lens)
         ys.append(_gather(y, order))
         finals.append(final)
@@ -401,6 +420,77 @@ def _unroll(step: Step, xw: np.ndarray, states: States,
             y[t] = np.where(live, new[0], 0)
         states = new
     return y, states
+
+
+# -- onnxruntime's DynamicQuantizeLSTM -------------------------------------------------------
+def _quantized_uint8(a: np.ndarray, by_row: bool) -> tuple[np.ndarray, np.ndarray]:
+    """a [M, K] quantised to uint8 as onnxruntime's dynamic GEMM does, minus its zero point
+    (in float64, for an exact product), and the scale ([M, 1] by row, else one): the range
+    [min, max] widened to hold 0, scale (max - min) / 255 (1 for an all-zero range), zero
+    point round(-min / scale), values saturate(round(a / scale) + zero point), rounded half
+    to even."""
+    axis = 1 if by_row else None
+    lo = np.minimum(a.min(axis, keepdims=True, initial=0), 0).astype(np.float32)
+    hi = np.maximum(a.max(axis, keepdims=True, initial=0), 0).astype(np.float32)
+    scale = np.where(hi == lo, np.float32(1), (hi - lo) / np.float32(255))
+    zero = np.rint(np.clip(np.float32(0) - lo / scale, 0, 255))
+    q = np.clip(np.rint(a / scale) + zero, 0, 255)
+    return q.astype(np.float64) - zero, scale
+
+
+def _quantized_product(weight: np.ndarray, scale: np.ndarray, zero: np.ndarray,
+                       by_row: bool = False) -> Callable[[np.ndarray], np.ndarray]:
+    """a -> float32(qa @ (weight - zero)) * float32(a_scale * scale): onnxruntime's GEMM of
+    a dynamically quantised a [M, K] (`by_row`: each row with its own parameters) with
+    8-bit weights [K, N] (scale and zero per tensor or per column N); the integer products
+    are summed exactly (float64 holds them)."""
+    centred = weight.astype(np.float64) - zero.astype(np.float64)
+
+    def product(a: np.ndarray) -> np.ndarray:
+        qa, a_scale = _quantized_uint8(a, by_row)
+        return (qa @ centred).astype(np.float32) * (a_scale * scale)
+
+    return product
+
+
+def _splits_batch(batch: int, hidden: int) -> bool:
+    """Whether onnxruntime's LSTM partitions the batch across threads, each part with its
+    own quantisation of H: rlx takes one sequence per part, what onnxruntime does with at
+    least `batch` threads."""
+    return batch > 4 or (batch >= 2 and hidden <= 256)
+
+
+def _lay_out_quantized(op: QuantizedLSTM, acts: list[list[Activation]], clip: Activation,
+                       w: np.ndarray, r: np.ndarray, opt: dict[str, np.ndarray],
+                       batch: int) -> list[_Direction]:
+    """Per direction: X W^T and H R^T as onnxruntime's quantised GEMMs, the biases (Wb + Rb)
+    added to the gates after both, as its LSTM kernel orders the sums."""
+    dirs, gh = op.direction.count, w.shape[1]
+    bias = _optional(opt, "B", (dirs, 2 * gh), np.float32)
+    laid = []
+    for d in range(dirs):
+        weights = _Weights(r[d].T, bias[d, :gh], bias[d, gh:], None, acts[d], clip)
+        recur = _quantized_product(r[d].T, opt["R_scale"][d], opt["R_zero_point"][d],
+                                   _splits_batch(batch, op.hidden_size))
+        step = _plain_lstm_step(op.hidden_size, weights, recur, bias[d, :gh] + bias[d, gh:])
+        project = _quantized_product(w[d].T, opt["W_scale"][d], opt["W_zero_point"][d])
+        laid.append(_Direction(project, step))
+    return laid
+
+
+@builder(QuantizedLSTM)
+def build_quantized_lstm(node, compile):
+    op = node.op
+    acts, clip = _activations(op), _clipper(op.clip)
+
+    def run(x, w, r, *optional):
+        opt = dict(zip(op.present, optional))
+        batch = x.shape[0 if op.layout else 1]
+        laid = _lay_out_quantized(op, acts, clip, w, r, opt, batch)
+        outs = _recurrence(op, laid, np.float32, x, opt)
+        return tuple(np.ascontiguousarray(a, dtype=np.float32) for a in outs)
+
+    return run
 
 
 @kernel(Fail)

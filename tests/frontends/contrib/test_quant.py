@@ -253,39 +253,70 @@ def test_qattention():
     assert_same(got, want, 1e-5)
 
 
-@pytest.mark.parametrize("per_column", [False, True])
-@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
-def test_dynamic_quantize_lstm(per_column, direction):
-    """rlx runs onnxruntime's LSTM on the dequantised weights (W [D, I, 4H] and R
-    [D, H, 4H] transposed to ONNX's layout): equal to onnxruntime's float LSTM on them to
-    float rounding. onnxruntime's DynamicQuantizeLSTM also quantises X and H to uint8 at
-    every step, so it is only close (its own quantisation error)."""
-    dirs, hidden, size, seq = (2 if direction == "bidirectional" else 1), 8, 5, 6
-    g = np.random.default_rng(7)
-    x = g.standard_normal((seq, 1, size)).astype(F32)
-    w = g.integers(-127, 128, (dirs, size, 4 * hidden)).astype(np.int8)
-    r = g.integers(-127, 128, (dirs, hidden, 4 * hidden)).astype(np.int8)
-    bias = (g.standard_normal((dirs, 8 * hidden)) * 0.1).astype(F32)
+def _onnxruntime_threads(model, feeds, threads: int) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = threads
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.mark.parametrize("direction,batch,per_column,w_type", [
+    ("forward", 1, False, np.int8), ("bidirectional", 1, True, np.int8),
+    ("reverse", 2, False, np.uint8), ("forward", 3, True, np.int8)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_dynamic_quantize_lstm(direction, batch, per_column, w_type, seed):
+    """onnxruntime's arithmetic: X (all steps) and H (every step) quantised to uint8, the
+    products in integers, scaled, the biases added after. H is quantised per sequence
+    where onnxruntime splits the batch across threads, as it does with `batch` threads.
+    What is left is onnxruntime's LSTM activations (MLAS's logistic and tanh
+    approximations, a few float32 ulps from exact) against numpy's."""
+    dirs, hidden, size, seq = (2 if direction == "bidirectional" else 1), 16, 8, 12
+    g = np.random.default_rng(seed)
+    low = -64 if w_type == np.int8 else 0  # int8 weights: see test_onnxruntime_u8s8_...
+    w = g.integers(low, low + 128, (dirs, size, 4 * hidden)).astype(w_type)
+    r = g.integers(low, low + 128, (dirs, hidden, 4 * hidden)).astype(w_type)
     shape = (dirs, 4 * hidden) if per_column else (dirs,)
-    w_scale = g.uniform(0.0004, 0.0006, shape).astype(F32)
-    r_scale = g.uniform(0.0006, 0.0008, shape).astype(F32)
-    w_zero = np.zeros(shape, np.int8)  # onnxruntime accepts only symmetric weights
-    r_zero = np.zeros(shape, np.int8)
-    got, want = run_both("DynamicQuantizeLSTM",
-                         [x, Const(w), Const(r), Const(bias), None, None, None, None,
-                          Const(w_scale), Const(w_zero), Const(r_scale), Const(r_zero)],
-                         n_outputs=3, hidden_size=hidden, direction=direction)
-    col = (slice(None), None, slice(None)) if per_column else (slice(None), None, None)
+    z = np.full(shape, 0 if w_type == np.int8 else 64, w_type)  # symmetric int8 only
+    x = g.standard_normal((seq, batch, size)).astype(F32)
+    h0, c0 = (g.standard_normal((2, dirs, batch, hidden)) * 0.5).astype(F32)
+    inputs = [x, Const(w), Const(r), Const((g.standard_normal((dirs, 8 * hidden)) * 0.1)
+                                            .astype(F32)), None, h0, c0, None,
+              Const(g.uniform(0.004, 0.006, shape).astype(F32)), Const(z),
+              Const(g.uniform(0.006, 0.008, shape).astype(F32)), Const(z)]
+    got, _ = run_both("DynamicQuantizeLSTM", inputs, n_outputs=3, hidden_size=hidden,
+                      direction=direction)
+    model, feeds = one_node("DynamicQuantizeLSTM", inputs, n_outputs=3, hidden_size=hidden,
+                            direction=direction)
+    assert_same(got, _onnxruntime_threads(model, feeds, batch), 1e-6)
 
-    def real(q_, s_, z_):
-        return ((q_.astype(F32) - z_[col]) * s_[col]).transpose(0, 2, 1).astype(F32)
 
-    _, floats = run_both("LSTM", [x, Const(real(w, w_scale, w_zero)),
-                                  Const(real(r, r_scale, r_zero)), Const(bias)],
-                         n_outputs=3, domain="", hidden_size=hidden, direction=direction)
-    assert_same(got, floats, 1e-5)
-    for g_, w_ in zip(got, want):
-        assert g_.shape == w_.shape and np.max(np.abs(g_ - w_)) <= 0.05
+@pytest.mark.parametrize("form,op_type", [("nbits", "DynamicQuantizeLSTM"),
+                                          ("decompress", "LSTM")])
+def test_quantized_lstm_exports_for_each_engine(form, op_type):
+    """For onnxruntime the op itself (W and R back in its layout); for OpenVINO, which runs
+    no com.microsoft ops, an ONNX LSTM on the dequantised weights (within the quantisation
+    error)."""
+    from rlx.frontends.onnx.export import build_onnx
+
+    dirs, hidden, size = 2, 8, 5
+    g = np.random.default_rng(3)
+    shape = (dirs, 4 * hidden)
+    inputs = [g.standard_normal((6, 1, size)).astype(F32),
+              Const(weights((dirs, size, 4 * hidden))),
+              Const(weights((dirs, hidden, 4 * hidden), seed=1)), None, None, None, None, None,
+              Const(g.uniform(0.004, 0.006, shape).astype(F32)), Const(np.zeros(shape, np.int8)),
+              Const(g.uniform(0.006, 0.008, shape).astype(F32)), Const(np.zeros(shape, np.int8))]
+    model, feeds = one_node("DynamicQuantizeLSTM", inputs, n_outputs=3, hidden_size=hidden,
+                            direction="bidirectional")
+    want = _onnxruntime_threads(model, feeds, 1)
+    graph, bindings = import_onnx(model)
+    runtime = bake(graph, bindings, BakeOptions.from_profile(BakeProfile.EXACT))[0]
+    exported = build_onnx(runtime.into_runtime_graph(), packed=form).model
+    assert op_type in {node.op_type for node in exported.graph.node}
+    got = ort.InferenceSession(exported.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert_same(got, want, 0.0 if form == "nbits" else 0.02)
 
 
 @pytest.mark.parametrize("a_type", TYPES)

@@ -608,13 +608,7 @@ def _scan(c) -> None:
 _ACT_NAMES = {name.lower(): name for name in ctl.RNN_ACTIVATIONS}
 
 
-@handles(ctl.LSTM, ctl.GRU, ctl.RNN)
-def _recurrent(c) -> None:
-    op = c.op
-    given = dict(zip(op.present, c.x[3:]))
-    inputs = c.x[:3] + [given.get(name, "") for name in op.optional_inputs]
-    while inputs[-1] == "":
-        inputs.pop()
+def _recurrent_attrs(op) -> dict:
     attrs = {"hidden_size": op.hidden_size, "direction": op.direction.value,
              "activations": [_ACT_NAMES[a.lower()] for a in op.activations] or None,
              "activation_alpha": list(op.activation_alpha) or None,
@@ -624,7 +618,58 @@ def _recurrent(c) -> None:
         attrs["input_forget"] = int(op.input_forget) or None
     if isinstance(op, ctl.GRU):
         attrs["linear_before_reset"] = int(op.linear_before_reset) or None
-    c.final(type(op).__name__, inputs, **attrs)
+    return attrs
+
+
+def _optional_inputs(names: list[str], present, order) -> list[str]:
+    given = dict(zip(present, names))
+    inputs = [given.get(name, "") for name in order]
+    while inputs and inputs[-1] == "":
+        inputs.pop()
+    return inputs
+
+
+@handles(ctl.LSTM, ctl.GRU, ctl.RNN)
+def _recurrent(c) -> None:
+    op = c.op
+    inputs = c.x[:3] + _optional_inputs(c.x[3:], op.present, op.optional_inputs)
+    c.final(type(op).__name__, inputs, **_recurrent_attrs(op))
+
+
+@handles(ctl.QuantizedLSTM)
+def _quantized_lstm(c) -> None:
+    """com.microsoft.DynamicQuantizeLSTM (W and R back in its [D, K, 4H] layout); for
+    OpenVINO, which runs no com.microsoft ops, an ONNX LSTM on the dequantised weights
+    (float32, not onnxruntime's per-step quantisation)."""
+    op = c.op
+    given = dict(zip(op.present, c.x[3:]))
+    lstm_inputs = _optional_inputs(c.x[3:], op.present, ctl.LSTM.optional_inputs)
+    attrs = _recurrent_attrs(op)
+    if op.layout:
+        raise ExportError(f"{c.node.label}: DynamicQuantizeLSTM has no batch-first layout")
+    if c.builder.packed is not PackedForm.DECOMPRESS:
+        lstm_inputs += [""] * (len(ctl.LSTM.optional_inputs) - len(lstm_inputs))
+        weights = [c.tmp("Transpose", [w], perm=[0, 2, 1]) for w in c.x[1:3]]
+        quantisation = [given[name] for name in ctl.QuantizedLSTM.optional_inputs[-4:]]
+        c.final("DynamicQuantizeLSTM", [c.x[0], *weights, *lstm_inputs, *quantisation],
+                domain="com.microsoft", **attrs)
+        return
+    weights = [_dequantized(c, w, given[f"{name}_scale"], given[f"{name}_zero_point"],
+                            c.shape(3 + op.present.index(f"{name}_scale")).rank)
+               for w, name in zip(c.x[1:3], ("W", "R"))]
+    c.final("LSTM", [c.x[0], *weights, *lstm_inputs], **attrs)
+
+
+def _dequantized(c, weight: str, scale: str, zero: str, rank: int) -> str:
+    """(weight - zero) * scale in float32, the parameters per direction ([D]) or per gate
+    row ([D, 4H]) of a [D, 4H, K] weight."""
+    shape = c.ints([0, 1, 1] if rank == 1 else [0, -1, 1], "shape")
+
+    def real(name: str) -> str:
+        return c.tmp("Reshape", [c.tmp("Cast", [name], to=TensorProto.FLOAT), shape])
+
+    centred = c.tmp("Sub", [c.tmp("Cast", [weight], to=TensorProto.FLOAT), real(zero)])
+    return c.tmp("Mul", [centred, c.tmp("Reshape", [scale, shape])])
 
 
 @handles(ctl.Fail)

@@ -18,6 +18,7 @@ from rlx.ir.ops.control import (
     Fail,
     If,
     Loop,
+    QuantizedLSTM,
     RnnDirection,
     Scan,
 )
@@ -129,5 +130,6 @@ __all__ = [
     "Concat", "Slice", "Gather", "GatherElements", "GatherND", "ScatterND", "ScatterElements",
     "Expand", "Pad", "Tile", "Split", "Squeeze", "Unsqueeze", "Flatten", "ShapeOf", "Size",
     "Range", "Fill", "OneHot", "DepthToSpace", "SpaceToDepth", "Trilu", "NonZero", "Compress",
-    "Input", "Param", "Constant", "as_byte_array"
+    "Input", "Param", "Constant", "as_byte_array",
+    "QuantizedLSTM",
 ]

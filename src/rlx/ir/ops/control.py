@@ -26,7 +26,8 @@ from rlx.ir.shape import UNKNOWN, Dim, Shape
 if TYPE_CHECKING:
     from rlx.ir.graph import Graph
 
-__all__ = ["Fail", "If", "Loop", "Scan", "RnnDirection", "RNN_ACTIVATIONS", "LSTM", "GRU", "RNN"]
+__all__ = ["Fail", "If", "Loop", "Scan", "RnnDirection", "RNN_ACTIVATIONS", "LSTM",
+           "QuantizedLSTM", "GRU", "RNN"]
 
 
 @dataclass(frozen=True)
@@ -382,9 +383,48 @@ class LSTM(_Recurrent, Op):
     input_forget: bool = False
     arity: ClassVar = (3, 8)
     gates: ClassVar[int] = 4
-    optional_inputs: ClassVar = ("B", "sequence_lens", "initial_h", "initial_c", "P")
+    optional_inputs: ClassVar[tuple[str, ...]] = ("B", "sequence_lens", "initial_h",
+                                                  "initial_c", "P")
     default_activations: ClassVar = ("Sigmoid", "Tanh", "Tanh")
     n_outputs: ClassVar[int] = 3
+
+
+_QUANTISATION = ("W_scale", "W_zero_point", "R_scale", "R_zero_point")
+
+
+@dataclass(frozen=True)
+class QuantizedLSTM(LSTM):
+    """onnxruntime's DynamicQuantizeLSTM: an LSTM whose W and R (ONNX's layout) are 8-bit,
+    with per-direction `[D]` or per-column `[D, 4H]` scales and zero points (the last four
+    inputs, after LSTM's optional ones). As onnxruntime's kernel does, X (all its steps at
+    once) and H (every step) are quantised to uint8 on the fly and multiplied in integers.
+    Without peepholes or input_forget (the plain LSTM step)."""
+
+    arity: ClassVar = (7, 12)
+    optional_inputs: ClassVar[tuple[str, ...]] = LSTM.optional_inputs + _QUANTISATION
+
+    def infer(self, inputs):
+        opt = self._optional(inputs)
+        if any(name not in opt for name in _QUANTISATION):
+            raise ShapeError(f"{self.op_name}: needs {', '.join(_QUANTISATION)}")
+        if "P" in opt or self.input_forget:
+            raise ShapeError(f"{self.op_name}: peepholes and input_forget are not supported")
+        x, w, r = inputs[:3]
+        for name, weight in (("W", w), ("R", r)):
+            scale, zero = opt[f"{name}_scale"], opt[f"{name}_zero_point"]
+            if weight.dtype not in (DType.U8, DType.I8) or zero.dtype is not weight.dtype:
+                raise ShapeError(f"{self.op_name}: {name} and its zero point must be u8 or "
+                                 f"i8 alike, got {weight} and {zero}")
+            if scale.dtype is not DType.F32 or scale.dims != zero.dims or scale.rank not in (1, 2):
+                raise ShapeError(f"{self.op_name}: {name}_scale must be f32 [D] or [D, 4H] "
+                                 f"like its zero point, got {scale} and {zero}")
+        plain = [p for p in self.present if p not in _QUANTISATION]
+        lstm = LSTM(hidden_size=self.hidden_size, direction=self.direction,
+                    activations=self.activations, activation_alpha=self.activation_alpha,
+                    activation_beta=self.activation_beta, clip=self.clip, layout=self.layout,
+                    present=tuple(plain), input_forget=self.input_forget)
+        floats = [Shape(w.dims, x.dtype), Shape(r.dims, x.dtype)]
+        return lstm.infer([x, *floats, *inputs[3:3 + len(plain)]])
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ import numpy as np
 
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.ops.contrib_fused import attend
-from rlx.frontends.onnx.ops.control import recurrent_lstm
+from rlx.frontends.onnx.ops.control import recurrent, recurrent_lstm
 from rlx.frontends.onnx.ops.nn import _pool
 from rlx.frontends.onnx.ops.quant import dequantize, dequantize_linear, quantize, quantize_linear
 from rlx.frontends.onnx.registry import MICROSOFT, converter
-from rlx.ir import Activation, Clamp, CumSum, DType, PoolKind, ReduceOp
+from rlx.ir import Activation, Clamp, CumSum, DType, PoolKind, QuantizedLSTM, ReduceOp
 
 __all__ = ["requantize"]
 
@@ -352,19 +352,22 @@ def dynamic_quantize_lstm(n: NodeContext):
     """An LSTM whose W [D, I, 4H] and R [D, H, 4H] are int8/uint8 with per-direction or
     per-column scales and zero points (inputs 8..11), transposed against ONNX's layout.
 
-    onnxruntime also quantises X and H to uint8 at every step; rlx runs the LSTM in float32
-    on the dequantised weights (the model's accuracy target, not bit-exactness)."""
+    rlx computes what onnxruntime's kernel does (`QuantizedLSTM`: X and H quantised to
+    uint8 on the fly, integer products); with peepholes or input_forget, which that path
+    leaves out, the LSTM runs in float32 on the dequantised weights."""
     s = n.s
+    if n.has(7) or n.attr("input_forget", 0):
+        return recurrent_lstm(n, {1: _dequantized_weight(n, 1, 8, 9),
+                                  2: _dequantized_weight(n, 2, 10, 11)})
+    onnx_layout = {i: s.transpose(n.input(i), (0, 2, 1)) for i in (1, 2)}
+    return recurrent(n, QuantizedLSTM, QuantizedLSTM.optional_inputs, {}, onnx_layout)
 
-    def weight(index: int, scale: int, zero: int) -> int:
-        w = n.input(index)
-        ws, wz = _f32(s, n.input(scale)), n.input(zero)
-        # per direction [D] or per column [D, 4H]: broadcast over [D, rows, 4H]
-        rank = s.rank(n.input(scale))
-        shape = (-1, 1, 1) if rank == 1 else (0, 1, -1)
-        real = dequantize(s, w, s.reshape(ws, shape), s.reshape(wz, shape), F32)
-        return s.transpose(real, (0, 2, 1))
 
-    w = weight(1, 8, 9)
-    r = weight(2, 10, 11)
-    return recurrent_lstm(n, {1: w, 2: r})
+def _dequantized_weight(n: NodeContext, index: int, scale: int, zero: int) -> int:
+    """Weight `index` in float32 and ONNX's layout; per direction [D] or per column [D, 4H]
+    parameters broadcast over [D, rows, 4H]."""
+    s = n.s
+    shape = (-1, 1, 1) if s.rank(n.input(scale)) == 1 else (0, 1, -1)
+    real = dequantize(s, n.input(index), s.reshape(_f32(s, n.input(scale)), shape),
+                      s.reshape(n.input(zero), shape), F32)
+    return s.transpose(real, (0, 2, 1))

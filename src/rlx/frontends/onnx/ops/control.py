@@ -188,7 +188,7 @@ def scan(n: NodeContext):
 
 
 # -- recurrences -------------------------------------------------------------------------------
-def _recurrent(n: NodeContext, cls, optional: Sequence[str], extra: dict,
+def recurrent(n: NodeContext, cls, optional: Sequence[str], extra: dict,
                given: dict[int, int] | None = None) -> list[int]:
     """The recurrence of node `n`; `given` replaces inputs by position (a quantised
     LSTM's dequantised weights)."""
@@ -224,19 +224,19 @@ def lstm(n: NodeContext):
 
 def recurrent_lstm(n: NodeContext, given: dict[int, int] | None = None) -> list[int]:
     """An LSTM node's IR; `given` replaces inputs by position (quantised weights)."""
-    return _recurrent(n, LSTM, LSTM.optional_inputs,
+    return recurrent(n, LSTM, LSTM.optional_inputs,
                       {"input_forget": bool(n.attr("input_forget", 0))}, given)
 
 
 @converter("GRU")
 def gru(n: NodeContext):
-    return _recurrent(n, GRU, GRU.optional_inputs,
+    return recurrent(n, GRU, GRU.optional_inputs,
                       {"linear_before_reset": bool(n.attr("linear_before_reset", 0))})
 
 
 @converter("RNN")
 def rnn(n: NodeContext):
-    return _recurrent(n, RNN, RNN.optional_inputs, {})
+    return recurrent(n, RNN, RNN.optional_inputs, {})
 
 
 @converter("OptionalHasElement")
