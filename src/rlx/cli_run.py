@@ -37,8 +37,8 @@ from rlx.cli_ui import (
 )
 from rlx.demo import DEMO_KDF, DEMO_PASSWORD, run_demo
 from rlx.ir import DType, Shape
-from rlx.runtime.session import CompiledGraph, Session
 from rlx.runtime.profile import OpProfile, profile_ops
+from rlx.runtime.session import CompiledGraph, Session
 from rlx.weights.writers import write_npz
 
 __all__ = ["add_commands"]

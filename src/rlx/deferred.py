@@ -151,12 +151,14 @@ class Computed(Deferred):
     `fn` must be pure and deterministic, `params` plain values that compare with `==`
     (no arrays: those go in `inputs`), and the result `dtype` and `shape` (any shape of
     that size). Equal functions of the same inputs and params are the same array: that is
-    what `same` checks, without computing either."""
+    what `same` checks, without computing either. `label` names it in errors (say, the
+    node a fold came from) and is no part of what it is."""
 
     def __init__(self, fn: Callable[..., Any], inputs: tuple[Payload, ...], params: tuple,
-                 shape: tuple[int, ...], dtype: np.dtype | type):
+                 shape: tuple[int, ...], dtype: np.dtype | type, label: str | None = None):
         super().__init__(shape, np.dtype(dtype))
         self.fn, self.inputs, self.params = fn, tuple(inputs), tuple(params)
+        self.label = label
 
     def read(self) -> np.ndarray:
         value = self.evaluate().view()  # read-only, whatever it is a view of
@@ -165,14 +167,20 @@ class Computed(Deferred):
 
     def evaluate(self) -> np.ndarray:
         """The result, checked against the declared dtype and size, as a new array."""
-        value = np.asarray(self.fn(*self.params, *(materialize(i) for i in self.inputs)))
+        try:
+            value = np.asarray(self.fn(*self.params, *(materialize(i) for i in self.inputs)))
+        except BakeError:
+            raise
+        except Exception as err:
+            raise BakeError(f"{self.label or self._name()}, deferred as too large to hold, "
+                            f"failed when read: {err}") from err
         if value.dtype != self.dtype or value.size != self.size:
-            raise BakeError(f"{self._name()} gave {value.dtype}{list(value.shape)}, "
-                            f"declared {self.dtype}{list(self.shape)}")
+            raise BakeError(f"{self.label or self._name()} gave {value.dtype}"
+                            f"{list(value.shape)}, declared {self.dtype}{list(self.shape)}")
         return np.ascontiguousarray(value).reshape(self.shape)
 
     def reshape(self, shape: tuple[int, ...]) -> Deferred:
-        return Computed(self.fn, self.inputs, self.params, shape, self.dtype)
+        return Computed(self.fn, self.inputs, self.params, shape, self.dtype, self.label)
 
     def _name(self) -> str:
         return f"{getattr(self.fn, '__module__', '')}.{getattr(self.fn, '__qualname__', self.fn)}"

@@ -118,3 +118,31 @@ def test_integer_and_bool_results_keep_their_dtype():
     assert count == 2
     assert [new.node(o).shape.dtype for o in new.outputs] == [DType.I32, DType.BOOL]
     assert_same_results(g, new)
+
+
+def test_large_folds_of_one_weight_by_equal_ops_are_one_constant():
+    """An LSTM's weight transposed once per cell: the deferred folds (results of 1 MiB or
+    more are computed when read) carried their node's id and name, so no two were the same
+    and captcha-crnn's exact file held 40 copies of two weights (268 MB from a 19 MB model)."""
+    from rlx.deferred import DEFER_MIN_BYTES, Computed
+    from rlx.passes import dedupe_identical_constants
+
+    g = Graph("cells")
+    x = g.input("x", Shape([1, 1024]))
+    w_value = RNG.standard_normal((256, 1024)).astype(np.float32)
+    assert w_value.nbytes >= DEFER_MIN_BYTES
+    w = g.constant(w_value, name="w")
+    outs = [g.add_node(Transpose(), (w,), name=f"cell{i}.t") for i in range(3)]
+    g.set_outputs([g.matmul(x, t) for t in outs])
+    folded, count = checked(fold_constants, g)
+    assert count == 3
+    payloads = [folded.find(f"cell{i}.t").op.data for i in range(3)]
+    assert all(isinstance(p, Computed) for p in payloads)
+    assert payloads[0].same(payloads[1])
+    assert payloads[0].fingerprint() == payloads[2].fingerprint()
+    merged, _ = dedupe_identical_constants(folded)
+    assert len({merged.node(o).inputs[1] for o in merged.outputs}) == 1  # one weight read
+    xs = {"x": RNG.standard_normal((1, 1024)).astype(np.float32)}
+    want = xs["x"].astype(np.float64) @ w_value.T.astype(np.float64)
+    for got in run(merged, xs):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 
 from rlx.deferred import DEFER_MIN_BYTES, Computed, Payload, byte_view
-from rlx.errors import BakeError
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.base import Op
 from rlx.ir.ops.linalg import DequantMatMul
@@ -95,8 +94,13 @@ def _evaluate(rw: Rewriter, node: Node, tuples: dict) -> tuple[Any, int] | None:
         return None  # refused by its declared size, before the kernel allocates it
     if _deferred(node):
         shape = node.tensor_shape
-        return Computed(_kernel_value, tuple(payloads), (node, tuple(n.shape for n in sources)),
-                        tuple(int(d) for d in shape.dims), shape.dtype.numpy), input_bytes
+        # the kernel sees a node of no id, name or origin: folds of equal inputs by equal
+        # ops are then one Computed, which dedupe_identical_constants merges
+        anonymous = Node(0, node.op, tuple(range(len(sources))), node.shape)
+        return Computed(_kernel_value, tuple(payloads),
+                        (anonymous, tuple(n.shape for n in sources)),
+                        tuple(int(d) for d in shape.dims), shape.dtype.numpy,
+                        label=f"fold: {node.label}"), input_bytes
     arrays = [constant_value(n) for n in sources]
     try:
         with np.errstate(all="ignore"):  # the runtime would compute the same inf/NaN
@@ -127,12 +131,8 @@ def _deferred(node: Node) -> bool:
 def _kernel_value(node: Node, shapes: tuple[Shape, ...], *payloads: np.ndarray) -> np.ndarray:
     """A deferred fold's value: the node's kernel over its inputs' bytes."""
     arrays = [byte_view(p).view(s.dtype.numpy).reshape(s.dims) for p, s in zip(payloads, shapes)]
-    try:
-        with np.errstate(all="ignore"):
-            return np.asarray(KERNELS[type(node.op)](node, *arrays))
-    except Exception as err:
-        raise BakeError(f"fold: {node.label}, deferred as too large to hold, failed when "
-                        f"read: {err}") from err
+    with np.errstate(all="ignore"):
+        return np.asarray(KERNELS[type(node.op)](node, *arrays))
 
 
 def _grows(node: Node, input_bytes: int) -> bool:
