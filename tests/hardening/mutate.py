@@ -570,8 +570,6 @@ def _deep_nesting(rng: random.Random, model) -> None:
 
     with contextlib.suppress(DecodeError):  # protobuf itself refuses to nest ~33 levels
         nest_subgraphs(model, rng.choice((2, 8, 20, 40)))
-        if rng.random() < 0.3:  # a nesting of nestings: hundreds of subgraphs
-            nest_subgraphs(model, rng.choice((4, 9)), prefix="n")
 
 
 ONNX_EDITS = (_wrong_dims, _missing_input, _cycle, _huge_attribute, _lying_initializer,
