@@ -1,7 +1,7 @@
 """The long fuzz run behind `make fuzz`.
 
 1. >= 100,000 cases over every file rlx reads (artifacts plain and encrypted, ONNX models,
-   GGUF, safetensors, npz, npy), mutated from the seeds and the corpus, each judged by the
+   GGUF, safetensors, npz, npy, .rlxp, DDUF), mutated from the seeds and the corpus, judged by the
    contract in tests/hardening/harness.py, in parallel worker processes. Case i is a pure
    function of (seed, i) and of the worker's pool, so a run stopped half way resumes from
    its checkpoints in .cache/fuzz/ (a finished run, a run of other settings, or `--fresh`
@@ -43,9 +43,10 @@ STATE = ROOT / ".cache" / "fuzz"
 SUMMARY = ROOT / "docs" / "fuzz-summary.json"
 RELIABILITY = ROOT / "docs" / "reliability.md"
 MARKERS = ("<!-- fuzz-summary:start -->", "<!-- fuzz-summary:end -->")
-# cases per 20: the artifact gets the most, ONNX and GGUF are the richest parsers after it
+# cases per 24: the artifact gets the most, ONNX and GGUF are the richest parsers after it
 SCHEDULE = ("rlx",) * 7 + ("onnx",) * 4 + ("gguf",) * 3 + ("safetensors",) * 2 + \
-    ("npz",) * 2 + ("npy",) * 2
+    ("npz",) * 2 + ("npy",) * 2 + ("rlxp",) * 2 + ("dduf",) * 2
+assert set(SCHEDULE) == set(harness.TARGETS), "every target is fuzzed"
 FULL_RUN = 100_000  # cases; smaller runs leave docs/ alone
 CHECKPOINT_EVERY = 250
 MAX_KEPT_BYTES = 16 << 10  # corpus files stay small
@@ -253,7 +254,7 @@ def merge_corpus() -> dict[str, int]:
     """Findings join the corpus for good (`bug-*.bin`); the other cases are replaced by this
     run's best: one per signature, the deepest first, then the smallest."""
     added: Counter = Counter()
-    for name in harness.TARGETS:
+    for name in sorted(set(SCHEDULE)):  # a target this run did not fuzz keeps its cases
         folder = harness.CORPUS / name
         folder.mkdir(parents=True, exist_ok=True)
         for finding in STATE.glob(f"worker-*/findings/{name}/*.bin"):
