@@ -242,3 +242,28 @@ def test_dequant_gather_refuses_an_index_past_the_table():
     np.testing.assert_array_equal(out, _q8_rows(table)[[0, 9]])
     with pytest.raises(KernelError, match="index 10 is out of range for a table of 10 rows"):
         compiled.run({"ids": np.array([1, 10])})
+
+
+def test_small_weights_go_f16_and_the_smallest_stay_f32(tmp_path):
+    """Under 256 values a weight is not block-quantised (f16 at most: the narrow first layers
+    are where an error weighs most); under 64 it stays f32. A 64-value bias goes f16."""
+    w1 = RNG.standard_normal((8, 8, 1, 1)).astype(np.float32)  # 64 values: f16
+    b1 = RNG.standard_normal(8).astype(np.float32)  # 8: f32
+    w2 = RNG.standard_normal((64, 8, 1, 1)).astype(np.float32)  # 512: Q8_0, one row
+    b2 = RNG.standard_normal(64).astype(np.float32)  # 64: f16
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h"]),
+             helper.make_node("Conv", ["h", "w2", "b2"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 5, 5])],
+        [numpy_helper.from_array(v, k) for k, v in
+         {"w1": w1, "b1": b1, "w2": w2, "b2": b2}.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": RNG.standard_normal((1, 8, 5, 5)).astype(np.float32)}
+    out, file, _ = _bake_and_run(model, feeds, tmp_path)
+    decoded = _with(_with(_with(model, "w1", w1.astype(np.float16)), "w2", _q8_whole(w2)),
+                    "b2", b2.astype(np.float16))
+    np.testing.assert_allclose(out, _ort(decoded, feeds), rtol=1e-5, atol=1e-5)
+    encodings = {n.op.shape: n.op.encoding for n in file.graph.nodes()
+                 if isinstance(n.op, DecodeWeight)}
+    assert encodings == {(8, 8, 1, 1): "f16", (64, 8, 1, 1): "gguf_q8_0", (64,): "f16"}
