@@ -169,7 +169,7 @@ class Computed(Deferred):
         """The result, checked against the declared dtype and size, as a new array."""
         try:
             value = np.asarray(self.fn(*self.params, *(materialize(i) for i in self.inputs)))
-        except BakeError:
+        except (BakeError, OSError):  # the file under an input failing is no bad recipe
             raise
         except Exception as err:
             raise BakeError(f"{self.label or self._name()}, deferred as too large to hold, "
