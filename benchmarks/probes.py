@@ -67,7 +67,7 @@ def _unique_bytes(file) -> tuple[int, int]:
     what a compact file cannot go below."""
     from rlx.artifact.writer import encode_rlx
 
-    header, _ = encode_rlx(file)
+    _, header, _ = encode_rlx(file)
     in_table = {w.node_id for w in file.weights}
     constants = sum(n.op.nbytes for n in file.graph.nodes()
                     if type(n.op).__name__ == "Constant" and n.id not in in_table)

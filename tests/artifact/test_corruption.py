@@ -18,6 +18,7 @@ from rlx.artifact.layout import MAGIC, PREAMBLE, align, header_digest
 from rlx.artifact.writer import iter_rlx_bytes
 from rlx.errors import ArtifactError, EncryptedFileError, IntegrityError
 from tests.baking.models import mul_graph
+from tests.hardening.mutate import split_rlx
 
 
 def small_file_bytes(memory=MemoryMode.DUPLEX) -> bytes:
@@ -35,13 +36,12 @@ def open_and_use(data: bytes) -> None:
 
 def split(data: bytes) -> tuple[dict, bytes]:
     """The header as a dict and the data section (blob offsets are relative to it)."""
-    length = PREAMBLE.unpack_from(data)[3]
-    header = json.loads(data[PREAMBLE.size:PREAMBLE.size + length])
-    return header, data[align(PREAMBLE.size + length):]
+    return split_rlx(data)
 
 
 def rebuild(header: dict, data: bytes, *, schema: int = 3, flags: int = 0) -> bytes:
-    """A file with an edited header and a correct header checksum, to reach deeper checks."""
+    """A file with an edited header, plain, and a correct header checksum, to reach deeper
+    checks."""
     text = json.dumps(header).encode()
     preamble = PREAMBLE.pack(MAGIC, schema, flags, len(text), header_digest(text))
     pad = bytes(align(PREAMBLE.size + len(text)) - PREAMBLE.size - len(text))
@@ -143,7 +143,7 @@ def test_absurd_header_length_is_refused_before_reading():
 def test_unknown_flags_and_bad_magic():
     header, data = split(GOOD)
     with pytest.raises(ArtifactError, match="unknown flags"):
-        open_and_use(rebuild(header, data, flags=1))
+        open_and_use(rebuild(header, data, flags=2))
     with pytest.raises(ArtifactError, match="bad magic"):
         open_and_use(b"PK\x03\x04" + GOOD[4:])
 

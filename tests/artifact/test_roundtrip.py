@@ -70,7 +70,7 @@ def test_reads_are_views_into_the_map(tmp_path):
 
 def test_blobs_are_aligned_and_compact_is_tight(tmp_path):
     file = baked(memory=MemoryMode.COMPACT)
-    header, blobs = encode_rlx(file)
+    _, header, blobs = encode_rlx(file)
     path = tmp_path / "m.rlx"
     write_rlx(path, file)
     unique = sum(b.nbytes for b in blobs)

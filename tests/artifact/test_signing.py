@@ -37,7 +37,7 @@ from rlx.artifact.signing import (
 )
 from rlx.errors import ArtifactError, IntegrityError, SignatureError, SigningKeyError
 from tests.baking.models import mlp_forward
-from tests.hardening import flips, seeds
+from tests.hardening import flips, mutate, seeds
 
 KINDS = {"rlx": "m.rlx", "rlx-encrypted": "e.rlx", "rlxp-flat": "m.rlxp",
          "rlxp-zip": "m.rlxp.zip", "rlxp-dir": "pkg"}
@@ -434,7 +434,7 @@ def _documented_parts(path: Path, kind: str) -> list[tuple[str, int]]:
     data = path.read_bytes()
     if kind == "rlx":
         (h,) = struct.unpack_from("<Q", data, 16)
-        blobs = json.loads(data[40:40 + h])["blobs"]
+        blobs = mutate.split_rlx(data)[0]["blobs"]
         cuts = [(0, "header")] + [(_align64(40 + h) + b["offset"], f"blob {i}")
                                   for i, b in enumerate(blobs)]
     elif kind == "rlx-encrypted":

@@ -1,11 +1,13 @@
 """The size profile on synthetic ONNX models, one weight-reading op each.
 
 Oracle: onnxruntime on the same model whose weight is replaced by what the `gguf` package
-decodes from its own quantisation of that weight, cut into the rows the rule describes
-(Conv: one row per output channel over C_in/group x kH x kW, zero-padded to whole blocks;
-ConvTranspose: the same after swapping its two channel axes; Gemm/MatMul: rows along K;
-Gather: one row per table entry; LSTM: rows along the input axis). rlx must compute the same
-numbers up to float rounding, and store the weight in the encoding the rule says.
+decodes from its own quantisation of that weight, in the order the rule describes (Conv:
+C_in/group x kH x kW contiguous per output channel; ConvTranspose: the same after swapping
+its two channel axes; Gemm/MatMul: along K; Gather: one row per table entry; LSTM: along the
+input axis). Rows that DequantMatMul or DequantGather read are zero-padded to whole blocks;
+a weight decoded whole whose rows are not whole blocks is one row, padded at its end. rlx
+must compute the same numbers up to float rounding, and store the weight in the encoding
+the rule says.
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ def _q8_rows(matrix: np.ndarray) -> np.ndarray:
     pad = -length % 32
     padded = np.pad(matrix.astype(np.float32), ((0, 0), (0, pad)))
     return dequantize(quantize(padded, Q8), Q8)[:, :length]
+
+
+def _q8_whole(stored: np.ndarray) -> np.ndarray:
+    """What gguf decodes from Q8_0 of `stored` as one row (its values in row-major order,
+    zero-padded to 32 at the end), in `stored`'s shape."""
+    return _q8_rows(stored.reshape(1, -1)).reshape(stored.shape)
 
 
 def _model(op: str, inputs: list[tuple[str, list, int]], weights: dict[str, np.ndarray],
@@ -75,7 +83,8 @@ def _conv_case(groups: int):
     w = RNG.standard_normal((16, 8 // groups, 3, 3)).astype(np.float32)
     model = _model("Conv", [("x", [1, 8, 9, 9], TensorProto.FLOAT)], {"w": w}, [1, 16, 9, 9],
                    ["x", "w"], pads=[1, 1, 1, 1], group=groups)
-    decoded = _q8_rows(w.reshape(16, -1)).reshape(w.shape)
+    # rows of 72 (or 36) values are not whole blocks: one row of the whole tensor
+    decoded = _q8_whole(w)
     return model, {"x": RNG.standard_normal((1, 8, 9, 9)).astype(np.float32)}, "w", decoded
 
 
@@ -84,7 +93,7 @@ def _conv_transpose_case():
     model = _model("ConvTranspose", [("x", [1, 8, 5, 5], TensorProto.FLOAT)], {"w": w},
                    [1, 16, 11, 11], ["x", "w"], strides=[2, 2])
     swapped = w.transpose(1, 0, 2, 3)
-    decoded = _q8_rows(swapped.reshape(16, -1)).reshape(swapped.shape).transpose(1, 0, 2, 3)
+    decoded = _q8_whole(swapped).transpose(1, 0, 2, 3)
     return model, {"x": RNG.standard_normal((1, 8, 5, 5)).astype(np.float32)}, "w", decoded
 
 
@@ -100,7 +109,7 @@ def _matmul_left_case():
     a = RNG.standard_normal((24, 48)).astype(np.float32)  # constant LEFT operand, K = 48
     model = _model("MatMul", [("x", [48, 5], TensorProto.FLOAT)], {"a": a}, [24, 5],
                    ["a", "x"])
-    return model, {"x": RNG.standard_normal((48, 5)).astype(np.float32)}, "a", _q8_rows(a)
+    return model, {"x": RNG.standard_normal((48, 5)).astype(np.float32)}, "a", _q8_whole(a)
 
 
 def _lstm_case():
@@ -113,9 +122,8 @@ def _lstm_case():
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 1, 1, hidden])],
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(r, "r")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    decoded = _q8_rows(w.reshape(-1, inputs)).reshape(w.shape)
-    # R's rows of H = 16 would be padded to 32 for Q8_0 (34 bytes): f16's 32 are fewer
-    model = _with(model, "r", r.astype(np.float16))
+    decoded = _q8_whole(w)  # rows of 40 inputs: one row
+    model = _with(model, "r", _q8_whole(r))  # rows of H = 16: one row too, half f16's bytes
     return model, {"x": RNG.standard_normal((5, 1, inputs)).astype(np.float32)}, "w", decoded
 
 
@@ -149,9 +157,10 @@ def test_embedding_rows_are_gathered_then_decoded(tmp_path):
     assert row.encoding == "gguf_q8_0" and row.shape == (100, 64) and row.nbytes == 100 * 68
 
 
-def test_short_rows_go_f16_and_other_large_floats_too(tmp_path):
+def test_short_rows_go_q8_0_as_one_row_and_other_large_floats_f16(tmp_path):
     """A depthwise 3x3 row is 9 values: padded to a 32-value Q8_0 block it would take 34
-    bytes, more than f16's 18; an additive constant is no weight: f16 (when it holds)."""
+    bytes, more than f16's 18, so the 64 rows are stored as one (612 bytes, f16: 1,152);
+    an additive constant is no weight: f16 (when it holds)."""
     w = RNG.standard_normal((64, 1, 3, 3)).astype(np.float32)
     bias = RNG.standard_normal((1, 64, 6, 6)).astype(np.float32)
     conv = helper.make_node("Conv", ["x", "w"], ["h"], group=64, pads=[1, 1, 1, 1])
@@ -163,9 +172,10 @@ def test_short_rows_go_f16_and_other_large_floats_too(tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     feeds = {"x": RNG.standard_normal((1, 64, 6, 6)).astype(np.float32)}
     out, file, _ = _bake_and_run(model, feeds, tmp_path)
-    half = _with(_with(model, "w", w.astype(np.float16)), "b", bias.astype(np.float16))
-    np.testing.assert_allclose(out, _ort(half, feeds), rtol=1e-5, atol=1e-5)
-    assert {file.weight("w").encoding, file.weight("b").encoding} == {"f16"}
+    decoded = _with(_with(model, "w", _q8_whole(w)), "b", bias.astype(np.float16))
+    np.testing.assert_allclose(out, _ort(decoded, feeds), rtol=1e-5, atol=1e-5)
+    assert (file.weight("w").encoding, file.weight("b").encoding) == ("gguf_q8_0", "f16")
+    assert file.weight("w").nbytes == 18 * 34
 
 
 def test_decode_weight_decodes_once_across_runs(tmp_path, monkeypatch):
@@ -189,8 +199,8 @@ def test_decode_weight_decodes_once_across_runs(tmp_path, monkeypatch):
 
 def test_weights_captured_by_control_flow_go_by_their_readers_inside(tmp_path):
     """A Conv weight read inside both branches of an If (silero-vad's layout): the size
-    profile follows the capture to the Conv and stores it as Q8_0 rows, decoded before the
-    If; the branches are unchanged."""
+    profile follows the capture to the Conv and stores it as Q8_0 (one row: rows of 72 are
+    not whole blocks), decoded before the If; the branches are unchanged."""
     w = RNG.standard_normal((16, 8, 3, 3)).astype(np.float32)
 
     def branch(name: str, pads: list[int]) -> onnx.GraphProto:
@@ -208,7 +218,7 @@ def test_weights_captured_by_control_flow_go_by_their_readers_inside(tmp_path):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [numpy_helper.from_array(w, "w")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    decoded = _with(model, "w", _q8_rows(w.reshape(16, -1)).reshape(w.shape))
+    decoded = _with(model, "w", _q8_whole(w))
     for cond in (True, False):
         feeds = {"c": np.array(cond), "x": RNG.standard_normal((1, 8, 9, 9)).astype(np.float32)}
         out, file, _ = _bake_and_run(model, feeds, tmp_path)
@@ -232,3 +242,28 @@ def test_dequant_gather_refuses_an_index_past_the_table():
     np.testing.assert_array_equal(out, _q8_rows(table)[[0, 9]])
     with pytest.raises(KernelError, match="index 10 is out of range for a table of 10 rows"):
         compiled.run({"ids": np.array([1, 10])})
+
+
+def test_small_weights_go_f16_and_the_smallest_stay_f32(tmp_path):
+    """Under 256 values a weight is not block-quantised (f16 at most: the narrow first layers
+    are where an error weighs most); under 64 it stays f32. A 64-value bias goes f16."""
+    w1 = RNG.standard_normal((8, 8, 1, 1)).astype(np.float32)  # 64 values: f16
+    b1 = RNG.standard_normal(8).astype(np.float32)  # 8: f32
+    w2 = RNG.standard_normal((64, 8, 1, 1)).astype(np.float32)  # 512: Q8_0, one row
+    b2 = RNG.standard_normal(64).astype(np.float32)  # 64: f16
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h"]),
+             helper.make_node("Conv", ["h", "w2", "b2"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 5, 5])],
+        [numpy_helper.from_array(v, k) for k, v in
+         {"w1": w1, "b1": b1, "w2": w2, "b2": b2}.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": RNG.standard_normal((1, 8, 5, 5)).astype(np.float32)}
+    out, file, _ = _bake_and_run(model, feeds, tmp_path)
+    decoded = _with(_with(_with(model, "w1", w1.astype(np.float16)), "w2", _q8_whole(w2)),
+                    "b2", b2.astype(np.float16))
+    np.testing.assert_allclose(out, _ort(decoded, feeds), rtol=1e-5, atol=1e-5)
+    encodings = {n.op.shape: n.op.encoding for n in file.graph.nodes()
+                 if isinstance(n.op, DecodeWeight)}
+    assert encodings == {(8, 8, 1, 1): "f16", (64, 8, 1, 1): "gguf_q8_0", (64,): "f16"}

@@ -1,6 +1,7 @@
 """Every MODELS.md model, baked (exact profile) in each memory mode, through every engine
-and precision, against onnxruntime on the original .onnx file; plus minilm-l3 baked with
-the size profile (Q8_0 weights: MatMulNBits on onnxruntime, int8 decompression on OpenVINO).
+and precision, against onnxruntime on the original .onnx file; plus minilm-l3 and ppocr-cls
+baked with the size profile (Q8_0 weights: MatMulNBits on onnxruntime, int8 decompression on
+OpenVINO; decoded conv weights).
 
 Exact: within 1e-4 of the largest |reference| (as tests/test_real_models.py). Fast: cosine
 >= 0.99 per output and the same argmax on classifier outputs (OpenVINO may run bf16; on a
@@ -88,14 +89,18 @@ def test_every_model_at_fast_precision(baked, name, engine):
     _check(name, model, oracle, "fast")
 
 
+@pytest.mark.parametrize("name", ["minilm-l3", "ppocr-cls"])
 @pytest.mark.parametrize("engine", ENGINES)
-def test_size_profile_minilm_through_every_engine(baked, engine):
-    """Q8_0 weights keep the embedding (cosine >= 0.999, as the numpy engine must)."""
+def test_size_profile_through_every_engine(baked, name, engine):
+    """Q8_0 weights keep the outputs (cosine >= 0.999, as the numpy engine must): minilm's
+    matmuls and embedding, PP-OCR's convs (depthwise and pointwise ones stored as one row)
+    and f16 biases."""
     require(engine)
-    path, oracle = baked("minilm-l3", MemoryMode.COMPACT, BakeProfile.SIZE)
+    path, oracle = baked(name, MemoryMode.COMPACT, BakeProfile.SIZE)
     model = rlx.load(path, engine=engine)
-    if engine == "onnxruntime":
+    if engine == "onnxruntime" and name == "minilm-l3":
         assert any("MatMulNBits" in k for k in model.runner.summary.packed)
     for seed in range(2):
-        feeds = FEEDS["minilm-l3"](seed)
-        assert _cosine(model.run(feeds)[0], oracle.run(None, feeds)[0]) >= 0.999
+        feeds = FEEDS[name](seed)
+        for got, want in zip(model.run(feeds), oracle.run(None, feeds), strict=True):
+            assert _cosine(got, want) >= 0.999

@@ -16,6 +16,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import zstandard
 from hypothesis import strategies as st
 
 from rlx.artifact import crypto
@@ -181,28 +182,63 @@ def hostile_json() -> st.SearchStrategy:
 
 
 # -- the .rlx container --------------------------------------------------------------------
+ZSTD_HEADER = 1  # flag bit 0: the header region is compressed (docs/format.md)
+
+
 def split_rlx(data: bytes) -> tuple[dict, bytes]:
-    """A valid artifact's header (decoded) and its data section."""
-    length = PREAMBLE.unpack_from(data)[3]
-    header = json.loads(data[PREAMBLE.size:PREAMBLE.size + length])
+    """A valid artifact's header (decoded; a compressed one's checksums put back in its
+    blob table, as a plain header has them) and its data section."""
+    _, _, flags, length, _ = PREAMBLE.unpack_from(data)
+    region = data[PREAMBLE.size:PREAMBLE.size + length]
+    if not flags & ZSTD_HEADER:
+        return json.loads(region), data[align(PREAMBLE.size + length):]
+    (count,) = struct.unpack_from("<I", region)
+    header = json.loads(zstandard.ZstdDecompressor().decompress(region[4 + 16 * count:]))
+    for i, entry in enumerate(header["blobs"]):
+        entry["xxh3"] = region[4 + 16 * i:20 + 16 * i].hex()
     return header, data[align(PREAMBLE.size + length):]
 
 
-def build_rlx(header: dict | bytes, data: bytes) -> bytes:
-    """An artifact around any header, with a correct header checksum and padding."""
-    text = header if isinstance(header, bytes) else json.dumps(header).encode()
-    preamble = PREAMBLE.pack(MAGIC, 3, 0, len(text), header_digest(text))
+def zstd_region(header: Any) -> bytes:
+    """`header` as a compressed header region, written from docs/format.md: the blob count,
+    each blob's checksum, one zstd frame of the JSON without them. An edited header keeps
+    what it can: a checksum that is not 32 hex digits is written as zeros."""
+    header = copy.deepcopy(header)
+    blobs = header.get("blobs") if isinstance(header, dict) else None
+    digests = []
+    for entry in blobs if isinstance(blobs, list) else []:
+        digest = entry.pop("xxh3", None) if isinstance(entry, dict) else None
+        try:
+            digests.append(bytes.fromhex(digest)[:16].ljust(16, b"\0"))
+        except (TypeError, ValueError):
+            digests.append(bytes(16))
+    frame = zstandard.ZstdCompressor().compress(json.dumps(header).encode())
+    return struct.pack("<I", len(digests)) + b"".join(digests) + frame
+
+
+def build_rlx(header: Any, data: bytes, flags: int = 0) -> bytes:
+    """An artifact around any header (a document, or the region's bytes as they are), with
+    a correct header checksum and padding; `flags` with `ZSTD_HEADER` compresses a document."""
+    if isinstance(header, bytes):
+        text = header
+    else:
+        text = zstd_region(header) if flags & ZSTD_HEADER else json.dumps(header).encode()
+    preamble = PREAMBLE.pack(MAGIC, 3, flags, len(text), header_digest(text))
     return preamble + text + bytes(align(PREAMBLE.size + len(text)) - PREAMBLE.size
                                    - len(text)) + data
 
 
 def rlx_structural(rng: random.Random, data: bytes) -> bytes:
-    """One header field wrong, or header text damaged, checksum fixed; data kept."""
+    """One header field wrong, or header text damaged (for a compressed header: its JSON,
+    or the region itself: count, checksums, frame), checksum fixed; data kept."""
     header, body = split_rlx(data)
-    if rng.random() < 0.75:
-        return build_rlx(mutate_json(rng, header), body)
-    text = json.dumps(header).encode()
-    return build_rlx(havoc(rng, text), body)
+    flags = PREAMBLE.unpack_from(data)[2]
+    choice = rng.random()
+    if choice < 0.75:
+        return build_rlx(mutate_json(rng, header), body, flags)
+    if flags & ZSTD_HEADER and choice < 0.85:
+        return build_rlx(havoc(rng, zstd_region(header)), body, flags)
+    return build_rlx(havoc(rng, json.dumps(header).encode()), body)
 
 
 def rlx_case(rng: random.Random, pool: Sequence[bytes]) -> bytes:
@@ -233,7 +269,7 @@ def rlx_blob_edit(rng: random.Random, data: bytes) -> bytes:
         rng.choice((_flip_bit, _set_byte, _set_word))(rng, piece)
     blob["xxh3"] = checksum(piece)
     body = body[:blob["offset"]] + bytes(piece) + body[blob["offset"] + len(piece):]
-    return build_rlx(header, body)
+    return build_rlx(header, body, PREAMBLE.unpack_from(data)[2])
 
 
 def _plain_case(rng: random.Random, seed: bytes, pool: Sequence[bytes]) -> bytes:
@@ -250,7 +286,7 @@ def _plain_case(rng: random.Random, seed: bytes, pool: Sequence[bytes]) -> bytes
 def _parses(data: bytes) -> bool:
     try:
         header, _ = split_rlx(data)
-    except (ValueError, struct.error, RecursionError):
+    except (ValueError, struct.error, RecursionError, zstandard.ZstdError):
         return False
     return data.startswith(MAGIC) and isinstance(header, dict)
 

@@ -1,9 +1,10 @@
 """Valid files the fuzzers start from: small artifacts, weight files and ONNX models.
 
 Each seed is small (a few KiB) so that a mutated case is cheap to run, yet together they
-reach every reader path: every memory mode, packed encodings, subgraphs, integer constants
-that steer kernels, symbolic dims, encrypted containers of several chunks, every dtype the
-weight readers take, and GGUF metadata of every value type. All are deterministic.
+reach every reader path: every memory mode, compressed and plain headers, packed encodings,
+subgraphs, integer constants that steer kernels, symbolic dims, encrypted containers of
+several chunks, every dtype the weight readers take, and GGUF metadata of every value type.
+All are deterministic.
 """
 
 from __future__ import annotations
@@ -108,6 +109,12 @@ def artifacts() -> dict[str, bytes]:
                                                                            opts)[0])
     for name, g in (("control", _control()), ("gather", _gather())):
         out[name] = artifact_bytes(bake(g, {})[0])
+    from tests.hardening import mutate  # which imports this module
+
+    # headers are written compressed; the plain form (older files, and headers too long to
+    # compress) must stay fuzzed too
+    for name in ("mlp-size-compact", "control", "gather"):
+        out[f"{name}.plain-header"] = mutate.build_rlx(*mutate.split_rlx(out[name]))
     return out
 
 
@@ -137,7 +144,7 @@ def rlxp_packages() -> dict[str, bytes]:
 def encrypted_artifacts() -> dict[str, bytes]:
     plain = artifacts()
     return {f"{name}.enc": encrypt(plain[name])
-            for name in ("mlp-size-compact", "control", "gather")}
+            for name in ("mlp-size-compact", "control.plain-header", "gather.plain-header")}
 
 
 @functools.cache

@@ -24,6 +24,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
+import zstandard
 from gguf.quants import quantize
 from onnx import SparseTensorProto, TensorProto, helper, numpy_helper
 
@@ -116,6 +117,60 @@ def test_a_lone_surrogate_in_a_name_is_refused():
 def test_an_unknown_memory_mode_is_refused():
     data = edited(lambda h: h["meta"].update(memory_mode="sideways"))
     refused(ArtifactError, lambda: parse_rlx(data), match="memory_mode 'sideways'")
+
+
+# -- compressed .rlx headers (flag bit 0) ----------------------------------------------------
+def compressed(region: bytes, body: bytes = b"") -> bytes:
+    return mutate.build_rlx(region, body, mutate.ZSTD_HEADER)
+
+
+def frame(text: bytes, **options) -> bytes:
+    return zstandard.ZstdCompressor(**options).compress(text)
+
+
+def test_a_decompression_bomb_is_refused_before_inflating():
+    """64 MiB of JSON in a 2 KiB file: a header may inflate to 128 KiB more than the file."""
+    bomb = b'{"x": "' + b" " * (64 << 20) + b'"}'
+    data = compressed(struct.pack("<I", 0) + frame(bomb))
+    assert len(data) < 8 << 10
+    refused(ArtifactError, lambda: parse_rlx(data), match="would inflate to")
+
+
+def test_a_frame_that_does_not_state_its_size_is_refused():
+    data = compressed(struct.pack("<I", 0) + frame(b"{}", write_content_size=False))
+    refused(ArtifactError, lambda: parse_rlx(data), match="would inflate to")
+
+
+@pytest.mark.parametrize("region, message", [
+    (b"\1\0", "no blob count"),
+    (struct.pack("<I", 2**32 - 1) + frame(b"{}"), "checksums do not fit"),
+    (struct.pack("<I", 0) + frame(b"{}") + b"\0", "corrupt compressed header"),
+    (struct.pack("<I", 0) + frame(b"{}")[:-1], "corrupt compressed header"),
+])
+def test_a_malformed_region_is_refused(region, message):
+    refused(ArtifactError, lambda: parse_rlx(compressed(region)), match=message)
+
+
+def test_checksums_that_do_not_match_the_blob_table_are_refused():
+    header, body = mutate.split_rlx(PLAIN)
+    region = mutate.zstd_region(header)
+    (count,) = struct.unpack_from("<I", region)
+    short = struct.pack("<I", count - 1) + region[4:4 + 16 * (count - 1)] + \
+        region[4 + 16 * count:]
+    refused(ArtifactError, lambda: parse_rlx(compressed(short, body)),
+            match=f"{count - 1} blob checksums for {count} blobs")
+
+
+def test_the_largest_header_a_small_file_may_inflate_to_parses_within_the_contract():
+    """Contract 2: at most 4 MiB + 32x the file. A compressed header inflating to its bound
+    (128 KiB + the file) of the densest JSON the scan lets through (a container per 8
+    bytes, each holding floats) is parsed, then refused for what it says."""
+    item = b"[1.5,2.5],"
+    junk = item * ((127 << 10) // len(item))
+    text = b'{"format": "onnx", "junk": [' + junk[:-1] + b"]}"
+    data = compressed(struct.pack("<I", 0) + frame(text))
+    refused(ArtifactError, lambda: parse_rlx(data), match="does not describe",
+            budget=(4 << 20) + 32 * len(data))
 
 
 # -- the CLI ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rlx.artifact.layout import PREAMBLE
 from tests.hardening import harness, mutate, seeds
 
 # cases per target: about a minute in all on this machine
@@ -70,13 +71,15 @@ ARTIFACTS = sorted(seeds.artifacts())
 @HYPOTHESIS
 @given(st.sampled_from(ARTIFACTS), st.data())
 def test_artifact_header_with_one_field_wrong(workdir, name, data):
-    header, body = mutate.split_rlx(seeds.artifacts()[name])
+    seed = seeds.artifacts()[name]
+    header, body = mutate.split_rlx(seed)
     path = data.draw(st.sampled_from(mutate.json_paths(header)))
     if data.draw(st.booleans()):
         header = mutate.replace_at(header, path, data.draw(mutate.hostile_json()))
     else:
         header = mutate.delete_at(header, path)
-    check("rlx", mutate.build_rlx(json.dumps(header).encode(), body), workdir)
+    flags = PREAMBLE.unpack_from(seed)[2]  # the seed's form: compressed or plain header
+    check("rlx", mutate.build_rlx(header, body, flags), workdir)
 
 
 @HYPOTHESIS

@@ -204,7 +204,7 @@ def no_argon2(monkeypatch):
     monkeypatch.setattr(argon2_ll, "hash_secret_raw", refuse)
 
 
-ENCRYPTED = seeds.encrypted_artifacts()["gather.enc"]
+ENCRYPTED = seeds.encrypted_artifacts()["gather.plain-header.enc"]  # 2 chunks
 
 
 @pytest.mark.parametrize("offset, width, value, message", [

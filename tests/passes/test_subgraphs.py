@@ -4,8 +4,10 @@ graph computes unchanged: results are compared with float64 numpy."""
 
 from __future__ import annotations
 
+import gguf
 import numpy as np
 import pytest
+from gguf.quants import dequantize, quantize
 
 from rlx import BakeOptions, MemoryMode, bake
 from rlx.ir import DType, Graph, Shape
@@ -190,7 +192,15 @@ def test_bake_puts_subgraph_weights_in_the_table_and_memory_modes_apply():
 
 def test_matmul_reading_a_hoisted_weight_keeps_working_unpacked():
     """A weight captured by control flow is not packed for its MatMul (packing is
-    top-level only); the size profile stores it as f16, decoded before the If."""
+    top-level only); the size profile stores W^T as Q8_0, one row (its rows of K = 4 are
+    not whole blocks), decoded before the If: the gguf package's decoding of that row."""
     file, _ = bake(_nested_graph(), {}, BakeOptions.from_profile("size"))
     assert not any(isinstance(n.op, MatMul) for n in file.graph.nodes())  # all inside Ifs
-    assert {w.encoding for w in file.weights} == {"f16"}
+    assert {w.encoding for w in file.weights} == {"gguf_q8_0"}
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    decoded = dequantize(quantize(W.T.reshape(1, -1), q8), q8).reshape(64, 4).T
+    x, w = X.astype(np.float64), decoded.astype(np.float64)
+    swapped = np.concatenate([w[:, 32:], w[:, :32]], axis=1)
+    graph = file.into_runtime_graph()
+    np.testing.assert_allclose(_run(graph, True), np.maximum(x @ swapped, 0), atol=1e-5)
+    np.testing.assert_allclose(_run(graph, False), x @ swapped, atol=1e-5)

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from rlx.artifact.header import FLAG_ZSTD_HEADER, unpack_region
 from rlx.artifact.layout import (
     ALIGN,
     MAGIC,
@@ -106,9 +107,9 @@ class _Reader:
 
     # -- preamble and header ---------------------------------------------------------------
     def read(self, verify: str) -> RlxFile:
-        header = self._header()
+        header, digests = self._header()
         data_start = align(PREAMBLE.size + len(self._header_bytes))
-        self._blob_table(header.get("blobs"), data_start)
+        self._blob_table(header.get("blobs"), data_start, digests)
         graph = self._graph(header.get("graph"))
         weights = self._weights(header.get("weights"), graph)
         unused = [i for i, b in enumerate(self.blobs) if not b.used_by]
@@ -121,7 +122,8 @@ class _Reader:
             file.integrity_check = self.check_blobs
         return file
 
-    def _header(self) -> dict:
+    def _header(self) -> tuple[dict, list[str] | None]:
+        """The header and, when it was compressed, the blob checksums stored beside it."""
         buf = self.buf
         if bytes(buf[:8]) == ENCRYPTED_MAGIC:
             self.fail("is encrypted; read it with a password", EncryptedFileError)
@@ -137,7 +139,7 @@ class _Reader:
         if schema != SCHEMA_VERSION:
             self.fail(f"schema version {schema} is not supported (this rlx reads "
                       f"{SCHEMA_VERSION})")
-        if flags:
+        if flags & ~FLAG_ZSTD_HEADER:
             self.fail(f"unknown flags {flags:#x}")
         if length > MAX_HEADER_BYTES or PREAMBLE.size + length > len(buf):
             self.fail(f"header length {length} exceeds the file ({len(buf)} bytes) or the "
@@ -145,21 +147,26 @@ class _Reader:
         self._header_bytes = bytes(buf[PREAMBLE.size:PREAMBLE.size + length])
         if header_digest(self._header_bytes) != digest:
             self.fail("header checksum mismatch: the file is corrupt", IntegrityError)
-        header = load_json(self._header_bytes, ArtifactError, f"{self.source}: header",
-                           _HEADER_LIMITS)
+        text, digests = self._header_bytes, None
+        if flags & FLAG_ZSTD_HEADER:
+            text, digests = unpack_region(text, len(buf), self.fail)
+        header = load_json(text, ArtifactError, f"{self.source}: header", _HEADER_LIMITS)
         if not isinstance(header, dict):
             self.fail("header is not a JSON object")
         if header.get("format") != "rlx" or header.get("schema") != SCHEMA_VERSION:
             self.fail("header does not describe an rlx schema-3 file")
-        return header
+        return header, digests
 
-    def _blob_table(self, table: Any, data_start: int) -> None:
+    def _blob_table(self, table: Any, data_start: int, digests: list[str] | None) -> None:
+        """The blobs; their checksums are in the table, or in `digests` when given."""
         if not isinstance(table, list):
             self.fail("header 'blobs' must be a list")
+        if digests is not None and len(digests) != len(table):
+            self.fail(f"{len(digests)} blob checksums for {len(table)} blobs")
         end = 0
         for i, entry in enumerate(table):
             offset, length = _field(entry, "offset", int), _field(entry, "length", int)
-            digest = _field(entry, "xxh3", str)
+            digest = _field(entry, "xxh3", str) if digests is None else digests[i]
             if offset is None or length is None or digest is None or min(offset, length) < 0:
                 self.fail(f"blob {i}: needs non-negative integer offset and length and an xxh3")
             if offset % ALIGN:

@@ -1,10 +1,10 @@
 """`write_rlx`: an `RlxFile` to schema-3 bytes on disk, atomically and deterministically.
 
 The same file always gives the same bytes: the header is JSON with a fixed key order and no
-timestamps, blobs follow in graph order then table order, padding is zeros. The blobs are
-streamed into the file one at a time, checksummed as they go (`_write_streaming`), so a
-baked model whose weights are deferred (`rlx.deferred`) is written without ever being
-in memory as a whole.
+timestamps (compressed by `rlx.artifact.header`: the same bytes with the same zstandard),
+blobs follow in graph order then table order, padding is zeros. The blobs are streamed into
+the file one at a time, checksummed as they go (`_write_streaming`), so a baked model whose
+weights are deferred (`rlx.deferred`) is written without ever being in memory as a whole.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import xxhash
 
 from rlx.artifact.atomic import atomic_write
+from rlx.artifact.header import FLAG_ZSTD_HEADER, max_inflated, pack_region
 from rlx.artifact.layout import (
     ALIGN,
     MAGIC,
@@ -49,17 +50,28 @@ class _Layout:
 
     @property
     def file_bytes(self) -> int:
-        header = self.header_bytes([_NO_DIGEST] * len(self.blobs))  # as long as the real one
-        return align(PREAMBLE.size + len(header)) + self.data_bytes
+        _, region = self.header_region([_NO_DIGEST] * len(self.blobs))  # as long as the real one
+        return align(PREAMBLE.size + len(region)) + self.data_bytes
 
-    def header_bytes(self, digests: list[str]) -> bytes:
-        table, offset = [], 0
-        for data, digest in zip(self.blobs, digests):
-            table.append({"offset": offset, "length": int(data.nbytes), "xxh3": digest})
+    def header_region(self, digests: list[str]) -> tuple[int, bytes]:
+        """(flags, header region): compressed when the reader's bound allows it
+        (`rlx.artifact.header`), else plain JSON with the checksums in the blob table."""
+        table: list[dict[str, int | str]] = []
+        offset = 0
+        for data in self.blobs:
+            table.append({"offset": offset, "length": int(data.nbytes)})
             offset = align(offset + data.nbytes)
-        text = json.dumps({**self.header, "blobs": table}, separators=(",", ":"),
-                          ensure_ascii=False, allow_nan=False)
-        return text.encode("utf-8")
+        text = _json({**self.header, "blobs": table})
+        if len(text) <= max_inflated(self.data_bytes):
+            return FLAG_ZSTD_HEADER, pack_region(text, digests)
+        for entry, digest in zip(table, digests):
+            entry["xxh3"] = digest
+        return 0, _json({**self.header, "blobs": table})
+
+
+def _json(document: dict) -> bytes:
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
 
 
 def _layout(file: RlxFile) -> _Layout:
@@ -103,11 +115,11 @@ def _checksum(data: Payload) -> str:
     return digest.hexdigest()
 
 
-def encode_rlx(file: RlxFile) -> tuple[bytes, list[Payload]]:
-    """The header bytes and the blobs, in file order (blobs are views, not copies, or
-    `Deferred` arrays: each is read once here, for its checksum)."""
+def encode_rlx(file: RlxFile) -> tuple[int, bytes, list[Payload]]:
+    """The flags, the header region and the blobs, in file order (blobs are views, not
+    copies, or `Deferred` arrays: each is read once here, for its checksum)."""
     layout = _layout(file)
-    return layout.header_bytes([_checksum(b) for b in layout.blobs]), layout.blobs
+    return (*layout.header_region([_checksum(b) for b in layout.blobs]), layout.blobs)
 
 
 def _pieces(data: Payload) -> Iterator[memoryview]:
@@ -124,8 +136,8 @@ def iter_rlx_bytes(file: RlxFile) -> Iterator[memoryview | bytes]:
     """The whole file as a sequence of pieces, so it can be streamed (e.g. into encryption);
     a piece is valid until the next is asked for. Deferred blobs are read twice: once for
     the header's checksums, once for their bytes."""
-    header, blobs = encode_rlx(file)
-    yield from _frame(header)
+    flags, header, blobs = encode_rlx(file)
+    yield from _frame(flags, header)
     cursor = 0
     for index, data in enumerate(blobs):
         if index:  # the file ends where the last blob ends: pad only between blobs
@@ -135,9 +147,9 @@ def iter_rlx_bytes(file: RlxFile) -> Iterator[memoryview | bytes]:
         cursor += data.nbytes
 
 
-def _frame(header: bytes) -> Iterator[bytes]:
-    """The preamble, the header and the padding up to the data section."""
-    yield PREAMBLE.pack(MAGIC, SCHEMA_VERSION, 0, len(header), header_digest(header))
+def _frame(flags: int, header: bytes) -> Iterator[bytes]:
+    """The preamble, the header region and the padding up to the data section."""
+    yield PREAMBLE.pack(MAGIC, SCHEMA_VERSION, flags, len(header), header_digest(header))
     yield header
     position = PREAMBLE.size + len(header)
     yield bytes(align(position) - position)
@@ -174,8 +186,8 @@ def _write_streaming(out, file: RlxFile) -> None:
     hashed as it is written, then the header is written again with the real ones (the
     same length: digests are fixed-width). The bytes are those of `iter_rlx_bytes`."""
     layout = _layout(file)
-    placeholder = layout.header_bytes([_NO_DIGEST] * len(layout.blobs))
-    for part in _frame(placeholder):
+    flags, placeholder = layout.header_region([_NO_DIGEST] * len(layout.blobs))
+    for part in _frame(flags, placeholder):
         out.write(part)
     total, done, cursor, digests = layout.data_bytes, 0, 0, []
     for index, data in enumerate(layout.blobs):
@@ -190,10 +202,10 @@ def _write_streaming(out, file: RlxFile) -> None:
             progress.debug("%s of %s bytes written", f"{done:,}", f"{total:,}")
         digests.append(digest.hexdigest())
         cursor += data.nbytes
-    header = layout.header_bytes(digests)
+    flags, header = layout.header_region(digests)
     assert len(header) == len(placeholder)  # fixed-width digests
     out.seek(0)
-    for part in _frame(header):
+    for part in _frame(flags, header):
         out.write(part)
 
 

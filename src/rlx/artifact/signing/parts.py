@@ -25,7 +25,9 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
+from rlx.artifact.header import FLAG_ZSTD_HEADER, unpack_region
 from rlx.artifact.layout import MAGIC, PREAMBLE, align
 from rlx.artifact.signing.layout import Part
 from rlx.errors import ArtifactError, RlxError
@@ -117,11 +119,21 @@ def tile(boundaries: list[Boundary], size: int) -> list[tuple[str, int]]:
 
 # -- the signer's cut, per kind (the artifact was validated by its reader first) ----------------
 def _rlx(f) -> list[Boundary]:
-    _, _, _, length, _ = PREAMBLE.unpack(f.read(PREAMBLE.size))
-    header = json.loads(f.read(length))
+    _, _, flags, length, _ = PREAMBLE.unpack(f.read(PREAMBLE.size))
+    text = f.read(length)
+    if flags & FLAG_ZSTD_HEADER:
+        text, _ = unpack_region(text, os.fstat(f.fileno()).st_size, _header_error(f.name))
+    header = json.loads(text)
     data = align(PREAMBLE.size + length)
     return [(0, "header")] + [(data + b["offset"], f"blob {i}")
                               for i, b in enumerate(header["blobs"])]
+
+
+def _header_error(where: str):
+    def fail(message: str) -> NoReturn:
+        raise ArtifactError(f"{where}: {message}")
+
+    return fail
 
 
 def _encrypted(f) -> list[Boundary]:
