@@ -60,11 +60,16 @@ def int8_grid(matrix: np.ndarray) -> np.ndarray | None:
     row_max = np.abs(values).max(axis=1)
     for steps in (row_max / np.float32(127), np.full_like(row_max, row_max.max() / 127),
                   np.ones_like(row_max)):
-        codes = values * inverse_scale(steps)[:, None]
-        if np.abs(codes).max() <= 127 + _GRID_TOLERANCE and \
-                np.abs(codes - np.rint(codes)).max() <= _GRID_TOLERANCE:
+        # the first row first: a float weight fails there, without a pass over all of it
+        if _on_grid(values[:1], steps[:1]) and _on_grid(values, steps):
             return steps
     return None
+
+
+def _on_grid(values: np.ndarray, steps: np.ndarray) -> bool:
+    codes = values * inverse_scale(steps)[:, None]
+    return bool(np.abs(codes).max() <= 127 + _GRID_TOLERANCE and
+                np.abs(codes - np.rint(codes)).max() <= _GRID_TOLERANCE)
 
 
 def quantize_q8_0_on_grid(values: ArrayLike, steps: np.ndarray) -> np.ndarray:
