@@ -289,3 +289,24 @@ def test_integer_op_weights_stay_exact(tmp_path):
     out, _, report = _bake_and_run(model, feeds, tmp_path)
     np.testing.assert_array_equal(out, _ort(model, feeds))
     assert [(t.encoding, t.rel_error) for t in report.accuracy.tensors] == [("gguf_q8_0", 0.0)]
+
+
+def test_int8_quantised_matmul_weight_keeps_its_codes(tmp_path):
+    """The same for a MatMul weight stored as the Q8_0 stream of W^T (DequantMatMul)."""
+    codes = np.clip(RNG.integers(-127, 128, (64, 40)), -90, 90).astype(np.int8)
+    codes[3, 7] = -127
+    scale = np.array(0.0071, np.float32)
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s"], ["w"]),
+             helper.make_node("MatMul", ["x", "w"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 40])],
+        [numpy_helper.from_array(codes, "q"), numpy_helper.from_array(scale, "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": RNG.standard_normal((3, 64)).astype(np.float32)}
+    out, file, _ = _bake_and_run(model, feeds, tmp_path)
+    decoded = codes.astype(np.float32) * scale.astype(np.float16).astype(np.float32)
+    plain = _model("MatMul", [("x", [3, 64], TensorProto.FLOAT)], {"w": decoded}, [3, 40],
+                   ["x", "w"])
+    np.testing.assert_allclose(out, _ort(plain, feeds), rtol=1e-5, atol=1e-5)
+    assert any(isinstance(n.op, DequantMatMul) for n in file.graph.nodes())

@@ -265,7 +265,8 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
             continue  # padding made it no smaller than f16
         if encoding == F16 and np.abs(values).max() > float(np.finfo(np.float16).max):
             return None, "f16 would overflow"
-        on_grid = encoding == Q8_0 and int8_grid(_stored(values, rows, perm)) is not None
+        on_grid = encoding == Q8_0 and int8_grid(_stored(values, rows, perm, copy=False)) \
+            is not None
         error = _rel_error(values, encoding, rows, perm, on_grid)
         if encoding == F16 and error > F16_MAX_REL_ERROR:
             return None, f"f16 relative error above {F16_MAX_REL_ERROR:g}"
@@ -276,10 +277,14 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
     return None, None
 
 
-def _stored(values: np.ndarray, rows: int, perm: tuple[int, ...]) -> np.ndarray:
-    """The weight as the `[rows, L]` matrix it is stored as."""
+def _stored(values: np.ndarray, rows: int, perm: tuple[int, ...], copy: bool = True
+            ) -> np.ndarray:
+    """The weight as the `[rows, L]` matrix it is stored as (a view where numpy can make
+    one, unless `copy`: a MatMul weight's W^T, for reading only)."""
     stored = values.transpose(perm) if perm else values
-    return np.ascontiguousarray(stored, np.float32).reshape(rows, -1)
+    if copy:
+        stored = np.ascontiguousarray(stored, np.float32)
+    return stored.reshape(rows, -1)
 
 
 def _rel_error(values: np.ndarray, encoding: str, rows: int, perm: tuple[int, ...],
