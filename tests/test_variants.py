@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from rlx import BakeProfile
+import rlx
+from rlx import BakeOptions, BakeProfile, bake, write_rlx
 from rlx.errors import UnsupportedOpError
-from tests.real_models import MODELS
-from tests.variants import INTEGER, VARIANTS, run_variant, variant_path
+from rlx.frontends.onnx import import_onnx
+from tests.engines.conftest import require
+from tests.real_models import MODELS, fetch, import_kwargs
+from tests.variants import INTEGER, VARIANTS, compare, feeds_for, oracle, run_variant, variant_path
 
 pytestmark = pytest.mark.slow
 
@@ -39,3 +42,22 @@ def test_variant_matches_onnxruntime(tmp_path, model, variant):
 def test_variants_are_cached():
     path = variant_path("ppocr-cls", "ort-extended")
     assert path.exists() and path.stat().st_size > 0
+
+
+@pytest.mark.parametrize("variant", ["dynamic-tensor", "dynamic-channel"])
+@pytest.mark.parametrize("engine", ["onnxruntime", "openvino"])
+def test_conv_integer_variant_runs_on_engine(tmp_path, engine, variant):
+    """silero-vad's ConvInteger nodes (exported as exact float32 Convs: onnxruntime has no
+    float64 Conv) run through the engine, matching onnxruntime on the variant and the
+    numpy engine by the quantised tolerance."""
+    require(engine)
+    path = variant_path("silero-vad", variant)
+    graph, bindings = import_onnx(path, **import_kwargs(fetch("silero-vad")))
+    out = tmp_path / "model.rlx"
+    write_rlx(out, bake(graph, bindings, BakeOptions.from_profile(BakeProfile.EXACT))[0])
+    model, numpy_model = rlx.load(out, engine=engine, threads=2), rlx.load(out, engine="numpy")
+    want = oracle(path)
+    for feeds in feeds_for("silero-vad", (0,)):
+        got = model.run(feeds)
+        assert compare("silero-vad", got, want.run(None, feeds)).ok(True)
+        assert compare("silero-vad", got, numpy_model.run(feeds)).ok(True)

@@ -21,7 +21,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +36,10 @@ INTEGER = frozenset({"dynamic-tensor", "dynamic-channel", "static-qdq", "static-
 """Variants whose arithmetic is quantised: judged by the whole-model integer tolerance."""
 
 CALIBRATION_SEEDS = (11, 12, 13, 14)
+SIZE_CALIBRATION_SEED = 100
+"""The one feed the size profile's accuracy guard measures on: none of the evaluation
+feeds (seeds 0-2) nor the quantizer's."""
+SIZE_MIN_COSINE = 0.9995
 
 
 def _optimized(level_name: str) -> Callable[[Path, Path], None]:
@@ -206,32 +210,48 @@ class Result:
     rlx_vs_float: Comparison  # rlx on the variant vs onnxruntime on the original model
     ort_u8: Comparison | None = None  # rlx vs onnxruntime on the uint8 re-encoding (best of
     # its default and ORT_DISABLE_ALL), for quantised variants with int8 weights
+    kept: list[str] = field(default_factory=list)  # weights the size guard kept at f32
+    proposed: int = 0  # weights the bake proposed to encode
 
     def ok(self, integer: bool) -> bool:
         return any(c is not None and c.ok(integer)
                    for c in (self.ort, self.ort_plain, self.ort_u8))
 
 
+def bake_options(model: str, profile):
+    """The profile's options; the size profile as users are told to bake it: with its
+    accuracy guard, calibrated on one held-out feed."""
+    from rlx import BakeOptions, BakeProfile
+
+    options = BakeOptions.from_profile(profile)
+    if profile is not BakeProfile.SIZE:
+        return options
+    return options.replace(calibration=[FEEDS[model](SIZE_CALIBRATION_SEED)],
+                           min_cosine=SIZE_MIN_COSINE)
+
+
 def bake_and_load(model: str, variant: str, profile, tmp: Path):
-    """Import, bake with `profile`, write, read: the compiled graph."""
-    from rlx import BakeOptions, bake
+    """Import, bake with `profile`, write, read: (the compiled graph, the weights' accuracy
+    rows: those the size guard kept at full precision are marked `kept`)."""
+    from rlx import bake
     from rlx.artifact import read_rlx, write_rlx
     from rlx.frontends.onnx import import_onnx
     from rlx.runtime import Session
 
     path = variant_path(model, variant)
     graph, bindings = import_onnx(path, **import_kwargs(fetch(model)))
-    file, _ = bake(graph, bindings, BakeOptions.from_profile(profile))
+    file, report = bake(graph, bindings, bake_options(model, profile))
     out = tmp / f"{model}.{variant}.{profile.value}.rlx"
     write_rlx(out, file)
-    return Session().compile(read_rlx(out, verify="full").into_runtime_graph())
+    compiled = Session().compile(read_rlx(out, verify="full").into_runtime_graph())
+    return compiled, report.accuracy.tensors
 
 
 def run_variant(model: str, variant: str, profile, tmp: Path, seeds=(0, 1, 2)) -> Result:
     """The variant baked with `profile` and run against onnxruntime on the seeded feeds
     (and, for quantised variants with int8 weights, against onnxruntime on their uint8
     re-encoding: `as_uint8`)."""
-    compiled = bake_and_load(model, variant, profile, tmp)
+    compiled, tensors = bake_and_load(model, variant, profile, tmp)
     path = variant_path(model, variant)
     oracles = [oracle(path), oracle(path, False), oracle(fetch(model))]
     u8 = None
@@ -254,7 +274,8 @@ def run_variant(model: str, variant: str, profile, tmp: Path, seeds=(0, 1, 2)) -
     best_u8 = None
     if len(done) == 6:
         best_u8 = max(done[4:], key=lambda c: (c.ok(True), c.cosine))
-    return Result(*done[:4], ort_u8=best_u8)
+    return Result(*done[:4], ort_u8=best_u8, kept=[t.name for t in tensors if t.kept],
+                  proposed=len(tensors))
 
 
 def contrib_ops(path: Path) -> str:

@@ -267,3 +267,81 @@ def test_small_weights_go_f16_and_the_smallest_stay_f32(tmp_path):
     encodings = {n.op.shape: n.op.encoding for n in file.graph.nodes()
                  if isinstance(n.op, DecodeWeight)}
     assert encodings == {(8, 8, 1, 1): "f16", (64, 8, 1, 1): "gguf_q8_0", (64,): "f16"}
+
+
+def _dequantized_conv(per_channel: bool):
+    """Conv over DequantizeLinear(int8 codes, scale): weights a symmetric int8 quantiser
+    made (the largest code of the tensor, or of each channel, is 127). Blocks' largest codes
+    are below it, where Q8_0's per-block max / 127 would put them on another grid."""
+    codes = RNG.integers(-127, 128, (16, 8, 3, 3)).astype(np.int8)
+    limit = np.arange(16)[:, None, None, None] * 7 + 20
+    codes = np.clip(codes, -limit, limit).astype(np.int8)
+    codes[:, 0, 0, 0] = 127 if per_channel else 0
+    codes[0, 0, 0, 0] = 127
+    scale = (RNG.uniform(0.01, 0.02, 16) if per_channel else np.array(0.0123)).astype(
+        np.float32)
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s"], ["w"], axis=0),
+             helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(
+        nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 9, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 9, 9])],
+        [numpy_helper.from_array(codes, "q"), numpy_helper.from_array(scale, "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model, codes, scale
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
+def test_int8_quantised_weights_keep_their_codes(per_channel, tmp_path):
+    """A dequantised int8 weight is stored in Q8_0 with its own step as the block scales:
+    it decodes to its codes times the step rounded to f16, which onnxruntime runs on as a
+    plain Conv weight."""
+    model, codes, scale = _dequantized_conv(per_channel)
+    feeds = {"x": RNG.standard_normal((1, 8, 9, 9)).astype(np.float32)}
+    out, file, report = _bake_and_run(model, feeds, tmp_path)
+    steps = np.broadcast_to(scale.astype(np.float16).astype(np.float32), (16,))
+    decoded = codes.astype(np.float32) * steps[:, None, None, None]
+    plain = helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 9, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 9, 9])],
+        [numpy_helper.from_array(decoded, "w")]), opset_imports=[helper.make_opsetid("", 17)])
+    np.testing.assert_allclose(out, _ort(plain, feeds), rtol=1e-5, atol=1e-5)
+    (row,) = report.accuracy.tensors
+    assert row.encoding == "gguf_q8_0" and row.rel_error <= 2.0 ** -11
+
+
+def test_integer_op_weights_stay_exact(tmp_path):
+    """ConvInteger's int8 weight (a float32 constant of integers once imported) is stored
+    in Q8_0 on steps of 1: the size profile's integer products equal onnxruntime's."""
+    w = RNG.integers(-64, 64, (6, 8, 3, 3)).astype(np.int8)  # no AVX2 int16 saturation
+    node = helper.make_node("ConvInteger", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    graph = helper.make_graph(
+        [node], "ci", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 8, 7, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 6, 7, 7])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": RNG.integers(0, 256, (1, 8, 7, 7)).astype(np.uint8)}
+    out, _, report = _bake_and_run(model, feeds, tmp_path)
+    np.testing.assert_array_equal(out, _ort(model, feeds))
+    assert [(t.encoding, t.rel_error) for t in report.accuracy.tensors] == [("gguf_q8_0", 0.0)]
+
+
+def test_int8_quantised_matmul_weight_keeps_its_codes(tmp_path):
+    """The same for a MatMul weight stored as the Q8_0 stream of W^T (DequantMatMul)."""
+    codes = np.clip(RNG.integers(-127, 128, (64, 40)), -90, 90).astype(np.int8)
+    codes[3, 7] = -127
+    scale = np.array(0.0071, np.float32)
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s"], ["w"]),
+             helper.make_node("MatMul", ["x", "w"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 40])],
+        [numpy_helper.from_array(codes, "q"), numpy_helper.from_array(scale, "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": RNG.standard_normal((3, 64)).astype(np.float32)}
+    out, file, _ = _bake_and_run(model, feeds, tmp_path)
+    decoded = codes.astype(np.float32) * scale.astype(np.float16).astype(np.float32)
+    plain = _model("MatMul", [("x", [3, 64], TensorProto.FLOAT)], {"w": decoded}, [3, 40],
+                   ["x", "w"])
+    np.testing.assert_allclose(out, _ort(plain, feeds), rtol=1e-5, atol=1e-5)
+    assert any(isinstance(n.op, DequantMatMul) for n in file.graph.nodes())

@@ -14,8 +14,6 @@ _ORT_RESIZE = ("onnxruntime's Resize with align_corners while downsampling diffe
 _ORT_BATCHWISE = ("onnxruntime's CPU recurrences refuse layout=1 (batch first): "
                   "'Batchwise recurrent operations (layout == 1) are not supported'")
 _BITCAST = "a bit cast (BitCast) needs ONNX opset 26; rlx exports opset 20"
-_ORT_DOUBLE_CONV = ("QLinearConv imports as a float64 Conv; onnxruntime's CPU Conv has no "
-                    "float64 kernel")
 _FLOAT_MOD = ("float Mod with fmod=0 is exported as a - floor(a / b) * b (ONNX Mod needs "
               "fmod=1 for floats); its inf/nan/-0 edge cases differ from numpy's")
 
@@ -29,7 +27,6 @@ ONNXRUNTIME: dict[str, str] = {
     "test_bitcast_float32_to_int32": _BITCAST,
     "test_bitcast_int32_to_float32": _BITCAST,
     "test_bitcast_scalar_float32_to_int32": _BITCAST,
-    "test_qlinearconv": _ORT_DOUBLE_CONV,
     "test_mod_float_edge_cases_fmod_0_float32": _FLOAT_MOD,
 }
 """onnxruntime: the float32 group."""

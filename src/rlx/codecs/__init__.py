@@ -16,14 +16,21 @@ from rlx.codecs.floats import (
     encode_f32,
 )
 from rlx.codecs.mlx import MlxScheme, decode_mlx, mlx_scheme
-from rlx.codecs.q8_0 import dequantize_q8_0, quantize_q8_0, roundtrip_q8_0_columns
+from rlx.codecs.q8_0 import (
+    dequantize_q8_0,
+    int8_grid,
+    quantize_q8_0,
+    quantize_q8_0_on_grid,
+    roundtrip_q8_0_columns,
+)
 from rlx.codecs.rows import decode_rows, encode_rows, padded_length, transposed
 from rlx.codecs.tq2_0 import dequantize_tq2_0, is_ternary, quantize_tq2_0
 
 __all__ = [
     "Encoding", "encode", "decode", "encoded_nbytes",
     "encode_f32", "decode_f32", "encode_f16", "decode_f16", "encode_bf16", "decode_bf16",
-    "quantize_q8_0", "dequantize_q8_0", "roundtrip_q8_0_columns", "quantize_tq2_0",
+    "quantize_q8_0", "dequantize_q8_0", "roundtrip_q8_0_columns", "int8_grid",
+    "quantize_q8_0_on_grid", "quantize_tq2_0",
     "dequantize_tq2_0", "is_ternary",
     "MlxScheme", "decode_mlx", "mlx_scheme",
     "encode_rows", "decode_rows", "padded_length", "transposed",

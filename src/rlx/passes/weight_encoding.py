@@ -26,6 +26,12 @@ smaller than f16; f16 only when it holds the values (no overflow, relative error
 `F16_MAX_REL_ERROR`). Exactly ternary weights (-1/0/+1) are
 proposed as TQ2_0, which is lossless; `lossless=True` proposes only those.
 
+Weights already on an int8 grid (an int8 quantiser's, dequantised by a folded
+DequantizeLinear; the integer operands of integer ops) are stored in Q8_0 with the grid's
+step as block scales (`int8_grid`): their codes stay the integers they were, where
+max / 127 per block would round them onto another grid (measured 6e-3 relative error on
+captcha-crnn's QDQ LSTM weights, against at most 2^-11 from the step's f16).
+
 The plan reads one weight at a time and keeps only its decision; a large encoded stream
 is not computed here but deferred (`rlx.deferred`): it is encoded when it is read (by the
 writer, which streams it to the file), so a bake never holds every encoded weight.
@@ -43,9 +49,11 @@ import numpy as np
 from rlx.codecs import (
     decode_rows,
     encode_rows,
+    int8_grid,
     is_ternary,
     padded_length,
     quantize_q8_0,
+    quantize_q8_0_on_grid,
     quantize_tq2_0,
     roundtrip_q8_0_columns,
     transposed,
@@ -112,7 +120,8 @@ class WeightChoice:
     """How one weight constant (`node_id` in the planned graph) is to be stored.
 
     `rows` x `row_length` is the stored matrix (after `perm`); `packed_bytes` its encoded
-    size; `rel_error` the tensor's own ||w - decoded|| / ||w||.
+    size; `rel_error` the tensor's own ||w - decoded|| / ||w||. `on_grid`: Q8_0 with the
+    int8 grid the values already lie on as block scales (`int8_grid`).
     """
 
     node_id: int
@@ -125,6 +134,7 @@ class WeightChoice:
     f32_bytes: int
     packed_bytes: int
     rel_error: float
+    on_grid: bool = False
 
     @property
     def row_length(self) -> int:
@@ -260,7 +270,11 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
         if role is WeightRole.MATMUL and encoding == TQ2_0 and \
                 shape[0] % QuantScheme.GGUF_TQ2_0.block_size:
             role = WeightRole.MATMUL_DECODED
-        if encoding != F16 and role in _DECODED_WHOLE and rows > 1 and \
+        # on an int8 quantiser's grid, a step per row: rows stay rows (one row of the whole
+        # tensor would put two steps in a block)
+        on_grid = encoding == Q8_0 and int8_grid(_stored(values, rows, perm, copy=False)) \
+            is not None
+        if encoding != F16 and role in _DECODED_WHOLE and rows > 1 and not on_grid and \
                 rows * padded_row_bytes(encoding, length) > padded_row_bytes(encoding, values.size):
             # decoded whole, once: one row of the whole tensor saves the per-row padding.
             # Q8_0 blocks then run on along the reduction axis into the next row (a block
@@ -273,30 +287,41 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
             continue  # padding made it no smaller than f16
         if encoding == F16 and np.abs(values).max() > float(np.finfo(np.float16).max):
             return None, "f16 would overflow"
-        error = _rel_error(values, encoding, rows, perm)
+        error = _rel_error(values, encoding, rows, perm, on_grid)
         if encoding == F16 and error > F16_MAX_REL_ERROR:
             return None, f"f16 relative error above {F16_MAX_REL_ERROR:g}"
         if encoding == F16 and role not in (WeightRole.OTHER, WeightRole.GATHER):
             role, rows, perm = WeightRole.OTHER, 1, ()  # plain floats: no rows to keep
         return WeightChoice(node.id, node.name or node.label, role, encoding, shape, rows, perm,
-                            values.nbytes, nbytes, error), None
+                            values.nbytes, nbytes, error, on_grid), None
     return None, None
 
 
-def _rel_error(values: np.ndarray, encoding: str, rows: int, perm: tuple[int, ...]) -> float:
+def _stored(values: np.ndarray, rows: int, perm: tuple[int, ...], copy: bool = True
+            ) -> np.ndarray:
+    """The weight as the `[rows, L]` matrix it is stored as (a view where numpy can make
+    one, unless `copy`: a MatMul weight's W^T, for reading only)."""
+    stored = values.transpose(perm) if perm else values
+    if copy:
+        stored = np.ascontiguousarray(stored, np.float32)
+    return stored.reshape(rows, -1)
+
+
+def _rel_error(values: np.ndarray, encoding: str, rows: int, perm: tuple[int, ...],
+               on_grid: bool) -> float:
     """||w - decoded|| / ||w|| of the weight stored as `rows` encoded rows in `perm` order,
     without a transposed copy where it can: f16 is value by value (any order will do), and
     a `[K, N]` MatMul weight's Q8_0 stream of W^T is measured down its columns."""
     length = values.size // rows
-    if encoding == Q8_0 and perm == (1, 0) and padded_length(encoding, length) == length \
-            and rows == values.shape[1]:
+    if encoding == Q8_0 and perm == (1, 0) and not on_grid and \
+            padded_length(encoding, length) == length and rows == values.shape[1]:
         decoded = roundtrip_q8_0_columns(values)
     else:
         if encoding == F16:
             rows, perm = 1, ()
-        stored = values.transpose(perm) if perm else values
-        values = np.ascontiguousarray(stored, np.float32).reshape(rows, -1)
-        decoded = decode_rows(encoding, encode_rows(encoding, values), rows, values.shape[1])
+        values = _stored(values, rows, perm)
+        stream = _grid_rows(values) if on_grid else encode_rows(encoding, values)
+        decoded = decode_rows(encoding, stream, rows, values.shape[1])
     norm = float(np.linalg.norm(values))
     return float(np.linalg.norm(decoded - values)) / norm if norm else 0.0
 
@@ -337,7 +362,8 @@ def _emit(rw: Rewriter, node: Node, choice: WeightChoice) -> int:
     assert isinstance(node.op, Constant)  # choices are of constants
     matmul = choice.role is WeightRole.MATMUL
     stream = compute(_encoded, (node.op.data,),
-                     (choice.encoding, matmul, choice.shape, choice.rows, choice.perm),
+                     (choice.encoding, matmul, choice.on_grid, choice.shape, choice.rows,
+                      choice.perm),
                      (choice.packed_bytes,), np.uint8)  # deferred when large: rlx.deferred
     packed = rw.emit_constant(stream, node.name)
     if choice.role in (WeightRole.MATMUL, WeightRole.GATHER):
@@ -349,13 +375,24 @@ def _emit(rw: Rewriter, node: Node, choice: WeightChoice) -> int:
     return packed
 
 
-def _encoded(encoding: str, matmul: bool, shape: tuple[int, ...], rows: int,
+def _encoded(encoding: str, matmul: bool, on_grid: bool, shape: tuple[int, ...], rows: int,
              perm: tuple[int, ...], data: np.ndarray) -> np.ndarray:
     """The stored stream of an f32 weight's bytes: the GGUF stream of W^T for a MatMul
-    weight, else `rows` encoded rows of the weight in `perm` order."""
+    weight (K whole blocks), else `rows` encoded rows of the weight in `perm` order."""
     values = byte_view(data).view(np.float32).reshape(shape)
+    stored = transposed(values) if matmul else _stored(values, rows, perm)
+    if on_grid:
+        return _grid_rows(stored)
     if matmul:
-        quantize = quantize_q8_0 if encoding == Q8_0 else quantize_tq2_0
-        return quantize(transposed(values))
-    stored = values.transpose(perm) if perm else values
-    return encode_rows(encoding, np.ascontiguousarray(stored, np.float32).reshape(rows, -1))
+        return (quantize_q8_0 if encoding == Q8_0 else quantize_tq2_0)(stored)
+    return encode_rows(encoding, stored)
+
+
+def _grid_rows(matrix: np.ndarray) -> np.ndarray:
+    """Q8_0 rows (padded to whole blocks) of a matrix on an int8 grid, its steps as scales."""
+    length = padded_length(Q8_0, matrix.shape[1])
+    steps = int8_grid(matrix)
+    assert steps is not None  # planned as on_grid
+    padded = np.pad(matrix, ((0, 0), (0, length - matrix.shape[1])))
+    return quantize_q8_0_on_grid(padded, np.repeat(
+        steps, length // QuantScheme.GGUF_Q8_0.block_size))

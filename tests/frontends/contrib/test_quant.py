@@ -359,3 +359,44 @@ def test_onnx_integer_products_are_bit_exact(w_type, op):
         attrs = {"pads": [1, 1, 1, 1], "strides": [2, 1]}
     got, want = run_both(op, inputs, domain="", **attrs)
     assert_same(got, want)
+
+
+def _exported_run(model, feeds) -> list[np.ndarray]:
+    """rlx's import and bake of `model`, exported to ONNX and run by onnxruntime."""
+    from rlx.frontends.onnx.export import build_onnx
+
+    graph, bindings = import_onnx(model)
+    runtime = bake(graph, bindings, BakeOptions.from_profile(BakeProfile.EXACT))[0]
+    exported = build_onnx(runtime.into_runtime_graph()).model
+    return ort.InferenceSession(exported.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.mark.parametrize("w_type", [np.uint8, np.int8])
+def test_integer_convs_export_to_onnxruntime(w_type):
+    """ConvInteger / QLinearConv products below 2^24 are computed in float32 (exact), so
+    the exported model runs on onnxruntime, which has no float64 Conv, bit for bit."""
+    zw = zero(3 if w_type == np.int8 else 131, w_type)
+    x, w = q((1, 4, 7, 7), np.uint8, 1), Const(weights((6, 4, 3, 3), w_type, 2))
+    for model, feeds in (
+            one_node("ConvInteger", [x, w, zero(119), zw], domain="", pads=[1, 1, 1, 1]),
+            one_node("QLinearConv", [x, scale(0.021), zero(119), w, scale(0.004), zw,
+                                     scale(0.037), zero(120)], domain="", pads=[1, 1, 1, 1])):
+        want = ort.InferenceSession(model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, feeds)
+        assert_same(_exported_run(model, feeds), want)
+
+
+def test_conv_integer_past_float32_is_sliced_exactly():
+    """288 products of 255 x 255 sum past 2^24, where one float32 Conv would round: rlx
+    and its export to onnxruntime sum float32 Convs over slices of the channels in
+    float64, and give the exact integer."""
+    x = np.full((1, 32, 3, 3), 255, np.uint8)
+    w = np.full((1, 32, 3, 3), 255, np.uint8)
+    w[0, 0, 0, 0] = 254  # an odd sum, which float32 cannot hold above 2^24
+    exact = int((x.astype(np.int64) * w).sum())
+    assert exact > 2 ** 24 and exact % 2
+    model, feeds = one_node("ConvInteger", [x, Const(w)], domain="")
+    got, _ = run_both("ConvInteger", [x, Const(w)], domain="")
+    for result in (got, _exported_run(model, feeds)):
+        assert result[0].reshape(-1).tolist() == [exact]

@@ -9,6 +9,9 @@ to the integer type's range, as ONNX specifies.
 
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 
 from rlx.frontends.onnx.node import NodeContext
@@ -143,11 +146,10 @@ def qlinear_matmul(n: NodeContext) -> int:
 @converter("QLinearConv")
 def qlinear_conv(n: NodeContext) -> int:
     s = n.s
-    x = _integer_operand(n, 0, 2, 1, DType.F64)
-    w = _integer_operand(n, 3, 5, 0, DType.F64)
-    bias = s.cast(n.input(8), DType.F64) if n.has(8) else None
-    acc = emit_conv(n, x, w, bias)
+    acc = s.cast(_integer_conv(n, (0, 2), (3, 5)), DType.F64)
     rank = s.rank(acc)
+    if n.has(8):
+        acc = s.add(acc, _scalar_or_vector(s, s.cast(n.input(8), DType.F64), rank, 1))
     scales = [_scalar_or_vector(s, n.input(1), rank, 1),
               _scalar_or_vector(s, n.input(4), rank, 1)]
     out = s.dtype(n.input(7)) if n.has(7) else s.dtype(n.input(0))
@@ -162,7 +164,60 @@ def matmul_integer(n: NodeContext) -> int:
 
 @converter("ConvInteger")
 def conv_integer(n: NodeContext) -> int:
-    """Exact in float64 (products of 8-bit values summed far below 2^53), then int32."""
-    x = _integer_operand(n, 0, 2, 1, DType.F64)
-    w = _integer_operand(n, 1, 3, 0, DType.F64)
-    return n.s.cast(emit_conv(n, x, w, None), DType.I32)
+    return n.s.cast(_integer_conv(n, (0, 2), (1, 3)), DType.I32)
+
+
+def _integer_conv(n: NodeContext, x: tuple[int, int], w: tuple[int, int]) -> int:
+    """The exact Conv of (x - x_zero) and (w - w_zero) ((input, zero point) indices), in
+    float64. Computed as float32 Convs over slices of the input channels, each short enough
+    that its partial sums are integers within 2^24: exact in any summation order, so every
+    engine's float32 Conv gives it (onnxruntime has no float64 Conv); the slices' results
+    are added in float64. Where no slice can be (see `_channels_per_slice`), one float64
+    Conv."""
+    s = n.s
+    per_slice = _channels_per_slice(n, x, w)
+    if per_slice is None:
+        return emit_conv(n, _integer_operand(n, x[0], x[1], 1, DType.F64),
+                         _integer_operand(n, w[0], w[1], 0, DType.F64), None)
+    xs = _integer_operand(n, x[0], x[1], 1, DType.F32)
+    ws = _integer_operand(n, w[0], w[1], 0, DType.F32)
+    channels = int(s.shape(ws).dims[1])
+    if per_slice == channels:
+        return s.cast(emit_conv(n, xs, ws, None), DType.F64)
+    parts = [s.cast(emit_conv(n, s.slice(xs, [start], [stop], [1]),
+                              s.slice(ws, [start], [stop], [1]), None), DType.F64)
+             for start in range(0, channels, per_slice)
+             for stop in [min(start + per_slice, channels)]]
+    return functools.reduce(s.add, parts)
+
+
+def _channels_per_slice(n: NodeContext, x: tuple[int, int], w: tuple[int, int]) -> int | None:
+    """The most input channels whose products sum within 2^24; None for a weight of
+    run-time shape, or a grouped Conv that would need slicing (its groups' channels)."""
+    dims = n.s.shape(n.input(w[0])).dims
+    if not all(isinstance(d, int) for d in dims):
+        return None
+    channels, window = int(dims[1]), math.prod(int(d) for d in dims[2:])
+    bound = window * _difference_bound(n, *x) * _difference_bound(n, *w)
+    per_slice = channels if bound == 0 else min(channels, int(2 ** 24 // bound))
+    if per_slice == 0 or (per_slice < channels and n.attr("group", 1) != 1):
+        return None
+    return per_slice
+
+
+def _difference_bound(n: NodeContext, index: int, zero_index: int) -> float:
+    """The largest |input - zero point| the two can hold: from their values where known
+    at import, else from their integer types' ranges."""
+    lo, hi = _value_range(n, index)
+    if n.has(zero_index):
+        zero_lo, zero_hi = _value_range(n, zero_index)
+        lo, hi = lo - zero_hi, hi - zero_lo
+    return max(-lo, hi)
+
+
+def _value_range(n: NodeContext, index: int) -> tuple[float, float]:
+    value = n.static(index)
+    if value is not None and value.size:
+        return float(value.min()), float(value.max())
+    info = np.iinfo(n.s.dtype(n.input(index)).numpy)
+    return float(info.min), float(info.max)
