@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from rlx.errors import BakeError
+from rlx.errors import BakeError, RlxError
 from rlx.safeio import in_leased_map, read_from_file
 
 __all__ = ["CHUNK_BYTES", "DEFER_MIN_BYTES", "Computed", "Deferred", "FileView", "Payload",
@@ -169,7 +169,7 @@ class Computed(Deferred):
         """The result, checked against the declared dtype and size, as a new array."""
         try:
             value = np.asarray(self.fn(*self.params, *(materialize(i) for i in self.inputs)))
-        except (BakeError, OSError):  # the file under an input failing is no bad recipe
+        except (RlxError, OSError):  # typed already, or the file under an input failing
             raise
         except Exception as err:
             raise BakeError(f"{self.label or self._name()}, deferred as too large to hold, "
