@@ -43,6 +43,11 @@ def test_onnxruntime_reads_the_weights_from_the_rlx_file(tmp_path, monkeypatch):
     regions = FileRegions(str(mlp.path))
     assert {regions.offset(w) for w in weights.values()} == {
         off for off, _ in runner.mapped.values()}
+    # onnxruntime computes on those very bytes: its initializers are the artifact's arrays
+    assert {v.data_ptr() for v in runner.bound} == {address_of(w) for w in weights.values()}
+    x = {"x": np.ones((1, BIG["k"]), np.float32)}
+    np.testing.assert_allclose(model.run(x)[0], rlx.load(mlp.path, engine="numpy").run(x)[0],
+                               rtol=1e-4, atol=1e-4)
 
 
 _RSS_PROBE = """

@@ -208,3 +208,49 @@ def test_a_leased_map_is_released_with_its_buffer(tmp_path):
     gc.collect()
     assert lease.fd == -1 and lease not in mapping._leases
     save_file({"a": np.zeros(4, np.float32)}, str(path))  # a writer is not held up now
+
+
+ENGINE_CHILD = r"""
+import hashlib, json, logging, subprocess, sys
+import numpy as np
+import rlx
+
+path, action, cache = sys.argv[1:4]
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+model = rlx.load(path, engine="onnxruntime", cache_dir=cache)
+x = {"x": np.random.default_rng(0).standard_normal((2, 256)).astype(np.float32)}
+def digest():
+    return hashlib.sha256(b"".join(np.ascontiguousarray(o).tobytes()
+                                   for o in model.run(x))).hexdigest()
+before = digest()
+if action == "truncate":
+    subprocess.run([sys.executable, "-c", f"open({path!r}, 'r+b').truncate(0)"], check=True)
+after = digest()
+print(json.dumps({"before": before, "after": after}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prepack", ["mapped", "heap", "off"])
+def test_a_truncated_file_neither_kills_nor_changes_the_onnxruntime_engine(tmp_path, prepack):
+    """onnxruntime runs on rlx's own leased arrays (or, prepacked, on its saved copy in the
+    cache): a `.rlx` truncated under it changes nothing it computes."""
+    pytest.importorskip("onnxruntime")
+    import os
+
+    from tests.engines.conftest import write_mlp
+
+    path = write_mlp(tmp_path / "mlp.rlx", k=256, hidden=2048, n=256).path
+    env = {**os.environ, "RLX_ORT_PREPACK": prepack}
+
+    def child(action: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", ENGINE_CHILD, str(path), action,
+                               str(tmp_path / "cache")], capture_output=True, text=True,
+                              cwd=ROOT, env=env, timeout=600)
+
+    want = json.loads(child("none").stdout)["after"]
+    result = child("truncate")
+    assert result.returncode == 0, f"engine died ({result.returncode}): {result.stderr[-800:]}"
+    out = json.loads(result.stdout)
+    assert out["before"] == out["after"] == want
+    assert "changed on disk" in result.stderr

@@ -1,11 +1,15 @@
 """The onnxruntime engine: the graph's ONNX export, weights read from files, not copied.
 
-Large weights are written as external data that points into the `.rlx` file itself, at
-the offset where the artifact's memory map holds them (`mapping.FileRegions`):
-onnxruntime then memory-maps those bytes from the file (read-only, shared page cache, no
-anonymous copy). Arrays with no file behind them (packed weights re-laid out for
-MatMulNBits) go in as `OrtValue`s over the numpy arrays
-(`SessionOptions.add_external_initializers`); onnxruntime 1.32 copies those once.
+Weights are handed over as they lie: each one is an `OrtValue` over the artifact's own
+array (`SessionOptions.add_initializer`), which onnxruntime uses in place, without a copy
+and without opening the file itself. The model's TensorProtos for them are external-data
+stubs naming the `.rlx` (onnxruntime checks that the location exists, then never reads it,
+since the added initializer overrides it). So the weights stay in rlx's memory map, under
+its read lease: a `.rlx` truncated or rewritten while loaded neither kills the process nor
+changes its results (docs/reliability.md, promise 9), in every prepack mode. Arrays with no
+file behind them (packed weights re-laid out for MatMulNBits) are bound the same way; with
+no file at all (`path` None) they go in through `add_external_initializers`, which
+onnxruntime 1.32 copies once.
 
 Prepacking: at load onnxruntime re-lays out constant MatMul/Gemm/Conv weights for its
 kernels (and Conv weights for its NCHWc layout), an anonymous copy of about the weight
@@ -56,33 +60,47 @@ def prepack_mode() -> str:
 
 
 class _Placer:
-    """External-data TensorProtos: file offsets where mapped, else in-memory OrtValues."""
+    """External-data TensorProto stubs for the weights, and the arrays to bind them to."""
 
     def __init__(self, path: str | None):
         self.path = path
         self.regions = FileRegions(path) if path else None
-        self.mapped: dict[str, tuple[int, int]] = {}  # name -> (offset, length)
-        self.in_memory: dict[str, np.ndarray] = {}
+        self.mapped: dict[str, tuple[int, int]] = {}  # name -> (file offset, length)
+        self.in_memory: dict[str, np.ndarray] = {}  # weights with no file bytes behind them
+        self.arrays: dict[str, np.ndarray] = {}  # every weight, by name
 
     def __call__(self, name: str, array: np.ndarray) -> Any:
         from rlx.frontends.onnx.export import external_tensor
 
+        array = np.ascontiguousarray(array)
+        self.arrays[name] = array
         offset = self.regions.offset(array) if self.regions is not None else None
         if offset is not None and self.path is not None:
             self.mapped[name] = (offset, array.nbytes)
             return external_tensor(name, array, os.path.basename(self.path), offset)
-        self.in_memory[name] = np.ascontiguousarray(array)
-        return external_tensor(name, array, _IN_MEMORY, 0)
+        self.in_memory[name] = array
+        # a location onnxruntime finds (it checks that much), never read: bind() overrides it
+        location = os.path.basename(self.path) if self.path is not None else _IN_MEMORY
+        return external_tensor(name, array, location, 0)
 
-    def bind(self, so: ort.SessionOptions) -> None:
-        """Let the session resolve both kinds of reference."""
-        if self.path:
+    def bind(self, so: ort.SessionOptions, *, in_place: bool = True) -> list[Any]:
+        """Bind every stub to its array; returns the OrtValues, which must outlive the
+        session (onnxruntime keeps only their pointers).
+
+        `in_place=False` is for a session that saves its optimised model: onnxruntime
+        writes out only the initializers it owns, so the mapped weights are then read from
+        the file at their offsets and the rest added as copies."""
+        if self.path is not None:
             so.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                         os.path.dirname(os.path.abspath(self.path)))
-        if self.in_memory:
-            names = list(self.in_memory)
-            so.add_external_initializers(
-                names, [ort.OrtValue.ortvalue_from_numpy(self.in_memory[n]) for n in names])
+        shared = self.arrays if in_place and self.path is not None else self.in_memory
+        values = {n: ort.OrtValue.ortvalue_from_numpy(a) for n, a in shared.items()}
+        if shared is self.arrays:
+            for name, value in values.items():
+                so.add_initializer(name, value)
+        elif values:
+            so.add_external_initializers(list(values), list(values.values()))
+        return list(values.values())
 
 
 def session_options(threads: int | None) -> ort.SessionOptions:
@@ -116,6 +134,7 @@ class OrtRunner:
         self.summary = None  # the export's, when this load exported
         self.mapped: dict[str, tuple[int, int]] = {}
         self.in_memory: dict[str, np.ndarray] = {}
+        self.bound: list[Any] = []  # the OrtValues the session's weights point into
         self.prepack = prepack_mode()
         self.cached: Path | None = None  # the prepacked model this session maps
         if self.prepack == "mapped":
@@ -126,7 +145,7 @@ class OrtRunner:
             self.prepack = "off"
         model_bytes, placer = self._export(file, graph, path)
         so = session_options(threads)
-        placer.bind(so)
+        self.bound = placer.bind(so)
         if self.prepack == "off":
             so.add_session_config_entry("session.disable_prepacking", "1")
         self.session = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
@@ -183,7 +202,7 @@ class OrtRunner:
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
         try:
             so = session_options(None)
-            placer.bind(so)
+            bound = placer.bind(so, in_place=False)  # alive until the session is done
             so.optimized_model_filepath = str(tmp / MODEL_FILE)
             for key, value in (
                     ("session.optimized_model_external_initializers_file_name", WEIGHTS_FILE),
@@ -191,6 +210,7 @@ class OrtRunner:
                     ("session.save_external_prepacked_constant_initializers", "1")):
                 so.add_session_config_entry(key, value)
             ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+            del bound
             try:
                 os.replace(tmp, folder)
             except OSError:
