@@ -25,13 +25,13 @@ def _cache(tmp_path) -> dict:
 def test_measures_once_then_reads_the_cache(tmp_path, monkeypatch, caplog):
     mlp = write_mlp(tmp_path / "mlp.rlx")
     timed: list[str] = []
-    real = auto._time
+    real = auto._measure
 
-    def counting(runner, feeds_, outputs):
-        timed.append(runner.name)
-        return real(runner, feeds_, outputs)
+    def counting(runners, feeds_, outputs):
+        timed.extend(runners)
+        return real(runners, feeds_, outputs)
 
-    monkeypatch.setattr(auto, "_time", counting)
+    monkeypatch.setattr(auto, "_measure", counting)
     with caplog.at_level(logging.INFO, logger="rlx.engines"):
         first = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
     assert sorted(timed) == sorted(registry.available_engines())
@@ -45,6 +45,42 @@ def test_measures_once_then_reads_the_cache(tmp_path, monkeypatch, caplog):
     assert timed == [] and second.engine == first.engine
     np.testing.assert_allclose(second.run(feeds())[1], mlp.oracle(feeds()["x"])[1],
                                rtol=1e-5, atol=1e-6)
+
+
+class _Clocked:
+    """A runner that costs `seconds` on a shared fake clock and records its turns."""
+
+    def __init__(self, name: str, seconds: float, clock: list[float], turns: list[str]):
+        self.name, self.seconds, self.clock, self.turns = name, seconds, clock, turns
+
+    def run(self, feeds_, outputs):
+        self.turns.append(self.name)
+        self.clock[0] += self.seconds
+
+
+def test_candidates_are_timed_in_turns_and_slow_ones_dropped():
+    """A burst of other work hits every candidate alike: rounds alternate the engines, and
+    one more than twice the fastest after two rounds is not timed further."""
+    clock, turns = [0.0], []
+    runners = {name: _Clocked(name, cost, clock, turns)
+               for name, cost in (("onnxruntime", 0.004), ("openvino", 0.006),
+                                  ("numpy", 0.030))}
+    measured = auto._measure(runners, {}, [], clock=lambda: clock[0])
+    assert turns[:6] == ["onnxruntime", "openvino", "numpy"] * 2
+    assert turns.count("numpy") == 2 and "numpy" not in turns[6:]
+    assert turns[6:8] == ["onnxruntime", "openvino"]
+    assert turns.count("onnxruntime") == turns.count("openvino") == auto.RUNS
+    assert measured == pytest.approx({"onnxruntime": 0.004, "openvino": 0.006,
+                                      "numpy": 0.030})
+    assert min(measured, key=measured.get) == "onnxruntime"
+
+
+def test_timing_stops_at_the_budget():
+    clock, turns = [0.0], []
+    slow = auto.BUDGET_S  # one run per candidate uses its whole share of the budget
+    runners = {n: _Clocked(n, slow, clock, turns) for n in ("onnxruntime", "openvino")}
+    auto._measure(runners, {}, [], clock=lambda: clock[0])
+    assert turns.count("onnxruntime") == turns.count("openvino") == 2  # two rounds at least
 
 
 def test_key_follows_the_artifact_and_options(tmp_path):
@@ -61,7 +97,8 @@ def test_key_follows_the_artifact_and_options(tmp_path):
 def test_exact_never_picks_bf16(tmp_path, monkeypatch):
     """Even when OpenVINO measures fastest, precision="exact" gets it in f32."""
     mlp = write_mlp(tmp_path / "mlp.rlx")
-    monkeypatch.setattr(auto, "_time", lambda r, f, o: 0.001 if r.name == "openvino" else 1.0)
+    monkeypatch.setattr(auto, "_measure", lambda runners, f, o: {
+        name: 0.001 if name == "openvino" else 1.0 for name in runners})
     model = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
     assert (model.engine, model.precision) == ("openvino", "exact")
     hint = str(model.runner.compiled.get_property("INFERENCE_PRECISION_HINT"))
@@ -79,14 +116,18 @@ def test_numpy_is_the_fallback(tmp_path, monkeypatch):
 def test_feeds_that_fail_on_numpy_mean_unmeasured(tmp_path, monkeypatch):
     """The measurement proves nothing when the reference cannot run the feeds."""
     mlp = write_mlp(tmp_path / "mlp.rlx")
-    real = auto._time
+    real = auto._build
 
-    def failing(runner, feeds_, outputs):
-        if runner.name == "numpy":
+    class Failing:
+        name = "numpy"
+
+        def run(self, feeds_, outputs):
             raise ValueError("branch needs a real input")
-        return real(runner, feeds_, outputs)
 
-    monkeypatch.setattr(auto, "_time", failing)
+    def build(name, *args):
+        return Failing() if name == "numpy" else real(name, *args)
+
+    monkeypatch.setattr(auto, "_build", build)
     model = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
     assert model.engine == auto.PREFERENCE[0]
     assert next(iter(_cache(tmp_path).values()))["how"].startswith("unmeasured")
