@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "rlx"
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "version": set(),
-    "ir": {"errors", "codecs", "enums", "deferred"},
+    "ir": {"errors", "codecs", "enums", "deferred", "_lazy"},
     "codecs": {"errors", "enums"},
     "kernels": {"errors", "ir", "codecs"},
     "runtime": {"errors", "ir", "codecs", "kernels", "_lazy"},
@@ -22,7 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "weights": {"errors", "codecs", "enums", "_lazy", "safeio", "stored_zip", "deferred"},
     "stored_zip": {"errors"},  # STORE-only zip archives: .rlxp zip packages, .dduf bundles
     "enums": set(),
-    "artifact": {"errors", "ir", "codecs", "enums", "version", "safeio", "stored_zip",
+    "artifact": {"errors", "ir", "codecs", "enums", "version", "safeio", "stored_zip", "_lazy",
                  "deferred"},
     "baking": {"errors", "ir", "codecs", "kernels", "runtime", "passes", "weights", "artifact",
                "enums", "deferred"},

@@ -18,7 +18,8 @@ __all__ = ["lazy_exports"]
 
 def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any],
                                                                   Callable[[], list[str]]]:
-    """`(__getattr__, __dir__)` for `package`, whose name `n` lives in `exports[n]`."""
+    """`(__getattr__, __dir__)` for `package`, whose name `n` lives in `exports[n]` (or is
+    the submodule `exports[n]` when that is `package.n`)."""
     module = sys.modules[package]
 
     def __getattr__(name: str) -> Any:
@@ -26,7 +27,9 @@ def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str],
             source = exports[name]
         except KeyError:
             raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
-        value = getattr(importlib.import_module(source), name)
+        value = importlib.import_module(source)
+        if source != f"{package}.{name}":  # a name in a module, not the submodule itself
+            value = getattr(value, name)
         module.__dict__[name] = value  # the next lookup is a plain attribute
         return value
 

@@ -16,11 +16,24 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NamedTuple, NoReturn
 
-from rlx.artifact.layout import MAX_HEADER_BYTES
+from rlx.artifact.layout import (
+    ENCRYPTED_MAGIC,
+    MAGIC,
+    MAX_HEADER_BYTES,
+    MAX_JSON_DEPTH,
+    PREAMBLE,
+    REFERENCE_SCHEMAS,
+    SCHEMA_VERSION,
+    header_digest,
+)
+from rlx.artifact.sniff import foreign_hint
+from rlx.errors import ArtifactError, EncryptedFileError, IntegrityError
+from rlx.safeio.json_scan import JsonLimits, load_json
 
-__all__ = ["FLAG_ZSTD_HEADER", "DIGEST_BYTES", "max_inflated", "pack_region", "unpack_region"]
+__all__ = ["FLAG_ZSTD_HEADER", "DIGEST_BYTES", "Header", "io_fields", "max_inflated",
+           "pack_region", "read_header", "unpack_region"]
 
 FLAG_ZSTD_HEADER = 1
 DIGEST_BYTES = 16  # an XXH3-128 digest
@@ -75,3 +88,65 @@ def unpack_region(region: bytes, file_bytes: int, fail: Callable[[str], NoReturn
     if len(text) != size:
         fail(f"compressed header inflated to {len(text)} bytes, {size} declared")
     return text, digests
+
+
+_HEADER_LIMITS = JsonLimits(max_depth=MAX_JSON_DEPTH)
+
+
+class Header(NamedTuple):
+    """A checked header: its JSON, the blob checksums stored beside a compressed one (None
+    for a plain header) and the region's length in bytes."""
+
+    body: dict
+    digests: list[str] | None
+    length: int
+
+
+Fail = Callable[..., NoReturn]  # fail(message, error type=ArtifactError)
+
+
+def read_header(buf: memoryview, source: str, fail: Fail) -> Header:
+    """The header of the plain `.rlx` held in `buf`: magic, schema, flags, length and
+    checksum checked, inflated and parsed within limits, a JSON object of schema 3; what is
+    wrong goes to `fail` (with `EncryptedFileError` or `IntegrityError` where it is that).
+    Reading the header needs no graph IR: a warm engine load (`rlx.engines.warm`) stops
+    here."""
+    if bytes(buf[:8]) == ENCRYPTED_MAGIC:
+        fail("is encrypted; read it with a password", EncryptedFileError)
+    if len(buf) < PREAMBLE.size:
+        fail(f"too short to be an .rlx file ({len(buf)} bytes)")
+    magic, schema, flags, length, digest = PREAMBLE.unpack_from(buf)
+    if magic != MAGIC:
+        hint = foreign_hint(bytes(buf[:16]), source)
+        fail(f"bad magic (expected {MAGIC.decode()}, got {magic!r}){hint}")
+    if schema in REFERENCE_SCHEMAS:
+        fail(f"schema {schema} is the Rust reference's bincode format, which rlx does "
+             f"not read; re-bake the model with rlx (schema {SCHEMA_VERSION})")
+    if schema != SCHEMA_VERSION:
+        fail(f"schema version {schema} is not supported (this rlx reads {SCHEMA_VERSION})")
+    if flags & ~FLAG_ZSTD_HEADER:
+        fail(f"unknown flags {flags:#x}")
+    if length > MAX_HEADER_BYTES or PREAMBLE.size + length > len(buf):
+        fail(f"header length {length} exceeds the file ({len(buf)} bytes) or the "
+             f"{MAX_HEADER_BYTES >> 20} MiB cap")
+    text = bytes(buf[PREAMBLE.size:PREAMBLE.size + length])
+    if header_digest(text) != digest:
+        fail("header checksum mismatch: the file is corrupt", IntegrityError)
+    digests = None
+    if flags & FLAG_ZSTD_HEADER:
+        text, digests = unpack_region(text, len(buf), fail)
+    body = load_json(text, ArtifactError, f"{source}: header", _HEADER_LIMITS)
+    if not isinstance(body, dict):
+        fail("header is not a JSON object")
+    if body.get("format") != "rlx" or body.get("schema") != SCHEMA_VERSION:
+        fail("header does not describe an rlx schema-3 file")
+    return Header(body, digests, length)
+
+
+def io_fields(value: Any, fail: Fail) -> tuple[str, tuple, str]:
+    """(name, dims, dtype name) of a meta `inputs`/`outputs` entry, checked for shape."""
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str) \
+            or not isinstance(value.get("dtype"), str) \
+            or not isinstance(value.get("shape"), list):
+        fail("meta inputs/outputs entries need name, shape and dtype")
+    return value["name"], tuple(value["shape"]), value["dtype"]

@@ -9,11 +9,12 @@ from pathlib import Path
 import xxhash
 
 __all__ = [
-    "MAGIC", "SCHEMA_VERSION", "REFERENCE_SCHEMAS", "PREAMBLE", "ALIGN", "MAX_HEADER_BYTES",
-    "MAX_JSON_DEPTH", "align", "checksum", "header_digest", "signature_path",
+    "MAGIC", "ENCRYPTED_MAGIC", "SCHEMA_VERSION", "REFERENCE_SCHEMAS", "PREAMBLE", "ALIGN",
+    "MAX_HEADER_BYTES", "MAX_JSON_DEPTH", "align", "checksum", "header_digest", "signature_path",
 ]
 
 MAGIC = b"RLXBAKE1"
+ENCRYPTED_MAGIC = b"RLXENC01"  # an RLXENC01 container (rlx.artifact.crypto)
 SCHEMA_VERSION = 3
 REFERENCE_SCHEMAS = (1, 2)  # the Rust reference's bincode files
 PREAMBLE = struct.Struct("<8sIIQ16s")  # magic, schema, flags, header length, header xxh3-128

@@ -11,9 +11,9 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from rlx.artifact.layout import MAGIC
+from rlx.artifact.layout import ENCRYPTED_MAGIC, MAGIC
 from rlx.artifact.model import RlxFile
-from rlx.artifact.reader import ENCRYPTED_MAGIC, read_rlx
+from rlx.artifact.reader import read_rlx
 from rlx.artifact.sniff import foreign_hint
 from rlx.errors import ArtifactError
 

@@ -16,22 +16,10 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from rlx.artifact.header import FLAG_ZSTD_HEADER, unpack_region
-from rlx.artifact.layout import (
-    ALIGN,
-    MAGIC,
-    MAX_HEADER_BYTES,
-    MAX_JSON_DEPTH,
-    PREAMBLE,
-    REFERENCE_SCHEMAS,
-    SCHEMA_VERSION,
-    align,
-    checksum,
-    header_digest,
-)
+from rlx.artifact.header import io_fields, read_header
+from rlx.artifact.layout import ALIGN, ENCRYPTED_MAGIC, PREAMBLE, align, checksum
 from rlx.artifact.memory import MemoryMode
 from rlx.artifact.model import RlxFile, RlxIo, RlxMeta, RlxWeight
-from rlx.artifact.sniff import foreign_hint
 from rlx.codecs import encoded_nbytes
 from rlx.errors import ArtifactError, EncryptedFileError, IntegrityError, RlxError
 from rlx.ir.dtype import DType
@@ -39,10 +27,9 @@ from rlx.ir.graph import Graph
 from rlx.ir.ops.sources import Constant
 from rlx.ir.serialize import graph_from_dict
 from rlx.ir.shape import Shape
-from rlx.ir.verify import verify as verify_graph
-from rlx.safeio import JsonLimits, detached, load_json, map_file
+from rlx.ir.verification import verify as verify_graph
+from rlx.safeio import detached, map_file
 
-ENCRYPTED_MAGIC = b"RLXENC01"
 VERIFY_MODES = ("full", "lazy", "none")
 
 
@@ -107,8 +94,8 @@ class _Reader:
 
     # -- preamble and header ---------------------------------------------------------------
     def read(self, verify: str) -> RlxFile:
-        header, digests = self._header()
-        data_start = align(PREAMBLE.size + len(self._header_bytes))
+        header, digests, length = read_header(self.buf, self.source, self.fail)
+        data_start = align(PREAMBLE.size + length)
         self._blob_table(header.get("blobs"), data_start, digests)
         graph = self._graph(header.get("graph"))
         weights = self._weights(header.get("weights"), graph)
@@ -121,41 +108,6 @@ class _Reader:
         elif verify == "lazy":
             file.integrity_check = self.check_blobs
         return file
-
-    def _header(self) -> tuple[dict, list[str] | None]:
-        """The header and, when it was compressed, the blob checksums stored beside it."""
-        buf = self.buf
-        if bytes(buf[:8]) == ENCRYPTED_MAGIC:
-            self.fail("is encrypted; read it with a password", EncryptedFileError)
-        if len(buf) < PREAMBLE.size:
-            self.fail(f"too short to be an .rlx file ({len(buf)} bytes)")
-        magic, schema, flags, length, digest = PREAMBLE.unpack_from(buf)
-        if magic != MAGIC:
-            hint = foreign_hint(bytes(buf[:16]), self.source)
-            self.fail(f"bad magic (expected {MAGIC.decode()}, got {magic!r}){hint}")
-        if schema in REFERENCE_SCHEMAS:
-            self.fail(f"schema {schema} is the Rust reference's bincode format, which rlx does "
-                      f"not read; re-bake the model with rlx (schema {SCHEMA_VERSION})")
-        if schema != SCHEMA_VERSION:
-            self.fail(f"schema version {schema} is not supported (this rlx reads "
-                      f"{SCHEMA_VERSION})")
-        if flags & ~FLAG_ZSTD_HEADER:
-            self.fail(f"unknown flags {flags:#x}")
-        if length > MAX_HEADER_BYTES or PREAMBLE.size + length > len(buf):
-            self.fail(f"header length {length} exceeds the file ({len(buf)} bytes) or the "
-                      f"{MAX_HEADER_BYTES >> 20} MiB cap")
-        self._header_bytes = bytes(buf[PREAMBLE.size:PREAMBLE.size + length])
-        if header_digest(self._header_bytes) != digest:
-            self.fail("header checksum mismatch: the file is corrupt", IntegrityError)
-        text, digests = self._header_bytes, None
-        if flags & FLAG_ZSTD_HEADER:
-            text, digests = unpack_region(text, len(buf), self.fail)
-        header = load_json(text, ArtifactError, f"{self.source}: header", _HEADER_LIMITS)
-        if not isinstance(header, dict):
-            self.fail("header is not a JSON object")
-        if header.get("format") != "rlx" or header.get("schema") != SCHEMA_VERSION:
-            self.fail("header does not describe an rlx schema-3 file")
-        return header, digests
 
     def _blob_table(self, table: Any, data_start: int, digests: list[str] | None) -> None:
         """The blobs; their checksums are in the table, or in `digests` when given."""
@@ -235,11 +187,7 @@ class _Reader:
         return RlxMeta(**values)
 
     def _io(self, value: Any) -> RlxIo:
-        if not isinstance(value, dict) or not isinstance(value.get("name"), str) \
-                or not isinstance(value.get("dtype"), str) \
-                or not isinstance(value.get("shape"), list):
-            self.fail("meta inputs/outputs entries need name, shape and dtype")
-        return RlxIo(value["name"], tuple(value["shape"]), value["dtype"])
+        return RlxIo(*io_fields(value, self.fail))
 
     # -- integrity -------------------------------------------------------------------------
     def check_blobs(self) -> None:
@@ -277,7 +225,6 @@ def text_field(row: dict, key: str, default: str) -> str:
     return value if isinstance(value, str) else default
 
 
-_HEADER_LIMITS = JsonLimits(max_depth=MAX_JSON_DEPTH)
 
 
 

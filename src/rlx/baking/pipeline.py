@@ -39,7 +39,7 @@ from rlx.ir.graph import Graph, Node, unique_name
 from rlx.ir.naming import op_type_counts
 from rlx.ir.ops.linalg import QuantScheme
 from rlx.ir.ops.sources import Constant
-from rlx.ir.verify import verify
+from rlx.ir.verification import verify
 from rlx.passes.pipeline import Step
 from rlx.weights.bundle import WeightBundle
 

@@ -8,8 +8,7 @@ import os
 import platform
 from pathlib import Path
 
-from rlx.artifact.layout import MAGIC, signature_path
-from rlx.artifact.reader import ENCRYPTED_MAGIC
+from rlx.artifact.layout import ENCRYPTED_MAGIC, MAGIC, signature_path
 
 __all__ = ["artifact_checksum", "default_cache_dir", "is_plain_artifact", "machine_id"]
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from rlx.errors import GraphError, ModelImportError
 from rlx.ir.graph import Graph
 from rlx.ir.serialize import graph_from_json
-from rlx.ir.verify import verify
+from rlx.ir.verification import verify
 
 __all__ = ["LoadedGraph", "load_graph", "BUNDLE_GRAPH_FILES", "BUNDLE_WEIGHTS_FILE",
            "HirInputError", "is_hir"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from rlx.errors import GraphError
 from rlx.ir.graph import Graph
-from rlx.ir.verify import verify as verify_graph
+from rlx.ir.verification import verify as verify_graph
 
 __all__ = ["VERIFY_ENV", "Pass", "Step", "run_pipeline"]
 
