@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
                "enums", "deferred"},
     "frontends": {"errors", "ir", "kernels", "codecs", "enums", "version", "_lazy", "safeio"},
     # engines: rlx.load / Model over numpy, onnxruntime, openvino (never passes or baking)
-    "engines": {"errors", "ir", "codecs", "kernels", "runtime", "artifact", "frontends",
+    "engines": {"errors", "ir", "codecs", "kernels", "runtime", "artifact", "frontends", "safeio",
                 "version", "_lazy"},
     # rlx.ray: Ray Serve deployment and Ray Data predictor over rlx.load (beside the CLI)
     "ray": {"errors", "engines", "artifact", "weights", "_lazy"},

@@ -234,7 +234,8 @@ print(json.dumps({"before": before, "after": after}))
 @pytest.mark.parametrize("prepack", ["mapped", "heap", "off"])
 def test_a_truncated_file_neither_kills_nor_changes_the_onnxruntime_engine(tmp_path, prepack):
     """onnxruntime runs on rlx's own leased arrays (or, prepacked, on its saved copy in the
-    cache): a `.rlx` truncated under it changes nothing it computes."""
+    cache, which a later load finds from the header alone): a `.rlx` truncated under it
+    changes nothing it computes."""
     pytest.importorskip("onnxruntime")
     import os
 
@@ -253,4 +254,5 @@ def test_a_truncated_file_neither_kills_nor_changes_the_onnxruntime_engine(tmp_p
     assert result.returncode == 0, f"engine died ({result.returncode}): {result.stderr[-800:]}"
     out = json.loads(result.stdout)
     assert out["before"] == out["after"] == want
-    assert "changed on disk" in result.stderr
+    if prepack != "mapped":  # rlx's map of the file noticed; a warm load holds no map
+        assert "changed on disk" in result.stderr

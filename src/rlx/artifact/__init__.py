@@ -7,6 +7,8 @@ and never imports the graph IR, and reading and running a file never imports the
 (`secrets`, `random`, the atomic-file helpers), `.rlxp` or signing (zstandard, Ed25519).
 """
 
+from typing import TYPE_CHECKING
+
 from rlx._lazy import lazy_exports
 
 _LAZY = {
@@ -33,4 +35,31 @@ __all__ = [
     "read_rlxp_package", "write_rlxp", "generate_keypair", "save_keypair", "sign_artifact",
     "signature_path", "verify_signature",
 ]
+if TYPE_CHECKING:  # what type checkers see: the names, imported as they are
+    from rlx.artifact.memory import (
+        MemoryMode,
+        MemoryStats,
+        apply_memory_mode,
+        drop_weight_table_data,
+        ensure_runtime_ready,
+        into_runtime_graph,
+        materialize_weights,
+        needs_materialize,
+        relayout,
+        strip_graph_weight_bytes,
+        strip_table_weight_bytes,
+    )
+    from rlx.artifact.model import RlxFile, RlxIo, RlxMeta, RlxWeight
+    from rlx.artifact.open import artifact_kind, open_artifact
+    from rlx.artifact.reader import parse_rlx, read_rlx
+    from rlx.artifact.rlxp import RlxpOptions, RlxpPackage, read_rlxp, read_rlxp_package, write_rlxp
+    from rlx.artifact.signing import (
+        generate_keypair,
+        save_keypair,
+        sign_artifact,
+        signature_path,
+        verify_signature,
+    )
+    from rlx.artifact.writer import write_rlx
+
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

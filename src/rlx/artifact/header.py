@@ -105,16 +105,17 @@ class Header(NamedTuple):
 Fail = Callable[..., NoReturn]  # fail(message, error type=ArtifactError)
 
 
-def read_header(buf: memoryview, source: str, fail: Fail) -> Header:
+def read_header(buf: memoryview, source: str, fail: Fail, size: int | None = None) -> Header:
     """The header of the plain `.rlx` held in `buf`: magic, schema, flags, length and
     checksum checked, inflated and parsed within limits, a JSON object of schema 3; what is
     wrong goes to `fail` (with `EncryptedFileError` or `IntegrityError` where it is that).
     Reading the header needs no graph IR: a warm engine load (`rlx.engines.warm`) stops
-    here."""
+    here, with `buf` holding only the file's first bytes and `size` the file's size."""
+    size = len(buf) if size is None else size
     if bytes(buf[:8]) == ENCRYPTED_MAGIC:
         fail("is encrypted; read it with a password", EncryptedFileError)
     if len(buf) < PREAMBLE.size:
-        fail(f"too short to be an .rlx file ({len(buf)} bytes)")
+        fail(f"too short to be an .rlx file ({size} bytes)")
     magic, schema, flags, length, digest = PREAMBLE.unpack_from(buf)
     if magic != MAGIC:
         hint = foreign_hint(bytes(buf[:16]), source)
@@ -126,15 +127,15 @@ def read_header(buf: memoryview, source: str, fail: Fail) -> Header:
         fail(f"schema version {schema} is not supported (this rlx reads {SCHEMA_VERSION})")
     if flags & ~FLAG_ZSTD_HEADER:
         fail(f"unknown flags {flags:#x}")
-    if length > MAX_HEADER_BYTES or PREAMBLE.size + length > len(buf):
-        fail(f"header length {length} exceeds the file ({len(buf)} bytes) or the "
+    if length > MAX_HEADER_BYTES or PREAMBLE.size + length > min(size, len(buf)):
+        fail(f"header length {length} exceeds the file ({size} bytes) or the "
              f"{MAX_HEADER_BYTES >> 20} MiB cap")
     text = bytes(buf[PREAMBLE.size:PREAMBLE.size + length])
     if header_digest(text) != digest:
         fail("header checksum mismatch: the file is corrupt", IntegrityError)
     digests = None
     if flags & FLAG_ZSTD_HEADER:
-        text, digests = unpack_region(text, len(buf), fail)
+        text, digests = unpack_region(text, size, fail)
     body = load_json(text, ArtifactError, f"{source}: header", _HEADER_LIMITS)
     if not isinstance(body, dict):
         fail("header is not a JSON object")

@@ -30,11 +30,10 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlx.artifact.model import RlxFile
 from rlx.engines.fingerprint import artifact_checksum, default_cache_dir, machine_id
 from rlx.engines.registry import (
     available_engines,
@@ -42,10 +41,13 @@ from rlx.engines.registry import (
     engine_module,
     engine_versions,
 )
-from rlx.ir.graph import Graph
 from rlx.version import __version__
 
-__all__ = ["choose", "cache_key", "example_feeds", "RUNS", "BUDGET_S",
+if TYPE_CHECKING:  # a warm load (rlx.engines.warm) imports no graph IR
+    from rlx.artifact.model import RlxFile
+    from rlx.ir.graph import Graph
+
+__all__ = ["choose", "cache_key", "cached_choice", "example_feeds", "RUNS", "BUDGET_S",
            "PREFERENCE"]
 
 log = logging.getLogger("rlx.engines")
@@ -131,18 +133,28 @@ def _build(name: str, file: RlxFile, graph: Graph, path: str, threads: int | Non
                                      cache_dir=cache_dir)
 
 
+def cached_choice(path: str, *, threads: int | None, precision: str,
+                  cache_dir: str | os.PathLike | None = None) -> dict[str, Any] | None:
+    """The cache entry of auto's choice for this file, machine, threads and precision (its
+    "engine" one that is installed), or None when it has not chosen."""
+    engines = available_engines()
+    cache = _Cache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
+    entry = cache.get(cache_key(path, engines, threads, precision))
+    return entry if entry is not None and entry.get("engine") in engines else None
+
+
 def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, precision: str,
            cache_dir: str | os.PathLike | None = None,
            example: Mapping[str, np.ndarray] | None = None):
     """The runner of the engine auto picks (measuring and caching on a cold cache)."""
+    entry = cached_choice(path, threads=threads, precision=precision, cache_dir=cache_dir)
+    if entry is not None:
+        log.info("auto: %s from the cache (%s)", entry["engine"],
+                 _fmt(entry.get("measured_ms", {})))
+        return _build(entry["engine"], file, graph, path, threads, precision, cache_dir)
     engines = available_engines()
     cache = _Cache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
     key = cache_key(path, engines, threads, precision)
-    entry = cache.get(key)
-    if entry is not None and entry.get("engine") in engines:
-        name = entry["engine"]
-        log.info("auto: %s from the cache (%s)", name, _fmt(entry.get("measured_ms", {})))
-        return _build(name, file, graph, path, threads, precision, cache_dir)
     feeds = dict(example) if example is not None else example_feeds(graph)
     from rlx.runtime.feeds import check_feeds
 

@@ -1,10 +1,13 @@
 """`rlx.load(path, engine=...) -> Model`: one entry point over every engine.
 
-A `Model` holds the artifact (its memory map stays open while the model lives), the
-graph's declared inputs and outputs (`IoSpec`), and an engine's runner. `Model.run` checks
-feeds with the numpy runtime's own rules (`rlx.runtime.session.check_feeds`), so every
-engine accepts and refuses exactly the same feeds with the same messages, then hands the
-checked arrays to the engine. `run` may be called from many threads at once.
+A `Model` holds an engine's runner, the graph's declared inputs and outputs (`IoSpec`) and
+the artifact (its memory map stays open while the model lives). `Model.run` checks feeds
+with the numpy runtime's own rules (`rlx.runtime.feeds.check_feeds`), so every engine
+accepts and refuses exactly the same feeds with the same messages, then hands the checked
+arrays to the engine. `run` may be called from many threads at once.
+
+A warm load (`rlx.engines.warm`: onnxruntime chosen before, its prepacked model saved)
+reads only the file's header; `Model.file` then opens the whole artifact when first used.
 """
 
 from __future__ import annotations
@@ -13,19 +16,20 @@ import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
-from rlx.artifact.model import RlxFile
-from rlx.artifact.open import open_artifact
 from rlx.engines.registry import check_engine, check_precision, engine_module
 from rlx.errors import InputError
-from rlx.ir.graph import Graph
-from rlx.ir.shape import Dim
+from rlx.ir.shape import Dim, Shape
 from rlx.runtime.feeds import check_feeds
 
-__all__ = ["IoSpec", "Model", "Runner", "load", "build_runner"]
+if TYPE_CHECKING:  # a warm load imports no graph IR
+    from rlx.artifact.model import RlxFile
+    from rlx.ir.graph import Graph
+
+__all__ = ["FeedInput", "IoSpec", "Model", "Runner", "load", "build_runner", "graph_outputs"]
 
 log = logging.getLogger("rlx.engines")
 
@@ -50,24 +54,43 @@ class Runner(Protocol):
     def run(self, feeds: dict[str, np.ndarray], outputs: Sequence[str]) -> list[np.ndarray]: ...
 
 
-class Model:
-    """A loaded `.rlx` file ready to run on one engine (`Model.engine`)."""
+class FeedInput(NamedTuple):
+    """A declared input as the feed checks read it (an Input node reads the same)."""
 
-    def __init__(self, file: RlxFile, graph: Graph, runner: Runner, path: str | None = None):
-        self.file = file
+    id: int
+    source_name: str
+    tensor_shape: Shape
+
+
+class Model:
+    """A loaded `.rlx` file ready to run on one engine (`Model.engine`).
+
+    `inputs`: what the feed checks read per input (the graph's Input nodes, or
+    `FeedInput`s from the header); `file`: the artifact, or None to open it (from `path`)
+    when first asked for."""
+
+    def __init__(self, runner: Runner, inputs: Sequence[Any], outputs: list[IoSpec], *,
+                 name: str, path: str | None = None, file: RlxFile | None = None):
+        self._file = file
         self.path = path
-        self._graph = graph
-        self._inputs = graph.inputs()
+        self.name = name
+        self._inputs = list(inputs)
         self._runner = runner
         self.inputs = [IoSpec(n.source_name, n.tensor_shape.dims, n.tensor_shape.dtype.numpy)
                        for n in self._inputs]
-        self.outputs = []
-        for o in graph.outputs:
-            node = graph.node(o)
-            # verified graphs output single tensors (tuple parts go through TupleGet)
-            self.outputs.append(IoSpec(node.name or f"out{o}", node.tensor_shape.dims,
-                                       node.tensor_shape.dtype.numpy))
+        self.outputs = outputs
         self._output_names = [spec.name for spec in self.outputs]
+
+    @property
+    def file(self) -> RlxFile:
+        """The artifact; after a warm load, opened (and validated) here, once."""
+        if self._file is None:
+            from rlx.artifact.open import open_artifact
+
+            if self.path is None:
+                raise InputError("this model was loaded from no file")
+            self._file = open_artifact(self.path)
+        return self._file
 
     @property
     def engine(self) -> str:
@@ -102,7 +125,7 @@ class Model:
         return list(outputs)
 
     def __repr__(self) -> str:
-        return (f"Model({self._graph.name!r}, engine={self.engine!r}, "
+        return (f"Model({self.name!r}, engine={self.engine!r}, "
                 f"precision={self.precision!r})")
 
 
@@ -140,6 +163,15 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InputError(f"threads must be a positive integer or None, got {threads!r}")
     source = os.fspath(path)
+    if trusted_keys is None and signature is None:
+        from rlx.engines.warm import load_warm
+
+        model = load_warm(source, engine, threads=threads, precision=precision,
+                          cache_dir=cache_dir)
+        if model is not None:
+            return model
+    from rlx.artifact.open import open_artifact
+
     file = open_artifact(source, password=password,  # .rlx, encrypted .rlx or .rlxp
                          trusted_keys=trusted_keys, signature=signature)
     graph = file.into_runtime_graph()
@@ -152,4 +184,16 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
         runner = build_runner(engine, file, graph, source, threads=threads,
                               precision=precision, cache_dir=cache_dir)
     log.info("%s: running on %s (%s precision)", source, runner.name, runner.precision)
-    return Model(file, graph, runner, source)
+    return Model(runner, graph.inputs(), graph_outputs(graph), name=graph.name, path=source,
+                 file=file)
+
+
+def graph_outputs(graph: Graph) -> list[IoSpec]:
+    """The graph's outputs as `IoSpec`s (verified graphs output single tensors: tuple parts
+    go through TupleGet)."""
+    specs = []
+    for o in graph.outputs:
+        node = graph.node(o)
+        specs.append(IoSpec(node.name or f"out{o}", node.tensor_shape.dims,
+                            node.tensor_shape.dtype.numpy))
+    return specs

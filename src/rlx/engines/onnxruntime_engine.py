@@ -30,20 +30,22 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnxruntime as ort
 
-from rlx.artifact.model import RlxFile
 from rlx.engines.fingerprint import default_cache_dir, is_plain_artifact
 from rlx.engines.mapping import FileRegions
 from rlx.engines.ort_cache import MODEL_FILE, WEIGHTS_FILE, cache_folder
 from rlx.errors import EngineError
-from rlx.ir.graph import Graph
 
-__all__ = ["OrtRunner", "build", "PREPACK_MODES", "prepack_mode", "session_options",
-           "export_for_ort"]
+if TYPE_CHECKING:  # a warm load (rlx.engines.warm) imports no graph IR
+    from rlx.artifact.model import RlxFile
+    from rlx.ir.graph import Graph
+
+__all__ = ["OrtRunner", "build", "PREPACK_MODES", "prepack_mode", "saved_session",
+           "session_options", "export_for_ort"]
 
 log = logging.getLogger("rlx.engines")
 
@@ -113,6 +115,14 @@ def session_options(threads: int | None) -> ort.SessionOptions:
     return so
 
 
+def saved_session(folder: Path, threads: int | None) -> ort.InferenceSession:
+    """A session over the prepacked model saved in `folder` (`ort_cache`)."""
+    so = session_options(threads)
+    # already optimised (and laid out for this machine's kernels) when saved
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(str(folder / MODEL_FILE), so, providers=["CPUExecutionProvider"])
+
+
 def export_for_ort(file: RlxFile, graph: Graph, path: str | None) -> tuple[bytes, _Placer, Any]:
     """(serialised model, where its weights went, export summary). Imports onnx."""
     from rlx.frontends.onnx.export import build_onnx, weight_names
@@ -126,17 +136,19 @@ def export_for_ort(file: RlxFile, graph: Graph, path: str | None) -> tuple[bytes
 
 class OrtRunner:
     name = "onnxruntime"
+    precision: str
+    file: RlxFile | None  # keeps the artifact's map (and the arrays below) alive
+    summary: Any  # the export's, when this load exported
+    mapped: dict[str, tuple[int, int]]
+    in_memory: dict[str, np.ndarray]
+    bound: list[Any]  # the OrtValues the session's weights point into
+    prepack: str
+    cached: Path | None  # the prepacked model this session maps
+    session: ort.InferenceSession
 
     def __init__(self, file: RlxFile, graph: Graph, path: str | None, threads: int | None,
                  cache_dir: str | os.PathLike | None = None):
-        self.precision = "exact"  # onnxruntime's CPU kernels run the graph's dtypes
-        self.file = file  # keeps the artifact's map (and the arrays below) alive
-        self.summary = None  # the export's, when this load exported
-        self.mapped: dict[str, tuple[int, int]] = {}
-        self.in_memory: dict[str, np.ndarray] = {}
-        self.bound: list[Any] = []  # the OrtValues the session's weights point into
-        self.prepack = prepack_mode()
-        self.cached: Path | None = None  # the prepacked model this session maps
+        self._start(file, prepack_mode())
         if self.prepack == "mapped":
             session = self._from_cache(file, graph, path, threads, cache_dir)
             if session is not None:
@@ -149,6 +161,25 @@ class OrtRunner:
         if self.prepack == "off":
             so.add_session_config_entry("session.disable_prepacking", "1")
         self.session = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+
+    @classmethod
+    def from_saved(cls, folder: Path, threads: int | None) -> OrtRunner:
+        """A runner over the prepacked model saved in `folder` by an earlier load, with no
+        artifact and no export (`rlx.engines.warm`); raises what onnxruntime raises when
+        the saved model does not load."""
+        runner = cls.__new__(cls)
+        runner._start(None, "mapped")
+        runner.session = saved_session(folder, threads)
+        runner.cached = folder
+        return runner
+
+    def _start(self, file: RlxFile | None, prepack: str) -> None:
+        self.precision = "exact"  # onnxruntime's CPU kernels run the graph's dtypes
+        self.file = file
+        self.summary = None
+        self.mapped, self.in_memory, self.bound = {}, {}, []
+        self.prepack = prepack
+        self.cached = None
 
     def _export(self, file: RlxFile, graph: Graph, path: str | None) -> tuple[bytes, _Placer]:
         model_bytes, placer, self.summary = export_for_ort(file, graph, path)
@@ -171,12 +202,8 @@ class OrtRunner:
                     log.warning("onnxruntime: cannot write the prepacked model to %s (%s); "
                                 "running without prepacking", folder, err)
                     return None
-            so = session_options(threads)
-            # already optimised (and laid out for this machine's kernels) when saved
-            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
             try:
-                session = ort.InferenceSession(str(folder / MODEL_FILE), so,
-                                               providers=["CPUExecutionProvider"])
+                session = saved_session(folder, threads)
             except Exception as err:  # noqa: BLE001 - a damaged cache entry is rebuilt
                 if attempt:
                     raise

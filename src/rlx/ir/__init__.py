@@ -4,6 +4,8 @@ Names load on first use (`rlx._lazy`): a module that needs only `rlx.ir.dtype` o
 `rlx.ir.shape` (feed checks, a warm engine load) does not import every op class.
 """
 
+from typing import TYPE_CHECKING
+
 from rlx._lazy import lazy_exports
 
 _LAZY = {
@@ -52,4 +54,109 @@ __all__ = [
     "SpaceToDepth", "Trilu", "NonZero", "Compress", "Input", "Param", "Constant", "as_byte_array",
     "QuantizedLSTM",
 ]
+if TYPE_CHECKING:  # what type checkers see: the names, imported as they are
+    from rlx.ir import ops
+    from rlx.ir.dtype import DType
+    from rlx.ir.graph import Graph, Node
+    from rlx.ir.ops import (
+        GRU,
+        LSTM,
+        OPS,
+        PACKED_ENCODINGS,
+        PACKED_SCHEMES,
+        RNN,
+        RNN_ACTIVATIONS,
+        Activation,
+        ArgMax,
+        ArgMin,
+        BatchNormInference,
+        Binary,
+        BinaryOp,
+        Cast,
+        Clamp,
+        Compare,
+        CompareOp,
+        Compress,
+        Concat,
+        Constant,
+        Conv,
+        ConvTranspose,
+        CoordinateMode,
+        CumSum,
+        DecodeWeight,
+        DepthToSpace,
+        DepthToSpaceMode,
+        DequantGather,
+        DequantMatMul,
+        Einsum,
+        Expand,
+        Fail,
+        Fill,
+        Flatten,
+        Gather,
+        GatherElements,
+        GatherND,
+        GlobalPool,
+        Identity,
+        If,
+        Input,
+        InstanceNorm,
+        LayerNorm,
+        Logical,
+        LogicalOp,
+        LogSoftmax,
+        Loop,
+        MatMul,
+        NearestMode,
+        NonZero,
+        Not,
+        OneHot,
+        Op,
+        OpMixin,
+        OutShape,
+        Pad,
+        PadMode,
+        Param,
+        Pool,
+        PoolKind,
+        PRelu,
+        QuantizedLSTM,
+        QuantScheme,
+        Range,
+        Reduce,
+        ReduceOp,
+        Reshape,
+        Resize,
+        ResizeMode,
+        RnnDirection,
+        Scan,
+        ScatterElements,
+        ScatterND,
+        ScatterReduction,
+        ShapeOf,
+        Size,
+        Slice,
+        Softmax,
+        SpaceToDepth,
+        Split,
+        Squeeze,
+        Tile,
+        TopK,
+        Transpose,
+        Trilu,
+        TupleGet,
+        Unary,
+        Unsqueeze,
+        Where,
+        as_byte_array,
+        dequant_inputs,
+        expect_dtype,
+        op_axis,
+        padded_row_bytes,
+    )
+    from rlx.ir.printer import format_graph, format_node
+    from rlx.ir.serialize import graph_from_dict, graph_from_json, graph_to_dict, graph_to_json
+    from rlx.ir.shape import UNKNOWN, Dim, Shape, broadcast_dims, normalize_axis
+    from rlx.ir.verification import verify
+
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -8,22 +8,25 @@ kernels.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlx.errors import InputError
 from rlx.ir.dtype import DType
-from rlx.ir.graph import Node
 from rlx.ir.shape import Shape
+
+if TYPE_CHECKING:
+    from rlx.ir.graph import Node
 
 __all__ = ["check_feeds", "conform_feed"]
 
 
 def check_feeds(inputs: Sequence[Node], feeds: Mapping[str, Any]) -> dict[int, np.ndarray]:
-    """rlx's feed checks, shared by every engine: each of the graph's `inputs` (Input nodes)
-    fed once, no unknown names, dtypes, ranks and sizes as declared, each symbolic dim one
-    size throughout. Returns the checked arrays by node id."""
+    """rlx's feed checks, shared by every engine: each of the graph's `inputs` (Input nodes,
+    or records with the same `id`, `source_name` and `tensor_shape`) fed once, no unknown
+    names, dtypes, ranks and sizes as declared, each symbolic dim one size throughout.
+    Returns the checked arrays by node id."""
     input_names = [n.source_name for n in inputs]
     names = set(input_names)
     unknown = sorted(set(feeds) - names)
