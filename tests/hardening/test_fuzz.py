@@ -138,3 +138,12 @@ def test_onnx_model_with_one_thing_wrong(workdir, name, edit, seed):
     model = ModelProto.FromString(seeds.onnx_models()[name])
     edit(random.Random(seed), model)
     check("onnx", model.SerializeToString(), workdir)
+
+
+def test_the_time_limit_allows_linear_work_and_no_more():
+    """2 s, plus 80 ms per KiB: what a valid model's size costs (the most seen: 46 ms per
+    KiB); an expansion that costs far more than its bytes (a 1,135-byte model of functions
+    calling each other made 16,385 nodes, 11 s) stays far over its limit."""
+    assert harness.time_limit(0) == harness.SECONDS
+    assert harness.time_limit(124 << 10) == pytest.approx(2.0 + 0.08 * 124)
+    assert harness.time_limit(1135) < 2.1 < 11.0
