@@ -17,7 +17,7 @@ bytes that buys up to 1.4x in latency (docs/engines.md). `RLX_ORT_PREPACK` choos
 
 - `mapped` (default): the first load of a plain (unencrypted) file optimises the export
   once and saves it, prepacked weights included, to `<cache_dir>/onnxruntime/<key>/`
-  (`ort_cache`); every load then maps that model's weights from disk: prepacked speed,
+  (`saved_models`); every load then maps that model's weights from disk: prepacked speed,
   file-backed pages shared by every process, no optimisation at load.
 - `heap`: onnxruntime's own behaviour (prepacked copies on the heap).
 - `off`: no prepacking; weights stay the artifact's mapped bytes. Encrypted files, and a
@@ -37,7 +37,7 @@ import onnxruntime as ort
 
 from rlx.engines.fingerprint import default_cache_dir, is_plain_artifact
 from rlx.engines.mapping import FileRegions
-from rlx.engines.ort_cache import MODEL_FILE, WEIGHTS_FILE, cache_folder
+from rlx.engines.saved_models import MODEL_FILE, WEIGHTS_FILE, saved_folder
 from rlx.errors import EngineError
 
 if TYPE_CHECKING:  # a warm load (rlx.engines.warm) imports no graph IR
@@ -116,7 +116,7 @@ def session_options(threads: int | None) -> ort.SessionOptions:
 
 
 def saved_session(folder: Path, threads: int | None) -> ort.InferenceSession:
-    """A session over the prepacked model saved in `folder` (`ort_cache`)."""
+    """A session over the prepacked model saved in `folder` (`saved_models`)."""
     so = session_options(threads)
     # already optimised (and laid out for this machine's kernels) when saved
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -192,8 +192,8 @@ class OrtRunner:
         the file may not be cached or the cache cannot be written (logged)."""
         if path is None or not is_plain_artifact(path):
             return None
-        folder = cache_folder(Path(cache_dir) if cache_dir is not None
-                              else default_cache_dir(), path)
+        folder = saved_folder(Path(cache_dir) if cache_dir is not None
+                              else default_cache_dir(), path, "onnxruntime")
         for attempt in range(2):
             if not (folder / MODEL_FILE).is_file():
                 try:

@@ -2,7 +2,7 @@
 its header.
 
 Once onnxruntime has been chosen for a file (by `engine="auto"`, whose choice is cached,
-or asked for) and has saved its optimised, prepacked copy of the model (`ort_cache`), a
+or asked for) and has saved its optimised, prepacked copy of the model (`saved_models`), a
 later load needs nothing of the artifact but its declared inputs and outputs: the weights
 onnxruntime runs are in that copy. So this load reads the preamble and the header (checked
 as the full reader checks them: magic, schema, checksum, bounded inflate and parse) and
@@ -29,7 +29,7 @@ from rlx.artifact.layout import MAGIC, PREAMBLE
 from rlx.engines import registry
 from rlx.engines.fingerprint import default_cache_dir
 from rlx.engines.model import FeedInput, IoSpec, Model
-from rlx.engines.ort_cache import MODEL_FILE, cache_folder
+from rlx.engines.saved_models import MODEL_FILE, saved_folder
 from rlx.errors import RlxError
 from rlx.ir.dtype import DType
 from rlx.ir.shape import Shape
@@ -64,7 +64,7 @@ def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
             entry = cached_choice(path, threads=threads, precision=precision, cache_dir=folder)
             if entry is None or entry["engine"] != "onnxruntime":
                 return None
-        saved = cache_folder(folder, path)
+        saved = saved_folder(folder, path, "onnxruntime")
         if not (saved / MODEL_FILE).is_file():
             return None
         name, inputs, outputs = _declared(path)
