@@ -134,6 +134,9 @@ def start_cluster(num_cpus: int = 2) -> None:
     """A local cluster whose workers can import this repository (benchmarks, tests)."""
     import ray
 
+    from rlx.ray.serve import patient_proxies
+
+    patient_proxies()
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
              log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
 

@@ -345,3 +345,39 @@ def test_int8_quantised_matmul_weight_keeps_its_codes(tmp_path):
                    ["x", "w"])
     np.testing.assert_allclose(out, _ort(plain, feeds), rtol=1e-5, atol=1e-5)
     assert any(isinstance(n.op, DequantMatMul) for n in file.graph.nodes())
+
+
+def test_constants_that_reach_a_quantiser_stay_as_they_are(tmp_path):
+    """A float constant whose values flow through elementwise ops into a quantiser (a
+    QuantizeLinear: Round in rlx's IR) is not encoded: a rounded bias moves whole
+    quantisation steps. The same bias with no quantiser after it goes f16; the weights of
+    the Conv (whose output is what is quantised) still encode."""
+    w = RNG.standard_normal((64, 8, 1, 1)).astype(np.float32)
+    b = RNG.standard_normal(64).astype(np.float32)
+    scale = numpy_helper.from_array(np.array(0.05, np.float32), "scale")
+    zero = numpy_helper.from_array(np.array(0, np.int8), "zero")
+
+    def model(quantised: bool) -> onnx.ModelProto:
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]),
+                 helper.make_node("Relu", ["c"], ["r" if quantised else "y"])]
+        if quantised:
+            nodes += [helper.make_node("QuantizeLinear", ["r", "scale", "zero"], ["q"]),
+                      helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["y"])]
+        graph = helper.make_graph(
+            nodes, "q", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 5, 5])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 5, 5])],
+            [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b"), scale, zero])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    feeds = {"x": RNG.standard_normal((1, 8, 5, 5)).astype(np.float32)}
+    for quantised in (True, False):
+        out, file, _ = _bake_and_run(model(quantised), feeds, tmp_path)
+        encodings = {n.op.shape: n.op.encoding for n in file.graph.nodes()
+                     if isinstance(n.op, DecodeWeight)}
+        if quantised:
+            assert encodings == {(64, 8, 1, 1): "gguf_q8_0"}  # the bias stays f32
+            decoded = _with(model(True), "w", _q8_whole(w))
+        else:
+            assert encodings == {(64, 8, 1, 1): "gguf_q8_0", (64,): "f16"}
+            decoded = _with(_with(model(False), "w", _q8_whole(w)), "b", b.astype(np.float16))
+        np.testing.assert_allclose(out, _ort(decoded, feeds), rtol=1e-5, atol=1e-5)

@@ -443,8 +443,10 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
     Target("rlx", ".bin", 32, _run_rlx, mutate.rlx_case, _all_artifacts),
     # warm/cold tiers inflate into buffers the rows declare (bounded by the row's raw_len)
     Target("rlxp", ".rlxp", 64, _run_rlxp, mutate.rlxp_case, seeds.rlxp_packages),
-    # protobuf parses in C (bounded by the RLIMIT_AS backstop); initializers become arrays
-    Target("onnx", ".onnx", 32, _run_onnx, mutate.onnx_case, seeds.onnx_models,
+    # protobuf parses in C (bounded by the RLIMIT_AS backstop); initializers become arrays,
+    # each node IR objects: ~700 bytes per node, 36x the densest model seen (124 KB holding
+    # 6,340 nodes of 20 bytes each)
+    Target("onnx", ".onnx", 64, _run_onnx, mutate.onnx_case, seeds.onnx_models,
            seeds.prepare_onnx_folder),
     Target("safetensors", ".safetensors", 8, _weights_runner(("f32",)), mutate.safetensors_case,
            seeds.safetensors_files),

@@ -62,10 +62,32 @@ from rlx.deferred import byte_view, compute
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.control import GRU, LSTM, RNN
+from rlx.ir.ops.elementwise import Activation, Binary, Cast, Clamp, Identity, Unary, Where
 from rlx.ir.ops.linalg import DequantMatMul, MatMul, QuantScheme
-from rlx.ir.ops.nn import Conv, ConvTranspose
+from rlx.ir.ops.nn import (
+    BatchNormInference,
+    Conv,
+    ConvTranspose,
+    GlobalPool,
+    InstanceNorm,
+    LayerNorm,
+    Pool,
+    PRelu,
+    Softmax,
+)
 from rlx.ir.ops.packed import DecodeWeight, DequantGather, padded_row_bytes
-from rlx.ir.ops.shaping import Gather
+from rlx.ir.ops.reduce import Reduce
+from rlx.ir.ops.shaping import (
+    Concat,
+    Expand,
+    Flatten,
+    Gather,
+    Reshape,
+    Slice,
+    Squeeze,
+    Transpose,
+    Unsqueeze,
+)
 from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter, constant_value
 from rlx.ir.shape import Shape
@@ -151,6 +173,7 @@ def plan_weight_encodings(graph: Graph, lossless: bool = False, ternary: bool = 
     """(choices, reasons -> count of large f32 constants left as they are). `ternary=False`
     never proposes TQ2_0 (ternary weights are then treated like any other)."""
     users = graph.users()
+    quantised = _reaching_a_rounding(graph)
     choices: list[WeightChoice] = []
     skipped: Counter = Counter()
     for node in graph.nodes():
@@ -166,6 +189,9 @@ def plan_weight_encodings(graph: Graph, lossless: bool = False, ternary: bool = 
             skipped["holds inf or NaN"] += 1
             continue
         role, rows, perm = _role(graph, node, values.shape, users[node.id])
+        if node.id in quantised and role is WeightRole.OTHER:
+            skipped["reaches a rounding (a quantiser) through elementwise ops"] += 1
+            continue
         choice, reason = _choose(node, values, role, rows, perm, lossless, ternary)
         if choice is None:
             if reason:
@@ -175,6 +201,36 @@ def plan_weight_encodings(graph: Graph, lossless: bool = False, ternary: bool = 
         log.debug("weight encoding: %s (%s) -> %s, %d -> %d bytes, rel err %.2g", node.label,
                   role, choice.encoding, choice.f32_bytes, choice.packed_bytes, choice.rel_error)
     return choices, skipped
+
+
+# ops that carry a value on to their output as it is or elementwise (shape ops, activations,
+# normalisations, reductions: a dynamic quantiser's scale is max - min of its input)
+_CARRY = (Unary, Binary, Clamp, Cast, Identity, Where, Reduce, GlobalPool, Pool, Softmax,
+          LayerNorm, BatchNormInference, InstanceNorm, PRelu, Reshape, Transpose, Concat,
+          Expand, Flatten, Squeeze, Unsqueeze, Slice)
+
+
+def _reaching_a_rounding(graph: Graph) -> set[int]:
+    """Nodes whose value reaches a Round (what every QuantizeLinear and dynamic quantiser
+    spells out) through `_CARRY` ops only. A float constant there (a bias, a LayerNorm
+    weight) is kept as it is: any rounding of it that moves a value across a step of the
+    quantiser moves it by a whole step, and quantised graphs amplify each moved step
+    (orientation-lcnet, dynamically quantised: its f16 biases flipped every class of three
+    held-out feeds at cosine 0.99924, on a calibration feed that showed nothing)."""
+    reached: set[int] = set()
+    pending = [n.id for n in graph.nodes()
+               if isinstance(n.op, Unary) and n.op.kind is Activation.ROUND]
+    while pending:
+        node = graph.node(pending.pop())
+        # a convolution carries its bias (added to every output) but not its weights
+        carried = node.inputs[2:3] if isinstance(node.op, (Conv, ConvTranspose)) \
+            else node.inputs
+        for i in carried:
+            if i not in reached:
+                reached.add(i)
+                if isinstance(graph.node(i).op, (*_CARRY, Conv, ConvTranspose)):
+                    pending.append(i)
+    return reached
 
 
 def _role(graph: Graph, weight: Node, shape: tuple[int, ...], readers: list[int]

@@ -19,7 +19,8 @@ from rlx.artifact.open import open_artifact
 from rlx.engines.registry import check_engine
 from rlx.errors import InputError, ServeError
 
-__all__ = ["deployment", "require_ray", "serve_locally", "stop_serving", "wait_for_stop"]
+__all__ = ["PROXY_PATIENCE_S", "deployment", "patient_proxies", "require_ray", "serve_locally",
+           "stop_serving", "wait_for_stop"]
 
 _PIP = "pip install 'rlx[ray]'"
 
@@ -62,6 +63,21 @@ def deployment(path: str | os.PathLike, *, engine: str = "auto", threads: int = 
     ).bind(source, engine, threads, max_batch_size, float(batch_wait_timeout_s))
 
 
+PROXY_PATIENCE_S = "60"
+"""Seconds Serve's controller gives an HTTP proxy to start and to answer a health check
+(Ray's defaults: 5 and 10). A proxy that misses them is killed and restarted: on a busy
+2-core machine (load 5-8) starting one took longer than 5 s, and `serve.run` failed with
+"The actor died ... killed by `ray.kill`" before a single request."""
+
+
+def patient_proxies() -> None:
+    """Set the proxy timeouts (`PROXY_PATIENCE_S`) for a cluster this process starts: Ray's
+    processes inherit the environment. Values the user set are kept."""
+    for name in ("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S",
+                 "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S"):
+        os.environ.setdefault(name, PROXY_PATIENCE_S)
+
+
 def serve_locally(app: Any, *, host: str = "127.0.0.1", port: int = 8000,
                   verbose: bool = False) -> str:
     """Start a Ray cluster on this machine, serve `app` at http://host:port/ and return
@@ -72,6 +88,7 @@ def serve_locally(app: Any, *, host: str = "127.0.0.1", port: int = 8000,
     import ray
     from ray import serve
 
+    patient_proxies()
     level = logging.INFO if verbose else logging.WARNING
     logging.getLogger("ray.serve").setLevel(level)  # Serve's driver-side progress lines
     ray.init(address="local", include_dashboard=False, logging_level=level,
