@@ -103,3 +103,13 @@ def test_no_warm_load_without_a_saved_copy_or_in_other_modes(tmp_path, monkeypat
     assert warm.load_warm(str(mlp.path), "auto", **args) is None  # auto has not chosen
     monkeypatch.setenv("RLX_ORT_PREPACK", "off")
     assert warm.load_warm(str(mlp.path), "onnxruntime", **args) is None
+
+
+def test_a_fifo_gives_no_warm_load_and_never_blocks(tmp_path):
+    """What is not a regular file is left to the full load (which refuses it) unread."""
+    import os
+
+    fifo = tmp_path / "model.rlx"
+    os.mkfifo(fifo)
+    assert warm.load_warm(str(fifo), "onnxruntime", threads=None, precision="exact",
+                          cache_dir=tmp_path / "cache") is None

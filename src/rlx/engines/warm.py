@@ -58,6 +58,8 @@ def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
         return None
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     try:
+        if not _is_plain_rlx(path):  # before any checksum: that of other files hashes them
+            return None
         if engine == "auto":
             from rlx.engines.auto import cached_choice
 
@@ -80,6 +82,17 @@ def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
     log.info("%s: running on onnxruntime's saved model %s, read from the header alone",
              path, saved)
     return Model(runner, inputs, outputs, name=name, path=path)
+
+
+def _is_plain_rlx(path: str) -> bool:
+    """A regular file (never blocking on a FIFO or a device) that starts as a `.rlx`."""
+    if os.path.isdir(path):
+        return False
+    fd = open_regular(path, _Refused)
+    try:
+        return os.pread(fd, len(MAGIC), 0) == MAGIC
+    finally:
+        os.close(fd)
 
 
 def _declared(path: str) -> tuple[str, list[FeedInput], list[IoSpec]]:
