@@ -28,8 +28,9 @@ import zstandard
 from gguf.quants import quantize
 from onnx import SparseTensorProto, TensorProto, helper, numpy_helper
 
+import rlx
 from rlx import BakeOptions, BakeProfile, bake
-from rlx.artifact import parse_rlx, read_rlx, write_rlx
+from rlx.artifact import open_artifact, parse_rlx, read_rlx, write_rlx
 from rlx.errors import ArtifactError, ModelImportError, WeightError
 from rlx.frontends.onnx import import_onnx
 from rlx.ir import Graph, Shape
@@ -610,6 +611,10 @@ READERS = {
     ".gguf": (lambda p: load_weights(p), WeightError),
     ".npy": (lambda p: load_weights(p), WeightError),
     ".npz": (lambda p: load_weights(p), WeightError),
+    # the entry points over the readers: open_artifact sniffs the kind first, rlx.load
+    # may load warm from the header alone
+    "-open.rlx": (lambda p: open_artifact(p), ArtifactError),
+    "-load.rlx": (lambda p: rlx.load(p, cache_dir=p.parent / "cache"), ArtifactError),
 }
 
 

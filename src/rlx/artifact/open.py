@@ -16,6 +16,7 @@ from rlx.artifact.model import RlxFile
 from rlx.artifact.reader import read_rlx
 from rlx.artifact.sniff import foreign_hint
 from rlx.errors import ArtifactError
+from rlx.safeio.files import open_regular
 
 __all__ = ["open_artifact", "artifact_kind"]
 
@@ -27,11 +28,14 @@ def artifact_kind(path: str | os.PathLike) -> str:
         raise ArtifactError(f"{path} does not exist")
     head = b""
     if not path.is_dir():
+        # a regular file, checked on its descriptor: a FIFO or device is refused unread
+        fd = open_regular(path, ArtifactError)
         try:
-            with path.open("rb") as f:
-                head = f.read(16)
+            head = os.pread(fd, 16, 0)
         except OSError as err:
             raise ArtifactError(f"cannot read {path}: {err.strerror or err}") from None
+        finally:
+            os.close(fd)
     if head[:8] == ENCRYPTED_MAGIC:
         return "rlx-encrypted"
     if head[:8] == MAGIC:
