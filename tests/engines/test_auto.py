@@ -168,3 +168,29 @@ def test_a_signature_beside_the_file_is_part_of_the_cache_key(tmp_path):
     sign_artifact(mlp.path, generate_keypair())
     signed = artifact_checksum(str(mlp.path))
     assert signed != unsigned and signed.startswith(unsigned)
+
+
+def test_feeds_that_fail_everywhere_take_the_preferred_engine_that_builds(tmp_path, monkeypatch):
+    """Zeros at symbolic dims of 1 fit no engine on some models (a detector's Concat, a
+    VAD's branches): every engine that builds is still a candidate, taken by preference,
+    never numpy because it was the fallback name."""
+    mlp = write_mlp(tmp_path / "mlp.rlx")
+    real = auto._build
+
+    def build(name, *args):
+        runner = real(name, *args)
+
+        class Failing:
+            def __init__(self):
+                self.name, self.precision, self.inner = runner.name, runner.precision, runner
+
+            def run(self, feeds_, outputs):
+                raise ValueError("these feeds do not fit the model")
+
+        return Failing()
+
+    monkeypatch.setattr(auto, "_build", build)
+    model = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
+    installed = registry.available_engines()
+    assert model.engine == next(n for n in auto.PREFERENCE if n in installed)
+    assert next(iter(_cache(tmp_path).values()))["how"].startswith("unmeasured")

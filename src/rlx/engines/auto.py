@@ -160,12 +160,14 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
 
     check_feeds(graph.inputs(), feeds)
     outputs = [graph.node(o).name or f"out{o}" for o in graph.outputs]
-    runners: dict[str, Any] = {}
+    built: dict[str, Any] = {}  # every engine that builds (the unmeasured pick is one)
+    runners: dict[str, Any] = {}  # those that also ran the feeds: the timed candidates
     failed: dict[str, str] = {}
     for name in engines:
         try:
             t = time.perf_counter()
-            runner = _build(name, file, graph, path, threads, precision, cache_dir)
+            runner = built[name] = _build(name, file, graph, path, threads, precision,
+                                          cache_dir)
             runner.run(dict(feeds), outputs)  # warm-up: first-run allocations, lazy compiles
             runners[name] = runner
             log.info("auto: %s built and run once in %.0f ms", name,
@@ -177,13 +179,13 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
                 if "numpy" not in failed else {})
     if "numpy" in failed or not measured:
         # the feeds (not the engines) fail: take the preferred engine that builds
-        pick = next((n for n in PREFERENCE if n in runners), "numpy")
+        pick = next((n for n in PREFERENCE if n in built), "numpy")
         how = "unmeasured (the measurement feeds do not run on the numpy reference)"
     else:
         pick = min(measured, key=measured.__getitem__)
         how = "fastest"
     log.info("auto: chose %s, %s (%s)", pick, how, _fmt(measured))
-    runner = runners.get(pick) or _build(pick, file, graph, path, threads, precision,
+    runner = built.get(pick) or _build(pick, file, graph, path, threads, precision,
                                          cache_dir)
     cache.put(key, {"engine": pick, "how": how, "measured_ms": measured, "failed": failed,
                     "versions": engine_versions(engines),
