@@ -133,28 +133,34 @@ def _build(name: str, file: RlxFile, graph: Graph, path: str, threads: int | Non
                                      cache_dir=cache_dir)
 
 
+def _lookup(path: str, threads: int | None, precision: str,
+            cache_dir: str | os.PathLike | None) -> tuple[_Cache, str, list[str], dict | None]:
+    """(cache, key, installed engines, the entry of an installed engine or None): the key
+    is computed once (for an encrypted file its checksum hashes every byte)."""
+    engines = available_engines()
+    cache = _Cache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
+    key = cache_key(path, engines, threads, precision)
+    entry = cache.get(key)
+    return cache, key, engines, (entry if entry is not None and entry.get("engine") in engines
+                                 else None)
+
+
 def cached_choice(path: str, *, threads: int | None, precision: str,
                   cache_dir: str | os.PathLike | None = None) -> dict[str, Any] | None:
     """The cache entry of auto's choice for this file, machine, threads and precision (its
     "engine" one that is installed), or None when it has not chosen."""
-    engines = available_engines()
-    cache = _Cache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
-    entry = cache.get(cache_key(path, engines, threads, precision))
-    return entry if entry is not None and entry.get("engine") in engines else None
+    return _lookup(path, threads, precision, cache_dir)[3]
 
 
 def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, precision: str,
            cache_dir: str | os.PathLike | None = None,
            example: Mapping[str, np.ndarray] | None = None):
     """The runner of the engine auto picks (measuring and caching on a cold cache)."""
-    entry = cached_choice(path, threads=threads, precision=precision, cache_dir=cache_dir)
+    cache, key, engines, entry = _lookup(path, threads, precision, cache_dir)
     if entry is not None:
         log.info("auto: %s from the cache (%s)", entry["engine"],
                  _fmt(entry.get("measured_ms", {})))
         return _build(entry["engine"], file, graph, path, threads, precision, cache_dir)
-    engines = available_engines()
-    cache = _Cache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
-    key = cache_key(path, engines, threads, precision)
     feeds = dict(example) if example is not None else example_feeds(graph)
     from rlx.runtime.feeds import check_feeds
 
