@@ -84,10 +84,15 @@ def test_bake_profiles_change_rewrites(profile, ternary, skip, quant):
     assert (o.ternary_packed, o.skipped_zero_matmuls, o.quant_packed) == (ternary, skip, quant)
 
 
-def test_size_without_ternary_quantises_instead():
-    _, report = bake(matmul_graph(256, 1), {"w": _ternary(256, 1)},
-                     opts(BakeProfile.SIZE, ternary=False))
-    assert report.optimize.quant_packed == 1 and report.optimize.ternary_packed == 0
+def test_size_without_ternary_stores_integer_weights_exactly_instead():
+    """-1/0/+1 lie on an int8 grid of steps of 1: without TQ2_0 they go q8_f32, exact,
+    not Q8_0 (whose f16 scale 1/127 would decode 1 as 127 * f16(1/127))."""
+    file, report = bake(matmul_graph(256, 1), {"w": _ternary(256, 1)},
+                        opts(BakeProfile.SIZE, ternary=False))
+    assert report.optimize.encoded == {"q8_f32": 1} and report.optimize.ternary_packed == 0
+    x = np.random.default_rng(1).integers(-8, 9, (2, 256)).astype(np.float32)
+    (out,) = run(file, {"x": x})
+    np.testing.assert_array_equal(out, x.astype(np.float64) @ _ternary(256, 1))
 
 
 @pytest.mark.parametrize("profile", [BakeProfile.MERGE, BakeProfile.FOLD, BakeProfile.EXACT])

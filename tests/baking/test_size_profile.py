@@ -290,29 +290,37 @@ def _dequantized_conv(per_channel: bool):
     return model, codes, scale
 
 
+def _decoded_weights(file) -> list[np.ndarray]:
+    return [n.op.dense(file.graph.node(n.inputs[0]).op.array(
+        file.graph.node(n.inputs[0]).tensor_shape)) for n in file.graph.nodes()
+        if isinstance(n.op, DecodeWeight)]
+
+
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
 def test_int8_quantised_weights_keep_their_codes(per_channel, tmp_path):
-    """A dequantised int8 weight is stored in Q8_0 with its own step as the block scales:
-    it decodes to its codes times the step rounded to f16, which onnxruntime runs on as a
-    plain Conv weight."""
+    """A dequantised int8 weight is stored as q8_f32 (its codes, its float32 steps): it
+    decodes to the very values onnxruntime's DequantizeLinear computes, bit for bit, in
+    1.125 bytes a value."""
     model, codes, scale = _dequantized_conv(per_channel)
     feeds = {"x": RNG.standard_normal((1, 8, 9, 9)).astype(np.float32)}
     out, file, report = _bake_and_run(model, feeds, tmp_path)
-    steps = np.broadcast_to(scale.astype(np.float16).astype(np.float32), (16,))
-    decoded = codes.astype(np.float32) * steps[:, None, None, None]
-    plain = helper.make_model(helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 9, 9])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 9, 9])],
-        [numpy_helper.from_array(decoded, "w")]), opset_imports=[helper.make_opsetid("", 17)])
-    np.testing.assert_allclose(out, _ort(plain, feeds), rtol=1e-5, atol=1e-5)
+    dequantize = helper.make_model(helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["q", "s"], ["w"], axis=0)], "dq", [],
+        [helper.make_tensor_value_info("w", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(codes, "q"), numpy_helper.from_array(scale, "s")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    want = _ort(dequantize, {})
+    (decoded,) = _decoded_weights(file)
+    assert decoded.view(np.uint32).tolist() == want.view(np.uint32).tolist()
+    np.testing.assert_allclose(out, _ort(model, feeds), rtol=1e-5, atol=1e-5)
     (row,) = report.accuracy.tensors
-    assert row.encoding == "gguf_q8_0" and row.rel_error <= 2.0 ** -11
+    assert (row.encoding, row.rel_error) == ("q8_f32", 0.0)
+    assert row.packed_bytes == 16 * 96 // 32 * 36  # rows of 72 values, padded to 96
 
 
 def test_integer_op_weights_stay_exact(tmp_path):
     """ConvInteger's int8 weight (a float32 constant of integers once imported) is stored
-    in Q8_0 on steps of 1: the size profile's integer products equal onnxruntime's."""
+    as q8_f32 on steps of 1: the size profile's integer products equal onnxruntime's."""
     w = RNG.integers(-64, 64, (6, 8, 3, 3)).astype(np.int8)  # no AVX2 int16 saturation
     node = helper.make_node("ConvInteger", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
     graph = helper.make_graph(
@@ -323,11 +331,12 @@ def test_integer_op_weights_stay_exact(tmp_path):
     feeds = {"x": RNG.integers(0, 256, (1, 8, 7, 7)).astype(np.uint8)}
     out, _, report = _bake_and_run(model, feeds, tmp_path)
     np.testing.assert_array_equal(out, _ort(model, feeds))
-    assert [(t.encoding, t.rel_error) for t in report.accuracy.tensors] == [("gguf_q8_0", 0.0)]
+    assert [(t.encoding, t.rel_error) for t in report.accuracy.tensors] == [("q8_f32", 0.0)]
 
 
 def test_int8_quantised_matmul_weight_keeps_its_codes(tmp_path):
-    """The same for a MatMul weight stored as the Q8_0 stream of W^T (DequantMatMul)."""
+    """The same for a MatMul weight: q8_f32 rows of W^T, decoded once (DequantMatMul reads
+    only GGUF streams), equal to the folded DequantizeLinear."""
     codes = np.clip(RNG.integers(-127, 128, (64, 40)), -90, 90).astype(np.int8)
     codes[3, 7] = -127
     scale = np.array(0.0071, np.float32)
@@ -340,11 +349,15 @@ def test_int8_quantised_matmul_weight_keeps_its_codes(tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     feeds = {"x": RNG.standard_normal((3, 64)).astype(np.float32)}
     out, file, _ = _bake_and_run(model, feeds, tmp_path)
-    decoded = codes.astype(np.float32) * scale.astype(np.float16).astype(np.float32)
-    plain = _model("MatMul", [("x", [3, 64], TensorProto.FLOAT)], {"w": decoded}, [3, 40],
+    (decoded,) = _decoded_weights(file)
+    want = codes.astype(np.float32) * scale  # DequantizeLinear: one float32 product
+    assert decoded.view(np.uint32).tolist() == want.view(np.uint32).tolist()
+    # onnxruntime would fuse DequantizeLinear + MatMul into an integer kernel: run it on
+    # the float weight that the DequantizeLinear computes
+    plain = _model("MatMul", [("x", [3, 64], TensorProto.FLOAT)], {"w": want}, [3, 40],
                    ["x", "w"])
     np.testing.assert_allclose(out, _ort(plain, feeds), rtol=1e-5, atol=1e-5)
-    assert any(isinstance(n.op, DequantMatMul) for n in file.graph.nodes())
+    assert not any(isinstance(n.op, DequantMatMul) for n in file.graph.nodes())
 
 
 def test_constants_that_reach_a_quantiser_stay_as_they_are(tmp_path):

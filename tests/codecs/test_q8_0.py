@@ -208,29 +208,3 @@ def test_roundtrip_down_the_columns_needs_whole_blocks():
     w[40, 2] = np.inf  # W^T's block 2 * 2 + 1: column 2's second block
     with pytest.raises(BakeError, match="block 5 holds a non-finite value"):
         roundtrip_q8_0_columns(w)
-
-
-def test_int8_grid_finds_the_steps_a_symmetric_quantiser_used():
-    from rlx.codecs import int8_grid
-
-    codes = RNG.integers(-100, 101, (4, 64)).astype(np.float32)
-    codes[2, 5] = -127  # the tensor's largest code
-    assert np.allclose(int8_grid(codes * np.float32(0.013)), 0.013)  # per tensor
-    codes[:, 0] = 127  # every row's largest code
-    steps = np.array([0.01, 0.02, 0.03, 0.04], np.float32)
-    assert np.allclose(int8_grid(codes * steps[:, None]), steps)  # per channel
-    small = np.clip(codes, -60, 60)
-    assert np.array_equal(int8_grid(small), np.ones(4, np.float32))  # integers
-    assert int8_grid(small * np.float32(0.013)) is None  # no code reaches 127
-    assert int8_grid(_normal(8).reshape(4, 64)) is None
-    assert int8_grid(small * 3) is None  # integers past 127
-
-
-def test_q8_0_on_grid_decodes_to_the_codes_times_the_f16_step():
-    from rlx.codecs import quantize_q8_0_on_grid
-
-    codes = RNG.integers(-60, 61, (3, BLOCK)).astype(np.float32)  # below 127: max / 127
-    steps = np.array([0.0123, 0.5, 1.0], np.float32)  # would pick another grid
-    data = quantize_q8_0_on_grid((codes * steps[:, None]).reshape(-1), steps)
-    want = codes * steps.astype(np.float16).astype(np.float32)[:, None]
-    assert np.array_equal(dequantize_q8_0(data).reshape(3, BLOCK), want)

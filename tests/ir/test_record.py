@@ -1,6 +1,6 @@
-"""`rlx.ir.record.dataclass` behaves as `dataclasses.dataclass(frozen=True)`: the same class
-built both ways gives equal fields, repr, equality, hashes, `replace`, frozen errors,
-defaults and `__post_init__`; the standard decorator accepts it as a base."""
+"""`rlx.record.dataclass` behaves as `dataclasses.dataclass` (frozen or not, with or without
+eq): the same class built both ways gives equal fields, repr, equality, hashes, `replace`,
+frozen errors, defaults and `__post_init__`; the standard decorator accepts it as a base."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import ClassVar
 
 import pytest
 
-from rlx.ir.record import dataclass
+from rlx.record import dataclass
 
 
-def _pair(eq: bool = True):
+def _pair(eq: bool = True, frozen: bool = True):
     """The same class built with the standard decorator and with ours."""
 
     def body():
@@ -30,8 +30,8 @@ def _pair(eq: bool = True):
 
         return Base
 
-    std = dataclasses.dataclass(frozen=True, eq=eq)(body())
-    ours = dataclass(frozen=True, eq=eq)(body())
+    std = dataclasses.dataclass(frozen=frozen, eq=eq)(body())
+    ours = dataclass(frozen=frozen, eq=eq)(body())
     return std, ours
 
 
@@ -62,6 +62,21 @@ def test_instances_are_frozen():
         del o.a
     with pytest.raises(TypeError):
         ours()  # a is required
+
+
+def test_mutable_records_assign_and_are_unhashable_as_the_standard_ones():
+    std, ours = _pair(frozen=False)
+    s, o = std(1, 0.5), ours(1, 0.5)
+    s.a, o.a = 3, 3
+    assert repr(s) == repr(o) and o == ours(3, 0.5) and o != ours(1, 0.5)
+    assert std.__hash__ is None and ours.__hash__ is None
+    assert dataclasses.replace(o, b=2.0) == ours(3, 2.0)
+    assert dataclasses.fields(std)[0].name == dataclasses.fields(ours)[0].name == "a"
+    del o.b  # not frozen: the instance attribute goes, the class default shows through
+    assert o.b is None
+    mutable_std, mutable_ours = _pair(eq=False, frozen=False)
+    assert mutable_ours(1) != mutable_ours(1) and type(mutable_ours(1)).__hash__ is \
+        object.__hash__ is type(mutable_std(1)).__hash__
 
 
 def test_eq_false_keeps_identity_semantics():

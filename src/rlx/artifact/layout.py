@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import struct
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import xxhash
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "MAGIC", "ENCRYPTED_MAGIC", "SCHEMA_VERSION", "REFERENCE_SCHEMAS", "PREAMBLE", "ALIGN",
@@ -38,6 +41,8 @@ def header_digest(header: bytes) -> bytes:
 
 def signature_path(artifact: str | os.PathLike) -> Path:
     """Where the signature of `artifact` lives: beside it, its name + ".sig"."""
+    from pathlib import Path  # here: the load path needs no pathlib (nor its urllib)
+
     path = Path(artifact)
     if not path.name:
         path = path.resolve()

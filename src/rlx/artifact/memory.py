@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,6 +22,7 @@ from rlx.enums import parse_enum
 from rlx.errors import ArtifactError, BakeError
 from rlx.ir.graph import Graph
 from rlx.ir.ops.sources import Constant
+from rlx.record import dataclass
 
 if TYPE_CHECKING:
     from rlx.artifact.model import RlxFile, RlxWeight

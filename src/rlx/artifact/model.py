@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from rlx.deferred import Deferred, Payload
 from rlx.ir.graph import Graph
 from rlx.ir.ops.sources import Constant, Input, Param, as_byte_array
 from rlx.ir.shape import Dim, Shape
+from rlx.record import dataclass
 
 __all__ = ["LAYOUTS", "RlxIo", "RlxWeight", "RlxMeta", "RlxFile"]
 

@@ -28,6 +28,7 @@ from rlx.ir.ops.sources import Constant
 from rlx.ir.serialize import graph_from_dict
 from rlx.ir.shape import Shape
 from rlx.ir.verification import verify as verify_graph
+from rlx.record import dataclass
 from rlx.safeio import detached, map_file
 
 VERIFY_MODES = ("full", "lazy", "none")
@@ -75,7 +76,7 @@ def parse_rlx(buffer, *, verify: str = "lazy", source: str = "<buffer>") -> RlxF
     raise detached(error)  # its traceback would keep the parsed header alive
 
 
-@dataclasses.dataclass
+@dataclass
 class _Blob:
     offset: int  # absolute, in the buffer
     length: int

@@ -234,20 +234,25 @@ class _Encoding:
         choices, skipped = passes.plan_weight_encodings(g, lossless=not opts.quant,
                                                         ternary=opts.ternary)
         self.skipped = dict(skipped)
-        lossy = [c for c in choices if c.encoding != passes.TQ2_0]
+        # the guard weighs only what can move an output: lossless choices always stay
+        lossless = [c for c in choices if c.lossless]
+        lossy = [c for c in choices if not c.lossless]
+        exact_rows = [TensorAccuracy(c.name, str(c.role), c.encoding, c.f32_bytes,
+                                     c.packed_bytes, c.rel_error) for c in lossless]
         if lossy and opts.calibration:
-            kept, report.accuracy = guard_encodings(g, choices, opts.calibration,
+            kept, report.accuracy = guard_encodings(g, lossy, opts.calibration,
                                                     opts.min_cosine, opts.max_abs_error)
             if not report.accuracy.met:
                 log.warning("accuracy guard: targets missed even with every weight at full "
                             "precision")
-            choices = kept
+            report.accuracy.tensors = exact_rows + report.accuracy.tensors
+            choices = lossless + kept
         else:
             if lossy:
                 log.warning(UNCHECKED)
-            report.accuracy.tensors = [
+            report.accuracy.tensors = exact_rows + [
                 TensorAccuracy(c.name, str(c.role), c.encoding, c.f32_bytes, c.packed_bytes,
-                               c.rel_error) for c in choices]
+                               c.rel_error) for c in lossy]
         self.choices = choices
         g, count = passes.apply_weight_encodings(g, choices)
         return g, count

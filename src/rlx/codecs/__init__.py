@@ -1,9 +1,11 @@
-"""Weight encodings: plain floats (f32, f16, bf16), GGUF block quantisers (Q8_0, TQ2_0) and
-the MLX quantized formats rlx reads (affine, mxfp4, mxfp8, nvfp4; decode only).
+"""Weight encodings: plain floats (f32, f16, bf16), GGUF block quantisers (Q8_0, TQ2_0),
+rlx's exact int8 grids (q8_f32) and the MLX quantized formats rlx reads (affine, mxfp4,
+mxfp8, nvfp4; decode only).
 
-Byte-exact with the `gguf` package and little-endian on any host. Vectorised over whole
-streams of blocks. Depends only on numpy and ml_dtypes (never on `rlx.ir`), so readers and
-writers of weights can use it without the graph machinery. Bad lengths raise `BakeError`.
+The GGUF ones byte-exact with the `gguf` package; all little-endian on any host and
+vectorised over whole streams of blocks. Depends only on numpy and ml_dtypes (imported when
+bf16 or float8 values are met; never on `rlx.ir`), so readers and writers of weights can
+use it without the graph machinery. Bad lengths raise `BakeError`.
 """
 
 from rlx.codecs.encodings import Encoding, decode, encode, encoded_nbytes
@@ -16,12 +18,12 @@ from rlx.codecs.floats import (
     encode_f32,
 )
 from rlx.codecs.mlx import MlxScheme, decode_mlx, mlx_scheme
-from rlx.codecs.q8_0 import (
-    dequantize_q8_0,
+from rlx.codecs.q8_0 import dequantize_q8_0, quantize_q8_0, roundtrip_q8_0_columns
+from rlx.codecs.q8_f32 import (
+    dequantize_q8_f32,
     int8_grid,
-    quantize_q8_0,
-    quantize_q8_0_on_grid,
-    roundtrip_q8_0_columns,
+    quantize_q8_f32,
+    quantize_q8_f32_on_grid,
 )
 from rlx.codecs.rows import decode_rows, encode_rows, padded_length, transposed
 from rlx.codecs.tq2_0 import dequantize_tq2_0, is_ternary, quantize_tq2_0
@@ -29,8 +31,9 @@ from rlx.codecs.tq2_0 import dequantize_tq2_0, is_ternary, quantize_tq2_0
 __all__ = [
     "Encoding", "encode", "decode", "encoded_nbytes",
     "encode_f32", "decode_f32", "encode_f16", "decode_f16", "encode_bf16", "decode_bf16",
-    "quantize_q8_0", "dequantize_q8_0", "roundtrip_q8_0_columns", "int8_grid",
-    "quantize_q8_0_on_grid", "quantize_tq2_0",
+    "quantize_q8_0", "dequantize_q8_0", "roundtrip_q8_0_columns",
+    "quantize_q8_f32", "quantize_q8_f32_on_grid", "dequantize_q8_f32", "int8_grid",
+    "quantize_tq2_0",
     "dequantize_tq2_0", "is_ternary",
     "MlxScheme", "decode_mlx", "mlx_scheme",
     "encode_rows", "decode_rows", "padded_length", "transposed",

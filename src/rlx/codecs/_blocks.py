@@ -5,13 +5,15 @@ Everything works on whole arrays of blocks at once (one row per block), never bl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 from rlx.errors import BakeError
+from rlx.record import dataclass
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = [
     "Layout", "as_byte_array", "round_half_away", "block_scale", "inverse_scale",

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import ArrayLike
 
-from rlx.codecs import floats, mlx, q8_0, tq2_0
+from rlx.codecs import floats, mlx, q8_0, q8_f32, tq2_0
 from rlx.codecs._blocks import Layout
 from rlx.codecs.mlx import mlx_scheme
 from rlx.enums import parse_enum
 from rlx.errors import BakeError
+from rlx.record import dataclass
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["Encoding", "encode", "decode", "encoded_nbytes"]
 
@@ -30,6 +33,7 @@ class Encoding(enum.Enum):
     BF16 = "bf16"
     GGUF_Q8_0 = "gguf_q8_0"
     GGUF_TQ2_0 = "gguf_tq2_0"
+    Q8_F32 = "q8_f32"  # rlx's: int8 codes, float32 block scales (weights on an int8 grid)
     # MLX quantized codes (rlx.codecs.mlx): decoding needs the scales (and affine biases)
     MLX_AFFINE_2_32 = "mlx_affine/2/32"
     MLX_AFFINE_2_64 = "mlx_affine/2/64"
@@ -98,6 +102,7 @@ _CODECS: dict[Encoding, _Codec] = {
     Encoding.BF16: _Codec(floats.BF16.layout, floats.encode_bf16, floats.decode_bf16),
     Encoding.GGUF_Q8_0: _Codec(q8_0.LAYOUT, q8_0.quantize_q8_0, q8_0.dequantize_q8_0),
     Encoding.GGUF_TQ2_0: _Codec(tq2_0.LAYOUT, tq2_0.quantize_tq2_0, tq2_0.dequantize_tq2_0),
+    Encoding.Q8_F32: _Codec(q8_f32.LAYOUT, q8_f32.quantize_q8_f32, q8_f32.dequantize_q8_f32),
 }
 
 

@@ -6,13 +6,15 @@ the values in their own dtype, as a view of the buffer where the host is little-
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import ml_dtypes
 import numpy as np
-from numpy.typing import ArrayLike
 
 from rlx.codecs._blocks import Layout
+from rlx.record import dataclass
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["encode_f32", "decode_f32", "encode_f16", "decode_f16", "encode_bf16", "decode_bf16"]
 
@@ -22,8 +24,16 @@ class _FloatFormat:
     """A float type stored as the little-endian bytes of its bit pattern (`bits`)."""
 
     layout: Layout
-    dtype: np.dtype
     bits: np.dtype  # unsigned int of the same width; byte order is handled on these
+    float_dtype: np.dtype | None  # None: ml_dtypes' bfloat16, imported on first use
+
+    @property
+    def dtype(self) -> np.dtype:
+        if self.float_dtype is not None:
+            return self.float_dtype
+        import ml_dtypes  # ~8 ms; most files hold no bf16
+
+        return np.dtype(ml_dtypes.bfloat16)
 
     def encode(self, values: ArrayLike) -> np.ndarray:
         # a fresh array: the encoding must not alias (and later see changes to) the input;
@@ -39,9 +49,9 @@ class _FloatFormat:
         return raw.view(wire).astype(self.bits, copy=False).view(self.dtype).reshape(-1)
 
 
-F32 = _FloatFormat(Layout("f32", 1, 4), np.dtype(np.float32), np.dtype(np.uint32))
-F16 = _FloatFormat(Layout("f16", 1, 2), np.dtype(np.float16), np.dtype(np.uint16))
-BF16 = _FloatFormat(Layout("bf16", 1, 2), np.dtype(ml_dtypes.bfloat16), np.dtype(np.uint16))
+F32 = _FloatFormat(Layout("f32", 1, 4), np.dtype(np.uint32), np.dtype(np.float32))
+F16 = _FloatFormat(Layout("f16", 1, 2), np.dtype(np.uint16), np.dtype(np.float16))
+BF16 = _FloatFormat(Layout("bf16", 1, 2), np.dtype(np.uint16), None)
 
 
 def encode_f32(values: ArrayLike) -> np.ndarray:

@@ -19,13 +19,12 @@ in `group * bits / 8` bytes); scales and biases travel as their own rows / const
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 from rlx.codecs._blocks import Layout, as_byte_array
 from rlx.errors import BakeError
+from rlx.record import dataclass
 
 __all__ = ["MlxScheme", "mlx_scheme", "decode_mlx", "MLX_LABELS", "AFFINE_BITS",
            "AFFINE_GROUPS"]
@@ -148,6 +147,8 @@ def decode_mlx(scheme: MlxScheme | str, codes: object, count: int | None = None,
         out *= _floats(scales).reshape(groups, 1)
         out += _floats(biases).reshape(groups, 1)
         return out.reshape(-1)
+    import ml_dtypes  # here, not at import: the runtime's load path needs no float8
+
     if s.mode == "mxfp8":
         out = values.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
     else:

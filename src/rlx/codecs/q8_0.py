@@ -7,8 +7,9 @@ scale is rounded to f16 only when stored. Dequantised value = code * d.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from numpy.typing import ArrayLike
 
 from rlx.codecs._blocks import (
     Layout,
@@ -20,8 +21,10 @@ from rlx.codecs._blocks import (
 )
 from rlx.errors import BakeError
 
-__all__ = ["quantize_q8_0", "dequantize_q8_0", "roundtrip_q8_0_columns", "int8_grid",
-           "quantize_q8_0_on_grid"]
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+__all__ = ["quantize_q8_0", "dequantize_q8_0", "roundtrip_q8_0_columns"]
 
 LAYOUT = Layout("gguf_q8_0", 32, 34)
 
@@ -44,47 +47,6 @@ def quantize_q8_0(values: ArrayLike) -> np.ndarray:
 
 
 _SLAB_BLOCKS = 8192  # 1 MiB of float32 values
-
-_GRID_TOLERANCE = 1e-3
-"""How far from an integer x / step may be for x to count as on the grid (float32 rounding
-of k * step moves it by about 127 * 2^-23)."""
-
-
-def int8_grid(matrix: np.ndarray) -> np.ndarray | None:
-    """Per-row steps such that every value of the `[rows, L]` matrix is k * step with an
-    integer |k| <= 127, or None: weights a symmetric int8 quantiser made (dequantised, as
-    a folded DequantizeLinear leaves them) lie on one, per row (per channel: the row's
-    max / 127) or per tensor (the tensor's max / 127); integer-valued ones (the operands of
-    integer ops) on steps of 1."""
-    values = np.asarray(matrix, np.float32)
-    row_max = np.abs(values).max(axis=1)
-    for steps in (row_max / np.float32(127), np.full_like(row_max, row_max.max() / 127),
-                  np.ones_like(row_max)):
-        # the first row first: a float weight fails there, without a pass over all of it
-        if _on_grid(values[:1], steps[:1]) and _on_grid(values, steps):
-            return steps
-    return None
-
-
-def _on_grid(values: np.ndarray, steps: np.ndarray) -> bool:
-    codes = values * inverse_scale(steps)[:, None]
-    return bool(np.abs(codes).max() <= 127 + _GRID_TOLERANCE and
-                np.abs(codes - np.rint(codes)).max() <= _GRID_TOLERANCE)
-
-
-def quantize_q8_0_on_grid(values: ArrayLike, steps: np.ndarray) -> np.ndarray:
-    """Values on an int8 grid (block i's values k * steps[i], integer |k| <= 127) as Q8_0
-    bytes with the step as each block's scale: the codes are the k, and the one error is
-    the step rounded to f16 (2^-11 relative at most, none for steps of 1), where
-    `quantize_q8_0`'s max / 127 per block would move them onto another grid."""
-    blocks = LAYOUT.value_blocks(values)
-    scale = np.asarray(steps, np.float32)
-    out = np.empty((len(blocks), LAYOUT.block_bytes), dtype=np.uint8)
-    out[:, :2] = f16_scale_bytes(scale)
-    codes = round_half_away(blocks * inverse_scale(scale)[:, None])
-    out[:, 2:] = codes.astype(np.int8).view(np.uint8)
-    return out.reshape(-1)
-
 
 def dequantize_q8_0(data: object, count: int | None = None) -> np.ndarray:
     """Float32 values of a Q8_0 stream (exactly `count` of them when given)."""

@@ -8,8 +8,9 @@ m+32, m+64, m+96 in bit pairs 0-1, 2-3, 4-5, 6-7. Exactly-ternary input round-tr
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from numpy.typing import ArrayLike
 
 from rlx.codecs._blocks import (
     Layout,
@@ -19,6 +20,9 @@ from rlx.codecs._blocks import (
     inverse_scale,
     round_half_away,
 )
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["quantize_tq2_0", "dequantize_tq2_0", "is_ternary"]
 

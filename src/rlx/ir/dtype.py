@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 
-import ml_dtypes
 import numpy as np
 
 from rlx.enums import parse_enum
@@ -32,11 +31,12 @@ class DType(enum.Enum):
 
     @property
     def numpy(self) -> np.dtype:
-        return _TO_NUMPY[self]
+        dtype = _TO_NUMPY.get(self)
+        return _bfloat16() if dtype is None else dtype
 
     @property
     def itemsize(self) -> int:
-        return _TO_NUMPY[self].itemsize
+        return self.numpy.itemsize
 
     @property
     def is_float(self) -> bool:
@@ -49,6 +49,8 @@ class DType(enum.Enum):
     @classmethod
     def from_numpy(cls, dtype: np.dtype | type) -> DType:
         dt = np.dtype(dtype)
+        if dt not in _FROM_NUMPY and dt.name == "bfloat16":
+            _bfloat16()
         try:
             return _FROM_NUMPY[dt]
         except KeyError:
@@ -66,7 +68,6 @@ class DType(enum.Enum):
 _TO_NUMPY: dict[DType, np.dtype] = {
     DType.F32: np.dtype("<f4"),
     DType.F16: np.dtype("<f2"),
-    DType.BF16: np.dtype(ml_dtypes.bfloat16),
     DType.F64: np.dtype("<f8"),
     DType.I8: np.dtype("i1"),
     DType.I16: np.dtype("<i2"),
@@ -79,3 +80,13 @@ _TO_NUMPY: dict[DType, np.dtype] = {
     DType.BOOL: np.dtype("bool"),
 }
 _FROM_NUMPY: dict[np.dtype, DType] = {v: k for k, v in _TO_NUMPY.items()}
+
+
+def _bfloat16() -> np.dtype:
+    """bf16's numpy dtype, registered on first use: `ml_dtypes` takes longer to import
+    (~8 ms) than the rest of a small model's load, and few graphs hold bf16."""
+    import ml_dtypes
+
+    dtype = np.dtype(ml_dtypes.bfloat16)
+    _TO_NUMPY[DType.BF16], _FROM_NUMPY[dtype] = dtype, DType.BF16
+    return dtype

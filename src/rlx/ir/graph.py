@@ -19,8 +19,8 @@ from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Unary
 from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.multi import TupleGet
 from rlx.ir.ops.sources import Constant, Input, Param
-from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape
+from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = ["ShapeLike", "Node", "Graph", "unique_name"]
 

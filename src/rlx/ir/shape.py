@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
-from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
+from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = ["Dim", "UNKNOWN", "MAX_RANK", "Shape", "broadcast_dims", "normalize_axis"]
 

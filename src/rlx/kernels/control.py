@@ -27,9 +27,9 @@ from rlx.ir.ops.control import (
     RnnDirection,
     Scan,
 )
-from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape, normalize_axis
 from rlx.kernels.registry import builder, kernel
+from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = [
     "build_if", "build_loop", "build_scan", "Activation", "Recurrent", "States", "Step",

@@ -31,14 +31,14 @@ __all__ = [
     "where", "cast", "build_clamp", "identity",
 ]
 
-_HALF = {DType.F16.numpy, DType.BF16.numpy}
+_HALF = frozenset({"float16", "bfloat16"})  # dtype names: bf16's needs ml_dtypes imported
 
 
 def widen_half(x: np.ndarray) -> np.ndarray:
     """f16/bf16 as float32, other arrays unchanged: for kernels whose half-precision
     intermediates would lose digits or overflow (sums, GEMM, composite formulas) or that
     NumPy runs slowly (no BLAS) or not at all (bf16 einsum). Callers round back once."""
-    return x.astype(np.float32) if x.dtype in _HALF else x
+    return x.astype(np.float32) if x.dtype.name in _HALF else x
 
 
 def erf(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -312,7 +312,7 @@ def build_unary(node, compile):
     def step(x, out=None):
         # half precision is evaluated in float32 and rounded once: composite formulas
         # (mish, gelu, softplus) would otherwise round at every step and overflow early
-        if out is not None and into is not None and x.dtype not in _HALF:
+        if out is not None and into is not None and x.dtype.name not in _HALF:
             return into(x, op, out)
         return _typed(fn(widen_half(x), op), dtype)
 
@@ -336,7 +336,7 @@ def quiet(step, compile):
 
 @writes_into(Unary)
 def _unary_into(node) -> bool:
-    return node.op.kind in _OUT and node.shape.dtype.numpy not in _HALF
+    return node.op.kind in _OUT and node.shape.dtype not in (DType.F16, DType.BF16)
 
 
 def _pow(a, b):

@@ -38,9 +38,9 @@ from rlx.ir.ops.nn import (
     Softmax,
     Window,
 )
-from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import normalize_axis
 from rlx.kernels.registry import kernel, staged
+from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = [
     "build_conv", "conv_transpose", "pool", "build_global_pool", "softmax", "log_softmax",

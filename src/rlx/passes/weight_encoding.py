@@ -27,10 +27,14 @@ smaller than f16; f16 only when it holds the values (no overflow, relative error
 proposed as TQ2_0, which is lossless; `lossless=True` proposes only those.
 
 Weights already on an int8 grid (an int8 quantiser's, dequantised by a folded
-DequantizeLinear; the integer operands of integer ops) are stored in Q8_0 with the grid's
-step as block scales (`int8_grid`): their codes stay the integers they were, where
-max / 127 per block would round them onto another grid (measured 6e-3 relative error on
-captcha-crnn's QDQ LSTM weights, against at most 2^-11 from the step's f16).
+DequantizeLinear; the integer operands of integer ops) are stored exactly, as `q8_f32`
+rows: their codes with the grid's float32 step as block scales (`int8_grid`), 1.125
+bytes a value. Q8_0 would move them: its max / 127 per block rounds them onto another grid
+(measured 6e-3 relative error on captcha-crnn's QDQ LSTM weights), and even with the step
+as its scale, the scale's f16 is off by up to 2^-11, which the quantisers after the weight
+turn into whole steps (PP-OCR's classifier, statically quantised: cosine 0.99898 against
+its exact bake, where `q8_f32` gives it back bit for bit). They are never stored f16
+(not exact either); where q8_f32's padded rows are no smaller than f32, they stay f32.
 
 The plan reads one weight at a time and keeps only its decision; a large encoded stream
 is not computed here but deferred (`rlx.deferred`): it is encoded when it is read (by the
@@ -53,7 +57,7 @@ from rlx.codecs import (
     is_ternary,
     padded_length,
     quantize_q8_0,
-    quantize_q8_0_on_grid,
+    quantize_q8_f32_on_grid,
     quantize_tq2_0,
     roundtrip_q8_0_columns,
     transposed,
@@ -95,12 +99,14 @@ from rlx.passes.packing import fits_dequant_matmul
 from rlx.passes.subgraphs import capture_offsets
 
 __all__ = ["WeightRole", "WeightChoice", "plan_weight_encodings", "apply_weight_encodings",
-           "MIN_ELEMENTS", "MIN_BLOCK_ELEMENTS", "F16_MAX_REL_ERROR", "Q8_0", "TQ2_0", "F16"]
+           "MIN_ELEMENTS", "MIN_BLOCK_ELEMENTS", "F16_MAX_REL_ERROR", "Q8_0", "TQ2_0", "Q8_F32",
+           "F16"]
 
 log = logging.getLogger(__name__)
 progress = logging.getLogger("rlx.progress")  # what a terminal shows while it runs
 
 Q8_0, TQ2_0, F16 = QuantScheme.GGUF_Q8_0.label, QuantScheme.GGUF_TQ2_0.label, "f16"
+Q8_F32 = "q8_f32"  # rlx.codecs.Encoding.Q8_F32: exact, for weights on an int8 grid
 
 MIN_ELEMENTS = 64
 """Constants smaller than this stay as they are: f16 saves them at most 128 bytes (nothing
@@ -142,8 +148,7 @@ class WeightChoice:
     """How one weight constant (`node_id` in the planned graph) is to be stored.
 
     `rows` x `row_length` is the stored matrix (after `perm`); `packed_bytes` its encoded
-    size; `rel_error` the tensor's own ||w - decoded|| / ||w||. `on_grid`: Q8_0 with the
-    int8 grid the values already lie on as block scales (`int8_grid`).
+    size; `rel_error` the tensor's own ||w - decoded|| / ||w||.
     """
 
     node_id: int
@@ -156,7 +161,11 @@ class WeightChoice:
     f32_bytes: int
     packed_bytes: int
     rel_error: float
-    on_grid: bool = False
+
+    @property
+    def lossless(self) -> bool:
+        """Decodes to the very values: exactly ternary weights, and int8 grids."""
+        return self.encoding in (TQ2_0, Q8_F32)
 
     @property
     def row_length(self) -> int:
@@ -312,11 +321,14 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
             shape, QuantScheme.GGUF_Q8_0.block_size):
         role = WeightRole.MATMUL_DECODED  # K rows not whole blocks: padded rows instead
     candidates = []
-    blocks = values.size >= MIN_BLOCK_ELEMENTS
-    if ternary and blocks and role in _LINEAR and is_ternary(values):
+    linear = values.size >= MIN_BLOCK_ELEMENTS and role in _LINEAR
+    if ternary and linear and is_ternary(values):
         candidates.append(TQ2_0)
     elif not lossless:
-        if blocks and role in _LINEAR:
+        # exact whatever the size (MIN_BLOCK_ELEMENTS guards against error, and there is none)
+        if int8_grid(_stored(values, rows, perm, copy=False)) is not None:
+            return _grid_choice(node, values, role, rows, perm)
+        if linear:
             candidates.append(Q8_0)
         candidates.append(F16)
     if not candidates:
@@ -326,11 +338,7 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
         if role is WeightRole.MATMUL and encoding == TQ2_0 and \
                 shape[0] % QuantScheme.GGUF_TQ2_0.block_size:
             role = WeightRole.MATMUL_DECODED
-        # on an int8 quantiser's grid, a step per row: rows stay rows (one row of the whole
-        # tensor would put two steps in a block)
-        on_grid = encoding == Q8_0 and int8_grid(_stored(values, rows, perm, copy=False)) \
-            is not None
-        if encoding != F16 and role in _DECODED_WHOLE and rows > 1 and not on_grid and \
+        if encoding != F16 and role in _DECODED_WHOLE and rows > 1 and \
                 rows * padded_row_bytes(encoding, length) > padded_row_bytes(encoding, values.size):
             # decoded whole, once: one row of the whole tensor saves the per-row padding.
             # Q8_0 blocks then run on along the reduction axis into the next row (a block
@@ -343,14 +351,28 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
             continue  # padding made it no smaller than f16
         if encoding == F16 and np.abs(values).max() > float(np.finfo(np.float16).max):
             return None, "f16 would overflow"
-        error = _rel_error(values, encoding, rows, perm, on_grid)
+        error = _rel_error(values, encoding, rows, perm)
         if encoding == F16 and error > F16_MAX_REL_ERROR:
             return None, f"f16 relative error above {F16_MAX_REL_ERROR:g}"
         if encoding == F16 and role not in (WeightRole.OTHER, WeightRole.GATHER):
             role, rows, perm = WeightRole.OTHER, 1, ()  # plain floats: no rows to keep
         return WeightChoice(node.id, node.name or node.label, role, encoding, shape, rows, perm,
-                            values.nbytes, nbytes, error, on_grid), None
+                            values.nbytes, nbytes, error), None
     return None, None
+
+
+def _grid_choice(node: Node, values: np.ndarray, role: WeightRole, rows: int,
+                 perm: tuple[int, ...]) -> tuple[WeightChoice | None, str | None]:
+    """q8_f32 rows of a weight on an int8 grid (a step per row, so rows stay rows), decoded
+    whole: DequantMatMul reads GGUF streams only."""
+    nbytes = rows * padded_row_bytes(Q8_F32, values.size // rows)
+    if nbytes >= values.nbytes:
+        return None, "on an int8 grid, and q8_f32 rows would be no smaller"
+    if role is WeightRole.MATMUL:
+        role = WeightRole.MATMUL_DECODED
+    return WeightChoice(node.id, node.name or node.label, role, Q8_F32,
+                        tuple(int(d) for d in values.shape), rows, perm, values.nbytes, nbytes,
+                        0.0), None
 
 
 def _stored(values: np.ndarray, rows: int, perm: tuple[int, ...], copy: bool = True
@@ -363,21 +385,19 @@ def _stored(values: np.ndarray, rows: int, perm: tuple[int, ...], copy: bool = T
     return stored.reshape(rows, -1)
 
 
-def _rel_error(values: np.ndarray, encoding: str, rows: int, perm: tuple[int, ...],
-               on_grid: bool) -> float:
+def _rel_error(values: np.ndarray, encoding: str, rows: int, perm: tuple[int, ...]) -> float:
     """||w - decoded|| / ||w|| of the weight stored as `rows` encoded rows in `perm` order,
     without a transposed copy where it can: f16 is value by value (any order will do), and
     a `[K, N]` MatMul weight's Q8_0 stream of W^T is measured down its columns."""
     length = values.size // rows
-    if encoding == Q8_0 and perm == (1, 0) and not on_grid and \
+    if encoding == Q8_0 and perm == (1, 0) and \
             padded_length(encoding, length) == length and rows == values.shape[1]:
         decoded = roundtrip_q8_0_columns(values)
     else:
         if encoding == F16:
             rows, perm = 1, ()
         values = _stored(values, rows, perm)
-        stream = _grid_rows(values) if on_grid else encode_rows(encoding, values)
-        decoded = decode_rows(encoding, stream, rows, values.shape[1])
+        decoded = decode_rows(encoding, encode_rows(encoding, values), rows, values.shape[1])
     norm = float(np.linalg.norm(values))
     return float(np.linalg.norm(decoded - values)) / norm if norm else 0.0
 
@@ -418,8 +438,7 @@ def _emit(rw: Rewriter, node: Node, choice: WeightChoice) -> int:
     assert isinstance(node.op, Constant)  # choices are of constants
     matmul = choice.role is WeightRole.MATMUL
     stream = compute(_encoded, (node.op.data,),
-                     (choice.encoding, matmul, choice.on_grid, choice.shape, choice.rows,
-                      choice.perm),
+                     (choice.encoding, matmul, choice.shape, choice.rows, choice.perm),
                      (choice.packed_bytes,), np.uint8)  # deferred when large: rlx.deferred
     packed = rw.emit_constant(stream, node.name)
     if choice.role in (WeightRole.MATMUL, WeightRole.GATHER):
@@ -431,24 +450,24 @@ def _emit(rw: Rewriter, node: Node, choice: WeightChoice) -> int:
     return packed
 
 
-def _encoded(encoding: str, matmul: bool, on_grid: bool, shape: tuple[int, ...], rows: int,
+def _encoded(encoding: str, matmul: bool, shape: tuple[int, ...], rows: int,
              perm: tuple[int, ...], data: np.ndarray) -> np.ndarray:
     """The stored stream of an f32 weight's bytes: the GGUF stream of W^T for a MatMul
     weight (K whole blocks), else `rows` encoded rows of the weight in `perm` order."""
     values = byte_view(data).view(np.float32).reshape(shape)
-    stored = transposed(values) if matmul else _stored(values, rows, perm)
-    if on_grid:
-        return _grid_rows(stored)
     if matmul:
-        return (quantize_q8_0 if encoding == Q8_0 else quantize_tq2_0)(stored)
+        return (quantize_q8_0 if encoding == Q8_0 else quantize_tq2_0)(transposed(values))
+    stored = _stored(values, rows, perm)
+    if encoding == Q8_F32:
+        return _grid_rows(stored)
     return encode_rows(encoding, stored)
 
 
 def _grid_rows(matrix: np.ndarray) -> np.ndarray:
-    """Q8_0 rows (padded to whole blocks) of a matrix on an int8 grid, its steps as scales."""
-    length = padded_length(Q8_0, matrix.shape[1])
+    """q8_f32 rows (padded to whole blocks) of a matrix on an int8 grid, its steps as scales."""
+    length = padded_length(Q8_F32, matrix.shape[1])
     steps = int8_grid(matrix)
-    assert steps is not None  # planned as on_grid
+    assert steps is not None  # planned as on a grid
     padded = np.pad(matrix, ((0, 0), (0, length - matrix.shape[1])))
-    return quantize_q8_0_on_grid(padded, np.repeat(
-        steps, length // QuantScheme.GGUF_Q8_0.block_size))
+    return quantize_q8_f32_on_grid(padded, np.repeat(
+        steps, length // padded_length(Q8_F32, 1)))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlx.errors import InputError
+from rlx.errors import GraphError, InputError
 from rlx.ir.dtype import DType
 from rlx.ir.shape import Shape
 
@@ -64,7 +64,10 @@ def conform_feed(name: str, shape: Shape, value: Any,
         value = np.asarray(value, dtype=want)
 
     def wrong(why: str) -> InputError:  # built only on failure: feeds are checked per call
-        dtype = DType.from_numpy(value.dtype) if value.dtype in _KNOWN else value.dtype
+        try:
+            dtype: object = DType.from_numpy(value.dtype)
+        except GraphError:
+            dtype = value.dtype
         return InputError(f"input {name!r}: expected {shape}, got "
                           f"{dtype}[{', '.join(map(str, value.shape))}]{why}")
 
@@ -87,5 +90,3 @@ def conform_feed(name: str, shape: Shape, value: Any,
                 raise wrong(f": dim {dim!r} is {bound[dim]} elsewhere")
     return value
 
-
-_KNOWN = {d.numpy for d in DType}

@@ -18,10 +18,10 @@ import numpy as np
 from rlx.errors import GraphError, KernelError, RlxError, UnsupportedOpError
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.sources import Constant, Input, Param
-from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape
 from rlx.ir.verification import verify
 from rlx.kernels import BUILDERS, KERNELS, has_kernel
+from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.runtime.feeds import check_feeds
 from rlx.runtime.reuse import into as _into
 from rlx.runtime.reuse import plan_reuse

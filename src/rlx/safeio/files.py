@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 
 from rlx.errors import RlxError
+from rlx.record import dataclass
 
 __all__ = ["FileIdentity", "open_regular", "read_regular"]
 

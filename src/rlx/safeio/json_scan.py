@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from rlx.errors import RlxError
+from rlx.record import dataclass
 
 __all__ = ["JsonLimits", "load_json", "scan_json"]
 

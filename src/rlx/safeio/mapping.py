@@ -27,7 +27,6 @@ first. Readers then get the bytes as they are.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import mmap
 import os
@@ -36,10 +35,10 @@ import sys
 import threading
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import BinaryIO
 
 from rlx.errors import RlxError
+from rlx.record import dataclass
 from rlx.safeio.files import FileIdentity, open_regular, read_fd
 
 __all__ = ["COPY_BELOW", "MappedFile", "in_leased_map", "map_fd", "map_file", "map_with_file",
@@ -247,12 +246,14 @@ def _on_lease_break(signum, frame) -> None:
 _PROT_READ, _PROT_WRITE = 1, 2
 _MAP_PRIVATE, _MAP_ANONYMOUS = 0x02, 0x20
 _MREMAP_MAYMOVE, _MREMAP_FIXED = 1, 2
-_MAP_FAILED = ctypes.c_void_p(-1).value
 
 
 def _libc():
+    """libc through ctypes, loaded on first use (ctypes costs the load path ~4 ms)."""
     global _LIBC
     if _LIBC is False:
+        import ctypes
+
         try:
             # the process's own symbols, libc's among them: ctypes.util.find_library would
             # run ldconfig in a subprocess (and importing it costs shutil, tempfile, lzma...)
@@ -285,11 +286,13 @@ def _replace_with_copy(address: int, length: int) -> None:
     `address` (the file's pages go in the same call: no moment without a mapping there)."""
     if not length:
         return
+    import ctypes
+
     libc = _libc()
     size = -(-length // mmap.PAGESIZE) * mmap.PAGESIZE
     copy = libc.mmap(None, size, _PROT_READ | _PROT_WRITE, _MAP_PRIVATE | _MAP_ANONYMOUS,
                      -1, 0)
-    if copy in (None, _MAP_FAILED):
+    if copy in (None, ctypes.c_void_p(-1).value):  # MAP_FAILED
         raise OSError(ctypes.get_errno(), "mmap of the private copy failed")
     ctypes.memmove(copy, address, length)
     libc.mprotect(copy, size, _PROT_READ)

@@ -12,8 +12,8 @@ from dataclasses import fields, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from rlx.errors import ShapeError
-from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape, normalize_axis
+from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 if TYPE_CHECKING:
     from rlx.ir.graph import Graph

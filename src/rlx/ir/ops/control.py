@@ -20,8 +20,8 @@ from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op, OpMixin, expect_dtype, op_axis
 from rlx.ir.ops.sources import Input
-from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import UNKNOWN, Dim, Shape
+from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 if TYPE_CHECKING:
     from rlx.ir.graph import Graph

@@ -13,8 +13,8 @@ from typing import ClassVar
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op, expect_dtype
-from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape, broadcast_dims
+from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = [
     "Activation", "BinaryOp", "CompareOp", "LogicalOp", "Unary", "Binary", "Compare", "Logical",

@@ -9,8 +9,8 @@ from rlx.codecs.encodings import Encoding
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op, expect_dtype
-from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Dim, Shape, broadcast_dims
+from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = ["MatMul", "PACKED_SCHEMES", "QuantScheme", "DequantMatMul", "Einsum", "dequant_inputs"]
 

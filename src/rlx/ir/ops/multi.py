@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rlx.errors import ShapeError
 from rlx.ir.ops.base import Op
-from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
+from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = ["TupleGet"]
 

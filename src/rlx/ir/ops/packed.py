@@ -21,18 +21,20 @@ from typing import ClassVar
 
 import numpy as np
 
+from rlx.codecs.encodings import Encoding
 from rlx.codecs.rows import decode_rows
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op
 from rlx.ir.ops.linalg import QuantScheme
-from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape
+from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = ["PACKED_ENCODINGS", "padded_row_bytes", "DecodeWeight", "DequantGather"]
 
 PACKED_ENCODINGS: dict[str, tuple[int, int]] = {
-    "f16": (1, 2), "bf16": (1, 2),
+    **{e.label: (e.block_size, e.block_bytes) for e in (Encoding.F16, Encoding.BF16,
+                                                         Encoding.Q8_F32)},
     **{s.label: (s.block_size, s.block_bytes) for s in QuantScheme},
 }
 """Encoding name -> (values per block, bytes per block) of the encodings these ops read."""

@@ -15,8 +15,8 @@ from typing import ClassVar
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op, OpMixin, op_axis
-from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import UNKNOWN, Dim, Shape, normalize_axis
+from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = ["ReduceOp", "Reduce", "ArgMax", "ArgMin", "CumSum", "TopK"]
 

@@ -22,8 +22,8 @@ from typing import ClassVar, TypeGuard
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op, expect_dtype, op_axis
-from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import UNKNOWN, Dim, Shape, broadcast_dims
+from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = [
     "PadMode", "ScatterReduction", "DepthToSpaceMode",

@@ -10,8 +10,8 @@ import numpy as np
 from rlx.deferred import Deferred, Payload, byte_view
 from rlx.errors import ShapeError
 from rlx.ir.ops.base import Op
-from rlx.ir.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.ir.shape import Shape
+from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = ["Input", "Param", "Constant", "as_byte_array"]
 
