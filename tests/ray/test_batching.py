@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -191,3 +193,44 @@ def test_importing_rlx_ray_and_the_predictor_imports_no_ray():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+class _SlowProxy:
+    """`ray.serve.start` whose HTTP proxy misses Ray's 60 s: the first call times out, the
+    proxy listens on the port `delay_s` later (or never)."""
+
+    def __init__(self, port: int, delay_s: float | None):
+        self.port, self.delay_s, self.calls = port, delay_s, 0
+        self.listener: socket.socket | None = None
+
+    def start(self, http_options, **options):
+        self.calls += 1
+        if self.calls > 1:
+            return
+        if self.delay_s is not None:
+            threading.Timer(self.delay_s, self._listen).start()
+        raise TimeoutError("HTTP proxies not available after 60s.")
+
+    def _listen(self):
+        self.listener = socket.create_server(("127.0.0.1", self.port))
+
+
+@pytest.mark.parametrize("comes_up", [True, False], ids=["late", "never"])
+def test_serve_waits_for_a_proxy_that_comes_up_after_rays_timeout(monkeypatch, comes_up):
+    ray_serve = pytest.importorskip("ray.serve")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proxy = _SlowProxy(port, 0.5 if comes_up else None)
+    monkeypatch.setattr(ray_serve, "start", proxy.start)
+    try:
+        if comes_up:
+            serve.start_serve("127.0.0.1", port, patience_s=30)
+            assert proxy.listener is not None  # returned once the port listened
+        else:
+            with pytest.raises(TimeoutError, match="did not come up within 1 s more"):
+                serve.start_serve("127.0.0.1", port, patience_s=1)
+        assert proxy.calls == 2  # the second call connects to the controller left running
+    finally:
+        if proxy.listener is not None:
+            proxy.listener.close()

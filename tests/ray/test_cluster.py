@@ -16,6 +16,7 @@ import ray
 import rlx
 import rlx.ray
 from benchmarks.bench_ray import TARGET, measure, start_cluster
+from rlx.ray.serve import start_serve
 from tests.engines.conftest import write_mlp
 from tests.ray.conftest import write_one_row
 
@@ -120,7 +121,7 @@ def test_the_deployment_serves_with_two_replicas(cluster, mlp):
     from ray import serve
 
     port = _free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    start_serve("127.0.0.1", port)
     try:
         serve.run(rlx.ray.deployment(mlp.path, engine="numpy", num_replicas=2),
                   route_prefix="/")

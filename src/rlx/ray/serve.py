@@ -20,7 +20,7 @@ from rlx.engines.registry import check_engine
 from rlx.errors import InputError, ServeError
 
 __all__ = ["PROXY_PATIENCE_S", "deployment", "patient_proxies", "require_ray", "serve_locally",
-           "stop_serving", "wait_for_stop"]
+           "start_serve", "stop_serving", "wait_for_stop"]
 
 _PIP = "pip install 'rlx[ray]'"
 
@@ -78,6 +78,37 @@ def patient_proxies() -> None:
         os.environ.setdefault(name, PROXY_PATIENCE_S)
 
 
+def start_serve(host: str, port: int, patience_s: float = float(PROXY_PATIENCE_S),
+                **options: Any) -> None:
+    """`serve.start` on host:port, patient with a slow HTTP proxy. `serve.start` waits 60 s
+    for the proxies (Ray's `HTTP_PROXY_TIMEOUT`, a constant) and raises TimeoutError; at
+    load 6-8 on 2 cores one took longer, though it came up later. On that timeout this
+    connects to the controller `serve.start` left running and waits up to `patience_s`
+    more for the proxy to listen on the port (TimeoutError after that)."""
+    import time
+
+    from ray import serve
+
+    http = {"host": host, "port": port}
+    try:
+        serve.start(http_options=http, **options)
+        return
+    except TimeoutError as err:
+        if "proxies not available" not in str(err):
+            raise
+    serve.start(http_options=http, **options)  # the controller is up: this only connects
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Serve's HTTP proxy on {host}:{port} did not come up "
+                                   f"within {patience_s:g} s more") from None
+            time.sleep(0.5)
+
+
 def serve_locally(app: Any, *, host: str = "127.0.0.1", port: int = 8000,
                   verbose: bool = False) -> str:
     """Start a Ray cluster on this machine, serve `app` at http://host:port/ and return
@@ -94,10 +125,9 @@ def serve_locally(app: Any, *, host: str = "127.0.0.1", port: int = 8000,
     ray.init(address="local", include_dashboard=False, logging_level=level,
              log_to_driver=verbose)
     try:
-        serve.start(http_options={"host": host, "port": port},
-                    logging_config={"log_level": logging.getLevelName(level)})
+        start_serve(host, port, logging_config={"log_level": logging.getLevelName(level)})
         serve.run(app, name="rlx", route_prefix="/")
-    except RuntimeError as err:
+    except (RuntimeError, TimeoutError) as err:
         stop_serving()
         raise ServeError(f"the deployment did not start: {_first_line(err)}") from None
     except BaseException:
