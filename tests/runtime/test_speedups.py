@@ -84,6 +84,22 @@ def test_wide_depthwise_conv_runs_channels_last_in_half_precision():
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3, atol=2e-3)
 
 
+def test_a_wide_depthwise_conv_switches_path_with_the_input_size():
+    """64 channels: channels-last at few positions per channel, im2col at many; one
+    compiled Conv keeps each path's weight layout apart as the input size changes."""
+    g = Graph("dw")
+    x = g.input("x", Shape((1, 64, "h", "w"), DType.F32))
+    w = np.random.default_rng(5).standard_normal((64, 1, 3, 3)).astype(np.float32)
+    g.set_outputs([g.add_node(Conv(pads=(1, 1, 1, 1), groups=64), [x, g.constant(w)])])
+    compiled = Session().compile(g)
+    rng = np.random.default_rng(6)
+    for size in [(4, 5), (30, 30), (4, 5), (30, 30)]:  # 20 / 900 positions per channel
+        x = rng.standard_normal((1, 64, *size)).astype(np.float32)
+        (got,) = compiled.run({"x": x})
+        (want,) = onnx_reference("Conv", [x, w], pads=[1, 1, 1, 1], group=64)
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
 def test_conv_in_half_precision_rounds_once():
     rng = np.random.default_rng(4)
     x = rng.standard_normal((1, 2, 5, 5)).astype(np.float16)

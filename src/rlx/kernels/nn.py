@@ -138,7 +138,10 @@ class _ChannelsLastPlan:
     into a channels-last buffer [N, *padded, C], and one einsum over the window view
     [N, *out, *kernel, C] sums the taps, its innermost loop running along the contiguous
     channels. im2col instead makes one matrix-vector product per channel, whose cost grows
-    with the channel count: from 64 channels this is faster (ppocr-cls: 25% off the run)."""
+    with the channel count, and this one einsum step per output position: with 64 channels
+    or more and at most two positions per channel this is faster (ppocr-cls: 25% off the
+    run; [256, 14, 14] 5x5: 0.58x im2col's time), with more positions im2col is (lcnet's
+    [64, 56, 56] 3x3: 0.60x this path's time; thread CPU time, interleaved)."""
 
     padded: tuple[int, ...]
     inner: tuple[slice, ...]  # where x, channels last, lands in the padded buffer
@@ -147,11 +150,16 @@ class _ChannelsLastPlan:
 
 
 _CHANNELS_LAST_MIN = 64
+_CHANNELS_LAST_POSITIONS = 2  # output positions per channel, at most
 
 
-def _is_wide_depthwise(op: Conv, w_shape: tuple[int, ...]) -> bool:
-    """One filter per input channel (w [C, 1, *kernel], groups C), C >= 64."""
-    return op.groups == w_shape[0] >= _CHANNELS_LAST_MIN and w_shape[1] == 1
+def _is_wide_depthwise(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> bool:
+    """One filter per input channel (w [C, 1, *kernel], groups C), C >= 64, and at most
+    `_CHANNELS_LAST_POSITIONS` output positions per channel."""
+    if not (op.groups == w_shape[0] >= _CHANNELS_LAST_MIN and w_shape[1] == 1):
+        return False
+    positions = math.prod(op.window(w_shape[2:]).conv_sizes(x_shape[2:]))
+    return positions <= _CHANNELS_LAST_POSITIONS * w_shape[0]
 
 
 def _channels_last_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
@@ -199,19 +207,22 @@ def build_conv(node, compile):
     out_dtype = node.shape.dtype.numpy
     dt = _compute_dtype(out_dtype)
     plans: dict[tuple, _ConvPlan | _ChannelsLastPlan] = {}
-    weights: list[tuple] = [(None, None, None, None)]
+    weights: list[tuple] = [(None, None, None, None, None)]
 
     def step(x, w, b=None):
         key = (x.shape, w.shape)
         plan = plans.get(key)
         if plan is None:
-            make = _channels_last_plan if _is_wide_depthwise(op, w.shape) else _conv_plan
+            wide = _is_wide_depthwise(op, x.shape, w.shape)
+            make = _channels_last_plan if wide else _conv_plan
             plan = plans[key] = make(op, x.shape, w.shape, dt.itemsize)
-        channels_last = isinstance(plan, _ChannelsLastPlan)  # decided by w's shape alone
+        # the path depends on x's shape too: another input size may need the other layout
+        channels_last = isinstance(plan, _ChannelsLastPlan)
         cached = weights[0]
-        if cached[0] is not w or cached[1] is not b:
-            cached = weights[0] = (w, b, *_conv_weights(w, b, op.groups, dt, channels_last))
-        layout, bias = cached[2:]
+        if cached[0] is not w or cached[1] is not b or cached[2] is not channels_last:
+            cached = weights[0] = (w, b, channels_last,
+                                   *_conv_weights(w, b, op.groups, dt, channels_last))
+        layout, bias = cached[3:]
         if isinstance(plan, _ChannelsLastPlan):
             y = _channels_last_conv(x, layout, plan, dt)
         else:
