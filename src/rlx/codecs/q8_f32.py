@@ -88,10 +88,10 @@ def int8_grid(matrix: np.ndarray) -> np.ndarray | None:
 
 def _exact_steps(values: np.ndarray, guess: np.ndarray) -> np.ndarray | None:
     """Per row, the step near `guess` that reproduces every value bit for bit, or None."""
-    codes = values * inverse_scale(guess)[:, None]
-    np.rint(codes, out=codes)
+    scaled = values * inverse_scale(guess)[:, None]
+    codes = np.rint(scaled)
     if np.abs(codes).max(initial=0) > 127 or \
-            np.abs(values * inverse_scale(guess)[:, None] - codes).max(initial=0) > _GRID_TOLERANCE:
+            np.abs(scaled - codes).max(initial=0) > _GRID_TOLERANCE:
         return None
     steps = guess.copy()
     missing = np.ones(len(guess), bool)

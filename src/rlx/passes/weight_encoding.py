@@ -51,6 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlx.codecs import (
+    Encoding,
     decode_rows,
     encode_rows,
     int8_grid,
@@ -106,7 +107,7 @@ log = logging.getLogger(__name__)
 progress = logging.getLogger("rlx.progress")  # what a terminal shows while it runs
 
 Q8_0, TQ2_0, F16 = QuantScheme.GGUF_Q8_0.label, QuantScheme.GGUF_TQ2_0.label, "f16"
-Q8_F32 = "q8_f32"  # rlx.codecs.Encoding.Q8_F32: exact, for weights on an int8 grid
+Q8_F32 = Encoding.Q8_F32.label  # exact, for weights on an int8 grid
 
 MIN_ELEMENTS = 64
 """Constants smaller than this stay as they are: f16 saves them at most 128 bytes (nothing
@@ -469,5 +470,4 @@ def _grid_rows(matrix: np.ndarray) -> np.ndarray:
     steps = int8_grid(matrix)
     assert steps is not None  # planned as on a grid
     padded = np.pad(matrix, ((0, 0), (0, length - matrix.shape[1])))
-    return quantize_q8_f32_on_grid(padded, np.repeat(
-        steps, length // padded_length(Q8_F32, 1)))
+    return quantize_q8_f32_on_grid(padded, np.repeat(steps, length // Encoding.Q8_F32.block_size))
