@@ -23,6 +23,7 @@ from rlx.ir.verification import verify
 from rlx.kernels import BUILDERS, KERNELS, has_kernel
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.runtime.feeds import check_feeds
+from rlx.runtime.heap import keep_freed_memory
 from rlx.runtime.reuse import into as _into
 from rlx.runtime.reuse import plan_reuse
 
@@ -118,6 +119,7 @@ class CompiledGraph:
         return self._loop
 
     def _execute(self, values: dict[int, Any]) -> list[np.ndarray]:
+        keep_freed_memory()  # once per process: no page faults for tensors freed last run
         values.update(self._constants)
         timer = STEP_TIMER.get()
         # IEEE results (inf, NaN) are values here, not warnings: one context for the whole

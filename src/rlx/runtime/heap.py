@@ -1,0 +1,50 @@
+"""Keep the memory a run frees for the next run, instead of handing it back to the OS.
+
+A run allocates and frees the same tensors every time. glibc serves a request above its
+mmap threshold (128 KiB at start) with fresh pages and gives the heap's top back to the OS
+once more than its trim threshold is free, so every run page-faults its tensors in again:
+400-2,000 faults per run on the MODELS.md models, and up to 40% of a small CNN's CPU time
+(ppocr-cls at one thread). onnxruntime keeps an arena for the same reason. Two glibc
+settings give the numpy engine one: requests up to `MMAP_THRESHOLD` come from the heap, and
+up to `TRIM_THRESHOLD` of free heap stays mapped. Larger tensors still get, and return,
+mappings of their own.
+
+The settings are process-wide, as an arena is; they are made once, at the first run.
+`RLX_KEEP_HEAP=0` leaves the allocator as it is. Other C libraries (musl, macOS) have no
+such settings: nothing changes there.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["ENV", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "keep_freed_memory"]
+
+ENV = "RLX_KEEP_HEAP"
+MMAP_THRESHOLD = 32 << 20  # glibc's own ceiling for the threshold it adapts by itself
+TRIM_THRESHOLD = 256 << 20
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
+_settled = False
+
+
+def keep_freed_memory() -> None:
+    """Make the settings, once per process (a repeated call does nothing)."""
+    global _settled
+    if _settled:
+        return
+    _settled = True
+    if os.environ.get(ENV, "1") == "0" or not _is_glibc():
+        return
+    import ctypes  # numpy has imported it already
+
+    mallopt = ctypes.CDLL(None).mallopt
+    mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+
+
+def _is_glibc() -> bool:
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    except (AttributeError, ValueError, OSError):  # no confstr, or no such name here
+        return False
