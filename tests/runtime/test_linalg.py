@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from rlx.errors import ShapeError
+from rlx.frontends.onnx import import_onnx
 from rlx.ir.ops.linalg import Einsum, MatMul
+from rlx.kernels.linalg import stride_k
+from rlx.passes import specialize
+from rlx.runtime import Session
 from tests.support import build_op_graph, onnx_reference, run_op
 
 RNG = np.random.default_rng(7)
@@ -38,6 +44,73 @@ def test_matmul_matches_references(a_shape, b_shape):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     (onnx,) = onnx_reference("MatMul", [a, b])
     np.testing.assert_allclose(got, onnx, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((300,), (300,)),
+    ((300,), (300, 5)),
+    ((3, 300), (300,)),
+    ((2, 3, 300), (300, 7)),      # one GEMM over all of a's rows
+    ((2, 3, 300), (2, 300, 7)),
+    ((7, 300), (2, 300, 3)),
+    ((3, 257), (257, 40)),        # narrow B: blocks of 256
+    ((3, 128), (128, 9)),         # one block
+    ((3, 0), (0, 5)),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_matmul_in_mlas_blocks_is_still_the_product(a_shape, b_shape, dtype):
+    a, b = _rand(a_shape, dtype), _rand(b_shape, dtype)
+    (got,) = run_op(MatMul(mlas_blocks=True), [a, b])
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=2e-3 if dtype == np.float16 else 1e-5,
+                               atol=2e-2 if dtype == np.float16 else 1e-4)
+
+
+def test_mlas_blocks_stride_follows_the_width_of_b():
+    assert [stride_k(n) for n in (1000, 128, 64, 63, 40, 32, 17, 16, 1)] == \
+        [128, 128, 256, 256, 256, 512, 512, 1024, 1024]
+
+
+@pytest.mark.parametrize("k, n", [(384, 384), (1536, 384), (384, 64), (1000, 40)])
+def test_a_dequantized_product_rounds_like_onnxruntimes(k, n):
+    """A MatMul reading a DequantizeLinear imports with `mlas_blocks` and then rounds like
+    onnxruntime (each node as written): most elements equal bit for bit, where one BLAS
+    product over K leaves ~10% equal (in-block order still differs for some)."""
+    rng = np.random.default_rng(k + n)
+    codes = rng.integers(-127, 128, (k, n)).astype(np.int8)
+    graph = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["w", "s"], ["wf"]),
+         helper.make_node("MatMul", ["x", "wf"], ["y"])], "dq",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, n])],
+        initializer=[numpy_helper.from_array(codes, "w"),
+                     numpy_helper.from_array(np.float32(0.0123), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((64, k)).astype(np.float32)
+    want = session.run(None, {"x": x})[0]
+
+    imported, bindings = import_onnx(model)
+    (product,) = [node for node in imported.nodes() if isinstance(node.op, MatMul)]
+    assert product.op.mlas_blocks
+    got = Session().compile(specialize(imported, bindings)[0]).run({"x": x})[0]
+    w = codes.astype(np.float32) * np.float32(0.0123)
+    assert (got == want).mean() > 0.5 > 0.3 > (np.matmul(x, w) == want).mean()
+
+
+def test_a_float_product_imports_without_mlas_blocks():
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "f",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 300])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        initializer=[numpy_helper.from_array(_rand((300, 3)), "w")])
+    imported, _ = import_onnx(helper.make_model(graph))
+    (product,) = [node for node in imported.nodes() if isinstance(node.op, MatMul)]
+    assert not product.op.mlas_blocks
 
 
 @pytest.mark.parametrize("dtype, rtol", [

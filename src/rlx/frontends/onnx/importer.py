@@ -152,6 +152,7 @@ class Importer:
             sum(len(f.node) for f in model.functions)
         self.expansion_budget = MIN_EXPANSION + EXPANSION_PER_NODE * written
         self._expanding = 0  # > 0 while converting the body of a function-defined node
+        self.producers: dict[str, str] = {}  # value name -> op type of the node writing it
 
     # -- driver ------------------------------------------------------------------------------
     def run(self) -> tuple[Graph, dict[str, np.ndarray]]:
@@ -214,6 +215,7 @@ class Importer:
         function-defined node's body nodes carry the outer node's: the one the user sees)."""
         start = len(scope.graph)
         self._convert_node(scope, node, opsets)
+        self.producers.update((name, node.op_type) for name in node.output if name)
         if not self._expanding:
             scope.graph.claim_origin(start, node_origin(node))
 

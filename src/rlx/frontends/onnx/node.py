@@ -73,6 +73,10 @@ class NodeContext:
     def all_inputs(self) -> list[int]:
         return [self.input(i) for i in range(len(self.inputs))]
 
+    def produced_by(self, i: int) -> str | None:
+        """The op type of the node that writes input `i` (None for inputs and weights)."""
+        return self.s.importer.producers.get(self.inputs[i]) if self.has(i) else None
+
     def static(self, i: int) -> np.ndarray | None:
         """Input `i`'s value when known at import (initializer or Constant), else None."""
         return self.s.static(self.inputs[i]) if self.has(i) else None

@@ -17,9 +17,18 @@ __all__ = ["MatMul", "PACKED_SCHEMES", "QuantScheme", "DequantMatMul", "Einsum",
 
 @dataclass(frozen=True)
 class MatMul(Op):
-    """NumPy `matmul`: batch dims broadcast, 1-D operands promoted and squeezed."""
+    """NumPy `matmul`: batch dims broadcast, 1-D operands promoted and squeezed.
 
+    `mlas_blocks`: sum K in the blocks onnxruntime's SGEMM (MLAS) uses, added in order, so
+    that a product rounds as onnxruntime's does; the importer sets it where a quantised
+    graph requantises the product (a MatMul or Gemm reading a DequantizeLinear), where one
+    rounding becomes a whole step. Elsewhere BLAS sums K in one product, which is faster."""
+
+    mlas_blocks: bool = False
     arity: ClassVar = (2, 2)
+
+    def attrs(self) -> dict[str, object]:
+        return {"mlas_blocks": True} if self.mlas_blocks else {}
 
     def infer(self, inputs):
         a, b = inputs

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
-from rlx.ir import Einsum
+from rlx.ir import Einsum, MatMul
 
 __all__ = ["matmul", "gemm", "einsum", "det"]
 
 
+def _requantised(n: NodeContext) -> bool:
+    """Whether the product reads a DequantizeLinear (a QDQ graph): then it sums K in
+    onnxruntime's blocks (`MatMul.mlas_blocks`)."""
+    return any(n.produced_by(i) == "DequantizeLinear" for i in (0, 1))
+
+
 @converter("MatMul")
 def matmul(n: NodeContext) -> int:
-    return n.s.matmul(n.input(0), n.input(1))
+    return n.s.emit(MatMul(mlas_blocks=_requantised(n)), n.input(0), n.input(1))
 
 
 @converter("Gemm")
@@ -24,7 +30,7 @@ def gemm(n: NodeContext) -> int:
         a = s.transpose(a, (1, 0))
     if n.attr("transB", 0):
         b = s.transpose(b, (1, 0))
-    y = s.matmul(a, b)
+    y = s.emit(MatMul(mlas_blocks=_requantised(n)), a, b)
     alpha, beta = float(n.attr("alpha", 1.0)), float(n.attr("beta", 1.0))
     if alpha != 1.0:
         y = s.mul(y, s.like(alpha, y))
