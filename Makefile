@@ -20,7 +20,7 @@ test: $(STAMP)
 
 # ruff (pyproject.toml [tool.ruff]) on the code and the tests, mypy on the code
 lint: $(STAMP)
-	$(BIN)/python -m ruff check src tests
+	$(BIN)/python -m ruff check src tests scripts benchmarks
 	$(BIN)/python -m mypy src
 
 # >= 100,000 fuzz cases on 2 processes plus the full crash-safety and bit-flip runs

@@ -79,9 +79,9 @@ def bake(source: str, profile: str, memories: list[str], out_dir: str, min_calls
          min_seconds: float) -> dict:
     """Bake one profile in each memory mode: the first (cold) bake, then repeated ones, then
     the write; files go to `out_dir/<profile>-<memory>.rlx`."""
-    from rlx.artifact import write_rlx
     from rlx import BakeOptions, MemoryMode
     from rlx import bake as run_bake
+    from rlx.artifact import write_rlx
 
     start = time.perf_counter()
     graph, bindings = load_source(source)

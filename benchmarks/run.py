@@ -36,9 +36,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import report
-from benchmarks.common import (
-    ROOT, WORK, machine_info, run_probe, summarize_load, summarize_times,
-)
+from benchmarks.common import ROOT, WORK, machine_info, run_probe, summarize_load, summarize_times
 from benchmarks.models import MODEL_NAMES, QUANT_ROW, BenchModel, prepare
 
 PROFILES = ("merge", "fold", "exact", "size")

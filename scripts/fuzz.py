@@ -36,8 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rlx.errors import RlxError
-from tests.hardening import concurrency, crash, flips, harness, mutate
+from rlx.errors import RlxError  # noqa: E402
+from tests.hardening import concurrency, crash, flips, harness, mutate  # noqa: E402
 
 STATE = ROOT / ".cache" / "fuzz"
 SUMMARY = ROOT / "docs" / "fuzz-summary.json"

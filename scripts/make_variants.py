@@ -12,6 +12,7 @@ its accuracy guard, calibrated on one feed that is not an evaluation feed
 
     python scripts/make_variants.py                    # all models, all profiles
     python scripts/make_variants.py --models ppocr-cls --profiles exact
+    python scripts/make_variants.py --variants static-qdq  # rerun these rows, keep the rest
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ DOC = ROOT / "docs" / "variants.md"
 BEGIN, END = "<!-- variants:begin -->", "<!-- variants:end -->"
 
 
+HEADER = ("| model | variant | com.microsoft ops | profile | rlx vs ORT | rlx vs ORT (no opt.) "
+          "| rlx vs ORT on uint8 re-encoding | ORT variant vs original | "
+          "kept f32 by the size guard | verdict |")
+
+
 def _cell(comparison) -> str:
     agree = "" if comparison.argmax is None else f", {comparison.argmax:.1%}"
     return f"{comparison.max_abs:.1e} / {comparison.cosine:.6f}{agree}"
@@ -49,18 +55,16 @@ def _kept(result, profile) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--profiles", default=",".join(p.value for p in BakeProfile))
     parser.add_argument("--no-doc", action="store_true", help="print only")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     profiles = [BakeProfile(p) for p in args.profiles.split(",")]
-    rows = ["| model | variant | com.microsoft ops | profile | rlx vs ORT | rlx vs ORT "
-            "(no opt.) | rlx vs ORT on uint8 re-encoding | ORT variant vs original | "
-            "kept f32 by the size guard | verdict |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models.split(","):
-            for variant in VARIANTS:
+            for variant in args.variants.split(","):
                 path = variant_path(model, variant)
                 ops = contrib_ops(path)
                 for profile in profiles:
@@ -84,8 +88,22 @@ def main() -> None:
         return
     text = DOC.read_text()
     head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    DOC.write_text(f"{head}{BEGIN}\n" + "\n".join(rows) + f"\n{END}{tail}")
+    table, _, tail = rest.partition(END)
+    DOC.write_text(f"{head}{BEGIN}\n" + "\n".join(_merged(table, rows)) + f"\n{END}{tail}")
+
+
+def _key(row: str) -> tuple[str, ...]:
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    return cells[0], cells[1], cells[3]  # model, variant, profile
+
+
+def _merged(table: str, rows: list[str]) -> list[str]:
+    """The doc's table with `rows` in place of the rows for the same model, variant and
+    profile (in the table's order), rows it did not have at the end."""
+    new = {_key(r): r for r in rows}
+    old = [line for line in table.strip().splitlines()[2:] if line.startswith("|")]
+    kept = [new.pop(_key(line), line) for line in old]
+    return [HEADER, "|---|---|---|---|---|---|---|---|---|---|", *kept, *new.values()]
 
 
 if __name__ == "__main__":
