@@ -290,10 +290,13 @@ def _separable_max(xp: np.ndarray, win: Window, out: Sequence[int],
                    dtype: np.dtype) -> np.ndarray:
     """Max over a window as a max along one axis at a time (the max over a box is the max
     of the maxes of its rows): sum(kernel) passes instead of prod(kernel), 10 instead of 25
-    for a 5x5 window (YOLO's SPPF pools 5x5 three times)."""
+    for a 5x5 window (YOLO's SPPF pools 5x5 three times). Outer axes first: their passes
+    read whole contiguous rows, and leave the strided passes along the last axis fewer rows
+    (2x2 stride 2: 0.56-0.92x the time of folding its 4 taps; 3x3 stride 2 on [64, 112,
+    112]: 0.65x the last axis first; thread CPU time)."""
     y = xp
     lead = xp.ndim - len(out)
-    for a in reversed(range(len(out))):
+    for a in range(len(out)):
         k, d, s, o = win.kernel[a], win.dilations[a], win.strides[a], out[a]
         span = max((o - 1) * s + 1, 0)
         before = (slice(None),) * (lead + a)
@@ -327,7 +330,7 @@ def pool(node, x):
         if not all(out):
             return np.zeros((*x.shape[:2], *out), x.dtype)
         xp = _pad(x, win.begin, end, _lowest(x.dtype))
-        if math.prod(win.kernel) > sum(win.kernel):
+        if math.prod(win.kernel) >= sum(win.kernel):
             return _separable_max(xp, win, out, x.dtype)
         return _fold((xp[(...,) + sl] for sl in _taps(win, out)), np.maximum, x.dtype)
     xp = _pad(_to_compute(x), win.begin, end, 0)
