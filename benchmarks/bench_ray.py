@@ -134,9 +134,9 @@ def start_cluster(num_cpus: int = 2) -> None:
     """A local cluster whose workers can import this repository (benchmarks, tests)."""
     import ray
 
-    from rlx.ray.serve import patient_proxies
+    from rlx.ray.serve import cluster_environment
 
-    patient_proxies()
+    cluster_environment()
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
              log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
 

@@ -139,3 +139,15 @@ def test_the_deployment_serves_with_two_replicas(cluster, mlp):
         assert "input 'x'" in answer["error"]["message"]
     finally:
         serve.shutdown()
+
+
+def test_workers_run_at_the_callers_priority(cluster):
+    """Ray starts workers at niceness 15: beside busy processes a Serve proxy then took
+    minutes to start. A cluster rlx starts runs them at the caller's niceness."""
+    import os
+
+    @ray.remote
+    def niceness() -> int:
+        return os.nice(0)
+
+    assert ray.get(niceness.remote()) == os.nice(0)

@@ -19,8 +19,8 @@ from rlx.artifact.open import open_artifact
 from rlx.engines.registry import check_engine
 from rlx.errors import InputError, ServeError
 
-__all__ = ["PROXY_PATIENCE_S", "deployment", "patient_proxies", "require_ray", "serve_locally",
-           "start_serve", "stop_serving", "wait_for_stop"]
+__all__ = ["PROXY_PATIENCE_S", "WORKER_NICENESS", "cluster_environment", "deployment",
+           "require_ray", "serve_locally", "start_serve", "stop_serving", "wait_for_stop"]
 
 _PIP = "pip install 'rlx[ray]'"
 
@@ -70,12 +70,21 @@ PROXY_PATIENCE_S = "60"
 "The actor died ... killed by `ray.kill`" before a single request."""
 
 
-def patient_proxies() -> None:
-    """Set the proxy timeouts (`PROXY_PATIENCE_S`) for a cluster this process starts: Ray's
-    processes inherit the environment. Values the user set are kept."""
+WORKER_NICENESS = "0"
+"""The niceness of the workers of a cluster this process starts: the caller's own. Ray
+starts its workers at 15, so beside two CPU-bound processes at 0 on 2 cores the worker
+that hosts Serve's HTTP proxy got ~3% of a core and took 3 minutes to start (it timed
+out); a replica would be starved the same way by any busy neighbour."""
+
+
+def cluster_environment() -> None:
+    """Set what a cluster this process starts inherits (Ray's processes read these from
+    the environment): proxy timeouts (`PROXY_PATIENCE_S`) and worker niceness
+    (`WORKER_NICENESS`). Values the user set are kept."""
     for name in ("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S",
                  "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S"):
         os.environ.setdefault(name, PROXY_PATIENCE_S)
+    os.environ.setdefault("RAY_worker_niceness", WORKER_NICENESS)
 
 
 def start_serve(host: str, port: int, patience_s: float = float(PROXY_PATIENCE_S),
@@ -119,7 +128,7 @@ def serve_locally(app: Any, *, host: str = "127.0.0.1", port: int = 8000,
     import ray
     from ray import serve
 
-    patient_proxies()
+    cluster_environment()
     level = logging.INFO if verbose else logging.WARNING
     logging.getLogger("ray.serve").setLevel(level)  # Serve's driver-side progress lines
     ray.init(address="local", include_dashboard=False, logging_level=level,
