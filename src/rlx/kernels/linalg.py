@@ -39,12 +39,16 @@ def stride_k(n: int) -> int:
 def matmul(node, a, b):
     a, b = widen_half(a), widen_half(b)
     dtype = node.shape.dtype.numpy
-    if not node.op.mlas_blocks or dtype != np.float32:
-        return np.asarray(np.matmul(a, b), dtype=dtype)
+    if node.op.mlas_blocks and dtype == np.float32:
+        step = stride_k(b.shape[-1] if b.ndim > 1 else 1)
+        if a.shape[-1] > step:
+            return _in_blocks(a, b, step)
+    return np.asarray(np.matmul(a, b), dtype=dtype)
+
+
+def _in_blocks(a: np.ndarray, b: np.ndarray, step: int) -> np.ndarray:
+    """a @ b as one product per `step` terms of K, the products added in order."""
     k = a.shape[-1]
-    step = stride_k(b.shape[-1] if b.ndim > 1 else 1)
-    if k <= step:
-        return np.asarray(np.matmul(a, b), dtype=dtype)
     lead = None
     if b.ndim == 2 and a.ndim > 2:  # one GEMM over all rows, as onnxruntime does
         lead, a = a.shape[:-1], a.reshape(-1, k)

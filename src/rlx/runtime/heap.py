@@ -9,7 +9,7 @@ settings give the numpy engine one: requests up to `MMAP_THRESHOLD` come from th
 up to `TRIM_THRESHOLD` of free heap stays mapped. Larger tensors still get, and return,
 mappings of their own.
 
-The settings are process-wide, as an arena is; they are made once, at the first run.
+The settings are process-wide, as an arena is; they are made once, when the first graph is compiled.
 `RLX_KEEP_HEAP=0` leaves the allocator as it is. Other C libraries (musl, macOS) have no
 such settings: nothing changes there.
 """

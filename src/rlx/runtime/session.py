@@ -64,6 +64,7 @@ class CompiledGraph:
         verify(graph)
         if not nested:
             _check_runnable(graph)
+            keep_freed_memory()  # once per process: no page faults for tensors freed last run
         self.graph = graph
         self._inputs = graph.inputs()
         self._input_ids = [n.id for n in self._inputs]
@@ -119,7 +120,6 @@ class CompiledGraph:
         return self._loop
 
     def _execute(self, values: dict[int, Any]) -> list[np.ndarray]:
-        keep_freed_memory()  # once per process: no page faults for tensors freed last run
         values.update(self._constants)
         timer = STEP_TIMER.get()
         # IEEE results (inf, NaN) are values here, not warnings: one context for the whole

@@ -152,8 +152,8 @@ class Emitter:
     def cast(self, x: int, dtype: DType) -> int:
         return x if self.dtype(x) == dtype else self.emit(Cast(dtype), x)
 
-    def matmul(self, a: int, b: int) -> int:
-        return self.emit(MatMul(), a, b)
+    def matmul(self, a: int, b: int, *, mlas_blocks: bool = False) -> int:
+        return self.emit(MatMul(mlas_blocks=mlas_blocks), a, b)
 
     def reduce(self, op: ReduceOp, x: int, axes: Sequence[int] | None,
                keepdims: bool = True) -> int:

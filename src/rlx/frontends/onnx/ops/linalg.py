@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.registry import converter
-from rlx.ir import Einsum, MatMul
+from rlx.ir import Einsum
 
 __all__ = ["matmul", "gemm", "einsum", "det"]
 
@@ -17,7 +17,7 @@ def _requantised(n: NodeContext) -> bool:
 
 @converter("MatMul")
 def matmul(n: NodeContext) -> int:
-    return n.s.emit(MatMul(mlas_blocks=_requantised(n)), n.input(0), n.input(1))
+    return n.s.matmul(n.input(0), n.input(1), mlas_blocks=_requantised(n))
 
 
 @converter("Gemm")
@@ -30,7 +30,7 @@ def gemm(n: NodeContext) -> int:
         a = s.transpose(a, (1, 0))
     if n.attr("transB", 0):
         b = s.transpose(b, (1, 0))
-    y = s.emit(MatMul(mlas_blocks=_requantised(n)), a, b)
+    y = s.matmul(a, b, mlas_blocks=_requantised(n))
     alpha, beta = float(n.attr("alpha", 1.0)), float(n.attr("beta", 1.0))
     if alpha != 1.0:
         y = s.mul(y, s.like(alpha, y))
