@@ -9,7 +9,11 @@ os.environ.setdefault("RLX_VERIFY_PASSES", "1")
 
 # engines keep caches (auto's choice, onnxruntime's prepacked models) in the user's cache
 # folder: the suite (and the processes it starts) keeps its own, never the user's
+# folder, deleted when the suite ends (it holds over a gigabyte by then)
 if "RLX_TEST_KEEP_CACHE" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
 
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="rlx-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)

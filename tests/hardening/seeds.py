@@ -270,13 +270,12 @@ _EXTERNAL = np.arange(64, dtype=np.float32)
 
 def prepare_onnx_folder(folder: Path) -> None:
     """What an ONNX case may point at: its external data file, and a symlink out of the
-    folder (to this very file, so that following it would succeed)."""
+    folder (to this very source file, which exists, so that following it would succeed,
+    and which leaves nothing behind beside a temporary folder)."""
     (folder / EXTERNAL_FILE).write_bytes(_EXTERNAL.tobytes())
-    outside = folder.parent / f"{folder.name}-outside.bin"
-    outside.write_bytes(_EXTERNAL.tobytes())
     link = folder / "link.bin"
     if not link.is_symlink():
-        link.symlink_to(outside)
+        link.symlink_to(Path(__file__).resolve())
 
 
 def onnx_model(nodes, inputs, outputs, initializers=(), opset: int = 17, functions=()) -> bytes:
