@@ -100,8 +100,13 @@ def test_reading_and_compiling_builds_few_classes_and_no_bake_modules(tmp_path):
               "rlx.runtime.profile", "rlx.artifact.writer",
               "subprocess", "shutil", "tempfile",  # ctypes.util brought these (~15 ms)
               # needed only for bf16 / float8 values, signatures, SIGBUS repairs, typing
-              "ml_dtypes", "pathlib", "ctypes", "numpy.typing")
+              "ml_dtypes", "pathlib", "ctypes", "numpy.typing",
+              # logging (~10 ms with the regular expressions it compiles) only once a
+              # record can be seen (rlx.logs); base64 only for graph JSON payloads
+              "logging", "traceback", "base64")
     assert not {m for m in modules if m.startswith(banned)}, modules
+    assert "logging" not in _imported_after(
+        f"import rlx\nrlx.load({str(path)!r}, engine='numpy')")
 
 
 def test_a_warm_onnxruntime_load_imports_no_numpy_kernel_and_spawns_nothing(tmp_path):

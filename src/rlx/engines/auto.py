@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import time
 from collections.abc import Mapping
@@ -41,6 +40,7 @@ from rlx.engines.registry import (
     engine_module,
     engine_versions,
 )
+from rlx.logs import Logger
 from rlx.version import __version__
 
 if TYPE_CHECKING:  # a warm load (rlx.engines.warm) imports no graph IR
@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # a warm load (rlx.engines.warm) imports no graph IR
 __all__ = ["choose", "cache_key", "cached_choice", "example_feeds", "RUNS", "BUDGET_S",
            "PREFERENCE"]
 
-log = logging.getLogger("rlx.engines")
+log = Logger("rlx.engines")
 
 RUNS = 15
 BUDGET_S = 0.5

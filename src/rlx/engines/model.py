@@ -12,7 +12,6 @@ reads only the file's header; `Model.file` then opens the whole artifact when fi
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import numpy as np
 from rlx.engines.registry import check_engine, check_precision, engine_module
 from rlx.errors import InputError
 from rlx.ir.shape import Dim, Shape
+from rlx.logs import Logger
 from rlx.runtime.feeds import check_feeds
 
 if TYPE_CHECKING:  # a warm load imports no graph IR
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # a warm load imports no graph IR
 
 __all__ = ["FeedInput", "IoSpec", "Model", "Runner", "load", "build_runner", "graph_outputs"]
 
-log = logging.getLogger("rlx.engines")
+log = Logger("rlx.engines")
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ bytes that buys up to 1.4x in latency (docs/engines.md). `RLX_ORT_PREPACK` choos
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,6 +38,7 @@ from rlx.engines.fingerprint import default_cache_dir, is_plain_artifact
 from rlx.engines.mapping import FileRegions
 from rlx.engines.saved_models import MODEL_FILE, WEIGHTS_FILE, saved_folder
 from rlx.errors import EngineError
+from rlx.logs import Logger
 
 if TYPE_CHECKING:  # a warm load (rlx.engines.warm) imports no graph IR
     from rlx.artifact.model import RlxFile
@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # a warm load (rlx.engines.warm) imports no graph IR
 __all__ = ["OrtRunner", "build", "PREPACK_MODES", "prepack_mode", "saved_session",
            "session_options", "export_for_ort"]
 
-log = logging.getLogger("rlx.engines")
+log = Logger("rlx.engines")
 
 PREPACK_MODES = ("mapped", "heap", "off")
 _IN_MEMORY = "rlx-in-memory-weight"  # placeholder location; add_external_initializers binds it

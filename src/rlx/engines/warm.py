@@ -20,7 +20,6 @@ rebuilds the copy.
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 
@@ -33,11 +32,12 @@ from rlx.engines.saved_models import MODEL_FILE, saved_folder
 from rlx.errors import RlxError
 from rlx.ir.dtype import DType
 from rlx.ir.shape import Shape
+from rlx.logs import Logger
 from rlx.safeio.files import open_regular, read_fd
 
 __all__ = ["load_warm"]
 
-log = logging.getLogger("rlx.engines")
+log = Logger("rlx.engines")
 
 
 class _Refused(RlxError):

@@ -8,7 +8,6 @@ makes a self-contained graph JSON file.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import enum
 import functools
@@ -42,6 +41,8 @@ ConstantDecoder = Callable[[Any, Shape], Any]
 
 
 def _base64_encode(node: Node) -> str:
+    import base64  # only graph JSON files use it: the artifact keeps payloads as blobs
+
     assert isinstance(node.op, Constant)  # the encoder is called for Constant nodes only
     return base64.b64encode(byte_view(materialize(node.op.data)).tobytes()).decode("ascii")
 
@@ -49,6 +50,8 @@ def _base64_encode(node: Node) -> str:
 def _base64_decode(value: Any, shape: Shape) -> bytes:
     if not isinstance(value, str):
         raise GraphError("constant payload must be base64 text")
+    import base64
+
     return base64.b64decode(value.encode("ascii"), validate=True)
 
 

@@ -27,7 +27,6 @@ first. Readers then get the bytes as they are.
 from __future__ import annotations
 
 import contextlib
-import logging
 import mmap
 import os
 import signal
@@ -38,13 +37,14 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from rlx.errors import RlxError
+from rlx.logs import Logger
 from rlx.record import dataclass
 from rlx.safeio.files import FileIdentity, open_regular, read_fd
 
 __all__ = ["COPY_BELOW", "MappedFile", "in_leased_map", "map_fd", "map_file", "map_with_file",
            "read_from_file"]
 
-log = logging.getLogger(__name__)
+log = Logger(__name__)
 
 COPY_BELOW = 0  # files smaller than this are read rather than mapped (0: map all)
 _LEASE_SIGNAL = getattr(signal, "SIGIO", None)  # what the kernel sends on a lease break
