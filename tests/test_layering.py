@@ -29,7 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "frontends": {"errors", "ir", "kernels", "codecs", "enums", "version", "_lazy", "safeio"},
     # engines: rlx.load / Model over numpy, onnxruntime, openvino (never passes or baking)
     "engines": {"errors", "ir", "codecs", "kernels", "runtime", "artifact", "frontends", "safeio",
-                "version", "_lazy"},
+                "version", "_lazy", "logs"},
     # rlx.ray: Ray Serve deployment and Ray Data predictor over rlx.load (beside the CLI)
     "ray": {"errors", "engines", "artifact", "weights", "_lazy"},
     "models": {"ir"},
@@ -50,8 +50,9 @@ ALLOWED: dict[str, set[str]] = {
     "__init__": {"errors", "ir", "codecs", "kernels", "runtime", "passes", "weights", "baking",
                  "artifact", "frontends", "version", "_lazy", "engines"},
     "_lazy": set(),
-    "safeio": {"errors", "record"},  # bounded JSON, regular files, leased maps: every reader
+    "safeio": {"errors", "record", "logs"},  # bounded JSON, regular files, leased maps: every reader
     "record": set(),  # dataclasses without their class-creation cost (the load path's)
+    "logs": set(),  # loggers that import logging only once a record can be seen
     "deferred": {"errors", "safeio"},  # arrays read or computed when used (streaming bake)
 }
 ONNX_IMPORTERS = {"frontends"}
