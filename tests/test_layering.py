@@ -50,7 +50,7 @@ ALLOWED: dict[str, set[str]] = {
     "__init__": {"errors", "ir", "codecs", "kernels", "runtime", "passes", "weights", "baking",
                  "artifact", "frontends", "version", "_lazy", "engines"},
     "_lazy": set(),
-    "safeio": {"errors", "record", "logs"},  # bounded JSON, regular files, leased maps: every reader
+    "safeio": {"errors", "record", "logs"},  # bounded JSON, regular files, leased maps
     "record": set(),  # dataclasses without their class-creation cost (the load path's)
     "logs": set(),  # loggers that import logging only once a record can be seen
     "deferred": {"errors", "safeio"},  # arrays read or computed when used (streaming bake)
