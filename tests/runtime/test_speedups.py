@@ -5,6 +5,7 @@ float64 numpy, independent of the kernels."""
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -98,6 +99,24 @@ def test_a_wide_depthwise_conv_switches_path_with_the_input_size():
         (got,) = compiled.run({"x": x})
         (want,) = onnx_reference("Conv", [x, w], pads=[1, 1, 1, 1], group=64)
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_kernel_rows_that_read_only_padding_are_not_multiplied():
+    """Over 2 rows padded by 2, a 5x5 kernel meets the input with 2 of its 5 rows at each
+    output row: the im2col matrices hold 40% of the full one, and the result is the same."""
+    from rlx.kernels.nn import _conv_plan
+
+    op = Conv(pads=(2, 2, 2, 2), groups=200)
+    plan = _conv_plan(op, (1, 200, 2, 96), (200, 1, 5, 5), 4)
+    assert plan.taps == ((2, 4), (1, 3))
+    held = sum(math.prod(piece.cols) for piece in plan.pieces)
+    assert held == 0.4 * 200 * 25 * 2 * 96
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 200, 2, 96)).astype(np.float32)
+    w = rng.standard_normal((200, 1, 5, 5)).astype(np.float32)
+    (got,) = run_op(op, [x, w], constant=[False, True])
+    (want,) = onnx_reference("Conv", [x, w], pads=[2, 2, 2, 2], group=200)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
 def test_conv_in_half_precision_rounds_once():

@@ -87,6 +87,18 @@ def _finish(y: np.ndarray, b: np.ndarray | None, node) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class _Piece:
+    """Output rows (first spatial axis) of a convolution and the kernel rows that meet the
+    input there, as one im2col product: the other kernel rows read only padding."""
+
+    index: tuple[slice, ...] | None  # into the window view; None = all of it
+    taps: tuple[int, int]  # kernel rows [start, stop): the weights' slice
+    positions: slice  # the rows' output positions, of P
+    cols: tuple[int, ...]  # the view as im2col matrices: [N, g, C/g * K', P']
+    chunks: tuple[slice, ...]  # blocks of groups whose im2col matrices fit in cache
+
+
+@dataclass(frozen=True)
 class _ConvPlan:
     """How one Conv node runs on one input shape, worked out once.
 
@@ -96,14 +108,22 @@ class _ConvPlan:
     padded: tuple[int, ...]
     inner: tuple[Any, ...] | None  # index of x in the padded buffer; None = no padding
     view: tuple[tuple[int, ...], tuple[int, ...]]  # shape and byte strides
-    cols: tuple[int, ...]  # the view as im2col matrices: [N, g, C/g * K, P]
-    chunks: tuple[slice, ...]  # blocks of groups whose im2col matrices fit in cache
+    pieces: tuple[_Piece, ...]  # one, or runs of rows meeting fewer kernel rows
     out: tuple[int, ...]  # [N, M, *out]
+
+    @property
+    def taps(self) -> tuple[tuple[int, int], ...]:
+        """The kernel rows of each piece: what its weight layout depends on."""
+        return tuple(piece.taps for piece in self.pieces)
 
 
 # im2col blocks of up to this size are multiplied while still in (L2) cache: a depthwise
 # 5x5 convolution's full im2col matrix is 25x its input, and runs ~2x faster in blocks
 _IM2COL_BYTES = 1 << 18
+# the share of (output row, kernel row) pairs reading only padding from which a
+# convolution runs in pieces: a 5x5 kernel padded by 2 over 2 rows reads padding with 60%
+# of them (OCR text lines), over 7 rows with 17%
+_PADDING_SHARE = 0.25
 
 
 def _conv_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
@@ -125,11 +145,38 @@ def _conv_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
                *(d * e for d, e in zip(win.dilations, spatial)),
                *(s * e for s, e in zip(win.strides, spatial)))
     strides = tuple(s * itemsize for s in strides)
-    cols = (n, g, c // g * math.prod(win.kernel), math.prod(out))
-    per_group = max(n * cols[2] * cols[3] * itemsize, 1)
-    step = max(_IM2COL_BYTES // per_group, 1)
-    chunks = tuple(slice(i, min(i + step, g)) for i in range(0, g, step))
-    return _ConvPlan(padded, inner, (shape, strides), cols, chunks, (n, w_shape[0], *out))
+    rest_kernel, rest_out = math.prod(win.kernel[1:]), math.prod(out[1:])
+    runs = _row_runs(win, sizes[0], out[0])
+    useful = sum((t1 - t0) * (r1 - r0) for (t0, t1), (r0, r1) in runs)
+    if useful > (1 - _PADDING_SHARE) * win.kernel[0] * out[0]:
+        runs = [((0, win.kernel[0]), (0, out[0]))]
+    pieces = []
+    for (t0, t1), (r0, r1) in runs:
+        index = None if (t0, t1, r0, r1) == (0, win.kernel[0], 0, out[0]) else (
+            (slice(None),) * 3 + (slice(t0, t1),) + (slice(None),) * (len(sizes) - 1)
+            + (slice(r0, r1),))
+        cols = (n, g, c // g * (t1 - t0) * rest_kernel, (r1 - r0) * rest_out)
+        per_group = max(n * cols[2] * cols[3] * itemsize, 1)
+        step = max(_IM2COL_BYTES // per_group, 1)
+        chunks = tuple(slice(i, min(i + step, g)) for i in range(0, g, step))
+        pieces.append(_Piece(index, (t0, t1), slice(r0 * rest_out, r1 * rest_out), cols,
+                             chunks))
+    return _ConvPlan(padded, inner, (shape, strides), tuple(pieces), (n, w_shape[0], *out))
+
+
+def _row_runs(win: Window, size: int, out: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Runs of output rows (the first spatial axis) that meet the input with the same kernel
+    rows: ((first tap, stop), (first row, stop)); (0, 0) taps where a row meets only padding."""
+    k, s, d, b = win.kernel[0], win.strides[0], win.dilations[0], win.begin[0]
+    runs: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    for o in range(out):
+        taps = [a for a in range(k) if 0 <= o * s + a * d - b < size]
+        key = (taps[0], taps[-1] + 1) if taps else (0, 0)
+        if runs and runs[-1][0] == key:
+            runs[-1] = (key, (runs[-1][1][0], o + 1))
+        else:
+            runs.append((key, (o, o + 1)))
+    return runs
 
 
 @dataclass(frozen=True)
@@ -141,7 +188,9 @@ class _ChannelsLastPlan:
     with the channel count, and this one einsum step per output position: with 64 channels
     or more and at most two positions per channel this is faster (ppocr-cls: 25% off the
     run; [256, 14, 14] 5x5: 0.58x im2col's time), with more positions im2col is (lcnet's
-    [64, 56, 56] 3x3: 0.60x this path's time; thread CPU time, interleaved)."""
+    [64, 56, 56] 3x3: 0.60x this path's time; thread CPU time, interleaved). An im2col
+    plan in pieces (kernel rows that read only padding left out) stays im2col: ppocr-cls's
+    [200, 2, 96] 5x5 padded by 2 takes 0.58x this path's time that way."""
 
     padded: tuple[int, ...]
     inner: tuple[slice, ...]  # where x, channels last, lands in the padded buffer
@@ -182,23 +231,28 @@ def _channels_last_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, 
 
 
 def _conv_weights(w: np.ndarray, b: np.ndarray | None, groups: int, dt: np.dtype,
-                  channels_last: bool):
-    """The weights in the layout their path reads, channels last [*kernel, M] or GEMM
-    [g, M/g, C/g * K], and the bias shaped to add to [N, M, *out], in the compute dtype."""
+                  plan: _ConvPlan | _ChannelsLastPlan):
+    """The weights in the layout their path reads, channels last [*kernel, M] or, per piece
+    of an im2col plan, GEMM [g, M/g, C/g * K'] (None for rows that meet only padding), and
+    the bias shaped to add to [N, M, *out], in the compute dtype."""
     m = w.shape[0]
     bias = None if b is None else b.astype(dt).reshape(m, *[1] * (w.ndim - 2))
     w = w.astype(dt, copy=False)
-    if channels_last:
+    if isinstance(plan, _ChannelsLastPlan):
         return np.ascontiguousarray(np.moveaxis(w[:, 0], 0, -1)), bias
-    return np.ascontiguousarray(w.reshape(groups, m // groups, -1)), bias
+    return tuple(None if t0 == t1 else np.ascontiguousarray(w[:, :, t0:t1]).reshape(
+        groups, m // groups, -1) for t0, t1 in plan.taps), bias
 
 
 @staged(Conv)
 def build_conv(node, compile):
     """Conv as pad + one strided window view + batched GEMMs over blocks of groups
     (im2col; depthwise too, where it beats a multiply-add per tap); a 1x1 unpadded
-    stride-1 convolution multiplies the input itself, without a copy. A depthwise Conv of
-    64 channels or more runs channels-last instead (`_ChannelsLastPlan`).
+    stride-1 convolution multiplies the input itself, without a copy. Output rows that meet
+    the input with fewer kernel rows than the rest (the others read only padding) run as
+    their own pieces, when that leaves out a quarter of the products or more. A depthwise
+    Conv of 64 channels or more at few positions per channel runs channels-last instead
+    (`_ChannelsLastPlan`).
 
     Plans are cached per input shape and the weight layouts per weight array (a constant
     is the same array every run). The caches only ever receive complete entries, so
@@ -207,21 +261,23 @@ def build_conv(node, compile):
     out_dtype = node.shape.dtype.numpy
     dt = _compute_dtype(out_dtype)
     plans: dict[tuple, _ConvPlan | _ChannelsLastPlan] = {}
-    weights: list[tuple] = [(None, None, None, None, None)]
+    weights: list[tuple] = [(None, None, (), None, None)]
 
     def step(x, w, b=None):
         key = (x.shape, w.shape)
         plan = plans.get(key)
         if plan is None:
-            wide = _is_wide_depthwise(op, x.shape, w.shape)
-            make = _channels_last_plan if wide else _conv_plan
-            plan = plans[key] = make(op, x.shape, w.shape, dt.itemsize)
-        # the path depends on x's shape too: another input size may need the other layout
-        channels_last = isinstance(plan, _ChannelsLastPlan)
+            plan = _conv_plan(op, x.shape, w.shape, dt.itemsize)
+            if len(plan.pieces) == 1 and _is_wide_depthwise(op, x.shape, w.shape):
+                plan = _channels_last_plan(op, x.shape, w.shape, dt.itemsize)
+            plans[key] = plan
+        # the layout depends on x's shape too: another input size may need another path
+        # or other pieces
+        layout_key = None if isinstance(plan, _ChannelsLastPlan) else plan.taps
         cached = weights[0]
-        if cached[0] is not w or cached[1] is not b or cached[2] is not channels_last:
-            cached = weights[0] = (w, b, channels_last,
-                                   *_conv_weights(w, b, op.groups, dt, channels_last))
+        if cached[0] is not w or cached[1] is not b or cached[2] != layout_key:
+            cached = weights[0] = (w, b, layout_key,
+                                   *_conv_weights(w, b, op.groups, dt, plan))
         layout, bias = cached[3:]
         if isinstance(plan, _ChannelsLastPlan):
             y = _channels_last_conv(x, layout, plan, dt)
@@ -234,7 +290,7 @@ def build_conv(node, compile):
     return step
 
 
-def _im2col_conv(x: np.ndarray, wk: np.ndarray, plan: _ConvPlan, dt: np.dtype) -> np.ndarray:
+def _im2col_conv(x: np.ndarray, layouts: tuple, plan: _ConvPlan, dt: np.dtype) -> np.ndarray:
     if plan.inner is None:
         xp = np.ascontiguousarray(x, dtype=dt)
     else:
@@ -242,7 +298,7 @@ def _im2col_conv(x: np.ndarray, wk: np.ndarray, plan: _ConvPlan, dt: np.dtype) -
         xp[plan.inner] = x
     # the window view, built directly: as_strided costs ~10x more per call
     view = np.ndarray(plan.view[0], dt, xp, 0, plan.view[1])
-    return _im2col_gemm(view, wk, plan).reshape(plan.out)
+    return _im2col_gemm(view, layouts, plan).reshape(plan.out)
 
 
 def _channels_last_conv(x: np.ndarray, weights: np.ndarray, plan: _ChannelsLastPlan,
@@ -344,16 +400,25 @@ def pool(node, x):
     return total.astype(x.dtype, copy=False)
 
 
-def _im2col_gemm(view: np.ndarray, wk: np.ndarray, plan: _ConvPlan) -> np.ndarray:
-    """[g, M/g, C/g * K] @ im2col(view) -> [N, g, M/g, P], one block of groups at a time.
-    The reshape of the view is the im2col copy (none for a 1x1, stride-1, unpadded conv)."""
-    n, _, k, p = plan.cols
-    if len(plan.chunks) == 1:
-        return np.matmul(wk, view.reshape(plan.cols))
-    y = np.empty((n, *wk.shape[:2], p), wk.dtype)
-    for block in plan.chunks:
-        cols = view[:, block].reshape(n, block.stop - block.start, k, p)
-        np.matmul(wk[block], cols, out=y[:, block])
+def _im2col_gemm(view: np.ndarray, layouts: tuple, plan: _ConvPlan) -> np.ndarray:
+    """[g, M/g, C/g * K] @ im2col(view) -> [N, g, M/g, P], piece by piece, one block of
+    groups at a time. The reshape of the view is the im2col copy (none for a 1x1, stride-1,
+    unpadded conv)."""
+    (first, *others), n, g = plan.pieces, plan.out[0], plan.pieces[0].cols[1]
+    if not others and len(first.chunks) == 1 and layouts[0] is not None:
+        sub = view if first.index is None else view[first.index]
+        return np.matmul(layouts[0], sub.reshape(first.cols))
+    y = np.empty((n, g, plan.out[1] // g, math.prod(plan.out[2:])), view.dtype)
+    for piece, wk in zip(plan.pieces, layouts):
+        out = y[..., piece.positions]
+        if wk is None:
+            out[...] = 0
+            continue
+        sub = view if piece.index is None else view[piece.index]
+        k, p = piece.cols[2:]
+        for block in piece.chunks:
+            cols = sub[:, block].reshape(n, block.stop - block.start, k, p)
+            np.matmul(wk[block], cols, out=out[:, block])
     return y
 
 
