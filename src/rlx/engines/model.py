@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
-from rlx.engines.registry import check_engine, check_precision, engine_module
+from rlx.engines.registry import WARM_ENGINES, check_engine, check_precision, engine_module
 from rlx.errors import InputError
 from rlx.ir.shape import Dim, Shape
 from rlx.logs import Logger
@@ -163,7 +163,9 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InputError(f"threads must be a positive integer or None, got {threads!r}")
     source = os.fspath(path)
-    if trusted_keys is None and signature is None:
+    # a signature to check needs the file; other engines never import the warm load (~15
+    # ms: pathlib, hashlib)
+    if engine in WARM_ENGINES and trusted_keys is None and signature is None:
         from rlx.engines.warm import load_warm
 
         model = load_warm(source, engine, threads=threads, precision=precision,

@@ -8,12 +8,16 @@ from typing import Any
 
 from rlx.errors import EngineError
 
-__all__ = ["ENGINES", "PRECISIONS", "ENGINE_NAMES", "available_engines", "engine_module",
+__all__ = ["ENGINES", "PRECISIONS", "ENGINE_NAMES", "WARM_ENGINES", "available_engines",
+           "engine_module",
            "engine_versions", "engine_fingerprints", "check_precision"]
 
 ENGINE_NAMES = ("numpy", "onnxruntime", "openvino")
 ENGINES = ("auto", *ENGINE_NAMES)
 PRECISIONS = ("exact", "fast")
+WARM_ENGINES = ("auto", "onnxruntime")
+"""The engines a load may run on onnxruntime's saved model, from the header alone
+(`rlx.engines.warm`)."""
 
 # engine -> (rlx module, the package it needs, pip command)
 _TABLE = {

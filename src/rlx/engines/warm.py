@@ -52,7 +52,7 @@ def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
               cache_dir: str | os.PathLike | None) -> Model | None:
     """The model on onnxruntime's saved copy, from the header alone, or None (see the
     module doc) for `rlx.load` to load it in full."""
-    if engine not in ("auto", "onnxruntime") or not registry.is_installed("onnxruntime"):
+    if engine not in registry.WARM_ENGINES or not registry.is_installed("onnxruntime"):
         return None
     if os.environ.get("RLX_ORT_PREPACK", "mapped") not in ("", "mapped"):
         return None
