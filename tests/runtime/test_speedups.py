@@ -5,6 +5,7 @@ float64 numpy, independent of the kernels."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from concurrent.futures import ThreadPoolExecutor
 
@@ -117,6 +118,28 @@ def test_kernel_rows_that_read_only_padding_are_not_multiplied():
     (got,) = run_op(op, [x, w], constant=[False, True])
     (want,) = onnx_reference("Conv", [x, w], pads=[2, 2, 2, 2], group=200)
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_row_runs_agree_with_every_output_row_checked_one_by_one():
+    """kernels.nn._row_runs looks only at the border rows; the definition checks each tap
+    of each row against the input."""
+    from rlx.ir.ops.nn import Window
+    from rlx.kernels.nn import _row_runs
+
+    for k, s, d, b, e, size in itertools.product(range(1, 6), range(1, 4), range(1, 4),
+                                                 range(5), range(5), range(1, 12)):
+        out = (size + b + e - (k - 1) * d - 1) // s + 1
+        if out < 1:
+            continue
+        want: list = []
+        for o in range(out):
+            taps = [a for a in range(k) if 0 <= o * s + a * d - b < size]
+            key = (taps[0], taps[-1] + 1) if taps else (0, 0)
+            if want and want[-1][0] == key:
+                want[-1] = (key, (want[-1][1][0], o + 1))
+            else:
+                want.append((key, (o, o + 1)))
+        assert _row_runs(Window((k,), (s,), (d,), (b,), (e,)), size, out) == want
 
 
 def test_conv_in_half_precision_rounds_once():

@@ -166,16 +166,26 @@ def _conv_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
 
 def _row_runs(win: Window, size: int, out: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
     """Runs of output rows (the first spatial axis) that meet the input with the same kernel
-    rows: ((first tap, stop), (first row, stop)); (0, 0) taps where a row meets only padding."""
+    rows: ((first tap, stop), (first row, stop)); (0, 0) taps where a row meets only padding.
+    Only the rows at the borders are looked at one by one: those between meet it with all."""
     k, s, d, b = win.kernel[0], win.strides[0], win.dilations[0], win.begin[0]
+
+    def taps(o: int) -> tuple[int, int]:  # a with 0 <= o * s + a * d - b < size
+        lo, hi = max(0, -((o * s - b) // d)), min(k, (size - 1 + b - o * s) // d + 1)
+        return (lo, hi) if lo < hi else (0, 0)
+
+    first = min(out, -(-b // s))  # rows before it meet the begin padding
+    last = min(out, max(first, (size - 1 + b - (k - 1) * d) // s + 1))  # from it, the end's
+    keyed = [(taps(o), o) for o in range(first)] + [(taps(o), o) for o in range(last, out)]
+    if first < last:
+        keyed.insert(first, ((0, k), first))
     runs: list[tuple[tuple[int, int], tuple[int, int]]] = []
-    for o in range(out):
-        taps = [a for a in range(k) if 0 <= o * s + a * d - b < size]
-        key = (taps[0], taps[-1] + 1) if taps else (0, 0)
+    for i, (key, o) in enumerate(keyed):
+        stop = keyed[i + 1][1] if i + 1 < len(keyed) else out
         if runs and runs[-1][0] == key:
-            runs[-1] = (key, (runs[-1][1][0], o + 1))
+            runs[-1] = (key, (runs[-1][1][0], stop))
         else:
-            runs.append((key, (o, o + 1)))
+            runs.append((key, (o, stop)))
     return runs
 
 
