@@ -120,6 +120,25 @@ def test_kernel_rows_that_read_only_padding_are_not_multiplied():
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
+def test_a_large_im2col_matrix_is_made_a_few_rows_at_a_time():
+    """One group's im2col matrix over 200 rows of 40 positions would take 2.3 MB: it is made
+    in pieces of up to 1 MiB of rows, and the result is the same."""
+    from rlx.kernels.nn import _PIECE_BYTES, _conv_plan
+
+    op = Conv(pads=(1, 1, 1, 1))
+    plan = _conv_plan(op, (1, 8, 200, 40), (4, 8, 3, 3), 4)
+    assert len(plan.pieces) == 3
+    assert all(math.prod(piece.cols) * 4 <= _PIECE_BYTES for piece in plan.pieces)
+    assert [piece.positions for piece in plan.pieces] == [
+        slice(0, 91 * 40), slice(91 * 40, 182 * 40), slice(182 * 40, 200 * 40)]
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((1, 8, 200, 40)).astype(np.float32)
+    w = rng.standard_normal((4, 8, 3, 3)).astype(np.float32)
+    (got,) = run_op(op, [x, w], constant=[False, True])
+    (want,) = onnx_reference("Conv", [x, w], pads=[1, 1, 1, 1])
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
 def test_row_runs_agree_with_every_output_row_checked_one_by_one():
     """kernels.nn._row_runs looks only at the border rows; the definition checks each tap
     of each row against the input."""

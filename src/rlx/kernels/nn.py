@@ -120,6 +120,10 @@ class _ConvPlan:
 # im2col blocks of up to this size are multiplied while still in (L2) cache: a depthwise
 # 5x5 convolution's full im2col matrix is 25x its input, and runs ~2x faster in blocks
 _IM2COL_BYTES = 1 << 18
+# one group's im2col matrix is made in pieces of rows of up to this size: a 3x3 convolution
+# of 32 channels over 80 x 80 positions would hold 7.4 MB at once (fresh pages on a first
+# run), multiplied from memory rather than from cache
+_PIECE_BYTES = 1 << 20
 # the share of (output row, kernel row) pairs reading only padding from which a
 # convolution runs in pieces: a 5x5 kernel padded by 2 over 2 rows reads padding with 60%
 # of them (OCR text lines), over 7 rows with 17%
@@ -152,15 +156,18 @@ def _conv_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
         runs = [((0, win.kernel[0]), (0, out[0]))]
     pieces = []
     for (t0, t1), (r0, r1) in runs:
-        index = None if (t0, t1, r0, r1) == (0, win.kernel[0], 0, out[0]) else (
-            (slice(None),) * 3 + (slice(t0, t1),) + (slice(None),) * (len(sizes) - 1)
-            + (slice(r0, r1),))
-        cols = (n, g, c // g * (t1 - t0) * rest_kernel, (r1 - r0) * rest_out)
-        per_group = max(n * cols[2] * cols[3] * itemsize, 1)
-        step = max(_IM2COL_BYTES // per_group, 1)
-        chunks = tuple(slice(i, min(i + step, g)) for i in range(0, g, step))
-        pieces.append(_Piece(index, (t0, t1), slice(r0 * rest_out, r1 * rest_out), cols,
-                             chunks))
+        k_cols = c // g * (t1 - t0) * rest_kernel
+        rows = max(_PIECE_BYTES // max(n * k_cols * rest_out * itemsize, 1), 1)
+        for q0 in range(r0, r1, rows):
+            q1 = min(q0 + rows, r1)
+            index = None if (t0, t1, q0, q1) == (0, win.kernel[0], 0, out[0]) else (
+                (slice(None),) * 3 + (slice(t0, t1),) + (slice(None),) * (len(sizes) - 1)
+                + (slice(q0, q1),))
+            cols = (n, g, k_cols, (q1 - q0) * rest_out)
+            step = max(_IM2COL_BYTES // max(n * k_cols * cols[3] * itemsize, 1), 1)
+            chunks = tuple(slice(i, min(i + step, g)) for i in range(0, g, step))
+            pieces.append(_Piece(index, (t0, t1), slice(q0 * rest_out, q1 * rest_out), cols,
+                                 chunks))
     return _ConvPlan(padded, inner, (shape, strides), tuple(pieces), (n, w_shape[0], *out))
 
 
@@ -250,8 +257,9 @@ def _conv_weights(w: np.ndarray, b: np.ndarray | None, groups: int, dt: np.dtype
     w = w.astype(dt, copy=False)
     if isinstance(plan, _ChannelsLastPlan):
         return np.ascontiguousarray(np.moveaxis(w[:, 0], 0, -1)), bias
-    return tuple(None if t0 == t1 else np.ascontiguousarray(w[:, :, t0:t1]).reshape(
-        groups, m // groups, -1) for t0, t1 in plan.taps), bias
+    layouts = {taps: None if taps[0] == taps[1] else np.ascontiguousarray(
+        w[:, :, slice(*taps)]).reshape(groups, m // groups, -1) for taps in set(plan.taps)}
+    return tuple(layouts[taps] for taps in plan.taps), bias
 
 
 @staged(Conv)
@@ -260,7 +268,8 @@ def build_conv(node, compile):
     (im2col; depthwise too, where it beats a multiply-add per tap); a 1x1 unpadded
     stride-1 convolution multiplies the input itself, without a copy. Output rows that meet
     the input with fewer kernel rows than the rest (the others read only padding) run as
-    their own pieces, when that leaves out a quarter of the products or more. A depthwise
+    their own pieces, when that leaves out a quarter of the products or more, and a group's
+    im2col matrix is made up to `_PIECE_BYTES` of rows at a time. A depthwise
     Conv of 64 channels or more at few positions per channel runs channels-last instead
     (`_ChannelsLastPlan`).
 
