@@ -131,6 +131,8 @@ def test_a_large_im2col_matrix_is_made_a_few_rows_at_a_time():
     assert all(math.prod(piece.cols) * 4 <= _PIECE_BYTES for piece in plan.pieces)
     assert [piece.positions for piece in plan.pieces] == [
         slice(0, 91 * 40), slice(91 * 40, 182 * 40), slice(182 * 40, 200 * 40)]
+    # a 1x1, stride-1, unpadded conv multiplies its input as it is (3.3 MB): one product
+    assert len(_conv_plan(Conv(), (1, 64, 200, 40), (4, 64, 1, 1), 4).pieces) == 1
     rng = np.random.default_rng(10)
     x = rng.standard_normal((1, 8, 200, 40)).astype(np.float32)
     w = rng.standard_normal((4, 8, 3, 3)).astype(np.float32)

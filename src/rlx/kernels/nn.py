@@ -154,10 +154,14 @@ def _conv_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
     useful = sum((t1 - t0) * (r1 - r0) for (t0, t1), (r0, r1) in runs)
     if useful > (1 - _PADDING_SHARE) * win.kernel[0] * out[0]:
         runs = [((0, win.kernel[0]), (0, out[0]))]
+    # a 1x1, stride-1, unpadded conv multiplies the input itself: nothing to hold in pieces
+    copies = inner is not None or any(k != 1 for k in win.kernel) or any(
+        s != 1 for s in win.strides)
     pieces = []
     for (t0, t1), (r0, r1) in runs:
         k_cols = c // g * (t1 - t0) * rest_kernel
-        rows = max(_PIECE_BYTES // max(n * k_cols * rest_out * itemsize, 1), 1)
+        rows = max(_PIECE_BYTES // max(n * k_cols * rest_out * itemsize, 1), 1) if copies \
+            else r1 - r0
         for q0 in range(r0, r1, rows):
             q1 = min(q0 + rows, r1)
             index = None if (t0, t1, q0, q1) == (0, win.kernel[0], 0, out[0]) else (
