@@ -4,7 +4,7 @@ Importing `logging` costs a small model's `rlx.load` about 10 ms (it brings `thr
 `traceback`, `string` and compiles a dozen regular expressions), a third of the whole
 import. A process that never imported `logging` has configured no handler and no level,
 so a debug or info record would be dropped: those calls are skipped until some other code
-imports `logging`. Warnings and errors, which `logging`'s last-resort handler prints even
+imports `logging`. Warnings, which `logging`'s last-resort handler prints even
 unconfigured, import it and are always emitted.
 """
 

@@ -9,8 +9,7 @@ from typing import Any
 from rlx.errors import EngineError
 
 __all__ = ["ENGINES", "PRECISIONS", "ENGINE_NAMES", "WARM_ENGINES", "available_engines",
-           "engine_module",
-           "engine_versions", "engine_fingerprints", "check_precision"]
+           "engine_module", "engine_versions", "engine_fingerprints", "check_precision"]
 
 ENGINE_NAMES = ("numpy", "onnxruntime", "openvino")
 ENGINES = ("auto", *ENGINE_NAMES)

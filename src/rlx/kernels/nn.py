@@ -283,20 +283,23 @@ def build_conv(node, compile):
     op = node.op
     out_dtype = node.shape.dtype.numpy
     dt = _compute_dtype(out_dtype)
-    plans: dict[tuple, _ConvPlan | _ChannelsLastPlan] = {}
+    # input shapes -> (plan, what its weight layout depends on: None = channels last)
+    plans: dict[tuple, tuple[_ConvPlan | _ChannelsLastPlan, Any]] = {}
     weights: list[tuple] = [(None, None, (), None, None)]
 
     def step(x, w, b=None):
         key = (x.shape, w.shape)
-        plan = plans.get(key)
-        if plan is None:
-            plan = _conv_plan(op, x.shape, w.shape, dt.itemsize)
-            if len(plan.pieces) == 1 and _is_wide_depthwise(op, x.shape, w.shape):
-                plan = _channels_last_plan(op, x.shape, w.shape, dt.itemsize)
-            plans[key] = plan
+        found = plans.get(key)
+        if found is None:
+            im2col = _conv_plan(op, x.shape, w.shape, dt.itemsize)
+            if len(im2col.pieces) == 1 and _is_wide_depthwise(op, x.shape, w.shape):
+                found = (_channels_last_plan(op, x.shape, w.shape, dt.itemsize), None)
+            else:
+                found = (im2col, im2col.taps)
+            plans[key] = found
         # the layout depends on x's shape too: another input size may need another path
         # or other pieces
-        layout_key = None if isinstance(plan, _ChannelsLastPlan) else plan.taps
+        plan, layout_key = found
         cached = weights[0]
         if cached[0] is not w or cached[1] is not b or cached[2] != layout_key:
             cached = weights[0] = (w, b, layout_key,
@@ -427,12 +430,13 @@ def _im2col_gemm(view: np.ndarray, layouts: tuple, plan: _ConvPlan) -> np.ndarra
     """[g, M/g, C/g * K] @ im2col(view) -> [N, g, M/g, P], piece by piece, one block of
     groups at a time. The reshape of the view is the im2col copy (none for a 1x1, stride-1,
     unpadded conv)."""
-    (first, *others), n, g = plan.pieces, plan.out[0], plan.pieces[0].cols[1]
-    if not others and len(first.chunks) == 1 and layouts[0] is not None:
+    pieces, n = plan.pieces, plan.out[0]
+    first, g = pieces[0], pieces[0].cols[1]
+    if len(pieces) == 1 and len(first.chunks) == 1 and layouts[0] is not None:
         sub = view if first.index is None else view[first.index]
         return np.matmul(layouts[0], sub.reshape(first.cols))
     y = np.empty((n, g, plan.out[1] // g, math.prod(plan.out[2:])), view.dtype)
-    for piece, wk in zip(plan.pieces, layouts):
+    for piece, wk in zip(pieces, layouts):
         out = y[..., piece.positions]
         if wk is None:
             out[...] = 0
