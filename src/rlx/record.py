@@ -4,10 +4,12 @@ The standard decorator compiles six methods per class with `exec` (init, repr, e
 setattr, delattr) and builds a signature for the docstring: ~70 op classes made that about
 half of `import rlx.runtime`, and the artifact, codec and safe-reading records another 20 ms
 of a small model's load. Here a class gets shared generic methods (repr, eq, hash and, when
-frozen, the setattr/delattr that refuse), and its `__init__` is compiled on first use, so a
-process pays only for the classes it builds. The result is a real dataclass to the standard
-library: `dataclasses.fields`, `replace`, `asdict` and `is_dataclass` work, and instances
-compare, hash and print exactly as the standard decorator's would.
+frozen, the setattr/delattr that refuse). Its `__init__` binds arguments by hand for
+the first `COMPILE_AFTER` instances and is then compiled (`exec`, ~50-150 us a class):
+reading a model builds a few instances each of ~30 classes, a bake thousands of a few.
+The result is a real dataclass to the standard library: `dataclasses.fields`, `replace`,
+`asdict` and `is_dataclass` work, and instances compare, hash and print exactly as the
+standard decorator's would.
 
 `frozen` and `eq` take the fast path; any other option falls back to the standard decorator.
 """
@@ -19,9 +21,11 @@ import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["dataclass"]
+__all__ = ["COMPILE_AFTER", "dataclass"]
 
 _MISSING = dataclasses.MISSING
+COMPILE_AFTER = 32  # instances a class builds by binding by hand before its __init__ is compiled
+_built: dict[type, int] = {}
 
 
 def _dataclass(cls: type | None = None, /, *, frozen: bool = False, eq: bool = True,
@@ -111,6 +115,8 @@ def _record(cls: type, frozen: bool, eq: bool) -> type:
         if attr not in own or (attr == "__hash__" and own[attr] is None and "__eq__" in own):
             setattr(cls, attr, fn)
     cls._record_names = names  # type: ignore[attr-defined]
+    cls._record_init = tuple(  # type: ignore[attr-defined]
+        (n, f.default, f.default_factory) for n, f in fields.items() if f.init)
     return cls
 
 
@@ -124,11 +130,49 @@ def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple]:
 
 
 def _first_init(self, *args: Any, **kwargs: Any) -> None:
-    """Compile this class's `__init__` (once), install it and run it."""
+    """Bind the arguments by hand; on the class's `COMPILE_AFTER`-th instance, compile its
+    `__init__` and install it instead."""
     cls = type(self)
+    built = _built.get(cls, 0) + 1
+    if built < COMPILE_AFTER:
+        _built[cls] = built
+        _bind(self, cls, args, kwargs)
+        return
+    _built.pop(cls, None)
     init = _compile_init(cls)
     cls.__init__ = init
     init(self, *args, **kwargs)
+
+
+def _bind(self, cls: type, args: tuple, kwargs: dict[str, Any]) -> None:
+    """What the compiled `__init__` does, argument errors included."""
+    params = cls._record_init  # type: ignore[attr-defined]
+    if len(args) > len(params):
+        raise TypeError(f"{cls.__qualname__}.__init__() takes {len(params) + 1} positional "
+                        f"arguments but {len(args) + 1} were given")
+    for (name, _, _), value in zip(params, args):
+        object.__setattr__(self, name, value)
+    missing = []
+    for name, default, factory in params[len(args):]:
+        if name in kwargs:
+            value = kwargs.pop(name)
+        elif default is not _MISSING:
+            value = default
+        elif factory is not _MISSING:
+            value = factory()
+        else:
+            missing.append(repr(name))
+            continue
+        object.__setattr__(self, name, value)
+    if missing:
+        raise TypeError(f"{cls.__qualname__}.__init__() missing {len(missing)} required "
+                        f"positional argument{'s' * (len(missing) > 1)}: {', '.join(missing)}")
+    for name in kwargs:
+        how = "multiple values for" if any(p[0] == name for p in params) else \
+            "an unexpected keyword"
+        raise TypeError(f"{cls.__qualname__}.__init__() got {how} argument {name!r}")
+    if hasattr(cls, "__post_init__"):
+        self.__post_init__()
 
 
 def _compile_init(cls: type) -> Callable[..., None]:

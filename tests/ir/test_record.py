@@ -106,3 +106,29 @@ def test_ops_built_as_records_still_compare_and_serialise():
     assert repr(Unary(Activation.TANH)) == \
         "Unary(kind=<Activation.TANH: 'tanh'>, alpha=None, beta=None)"
     assert Unary(Activation.RELU, alpha=0.1) != Unary(Activation.RELU)
+
+
+def test_init_binds_the_same_before_and_after_it_is_compiled():
+    """The first `COMPILE_AFTER` instances are bound by hand, the rest by a compiled
+    `__init__`: both give what the standard decorator gives, and refuse what it refuses."""
+    from rlx import record
+
+    std, ours = _pair()
+    calls = [((1,), {}), ((2,), {"c": (1,), "hidden": "x"}), ((), {"a": 3, "b": 0.5}),
+             ((4, 1.0, (2,), [9]), {})]
+    bad = [((), {}), ((1,), {"a": 2}), ((1,), {"zz": 0}), ((1, 2, 3, 4, 5, 6), {})]
+    for _ in range(2 * record.COMPILE_AFTER // len(calls) + 1):
+        for args, kwargs in calls:
+            s, o = std(*args, **kwargs), ours(*args, **kwargs)
+            assert repr(s) == repr(o) and s.d == o.d
+        assert ours(1).d is not ours(1).d  # a fresh default from the factory each time
+        std(1), std(1)
+        for args, kwargs in bad:
+            with pytest.raises(TypeError) as theirs:
+                std(*args, **kwargs)
+            with pytest.raises(TypeError) as mine:
+                ours(*args, **kwargs)
+            for phrase in ("missing", "multiple values", "unexpected keyword", "positional"):
+                assert (phrase in str(theirs.value)) == (phrase in str(mine.value))
+    assert ours.__init__ is not record._first_init  # compiled by now
+    assert std.seen == ours.seen  # __post_init__ ran on each instance, in both phases

@@ -6,6 +6,7 @@ chunks."""
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -91,3 +92,28 @@ def test_load_json_refuses_with_the_error_it_is_given(text, message):
     with pytest.raises(ArtifactError, match=message) as caught:
         load_json(text, ArtifactError, "header", JsonLimits())
     assert caught.value.__context__ is None and "\n" not in str(caught.value)
+
+
+_ODD_TEXTS = ["", " ", "  [1, 2] ", "\n{}\t", "[1] [2]", "[1,]", "{'a': 1}", "NaN", "-Infinity",
+              "[1e400, -0.0, 1.5e-7]", '"\\ud83d\\ude00"', '"\\ud800"', "\ufeff[]", "nul",
+              "[true, false, null]", '{"a": 1, "a": 2}', "01", "[1 2]", '"a\tb"', "[" * 10]
+
+
+@pytest.mark.parametrize("hook", [None, list])
+@pytest.mark.parametrize("c_scanner", [True, False])
+def test_the_parse_is_json_loads(hook, c_scanner, monkeypatch):
+    """Values, and which texts are refused, as `json.loads` with the same hook (through
+    CPython's C scanner, or `json` itself where there is none)."""
+    if not c_scanner:
+        monkeypatch.setitem(sys.modules, "_json", None)  # import fails
+    rng = np.random.default_rng(1)
+    texts = [json.dumps(_random_json(rng), ensure_ascii=bool(i % 2)) for i in range(500)]
+    for text in texts + _ODD_TEXTS:
+        try:
+            expected = json.loads(text, object_pairs_hook=hook)
+        except ValueError:
+            with pytest.raises(ValueError):
+                json_scan._loads(text, hook)
+            continue
+        got = json_scan._loads(text, hook)
+        assert repr(got) == repr(expected), text  # repr: nan == nan, -0.0 vs 0.0

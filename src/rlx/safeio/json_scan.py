@@ -6,13 +6,16 @@ to refuse, a 5,000-digit integer raised a bare `ValueError` (CPython's 4,300-dig
 deep nesting raised `RecursionError`. `load_json` first scans the bytes once, in chunks at
 numpy speed and in bounded memory (64 KiB at a time), outside strings: nesting depth, the number of
 containers (the objects that cost most per byte: an empty list is 56 bytes made of 3) and
-the longest run of digits. Only then does `json.loads` run, on text whose object count
+the longest run of digits. Only then is the text parsed, on text whose object count
 and depth are bounded by its size.
+
+The parse is `json.loads` itself, reached through CPython's C scanner (`_json`), which
+`json` wraps: importing `json` compiles six regular expressions (~2.5 ms of every
+`rlx.load`) that reading a header never uses.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +28,8 @@ from rlx.record import dataclass
 __all__ = ["JsonLimits", "load_json", "scan_json"]
 
 _CHUNK = 1 << 16  # bytes scanned at a time: its temporaries stay ~1.5 MiB
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE = rb"\\u[dD][89a-fA-F]"  # compiled on first use: few headers hold a \u
+_WHITESPACE = " \t\n\r"  # JSON's four
 _QUOTE, _OPEN, _OPEN_BRACE, _CLOSE, _CLOSE_BRACE = (ord(c) for c in '"[{]}')
 
 
@@ -99,8 +103,11 @@ def load_json(raw: bytes, error: type[RlxError], where: str,
         problem = f"holds a number of {shape.longest_number} digits (at most {limits.max_digits})"
     else:
         try:
-            value = json.loads(raw.decode("utf-8"), object_pairs_hook=object_pairs_hook)
-            if _SURROGATE_ESCAPE.search(raw):  # pairs are fine, a lone one is no character
+            value = _loads(raw.decode("utf-8"), object_pairs_hook)
+            # pairs are fine, a lone one is no character
+            if b"\\u" in raw and re.search(_SURROGATE_ESCAPE, raw):
+                import json
+
                 json.dumps(value, ensure_ascii=False).encode("utf-8")
             return value
         except UnicodeEncodeError:
@@ -108,3 +115,36 @@ def load_json(raw: bytes, error: type[RlxError], where: str,
         except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError
             problem = f"is not valid JSON: {' '.join(str(err).split())[:200]}"
     raise error(f"{where} {problem}")
+
+
+class _Options:
+    """What the C scanner reads off a `json.JSONDecoder`: its defaults, and the hook."""
+
+    strict = True
+    object_hook = None
+    parse_float, parse_int = float, int
+    parse_constant = {"NaN": float("nan"), "Infinity": float("inf"),
+                      "-Infinity": float("-inf")}.__getitem__
+
+    def __init__(self, object_pairs_hook: Callable | None) -> None:
+        self.object_pairs_hook = object_pairs_hook
+
+
+def _loads(text: str, object_pairs_hook: Callable | None) -> Any:
+    """`json.loads(text, object_pairs_hook=...)` without importing `json` (where CPython's
+    C scanner is there: elsewhere it is `json.loads`). Raises ValueError as it does."""
+    try:
+        from _json import make_scanner
+    except ImportError:  # another Python: its own json
+        import json
+
+        return json.loads(text, object_pairs_hook=object_pairs_hook)
+    start = len(text) - len(text.lstrip(_WHITESPACE))
+    try:
+        scan = make_scanner(_Options(object_pairs_hook))  # type: ignore[arg-type]
+        value, end = scan(text, start)
+    except StopIteration:
+        raise ValueError(f"Expecting value: char {start}") from None
+    if end != len(text.rstrip(_WHITESPACE)):
+        raise ValueError(f"Extra data: char {end}")
+    return value

@@ -126,7 +126,7 @@ class DequantMatMul(Op):
                              f"{self.n} x {groups} groups")
 
 
-_TERM = re.compile(r"[a-zA-Z]*(\.\.\.)?[a-zA-Z]*")
+_TERM = r"[a-zA-Z]*(\.\.\.)?[a-zA-Z]*"  # compiled (and cached by re) on first use
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class Einsum(Op):
         eq = self.equation.replace(" ", "")
         lhs, arrow, rhs = eq.partition("->")
         terms = lhs.split(",")
-        bad = [t for t in (*terms, rhs) if not _TERM.fullmatch(t)]
+        bad = [t for t in (*terms, rhs) if not re.fullmatch(_TERM, t)]
         if bad:
             raise ShapeError(f"Einsum {eq!r}: bad term {bad[0]!r} (letters and one '...')")
         if len(terms) != len(inputs):
