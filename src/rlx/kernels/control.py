@@ -371,8 +371,11 @@ def _recurrence(op: Recurrent, laid: list[_Direction], cdt, x: np.ndarray,
         y, final = _unroll(lay.step, xw, tuple(s[d] for s in initial), lens)
         ys.append(_gather(y, order))
         finals.append(final)
-    y = np.stack(ys, axis=1)  # [seq, dirs, batch, hidden]
-    states = [np.stack(s) for s in zip(*finals)]  # each [dirs, batch, hidden]
+    if len(laid) == 1:  # views with the dirs axis (np.stack copies, ~5 us each)
+        y, states = ys[0][:, None], [s[None] for s in finals[0]]
+    else:
+        y = np.stack(ys, axis=1)  # [seq, dirs, batch, hidden]
+        states = [np.stack(s) for s in zip(*finals)]  # each [dirs, batch, hidden]
     if op.layout:
         return (y.transpose(2, 0, 1, 3), *(s.swapaxes(0, 1) for s in states))
     return (y, *states)

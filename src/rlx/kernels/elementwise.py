@@ -28,7 +28,7 @@ from rlx.kernels.registry import kernel, staged, writes_into
 
 __all__ = [
     "widen_half", "erf", "build_unary", "build_binary", "compare", "logical", "logical_not",
-    "where", "cast", "build_clamp", "identity",
+    "where", "build_cast", "build_clamp", "identity", "quiet", "typed",
 ]
 
 # type codes of float16 and ml_dtypes' bfloat16, which name it without importing it (a
@@ -296,7 +296,7 @@ _UNARY = {
 }
 
 
-def _typed(out, dtype: np.dtype) -> np.ndarray:
+def typed(out, dtype: np.dtype) -> np.ndarray:
     """`out` as an ndarray of `dtype`, without a call when it already is one (the usual
     case; ufuncs give NumPy scalars at rank 0 and some formulas promote)."""
     if type(out) is np.ndarray and out.dtype == dtype:
@@ -316,7 +316,7 @@ def build_unary(node, compile):
         # (mish, gelu, softplus) would otherwise round at every step and overflow early
         if out is not None and into is not None and x.dtype.char not in _HALF:
             return into(x, op, out)
-        return _typed(fn(widen_half(x), op), dtype)
+        return typed(fn(widen_half(x), op), dtype)
 
     return quiet(step, compile)
 
@@ -396,7 +396,7 @@ def build_binary(node, compile):
     def step(a, b, out=None):
         if out is not None and ufunc is not None:
             return ufunc(a, b, out=out)
-        return _typed(fn(a, b), dtype)
+        return typed(fn(a, b), dtype)
 
     return quiet(step, compile)
 
@@ -441,13 +441,14 @@ def where(node, cond, a, b):
     return np.where(cond, a, b)
 
 
-@kernel(Cast)
-def cast(node, x):
+@staged(Cast)
+def build_cast(node, compile):
+    to = node.op.to.numpy
     if node.op.bits:  # same item size: a view of the same bytes (a rank-0 x stays rank 0)
-        return (x if x.flags.c_contiguous else x.copy()).view(node.op.to.numpy)
-    # float -> int truncates toward zero (a C cast, as ONNX); NaN / out of range is undefined
-    with np.errstate(invalid="ignore", over="ignore"):
-        return x.astype(node.op.to.numpy)
+        return lambda x: (x if x.flags.c_contiguous else x.copy()).view(to)
+    # float -> int truncates toward zero (a C cast, as ONNX); NaN / out of range is
+    # undefined, and no warning
+    return quiet(lambda x: x.astype(to), compile)
 
 
 def _bound(value: float, dtype: np.dtype, to_int: Callable[[float], int]) -> np.ndarray:
