@@ -120,7 +120,7 @@ def into(run: Callable[..., Any], node: Node, k: int) -> Callable[..., Any]:
     def checked(*args: Any) -> Any:
         buf = args[k]
         if type(buf) is np.ndarray and buf.dtype == dtype and buf.flags.writeable and (
-                len(args) == 1 or buf.shape == np.broadcast_shapes(*(a.shape for a in args))):
+                len(args) == 1 or buf.shape == np.broadcast(*args).shape):  # C: ~1 us, not ~5
             return run(*args, out=buf)
         return run(*args)
 
