@@ -24,6 +24,7 @@ from rlx.ir.ops.nn import (
     ResizeMode,
     Softmax,
 )
+from rlx.kernels.nn import _nearest_repeats
 from rlx.runtime import Session
 from tests.support import onnx_reference, run_op
 
@@ -168,6 +169,8 @@ POOL_CASES = [
     ((1, 1, 3, 3), (3, 3), (1, 1), (0, 0, 0, 0), (1, 1), False),
     ((0, 2, 5, 5), (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), False),  # empty batch
     ((1, 3, 12, 11), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), False),  # YOLO SPPF (separable)
+    ((1, 2, 9, 10), (3, 3), (1, 2), (1, 2, 1, 0), (2, 1), False),  # one axis padded, one not
+    ((1, 2, 12, 13), (3, 2), (3, 2), (2, 1, 1, 1), (2, 2), True),  # strided taps skip pads
     ((1, 2, 7, 6, 5), (3, 2, 2), (2, 1, 1), (1, 0, 0, 1, 1, 0), (1, 2, 1), False),  # 3-D
 ]
 
@@ -243,6 +246,27 @@ def test_softmax(op_cls, op_type, scale, shape, axis):
     _check(op_cls(axis), [x], want)
 
 
+def _softmax64(x: np.ndarray) -> np.ndarray:
+    z = x.astype(np.float64)
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("offsets", [
+    [0.0, -5.0, -15.0, 3.0],  # rows near the tensor's max: shifted by it
+    [0.0, -40.0, 0.0, 0.0],  # a row far below it: every row by its own max
+    [0.0, -1e4, -np.inf, 0.0],  # a masked-out row, an all -inf row (NaN, as float64 gives)
+])
+def test_softmax_along_the_last_axis_keeps_relative_precision(offsets):
+    x = _rand(np.random.default_rng(9), 4, 2, 64) * np.float32(8)
+    x += np.array(offsets, np.float32)[:, None, None]
+    (got,) = run_op(Softmax(-1), [x])
+    with np.errstate(invalid="ignore"):
+        want = _softmax64(x)
+    # relative to each value, down to the float32 normal range: no row lost its digits
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-37)
+
+
 # -- normalisation --------------------------------------------------------------------------
 LAYER_NORM_CASES = [
     # x, axis, scale shape, bias
@@ -300,7 +324,20 @@ RESIZE_CASES = [
     ((1, 2, 5, 6), (1, 2, 11, 3), None),
     ((1, 2, 5, 6), (1, 2, 12, 3), (1.0, 1.0, 2.5, 0.6)),
     ((2, 1, 4, 4), (2, 1, 8, 8), (1.0, 1.0, 2.0, 2.0)),
+    ((2, 3, 4), (4, 3, 8), None),  # integer upsampling of an outer axis too
+    ((1, 2, 3, 4), (1, 2, 3, 12), (1.0, 1.0, 1.0, 3.0)),
 ]
+
+
+@pytest.mark.parametrize("coords, nearest_mode, repeats", [
+    (CoordinateMode.ASYMMETRIC, NearestMode.FLOOR, (1, 1, 2, 3)),
+    (CoordinateMode.HALF_PIXEL, NearestMode.ROUND_PREFER_FLOOR, (1, 1, 2, 3)),
+    (CoordinateMode.ALIGN_CORNERS, NearestMode.ROUND_PREFER_FLOOR, None),  # not k per index
+])
+def test_integer_nearest_upsampling_is_found(coords, nearest_mode, repeats):
+    op = Resize((1, 2, 8, 15), mode=ResizeMode.NEAREST, coordinate_mode=coords,
+                nearest_mode=nearest_mode)
+    assert _nearest_repeats(op, (1, 2, 4, 5), (2, 3)) == repeats
 
 
 def _resize_pair(shape, sizes, scales, mode, coords, nearest_mode, exclude_outside):
