@@ -5,8 +5,10 @@ onnxruntime's share for the same ONNX op type.
 
 `python -m benchmarks.op_shares [MODEL ...] [--repeat N] [--threads N]` prints one
 markdown table per model: op type, rlx ms and share, onnxruntime ms and share, and the
-ratio of shares (rlx op types are mapped to the ONNX op types they come from; fused rlx
-ops are charged to the ONNX ops they replace).
+ratio of shares (rlx op types are mapped to the ONNX op types they come from). A fused
+rlx op shares one row with the ONNX op types it replaces (`Silu + Sigmoid + Mul`): the
+row compares what both runtimes spend on that work, and the other uses of those types
+(a Mul elsewhere) come along on both sides.
 """
 
 from __future__ import annotations
@@ -35,6 +37,37 @@ _RLX_TO_ONNX = {
     "Pool(avg)": "AveragePool", "Gather": "Gather", "Where": "Where", "Cast": "Cast",
     "BatchNorm": "BatchNormalization", "Pad": "Pad",
 }
+
+
+_FUSED = {
+    "Silu": ("Sigmoid", "Mul"),
+    "HardSwish": ("HardSigmoid", "Mul", "Add", "Clip", "Div"),
+    "Gelu": ("Erf", "Div", "Mul", "Add", "Pow", "Tanh"),
+    "Mish": ("Softplus", "Tanh", "Mul", "Exp", "Log", "Add"),
+}
+"""rlx's fused op types and the ONNX op types an exporter writes them with."""
+
+
+def _rows(types: set[str]) -> dict[str, str]:
+    """Each op type -> its row's name: fused types and the types they replace, joined
+    (transitively: Silu and Gelu share Mul), the rest alone."""
+    row = {t: t for t in types}
+
+    def find(t: str) -> str:
+        while row[t] != t:
+            t = row[t]
+        return t
+
+    for fused, parts in _FUSED.items():
+        if fused in row:
+            for part in parts:
+                if part in row:
+                    row[find(part)] = find(fused)
+    members: dict[str, list[str]] = defaultdict(list)
+    for t in sorted(types):
+        members[find(t)].append(t)
+    return {t: " + ".join(sorted(members[find(t)], key=lambda m: (m not in _FUSED, m)))
+            for t in types}
 
 
 def _onnx_type(rlx_type: str) -> str:
@@ -95,13 +128,14 @@ def ort_shares(onnx_path: Path, feeds: dict, repeat: int, threads: int) -> dict[
 def table(name: str, rlx: dict[str, float], ort_raw: dict[str, float]) -> tuple[str, list[str]]:
     """Markdown rows and the ONNX op types whose rlx share is > 3x onnxruntime's."""
     total_r, total_o = sum(rlx.values()), sum(ort_raw.values())
+    rows = _rows({_onnx_type(t) for t in (*rlx, *ort_raw)})
     merged: dict[str, list] = defaultdict(lambda: [0.0, []])
     ort_: dict[str, float] = defaultdict(float)
     for t, sec in ort_raw.items():
-        ort_[_onnx_type(t)] += sec
+        ort_[rows[_onnx_type(t)]] += sec
     for t, sec in rlx.items():
-        merged[_onnx_type(t)][0] += sec
-        merged[_onnx_type(t)][1].append(t)
+        merged[rows[_onnx_type(t)]][0] += sec
+        merged[rows[_onnx_type(t)]][1].append(t)
     types = sorted(set(merged) | set(ort_), key=lambda t: -merged.get(t, [0.0])[0])
     lines = [(f"### {name}: rlx {total_r * 1e3:.2f} ms, onnxruntime {total_o * 1e3:.2f} ms "
               "(sum of op times)"), "",
