@@ -57,3 +57,41 @@ def test_small_arrays_never_reach_the_pool(monkeypatch):
     with threadpool_limits(2):
         erf(x)
     assert seen == {threading.get_ident()}
+
+
+def _cache(root, *levels):
+    for i, (level, kind, size) in enumerate(levels):
+        folder = root / f"index{i}"
+        folder.mkdir()
+        for name, text in (("level", level), ("type", kind), ("size", size)):
+            (folder / name).write_text(text + "\n")
+    (root / "uevent").write_text("")  # sysfs keeps files beside the index folders
+    return str(root)
+
+
+def test_blocks_are_sized_to_the_l2_cache(tmp_path):
+    base = _cache(tmp_path, ("1", "Data", "48K"), ("1", "Instruction", "64K"),
+                  ("2", "Unified", "2048K"), ("3", "Unified", "491520K"))
+    assert bw._l2_bytes(base) == 2 << 20
+    assert bw._block_elements(2 << 20) == 131072  # four float32 buffers fill 2 MiB
+    assert bw._block_elements(512 << 10) == 32768
+    assert bw._block_elements(64 << 20) == 262144  # at most 1 MiB a buffer
+
+
+def test_an_unreadable_cache_keeps_the_default_block(tmp_path):
+    assert bw._l2_bytes(str(tmp_path / "missing")) is None
+    assert bw._l2_bytes(_cache(tmp_path, ("1", "Data", "32K"))) is None
+    assert bw._block_elements(None) == 32768
+
+
+def test_pool_threads_keep_the_callers_error_state():
+    if parallel.MAX_WORKERS < 2:
+        return
+    seen = []
+
+    def part(i):
+        seen.append(np.geterr()["over"])
+
+    with threadpool_limits(2), np.errstate(over="ignore"):
+        parallel.run_parts(part, [(0,), (1,)])
+    assert seen == ["ignore", "ignore"]

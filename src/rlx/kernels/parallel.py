@@ -13,6 +13,7 @@ costs ~20-50 us, so only arrays of `PARALLEL_MIN` elements or more are split.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -72,13 +73,14 @@ def _executor() -> ThreadPoolExecutor:
 
 
 def run_parts(fn: Callable[..., Any], parts: Sequence[tuple]) -> None:
-    """`fn(*part)` for every part: the first on this thread, the others on the pool;
-    returns when all are done (re-raising the first error)."""
+    """`fn(*part)` for every part: the first on this thread, the others on the pool, each
+    in a copy of the caller's context (NumPy keeps `np.errstate` there: a run's "ignore"
+    holds in the pool too); returns when all are done (re-raising the first error)."""
     if len(parts) == 1:
         fn(*parts[0])
         return
     pool = _executor()
-    futures = [pool.submit(fn, *part) for part in parts[1:]]
+    futures = [pool.submit(contextvars.copy_context().run, fn, *part) for part in parts[1:]]
     try:
         fn(*parts[0])
     finally:
