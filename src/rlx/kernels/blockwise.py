@@ -40,9 +40,7 @@ def _l2_bytes(base: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
 def _block_elements(l2: int | None) -> int:
     """Four float32 buffers of a block fill L2: 32768 elements on a 512 KiB L2, 131072 on
     2 MiB. A smaller block than that pays NumPy's per-call cost more often (SiLU of 409k
-    floats on a 2 MiB L2: 534 us in blocks of 32768, 402 us in blocks of 131072), and a
-    part handed to another thread needs calls of ~50k elements or more to run beside the
-    caller's (shorter ones wait on the GIL handover)."""
+    floats on a 2 MiB L2: 534 us in blocks of 32768, 402 us in blocks of 131072)."""
     return 32768 if l2 is None else min(max(l2 // 16, 16384), 262144)
 
 
