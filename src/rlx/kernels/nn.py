@@ -556,6 +556,8 @@ def softmax(node, x):
 
 
 def _last_axis_softmax(x: np.ndarray) -> np.ndarray | None:
+    """Softmax over the last axis shifted by the tensor's max, or None where that shift
+    does not do (a non-finite max, a row too far below it)."""
     top = np.maximum.reduce(x, axis=None)
     if not np.isfinite(top):
         return None
