@@ -4,8 +4,9 @@ baked with the size profile (Q8_0 weights: MatMulNBits on onnxruntime, int8 deco
 OpenVINO; decoded conv weights).
 
 Exact: within 1e-4 of the largest |reference| (as tests/test_real_models.py). Fast: cosine
->= 0.99 per output and the same argmax on classifier outputs (OpenVINO may run bf16; on a
-CPU without bf16, such as this project's CI, fast runs f32 and the bound holds trivially).
+>= 0.99 per output and the same argmax on classifier outputs, or, where OpenVINO's own
+default precision on the original file misses that (bf16 on AMX CPUs: minilm-l3's cosine
+is 0.81 there), no worse than OpenVINO's own: rlx's fast adds no error of its own.
 """
 
 from __future__ import annotations
@@ -52,20 +53,37 @@ def _cosine(a, b) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-def _check(name, model, oracle, precision):
+def _check(name, model, oracle, precision, peer=None):
+    """`peer(feeds)`: OpenVINO's own outputs at its default precision, the bound for fast
+    where they miss 0.99 or the argmax."""
     for seed in range(2):
         feeds = FEEDS[name](seed)
         expected = oracle.run(None, feeds)
         got = model.run(feeds)
+        own = None if peer is None else peer(feeds)
         assert len(got) == len(expected)
-        for g, e in zip(got, expected):
+        for k, (g, e) in enumerate(zip(got, expected)):
             assert g.shape == e.shape and g.dtype == e.dtype
             if precision == "exact":
                 assert np.max(np.abs(g - e)) <= 1e-4 * max(1.0, float(np.max(np.abs(e))))
             else:
-                assert _cosine(g, e) >= 0.99
-        if name in CLASSIFIERS and precision == "fast":
+                floor = 0.99 if own is None else min(0.99, _cosine(own[k], e) - 1e-3)
+                assert _cosine(g, e) >= floor
+        if name in CLASSIFIERS and precision == "fast" and (
+                own is None or np.argmax(own[0]) == np.argmax(expected[0])):
             assert np.argmax(got[0]) == np.argmax(expected[0])
+
+
+def _openvino_default(name: str):
+    """OpenVINO's outputs at its default precision on the original file, or None where it
+    cannot read the file (silero-vad's If branches)."""
+    import openvino as ov
+
+    try:
+        compiled = ov.Core().compile_model(str(fetch(name)), "CPU")
+    except RuntimeError:
+        return None
+    return lambda feeds: [np.asarray(v) for v in compiled(feeds).values()]
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -86,7 +104,7 @@ def test_every_model_at_fast_precision(baked, name, engine):
     path, oracle = baked(name, MemoryMode.RUNTIME)
     model = rlx.load(path, engine=engine, precision="fast", threads=2)
     assert model.precision == ("fast" if engine == "openvino" else "exact")
-    _check(name, model, oracle, "fast")
+    _check(name, model, oracle, "fast", _openvino_default(name) if engine == "openvino" else None)
 
 
 @pytest.mark.parametrize("name", ["minilm-l3", "ppocr-cls"])
