@@ -452,16 +452,14 @@ def pool(node, x):
     win = op.window(op.kernel)
     sizes = x.shape[2:]
     out = win.pool_sizes(sizes, op.ceil_mode)
+    if not all(out):
+        return np.zeros((*x.shape[:2], *out), x.dtype)
+    if op.kind is PoolKind.MAX:
+        return _separable_max(x, win, out)
     # in ceil mode the last window may run past the end padding: pad that overhang too
     end = [max(e, (o - 1) * s + ext - n - b)
            for o, s, ext, n, b, e in zip(out, win.strides, win.extent, sizes, win.begin, win.end)]
-    if op.kind is PoolKind.MAX:
-        if not all(out):
-            return np.zeros((*x.shape[:2], *out), x.dtype)
-        return _separable_max(x, win, tuple(out))
     xp = _pad(_to_compute(x), win.begin, end, 0)
-    if not all(out):
-        return np.zeros((*x.shape[:2], *out), x.dtype)
     total = _fold((xp[(...,) + sl] for sl in _taps(win, out)), np.add, xp.dtype)
     # outside ceil mode, a window hanging past a short input counts its overhang as
     # padding (onnxruntime: a 2x2 average of a 1x1 image with count_include_pad is x / 4)
