@@ -2,21 +2,28 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+CORE := $(VENV)/.installed-core
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench fuzz clean
 
-$(STAMP): pyproject.toml
+# the demo needs only rlx and its own dependencies; the tests and lint add the dev extras
+$(CORE): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(CORE)
+
+$(STAMP): $(CORE)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(CORE)
 	$(BIN)/python -m rlx demo
 
+# --durations: the 15 slowest tests, so a test that grows shows where the time went
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 # ruff (pyproject.toml [tool.ruff]) on the code and the tests, mypy on the code
 lint: $(STAMP)
