@@ -1,10 +1,12 @@
-"""Every name has one meaning: literal `__all__` lists, no star imports, and the names the
-top-level `rlx` package exports (its stable API) keep resolving."""
+"""Every name has one meaning: literal `__all__` lists, no star imports (but in the two op
+packages, which take each op family's list), and the names the top-level `rlx` package
+exports (its stable API) keep resolving."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import pkgutil
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,10 @@ STABLE_API = {
     "load_weights", "materialize_weights", "needs_materialize", "read_rlx", "relayout",
     "strip_graph_weight_bytes", "strip_table_weight_bytes", "write_rlx",
 }
+
+OP_PACKAGES = {"rlx.ir", "rlx.ir.ops"}
+"""Packages whose op names are the op families' own `__all__` lists (`rlx.ir.ops.FAMILIES`),
+star-imported rather than written again (a new op is declared in its family alone)."""
 
 
 def _module_name(path: Path) -> str:
@@ -49,25 +55,38 @@ def test_every_module_lists_its_names_and_imports_by_name(path):
     tree = ast.parse(path.read_text(), filename=str(path))
     stars = [n.module for n in ast.walk(tree)
              if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)]
-    assert not stars, f"star import from {stars}: import the names"
-    names = _literal_all(tree)
-    assert names is not None, "no __all__: list the module's public names"
-    assert len(set(names)) == len(names), "a name is listed twice"
     module = importlib.import_module(_module_name(path))
+    if module.__name__ in OP_PACKAGES:
+        strays = [s for s in stars if s.rpartition(".")[0] != "rlx.ir.ops"]
+        assert not strays, f"star import from {strays}: only op families are star-imported"
+        names = list(module.__all__)
+    else:
+        assert not stars, f"star import from {stars}: import the names"
+        names = _literal_all(tree)
+        assert names is not None, "no __all__: list the module's public names"
+    assert len(set(names)) == len(names), "a name is listed twice"
     missing = [n for n in names if not hasattr(module, n)]
     assert not missing, f"__all__ names what the module does not have: {missing}"
 
 
-def test_rlx_ir_exports_every_op_module_name():
+def test_the_op_packages_export_every_family_and_every_op():
+    """A new family module is in `FAMILIES` (and in rlx.ir's star imports for type checkers);
+    a new op class is in its family's `__all__`."""
     import rlx.ir
     import rlx.ir.ops
 
-    for family in ("base", "control", "elementwise", "linalg", "multi", "nn", "reduce",
-                   "shaping", "sources"):
-        names = importlib.import_module(f"rlx.ir.ops.{family}").__all__
-        for package in (rlx.ir.ops, rlx.ir):
-            missing = sorted(set(names) - set(package.__all__))
-            assert not missing, f"{package.__name__} does not export {missing} (ops.{family})"
+    modules = {m.name for m in pkgutil.iter_modules(rlx.ir.ops.__path__)}
+    assert {f.__name__.rpartition(".")[2] for f in rlx.ir.ops.FAMILIES} == modules
+    typed = {n.module for n in ast.walk(ast.parse((SRC / "ir" / "__init__.py").read_text()))
+             if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)}
+    assert typed == {f.__name__ for f in rlx.ir.ops.FAMILIES}, "rlx.ir: star-import each family"
+    declared = [name for family in rlx.ir.ops.FAMILIES for name in family.__all__]
+    assert rlx.ir.ops.__all__ == declared
+    assert set(declared) <= set(rlx.ir.__all__) and set(declared) <= set(dir(rlx.ir))
+    for name, op_type in rlx.ir.ops.OPS.items():
+        family = importlib.import_module(op_type.__module__)
+        assert name in family.__all__, f"{name}: list it in {family.__name__}.__all__"
+        assert getattr(rlx.ir, name) is getattr(rlx.ir.ops, name) is op_type
 
 
 def test_the_stable_api_is_what_rlx_exports_and_every_name_resolves():

@@ -3,7 +3,8 @@
 `import rlx` or reading a file must not pay for the bake pipeline, the weight loaders (and
 gguf) or the graph passes: a package built with `lazy_exports` imports those only when one
 of their names is used. The export table is a dict `_LAZY` of name -> module, which
-tests/test_layering.py reads as imports.
+tests/test_layering.py reads as imports. A package may also take every other public name from
+one module (`rest`), so that names declared there are not written again in the package.
 """
 
 from __future__ import annotations
@@ -16,24 +17,34 @@ from typing import Any
 __all__ = ["lazy_exports"]
 
 
-def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any],
-                                                                  Callable[[], list[str]]]:
+def lazy_exports(package: str, exports: dict[str, str], rest: str | None = None,
+                 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """`(__getattr__, __dir__)` for `package`, whose name `n` lives in `exports[n]` (or is
-    the submodule `exports[n]` when that is `package.n`)."""
+    the submodule `exports[n]` when that is `package.n`), or else is one of the names in
+    the `__all__` of the module `rest`. With `rest`, `package.__all__` is `exports` then
+    that `__all__` (the module loads on the first lookup that needs it)."""
     module = sys.modules[package]
 
+    def rest_names() -> list[str]:
+        return importlib.import_module(rest).__all__ if rest is not None else []
+
     def __getattr__(name: str) -> Any:
-        try:
+        value: Any
+        if name in exports:
             source = exports[name]
-        except KeyError:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
-        value = importlib.import_module(source)
-        if source != f"{package}.{name}":  # a name in a module, not the submodule itself
-            value = getattr(value, name)
+            value = importlib.import_module(source)
+            if source != f"{package}.{name}":  # a name in a module, not the submodule itself
+                value = getattr(value, name)
+        elif rest is not None and name == "__all__":
+            value = [*exports, *rest_names()]
+        elif rest is not None and not name.startswith("_") and name in rest_names():
+            value = getattr(importlib.import_module(rest), name)
+        else:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
         module.__dict__[name] = value  # the next lookup is a plain attribute
         return value
 
     def __dir__() -> list[str]:
-        return sorted(exports)
+        return sorted({*exports, *rest_names()})
 
     return __getattr__, __dir__

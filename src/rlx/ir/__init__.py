@@ -1,9 +1,11 @@
 """The rlx graph IR: dtypes, shapes, ops, nodes, graphs, verification, text and JSON forms.
 
 Names load on first use (`rlx._lazy`): a module that needs only `rlx.ir.dtype` or
-`rlx.ir.shape` (feed checks, a warm engine load) does not import every op class.
+`rlx.ir.shape` (feed checks, a warm engine load) does not import every op class. Every op
+name is `rlx.ir.ops`'s, as its family module declares it: none is written again here.
 """
 
+# ruff: noqa: F401, F403  (imports for type checkers; star imports of the op families)
 from typing import TYPE_CHECKING
 
 from rlx._lazy import lazy_exports
@@ -18,145 +20,26 @@ _LAZY = {
     **dict.fromkeys((
         "graph_from_dict", "graph_from_json", "graph_to_dict", "graph_to_json",
     ), "rlx.ir.serialize"),
-    **dict.fromkeys((
-        "ops", "Op", "OpMixin", "OPS", "OutShape", "op_axis", "expect_dtype", "Fail", "If",
-        "Loop", "Scan", "RnnDirection", "RNN_ACTIVATIONS", "LSTM", "GRU", "RNN", "Activation",
-        "BinaryOp", "CompareOp", "LogicalOp", "Unary", "Binary", "Compare", "Logical", "Not",
-        "Where", "Cast", "Clamp", "Identity", "MatMul", "PACKED_SCHEMES", "QuantScheme",
-        "DequantMatMul", "Einsum", "dequant_inputs", "TupleGet", "Conv", "ConvTranspose",
-        "PoolKind", "Pool", "GlobalPool", "Softmax", "LogSoftmax", "LayerNorm",
-        "BatchNormInference", "InstanceNorm", "PRelu", "ResizeMode", "CoordinateMode",
-        "NearestMode", "Resize", "PACKED_ENCODINGS", "padded_row_bytes", "DecodeWeight",
-        "DequantGather", "ReduceOp", "Reduce", "ArgMax", "ArgMin", "CumSum", "TopK", "PadMode",
-        "ScatterReduction", "DepthToSpaceMode", "Reshape", "Transpose", "Concat", "Slice",
-        "Gather", "GatherElements", "GatherND", "ScatterND", "ScatterElements", "Expand", "Pad",
-        "Tile", "Split", "Squeeze", "Unsqueeze", "Flatten", "ShapeOf", "Size", "Range", "Fill",
-        "OneHot", "DepthToSpace", "SpaceToDepth", "Trilu", "NonZero", "Compress", "Input",
-        "Param", "Constant", "as_byte_array", "QuantizedLSTM",
-    ), "rlx.ir.ops"),
+    "ops": "rlx.ir.ops",
     "verify": "rlx.ir.verification",
 }
-__all__ = [
-    "DType", "Dim", "Graph", "Node", "Shape", "UNKNOWN", "broadcast_dims", "format_graph",
-    "format_node", "graph_from_dict", "graph_from_json", "graph_to_dict", "graph_to_json",
-    "normalize_axis", "ops", "verify", "Op", "OpMixin", "OPS", "OutShape", "op_axis",
-    "expect_dtype", "Fail", "If", "Loop", "Scan", "RnnDirection", "RNN_ACTIVATIONS", "LSTM", "GRU",
-    "RNN", "Activation", "BinaryOp", "CompareOp", "LogicalOp", "Unary", "Binary", "Compare",
-    "Logical", "Not", "Where", "Cast", "Clamp", "Identity", "MatMul", "PACKED_SCHEMES",
-    "QuantScheme", "DequantMatMul", "Einsum", "dequant_inputs", "TupleGet", "Conv",
-    "ConvTranspose", "PoolKind", "Pool", "GlobalPool", "Softmax", "LogSoftmax", "LayerNorm",
-    "BatchNormInference", "InstanceNorm", "PRelu", "ResizeMode", "CoordinateMode", "NearestMode",
-    "Resize", "PACKED_ENCODINGS", "padded_row_bytes", "DecodeWeight", "DequantGather", "ReduceOp",
-    "Reduce", "ArgMax", "ArgMin", "CumSum", "TopK", "PadMode", "ScatterReduction",
-    "DepthToSpaceMode", "Reshape", "Transpose", "Concat", "Slice", "Gather", "GatherElements",
-    "GatherND", "ScatterND", "ScatterElements", "Expand", "Pad", "Tile", "Split", "Squeeze",
-    "Unsqueeze", "Flatten", "ShapeOf", "Size", "Range", "Fill", "OneHot", "DepthToSpace",
-    "SpaceToDepth", "Trilu", "NonZero", "Compress", "Input", "Param", "Constant", "as_byte_array",
-    "QuantizedLSTM",
-]
 if TYPE_CHECKING:  # what type checkers see: the names, imported as they are
     from rlx.ir import ops
     from rlx.ir.dtype import DType
     from rlx.ir.graph import Graph, Node
-    from rlx.ir.ops import (
-        GRU,
-        LSTM,
-        OPS,
-        PACKED_ENCODINGS,
-        PACKED_SCHEMES,
-        RNN,
-        RNN_ACTIVATIONS,
-        Activation,
-        ArgMax,
-        ArgMin,
-        BatchNormInference,
-        Binary,
-        BinaryOp,
-        Cast,
-        Clamp,
-        Compare,
-        CompareOp,
-        Compress,
-        Concat,
-        Constant,
-        Conv,
-        ConvTranspose,
-        CoordinateMode,
-        CumSum,
-        DecodeWeight,
-        DepthToSpace,
-        DepthToSpaceMode,
-        DequantGather,
-        DequantMatMul,
-        Einsum,
-        Expand,
-        Fail,
-        Fill,
-        Flatten,
-        Gather,
-        GatherElements,
-        GatherND,
-        GlobalPool,
-        Identity,
-        If,
-        Input,
-        InstanceNorm,
-        LayerNorm,
-        Logical,
-        LogicalOp,
-        LogSoftmax,
-        Loop,
-        MatMul,
-        NearestMode,
-        NonZero,
-        Not,
-        OneHot,
-        Op,
-        OpMixin,
-        OutShape,
-        Pad,
-        PadMode,
-        Param,
-        Pool,
-        PoolKind,
-        PRelu,
-        QuantizedLSTM,
-        QuantScheme,
-        Range,
-        Reduce,
-        ReduceOp,
-        Reshape,
-        Resize,
-        ResizeMode,
-        RnnDirection,
-        Scan,
-        ScatterElements,
-        ScatterND,
-        ScatterReduction,
-        ShapeOf,
-        Size,
-        Slice,
-        Softmax,
-        SpaceToDepth,
-        Split,
-        Squeeze,
-        Tile,
-        TopK,
-        Transpose,
-        Trilu,
-        TupleGet,
-        Unary,
-        Unsqueeze,
-        Where,
-        as_byte_array,
-        dequant_inputs,
-        expect_dtype,
-        op_axis,
-        padded_row_bytes,
-    )
+    from rlx.ir.ops.base import *
+    from rlx.ir.ops.control import *
+    from rlx.ir.ops.elementwise import *
+    from rlx.ir.ops.linalg import *
+    from rlx.ir.ops.multi import *
+    from rlx.ir.ops.nn import *
+    from rlx.ir.ops.packed import *
+    from rlx.ir.ops.reduce import *
+    from rlx.ir.ops.shaping import *
+    from rlx.ir.ops.sources import *
     from rlx.ir.printer import format_graph, format_node
     from rlx.ir.serialize import graph_from_dict, graph_from_json, graph_to_dict, graph_to_json
     from rlx.ir.shape import UNKNOWN, Dim, Shape, broadcast_dims, normalize_axis
     from rlx.ir.verification import verify
 
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, rest="rlx.ir.ops")

@@ -23,7 +23,7 @@ OutShape = Shape | tuple[Shape, ...]
 OPS: dict[str, type[Op]] = {}
 """Registry of every op type by its serialised name, filled at import."""
 
-__all__ = ["Op", "OPS", "OutShape"]
+__all__ = ["Op", "OpMixin", "OPS", "OutShape", "op_axis", "expect_dtype"]
 
 
 @dataclass(frozen=True)
