@@ -1,4 +1,4 @@
-"""The CPU runtime: `Session`, `CompiledGraph` and the numpy kernel registry.
+"""The CPU runtime: `Session` and `CompiledGraph`, running the kernels of `rlx.kernels`.
 
 Names load on first use (`rlx._lazy`): the feed checks every engine shares import no kernel.
 """

@@ -2,7 +2,7 @@
 
 Every op is a small frozen dataclass. Its class name is its serialised name, so files stay
 readable when ops are added (never an enum position). An op knows its arity and how to infer
-its output shape; kernels live in `rlx.runtime`.
+its output shape; kernels live in `rlx.kernels`.
 """
 
 from __future__ import annotations
