@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-LAZY_PACKAGES = ["rlx", "rlx.passes", "rlx.weights"]
+LAZY_PACKAGES = ["rlx", "rlx.ir", "rlx.passes", "rlx.weights"]
 
 
 @pytest.mark.parametrize("package", LAZY_PACKAGES)
@@ -40,6 +40,14 @@ HEAVY = {"onnx", "gguf", "rlx.baking.pipeline", "rlx.weights.load", "rlx.passes.
 def test_import_rlx_imports_nothing_heavy():
     loaded = _imported_after("import rlx")
     assert not loaded & (HEAVY | {"numpy", "rlx.runtime", "rlx.artifact"})
+
+
+def test_rlx_ir_imports_the_op_families_only_for_an_op_name():
+    """rlx.ir's own names (dtypes, shapes) load alone; an op's name loads the families,
+    whose `__all__` lists are where rlx.ir finds it."""
+    assert not {m for m in _imported_after("import rlx.ir\nrlx.ir.DType, rlx.ir.Shape")
+                if m.startswith("rlx.ir.ops")}
+    assert "rlx.ir.ops.nn" in _imported_after("from rlx.ir import Conv")
 
 
 def test_reading_and_running_does_not_import_the_bake_or_onnx():
