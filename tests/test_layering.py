@@ -34,18 +34,10 @@ ALLOWED: dict[str, set[str]] = {
     "ray": {"errors", "engines", "artifact", "weights", "_lazy"},
     "models": {"ir"},
     "demo": {"runtime", "baking", "artifact", "models"},
-    # the rlx-bake command: cli (parser, exit codes) over cli_artifact and cli_run
-    "cli_ui": {"errors"},
-    "cli_artifact": {"errors", "ir", "weights", "baking", "artifact", "frontends", "cli_ui",
-                     "cli_package", "cli_sign"},
-    "cli_package": {"artifact", "cli_ui"},
-    "cli_run": {"ir", "runtime", "artifact", "demo", "cli_ui", "cli_engines", "weights",
-                "cli_sign"},
-    "cli_sign": {"errors", "artifact", "cli_ui"},  # keygen, sign, verify-signature
-    "cli_engines": {"ir", "artifact", "engines", "frontends", "cli_ui"},
-    "cli_serve": {"errors", "engines", "cli_ui", "ray"},
-    "cli": {"errors", "version", "cli_ui", "cli_artifact", "cli_run", "cli_package",
-            "cli_engines", "cli_sign", "cli_serve"},
+    # the rlx-bake command (package rlx.cli): thin commands over the library, may import it all
+    "cli": {"errors", "version", "enums", "ir", "codecs", "kernels", "runtime", "passes",
+            "weights", "artifact", "baking", "frontends", "engines", "ray", "demo", "models",
+            "safeio", "stored_zip", "record", "logs", "deferred", "_lazy"},
     "__main__": {"cli"},
     "__init__": {"errors", "ir", "codecs", "kernels", "runtime", "passes", "weights", "baking",
                  "artifact", "frontends", "version", "_lazy", "engines"},

@@ -199,7 +199,7 @@ def test_cli_refuses_a_surrogate_name_in_one_line(tmp_path, command):
 
 def test_cli_prints_any_string_it_is_given(monkeypatch, capsys):
     """Output streams escape what they cannot encode instead of raising mid-report."""
-    from rlx import cli as rlx_cli
+    from rlx.cli import app as rlx_cli
 
     stream = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
     monkeypatch.setattr(sys, "stdout", stream)

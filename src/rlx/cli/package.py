@@ -17,7 +17,7 @@ from typing import Any
 
 from rlx.artifact import RlxFile, artifact_kind, open_artifact, write_rlx, write_rlxp
 from rlx.artifact.rlxp import CONTAINERS, TIERS, RlxpOptions, container_for
-from rlx.cli_ui import CliError, Outcome, Ui, check_output, fmt_bytes
+from rlx.cli.ui import CliError, Outcome, Ui, check_output, fmt_bytes
 
 __all__ = ["add_package_options", "add_commands", "output_format", "check_artifact_output",
            "write_artifact", "artifact_bytes", "with_default_command", "PACKAGE_FORMATS"]

@@ -27,8 +27,8 @@ from rlx.artifact.crypto import (
 from rlx.artifact.layout import SCHEMA_VERSION
 from rlx.artifact.rlxp import is_rlxp
 from rlx.artifact.sniff import ARTIFACT, ENCRYPTED_ARTIFACT, ONNX_MODEL, file_format
-from rlx.cli_package import add_commands as add_package_commands
-from rlx.cli_package import (
+from rlx.cli.package import add_commands as add_package_commands
+from rlx.cli.package import (
     add_package_options,
     artifact_bytes,
     check_artifact_output,
@@ -37,8 +37,8 @@ from rlx.cli_package import (
     render_package,
     write_artifact,
 )
-from rlx.cli_sign import add_trusted_key_option, signature_status, trusted_keys
-from rlx.cli_ui import (
+from rlx.cli.sign import add_trusted_key_option, signature_status, trusted_keys
+from rlx.cli.ui import (
     CliError,
     Outcome,
     Ui,

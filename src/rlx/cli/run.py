@@ -18,9 +18,9 @@ import threadpoolctl
 from rlx.artifact import open_artifact
 from rlx.artifact.atomic import atomic_write
 from rlx.artifact.crypto import DEFAULT_KDF
-from rlx.cli_engines import add_engine_options, load_for_cli, uses_engine
-from rlx.cli_sign import add_trusted_key_option, trusted_keys
-from rlx.cli_ui import (
+from rlx.cli.export import add_engine_options, load_for_cli, uses_engine
+from rlx.cli.sign import add_trusted_key_option, trusted_keys
+from rlx.cli.ui import (
     CliError,
     Outcome,
     Ui,

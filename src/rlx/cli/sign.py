@@ -21,7 +21,7 @@ from rlx.artifact.signing import (
     sign_artifact,
     verify_signature,
 )
-from rlx.cli_ui import Outcome, Ui, add_password_options, check_output, fmt_bytes, password_from
+from rlx.cli.ui import Outcome, Ui, add_password_options, check_output, fmt_bytes, password_from
 from rlx.errors import SignatureError
 
 __all__ = ["add_commands", "add_trusted_key_option", "signature_status", "trusted_keys"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from rlx.cli_ui import (
+from rlx.cli.ui import (
     Outcome,
     Ui,
     add_password_options,

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from rlx.cli_ui import Outcome, Ui, non_negative_float, positive_int
+from rlx.cli.ui import Outcome, Ui, non_negative_float, positive_int
 from rlx.engines.registry import ENGINES
 from rlx.errors import ServeError
 

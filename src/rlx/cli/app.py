@@ -20,13 +20,13 @@ import re
 import sys
 from collections.abc import Iterator, Sequence
 
-from rlx.cli_artifact import add_commands as add_artifact_commands
-from rlx.cli_engines import add_commands as add_engine_commands
-from rlx.cli_package import with_default_command
-from rlx.cli_run import add_commands as add_run_commands
-from rlx.cli_serve import add_commands as add_serve_commands
-from rlx.cli_sign import add_commands as add_sign_commands
-from rlx.cli_ui import (
+from rlx.cli.bake import add_commands as add_artifact_commands
+from rlx.cli.export import add_commands as add_engine_commands
+from rlx.cli.package import with_default_command
+from rlx.cli.run import add_commands as add_run_commands
+from rlx.cli.serve import add_commands as add_serve_commands
+from rlx.cli.sign import add_commands as add_sign_commands
+from rlx.cli.ui import (
     EXIT_ERROR,
     EXIT_USAGE,
     Ui,
