@@ -18,8 +18,8 @@ _ARTIFACT = (
 )
 _LAZY = {
     **dict.fromkeys(_ARTIFACT, "rlx.artifact"),
-    **dict.fromkeys(("BakeOptions", "BakeProfile", "BakeReport", "bake", "bake_bundle"),
-                    "rlx.baking"),
+    **dict.fromkeys(("BakeOptions", "BakeProfile", "BakeReport", "bake", "bake_bundle",
+                     "bake_file"), "rlx.baking"),
     "dedupe_identical_constants": "rlx.passes",
     "RlxError": "rlx.errors",
     "DType": "rlx.ir",
@@ -39,7 +39,7 @@ _LAZY = {
 __all__ = [
     "BakeOptions", "BakeProfile", "BakeReport", "CompiledGraph", "DType", "Graph",
     "MemoryMode", "MemoryStats", "RlxError", "RlxFile", "RlxIo", "RlxMeta", "RlxWeight",
-    "Session", "Shape", "__version__", "apply_memory_mode", "bake", "bake_bundle",
+    "Session", "Shape", "__version__", "apply_memory_mode", "bake", "bake_bundle", "bake_file",
     "dedupe_identical_constants", "drop_weight_table_data", "ensure_runtime_ready",
     "import_onnx", "into_runtime_graph", "load_weights", "materialize_weights",
     "needs_materialize", "read_rlx", "relayout", "strip_graph_weight_bytes",

@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from rlx import BakeOptions, BakeProfile, MemoryMode, bake
-from rlx.artifact import read_rlx, write_rlx
+from rlx.artifact import write_artifact
 from rlx.artifact.crypto import KdfParams
+from rlx.engines import load
 from rlx.models import mlp_graph, ternarize
-from rlx.runtime.session import Session
 
 __all__ = ["DEMO_KDF", "DemoResult", "DemoRow", "Digits", "load_digits", "run_demo"]
 
@@ -130,7 +130,7 @@ class DemoRow:
     path: str
     file_bytes: int
     ratio: float  # raw float32 weight bytes / file size
-    load_ms: float  # read_rlx + into_runtime_graph + compile
+    load_ms: float  # rlx.load on the numpy engine (read, materialise, compile)
     accuracy: float  # on the held-out test images
 
 
@@ -150,12 +150,11 @@ def _bake_one(path: Path, weights: Weights, digits: Digits, profile: BakeProfile
               memory: MemoryMode, raw: int, password: str | None = None) -> DemoRow:
     file, _ = bake(mlp_graph("batch", *SIZES, name="digits_mlp"), weights,
                    BakeOptions.from_profile(profile).replace(memory=memory))
-    write_rlx(path, file, password=password, kdf=DEMO_KDF if password else None)
+    write_artifact(path, file, password=password, kdf=DEMO_KDF if password else None)
     start = time.perf_counter()
-    loaded = read_rlx(path, password=password)
-    compiled = Session().compile(loaded.into_runtime_graph())
+    model = load(path, engine="numpy", password=password)
     load_ms = (time.perf_counter() - start) * 1e3
-    (logits,) = compiled.run({"x": digits.x_test})
+    (logits,) = model.run({"x": digits.x_test})
     size = path.stat().st_size
     return DemoRow(profile.value, memory.value, password is not None, str(path), size,
                    raw / size, load_ms, _accuracy(logits, digits.y_test))

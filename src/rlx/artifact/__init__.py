@@ -21,6 +21,8 @@ _LAZY = {
     **dict.fromkeys(("artifact_kind", "open_artifact"), "rlx.artifact.open"),
     **dict.fromkeys(("parse_rlx", "read_rlx"), "rlx.artifact.reader"),
     "write_rlx": "rlx.artifact.writer",
+    **dict.fromkeys(("WrittenArtifact", "artifact_format", "artifact_size", "write_artifact"),
+                    "rlx.artifact.output"),
     **dict.fromkeys(("RlxpOptions", "RlxpPackage", "read_rlxp", "read_rlxp_package",
                      "write_rlxp"), "rlx.artifact.rlxp"),
     **dict.fromkeys(("generate_keypair", "save_keypair", "sign_artifact", "signature_path",
@@ -33,7 +35,8 @@ __all__ = [
     "relayout", "strip_graph_weight_bytes", "strip_table_weight_bytes", "write_rlx",
     "RlxpOptions", "RlxpPackage", "artifact_kind", "open_artifact", "read_rlxp",
     "read_rlxp_package", "write_rlxp", "generate_keypair", "save_keypair", "sign_artifact",
-    "signature_path", "verify_signature",
+    "signature_path", "verify_signature", "WrittenArtifact", "artifact_format",
+    "artifact_size", "write_artifact",
 ]
 if TYPE_CHECKING:  # what type checkers see: the names, imported as they are
     from rlx.artifact.memory import (
@@ -51,6 +54,7 @@ if TYPE_CHECKING:  # what type checkers see: the names, imported as they are
     )
     from rlx.artifact.model import RlxFile, RlxIo, RlxMeta, RlxWeight
     from rlx.artifact.open import artifact_kind, open_artifact
+    from rlx.artifact.output import WrittenArtifact, artifact_format, artifact_size, write_artifact
     from rlx.artifact.reader import parse_rlx, read_rlx
     from rlx.artifact.rlxp import RlxpOptions, RlxpPackage, read_rlxp, read_rlxp_package, write_rlxp
     from rlx.artifact.signing import (

@@ -176,6 +176,9 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
 
     file = open_artifact(source, password=password,  # .rlx, encrypted .rlx or .rlxp
                          trusted_keys=trusted_keys, signature=signature)
+    if not len(file.graph):
+        raise InputError(f"{source} holds weights only (a package written with --no-graph): "
+                         "there is no graph to run")
     graph = file.into_runtime_graph()
     if engine == "auto":
         from rlx.engines import auto

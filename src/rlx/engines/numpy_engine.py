@@ -4,6 +4,7 @@ tested against. Feeds arrive checked, so a run is `CompiledGraph.call` in graph 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -19,7 +20,9 @@ class NumpyRunner:
     name = "numpy"
 
     def __init__(self, graph: Graph, threads: int | None, precision: str):
+        start = time.perf_counter()
         self.compiled = CompiledGraph(graph)
+        self.compile_seconds = time.perf_counter() - start  # `rlx-bake run` reports it
         self.precision = "exact"  # numpy has no faster precision: "fast" runs exact
         self.threads = threads
         self._limits = None

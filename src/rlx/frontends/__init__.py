@@ -1,17 +1,16 @@
 """Model frontends: read models written by other tools into an rlx `Graph` plus bindings.
 
-`import_onnx` (the ONNX importer, `rlx.frontends.onnx`) is the only code in rlx that
-imports the `onnx` package; it is loaded on first use, so the other frontends stay light.
+`load_model` reads any model input (ONNX, graph JSON, a bundle folder); `import_onnx` (the
+ONNX importer, `rlx.frontends.onnx`) is the only code in rlx that imports the `onnx`
+package. Names load on first use (`rlx._lazy`), so the other frontends stay light.
 """
 
-from __future__ import annotations
+from rlx._lazy import lazy_exports
 
-__all__ = ["import_onnx"]
-
-
-def __getattr__(name: str):
-    if name == "import_onnx":
-        from rlx.frontends.onnx import import_onnx
-
-        return import_onnx
-    raise AttributeError(f"module 'rlx.frontends' has no attribute {name!r}")
+_LAZY = {
+    "import_onnx": "rlx.frontends.onnx",
+    "LoadedModel": "rlx.frontends.load",
+    "load_model": "rlx.frontends.load",
+}
+__all__ = ["LoadedModel", "import_onnx", "load_model"]
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

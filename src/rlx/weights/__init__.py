@@ -10,6 +10,7 @@ _LAZY = {
     "WeightBundle": "rlx.weights.bundle",
     "load_weights": "rlx.weights.load",
     "load_weights_f32": "rlx.weights.load",
+    "overlay_weights": "rlx.weights.overlay",
     "F32FirstVerdict": "rlx.weights.policy",
     "WeightLoadPolicy": "rlx.weights.policy",
     "WeightPathKind": "rlx.weights.policy",
@@ -19,5 +20,6 @@ _LAZY = {
 __all__ = [
     "F32FirstVerdict", "LoadedWeight", "WeightBundle", "WeightLoadPolicy", "WeightPathKind",
     "WeightSourceInfo", "f32_first_verdict", "load_weights", "load_weights_f32",
+    "overlay_weights",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
