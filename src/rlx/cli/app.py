@@ -1,8 +1,9 @@
 """The `rlx-bake` command (also `python -m rlx`): thin functions over the public API.
 
-The subcommands live in `cli_artifact` (bake, inspect, tensors, relayout, encrypt, decrypt),
-`cli_run` (run, verify, demo) and `cli_sign` (keygen, sign, verify-signature); this module
-owns the parser and the exit codes, the same for every command (see `cli_ui`): 0 success,
+Each command lives in the module named after it (`bake`, `inspect`, `tensors`, `run`,
+`verify`, `demo`, `export`, `sign`, `serve`; `transform` holds relayout, encrypt, decrypt,
+convert and import-onnx); this module owns the parser and the exit codes, the same for
+every command (see `ui`): 0 success,
 1 a failed check, 2 bad usage (one line, with "did you mean" for a mistyped command or
 option), 3 an error (`RlxError`, or an OS error on a path the user gave: one line
 `error: ...` on stderr). With --json the error is also a JSON
@@ -20,12 +21,7 @@ import re
 import sys
 from collections.abc import Iterator, Sequence
 
-from rlx.cli.bake import add_commands as add_artifact_commands
-from rlx.cli.export import add_commands as add_engine_commands
-from rlx.cli.package import with_default_command
-from rlx.cli.run import add_commands as add_run_commands
-from rlx.cli.serve import add_commands as add_serve_commands
-from rlx.cli.sign import add_commands as add_sign_commands
+from rlx.cli import bake, demo, export, inspect, run, serve, sign, tensors, transform, verify
 from rlx.cli.ui import (
     EXIT_ERROR,
     EXIT_USAGE,
@@ -113,6 +109,10 @@ def _chosen_command(parser: argparse.ArgumentParser) -> argparse.ArgumentParser 
     return None
 
 
+# in the order `--help` lists their commands
+_COMMAND_MODULES = (bake, inspect, tensors, transform, run, verify, demo, export, sign, serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     shared = common.add_argument_group("output")
@@ -128,14 +128,22 @@ def build_parser() -> argparse.ArgumentParser:
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"rlx-bake {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    add_artifact_commands(sub, common)
-    add_run_commands(sub, common)
-    add_engine_commands(sub, common)
-    add_sign_commands(sub, common)
-    add_serve_commands(sub, common)
+    for module in _COMMAND_MODULES:
+        module.add_commands(sub, common)
     for command in sub.choices.values():  # every command, whoever added it
         command.epilog = (command.epilog or "").rstrip("\n") + "\n\n" + EXIT_CODES_SHORT
     return parser
+
+
+def with_default_command(argv: list[str], commands: set[str]) -> list[str]:
+    """The reference's bare form `rlx-bake GRAPH -o OUT [flags]` means `rlx-bake bake ...`:
+    a first argument that is neither an option nor a command is the bake input."""
+    first = argv[0] if argv else ""
+    # a path, not a misspelt command (`insepct` gets "did you mean" from the parser)
+    looks_like_path = os.path.exists(first) or "/" in first or "." in first
+    if first and not first.startswith("-") and first not in commands and looks_like_path:
+        return ["bake", *argv]
+    return argv
 
 
 @contextlib.contextmanager

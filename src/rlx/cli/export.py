@@ -1,16 +1,10 @@
-"""`rlx-bake export` and the `--engine` / `--precision` options of run and verify.
-
-Kept apart from `cli_run` (which owns the run/verify output) so engines add a module,
-not a rework: `cli_run` asks `load_for_cli` for something that runs like a CompiledGraph.
-"""
+"""`rlx-bake export`: a `.rlx` file written as a standard ONNX model (opset 20) by the
+library's `export_onnx`."""
 
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
-
-import numpy as np
 
 from rlx.cli.ui import (
     Outcome,
@@ -20,60 +14,10 @@ from rlx.cli.ui import (
     fmt_bytes,
     password_from,
 )
-from rlx.engines.registry import ENGINES, PRECISIONS
-from rlx.ir import DType, Shape
 
-__all__ = ["add_commands", "add_engine_options", "load_for_cli", "uses_engine"]
+__all__ = ["add_commands"]
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
-
-
-def add_engine_options(parser) -> None:
-    group = parser.add_argument_group("engine")
-    group.add_argument("--engine", choices=ENGINES, default="numpy",
-                       help="what runs the model: numpy (rlx's reference runtime, the "
-                            "default), onnxruntime, openvino, or auto (the fastest installed, "
-                            "measured once per model and machine and cached; -v shows it)")
-    group.add_argument("--precision", choices=PRECISIONS, default="exact",
-                       help="exact (f32, the default) or fast (the engine's faster default: "
-                            "bf16 on OpenVINO with AMX)")
-
-
-def uses_engine(args) -> bool:
-    """Whether the options ask for something other than the numpy runtime, exact."""
-    return getattr(args, "engine", "numpy") != "numpy" or \
-        getattr(args, "precision", "exact") != "exact"
-
-
-class EngineRun:
-    """A loaded `rlx.Model` with the part of CompiledGraph's interface run/verify use."""
-
-    def __init__(self, model):
-        self.model = model
-        self.output_names = [o.name for o in model.outputs]
-        self.input_names = [i.name for i in model.inputs]
-        self.input_shapes = {i.name: Shape(i.shape, DType.from_numpy(i.dtype))
-                             for i in model.inputs}
-
-    def run(self, feeds) -> list[np.ndarray]:
-        return self.model.run(feeds)
-
-
-def load_for_cli(path: str, password: str | bytes | None, args,
-                 ui: Ui) -> tuple[EngineRun, dict]:
-    from rlx.engines.model import load
-
-    with ui.step(f"loading {path} on {args.engine}"):
-        start = time.perf_counter()
-        model = load(path, engine=args.engine, precision=args.precision, password=password,
-                     threads=getattr(args, "threads", None),
-                     trusted_keys=getattr(args, "trusted_key", None) or None)
-        done = time.perf_counter()
-    return EngineRun(model), {"load_ms": (done - start) * 1e3, "compile_ms": 0.0,
-                              "engine": model.engine, "precision": model.precision}
-
-
-# --- export -------------------------------------------------------------------------------
 
 
 def add_commands(sub, common: argparse.ArgumentParser) -> None:
