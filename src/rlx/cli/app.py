@@ -22,13 +22,8 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from rlx.cli import bake, demo, export, inspect, run, serve, sign, tensors, transform, verify
-from rlx.cli.ui import (
-    EXIT_ERROR,
-    EXIT_USAGE,
-    Ui,
-    UsageError,
-    one_line,
-)
+from rlx.cli.formatting import one_line
+from rlx.cli.ui import EXIT_ERROR, EXIT_USAGE, Ui, UsageError
 from rlx.errors import RlxError
 from rlx.version import __version__
 

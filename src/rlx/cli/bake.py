@@ -20,7 +20,8 @@ from rlx.cli.bake_args import (
     package_options,
 )
 from rlx.cli.contents import by_encoding, row_info
-from rlx.cli.ui import CliError, Outcome, Ui, fmt_bytes, password_from
+from rlx.cli.formatting import fmt_bytes
+from rlx.cli.ui import CliError, Outcome, Ui, password_from
 from rlx.ir.naming import COMPUTING_NODES
 from rlx.weights.overlay import some_names
 

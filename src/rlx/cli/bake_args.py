@@ -11,7 +11,8 @@ from typing import Any
 from rlx import BakeOptions, BakeProfile, MemoryMode
 from rlx.artifact.output import ARTIFACT_FORMATS, artifact_format, check_artifact_output
 from rlx.artifact.rlxp import CONTAINERS, TIERS
-from rlx.cli.ui import CliError, add_password_options, load_npz, parsed
+from rlx.cli.inputs import load_npz, parsed
+from rlx.cli.ui import CliError, add_password_options
 from rlx.weights import WeightLoadPolicy
 
 __all__ = ["SWITCHES", "add_bake_arguments", "add_package_options", "artifact_output",

@@ -7,7 +7,8 @@ import argparse
 import dataclasses
 
 from rlx.artifact.crypto import DEFAULT_KDF
-from rlx.cli.ui import Outcome, Ui, fmt_ms
+from rlx.cli.formatting import fmt_ms
+from rlx.cli.ui import Outcome, Ui
 from rlx.demo import DEMO_KDF, DEMO_PASSWORD, run_demo
 
 __all__ = ["add_commands"]

@@ -6,14 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rlx.cli.ui import (
-    Outcome,
-    Ui,
-    add_password_options,
-    check_output,
-    fmt_bytes,
-    password_from,
-)
+from rlx.artifact.output import check_writable
+from rlx.cli.formatting import fmt_bytes
+from rlx.cli.ui import Outcome, Ui, add_password_options, password_from
 
 __all__ = ["add_commands"]
 
@@ -42,7 +37,7 @@ def _export(args, ui: Ui) -> Outcome:
     from rlx.artifact import read_rlx
     from rlx.frontends.onnx.export import ExportSummary, export_onnx
 
-    check_output(args.output)
+    check_writable(args.output)
     password = password_from(args, ui)
     summary = ExportSummary()
     with ui.step(f"exporting {args.file}"):

@@ -15,16 +15,9 @@ from rlx.artifact.layout import SCHEMA_VERSION
 from rlx.artifact.output import artifact_size
 from rlx.artifact.rlxp import is_rlxp
 from rlx.cli.contents import by_encoding, encryption_info, row_info
+from rlx.cli.formatting import fmt_bytes, fmt_shape
 from rlx.cli.sign import add_trusted_key_option, signature_status, trusted_keys
-from rlx.cli.ui import (
-    CliError,
-    Outcome,
-    Ui,
-    add_password_options,
-    fmt_bytes,
-    fmt_shape,
-    password_from,
-)
+from rlx.cli.ui import CliError, Outcome, Ui, add_password_options, password_from
 from rlx.errors import IntegrityError
 from rlx.ir import format_graph
 from rlx.ir.naming import COMPUTING_NODES, op_type_counts

@@ -15,20 +15,11 @@ import numpy as np
 import threadpoolctl
 
 from rlx.artifact.atomic import atomic_write
+from rlx.artifact.output import check_writable
+from rlx.cli.formatting import fmt_ms, fmt_shape
+from rlx.cli.inputs import load_array, load_npz, positive_int
 from rlx.cli.sign import add_trusted_key_option, trusted_keys
-from rlx.cli.ui import (
-    CliError,
-    Outcome,
-    Ui,
-    add_password_options,
-    check_output,
-    fmt_ms,
-    fmt_shape,
-    load_array,
-    load_npz,
-    password_from,
-    positive_int,
-)
+from rlx.cli.ui import CliError, Outcome, Ui, add_password_options, password_from
 from rlx.engines import Model, load
 from rlx.engines.numpy_engine import NumpyRunner
 from rlx.engines.registry import ENGINES, PRECISIONS
@@ -164,7 +155,7 @@ def _thread_limit(threads: int | None):
 
 def _run(args, ui: Ui) -> Outcome:
     if args.output:
-        check_output(args.output)
+        check_writable(args.output)
     password = password_from(args, ui)
     feeds = _feeds(args)
     if args.profile_ops and uses_engine(args):

@@ -8,7 +8,8 @@ import os
 import sys
 from typing import Any
 
-from rlx.cli.ui import Outcome, Ui, non_negative_float, positive_int
+from rlx.cli.inputs import non_negative_float, positive_int
+from rlx.cli.ui import Outcome, Ui
 from rlx.engines.registry import ENGINES
 from rlx.errors import ServeError
 

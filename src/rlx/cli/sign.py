@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rlx.artifact.output import check_writable
 from rlx.artifact.signing import (
     generate_keypair,
     key_id,
@@ -21,7 +22,8 @@ from rlx.artifact.signing import (
     sign_artifact,
     verify_signature,
 )
-from rlx.cli.ui import Outcome, Ui, add_password_options, check_output, fmt_bytes, password_from
+from rlx.cli.formatting import fmt_bytes
+from rlx.cli.ui import Outcome, Ui, add_password_options, password_from
 from rlx.errors import SignatureError
 
 __all__ = ["add_commands", "add_trusted_key_option", "signature_status", "trusted_keys"]
@@ -121,7 +123,7 @@ def signature_status(path: str | Path, keys: list[str] | None) -> dict[str, Any]
 
 
 def _keygen(args, ui: Ui) -> Outcome:
-    check_output(args.output)
+    check_writable(args.output)
     password = password_from(args, ui)
     key = generate_keypair()
     private, public = save_keypair(key, args.output, password=password, overwrite=args.force)
@@ -140,7 +142,7 @@ def _render_keygen(d: dict, ui: Ui) -> None:
 
 def _sign(args, ui: Ui) -> Outcome:
     if args.output:
-        check_output(args.output)
+        check_writable(args.output)
     password = password_from(args, ui)
     with ui.step(f"checking and signing {args.input}"):
         info = sign_artifact(args.input, args.key, password=password, signature=args.output)

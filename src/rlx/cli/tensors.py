@@ -10,16 +10,9 @@ import numpy as np
 
 from rlx.artifact import read_rlx
 from rlx.artifact.atomic import atomic_write
-from rlx.cli.ui import (
-    CliError,
-    Outcome,
-    Ui,
-    add_password_options,
-    check_output,
-    fmt_bytes,
-    fmt_shape,
-    password_from,
-)
+from rlx.artifact.output import check_writable
+from rlx.cli.formatting import fmt_bytes, fmt_shape
+from rlx.cli.ui import CliError, Outcome, Ui, add_password_options, password_from
 from rlx.ir import DType
 from rlx.weights.writers import write_npz, write_safetensors
 
@@ -54,7 +47,7 @@ def _tensors(args, ui: Ui) -> Outcome:
     suffix = Path(args.output).suffix.lower()
     if suffix not in _TENSOR_FORMATS:
         raise CliError(f"{args.output}: expected a {' or '.join(_TENSOR_FORMATS)} file name")
-    check_output(args.output)
+    check_writable(args.output)
     password = password_from(args, ui)
     with ui.step(f"reading {args.file}"):
         file = read_rlx(args.file, password=password)

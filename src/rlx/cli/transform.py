@@ -12,7 +12,7 @@ from rlx import relayout as relayout_file
 from rlx.artifact import artifact_kind, open_artifact, parse_rlx, read_rlx, write_rlx
 from rlx.artifact.atomic import atomic_write
 from rlx.artifact.crypto import decrypt_file, encrypt_file, is_encrypted
-from rlx.artifact.output import artifact_size, write_artifact
+from rlx.artifact.output import artifact_size, check_writable, write_artifact
 from rlx.cli.bake import bake_command
 from rlx.cli.bake_args import (
     add_bake_arguments,
@@ -21,16 +21,9 @@ from rlx.cli.bake_args import (
     package_options,
 )
 from rlx.cli.contents import encryption_info
-from rlx.cli.ui import (
-    CliError,
-    Outcome,
-    Ui,
-    add_password_options,
-    check_output,
-    fmt_bytes,
-    parsed,
-    password_from,
-)
+from rlx.cli.formatting import fmt_bytes
+from rlx.cli.inputs import parsed
+from rlx.cli.ui import CliError, Outcome, Ui, add_password_options, password_from
 
 __all__ = ["add_commands"]
 
@@ -59,7 +52,7 @@ def _add_relayout(sub, common) -> None:
 
 
 def _relayout(args, ui: Ui) -> Outcome:
-    check_output(args.output)
+    check_writable(args.output)
     password = password_from(args, ui)
     with ui.step(f"reading {args.input}"):
         file = read_rlx(args.input, password=password)
@@ -99,7 +92,7 @@ def _add_crypto(sub, common, name: str, run, text: str) -> None:
 
 
 def _encrypt(args, ui: Ui) -> Outcome:
-    check_output(args.output)
+    check_writable(args.output)
     password = password_from(args, ui)
     if is_encrypted(args.input):
         raise CliError(f"{args.input} is already encrypted")
@@ -113,7 +106,7 @@ def _encrypt(args, ui: Ui) -> Outcome:
 
 
 def _decrypt(args, ui: Ui) -> Outcome:
-    check_output(args.output)
+    check_writable(args.output)
     password = password_from(args, ui)
     assert password is not None  # the password options are required (argparse)
     with ui.step("decrypting"):

@@ -14,22 +14,16 @@ With `--json` an error is also a JSON object on stdout: `{"error": {...}}`.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import dataclasses
-import enum
 import json
 import logging
-import math
 import os
 import sys
-import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from rich import box
 from rich.console import Console
 from rich.live import Live
@@ -38,13 +32,13 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
+from rlx.cli.formatting import jsonable, one_line
 from rlx.errors import RlxError
 
 __all__ = [
     "EXIT_CHECK_FAILED", "EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "PROGRESS_LOGGER", "CliError",
-    "Outcome", "Ui", "UsageError", "add_password_options", "check_output", "error_object",
-    "fmt_bytes", "fmt_ms", "fmt_shape", "jsonable", "non_negative_float", "one_line", "parsed",
-    "password_from", "positive_int", "load_array", "load_npz",
+    "Outcome", "Ui", "UsageError", "add_password_options", "error_object",
+    "password_from",
 ]
 
 EXIT_OK = 0
@@ -227,89 +221,6 @@ def _progress_to(show: Callable[[str], None]) -> Iterator[None]:
         logger.propagate = old[1]
 
 
-def check_output(path: str | Path) -> None:
-    """Fail before any work when an output file cannot be created where the user asked."""
-    folder = Path(path).parent
-    if not folder.is_dir():
-        raise CliError(f"cannot write {path}: folder {folder} does not exist")
-    if Path(path).is_dir():
-        raise CliError(f"cannot write {path}: it is a folder")
-
-
-# --- formatting ---------------------------------------------------------------------------
-
-
-def one_line(text: object) -> str:
-    """Messages from other libraries can span lines; the CLI prints errors on one."""
-    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
-
-
-def fmt_bytes(n: int | None) -> str:
-    return "" if n is None else f"{n:,}"
-
-
-def fmt_ms(ms: float | None) -> str:
-    return "" if ms is None else f"{ms:.2f} ms"
-
-
-def fmt_shape(dims: Sequence[Any]) -> str:
-    return f"[{', '.join(str(d) for d in dims)}]"
-
-
-def jsonable(value: Any) -> Any:
-    """Plain JSON types: numpy scalars to Python, non-finite floats to null, paths to text."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return jsonable(dataclasses.asdict(value))
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, Path):
-        return str(value)
-    return value
-
-
-# --- argument types ----------------------------------------------------------------------
-
-
-def parsed(parse: Callable[[str], Any], what: str) -> Callable[[str], Any]:
-    """An argparse type from one of rlx's `parse` functions: a bad value is a usage error."""
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except RlxError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
-    convert.__name__ = what  # argparse names the type in its messages
-    return convert
-
-
-def non_negative_float(text: str) -> float:
-    """A finite float >= 0 (tolerances): `--rtol -1` or `nan` is a usage error."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 # --- passwords ----------------------------------------------------------------------------
 
 
@@ -358,32 +269,3 @@ def _non_empty(password: str, source: str) -> str:
     if not password:
         raise CliError(f"{source} is empty")
     return password
-
-
-# --- arrays from .npy / .npz files (run, verify, bake --calibrate) ---------------------
-
-
-_NUMPY_MAGICS = (b"\x93NUMPY", b"PK\x03\x04")  # .npy, and the zip archive of an .npz
-
-
-def load_array(path: str) -> Any:
-    """np.load without pickles; a file numpy cannot read is a user error naming it. (For
-    any other file np.load would talk about pickles, hence the magic check first.)"""
-    with open(path, "rb") as f:
-        if not f.read(6).startswith(_NUMPY_MAGICS):
-            raise CliError(f"{path} is not a .npy or .npz file")
-    try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, EOFError, zipfile.BadZipFile) as err:
-        raise CliError(f"cannot read {path} as .npy/.npz: {one_line(err)}") from None
-
-
-def load_npz(path: str) -> dict[str, np.ndarray]:
-    archive = load_array(path)
-    if isinstance(archive, np.ndarray):
-        raise CliError(f"{path} holds one array; expected an .npz archive of arrays by name")
-    with archive:
-        try:  # members are read here, lazily: a pickled one fails only now
-            return {name: archive[name] for name in archive.files}
-        except ValueError as err:
-            raise CliError(f"cannot read {path}: {one_line(err)}") from None

@@ -12,19 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from rlx.cli.formatting import fmt_shape, one_line
+from rlx.cli.inputs import load_npz, non_negative_float
 from rlx.cli.run import add_engine_options, load_for_run, num, summary
 from rlx.cli.sign import add_trusted_key_option
-from rlx.cli.ui import (
-    CliError,
-    Outcome,
-    Ui,
-    add_password_options,
-    fmt_shape,
-    load_npz,
-    non_negative_float,
-    one_line,
-    password_from,
-)
+from rlx.cli.ui import CliError, Outcome, Ui, add_password_options, password_from
 from rlx.ir import DType, Shape
 
 __all__ = ["add_commands"]
