@@ -48,16 +48,14 @@ def prepare(name: str, work: Path) -> dict[str, Any]:
     import numpy as np
     import onnxruntime as ort
 
-    from rlx import BakeOptions, bake, write_rlx
-    from rlx.frontends.onnx import import_onnx
+    from rlx import bake_file
     from tests.real_models import FEEDS, fetch, import_kwargs
 
     folder = work / name
     folder.mkdir(parents=True, exist_ok=True)
     onnx_path = fetch(name)
-    graph, bindings = import_onnx(onnx_path, **import_kwargs(onnx_path))
-    baked, _ = bake(graph, bindings, BakeOptions.from_profile("exact"))
-    write_rlx(folder / f"{name}.rlx", baked)
+    baked = bake_file(onnx_path, folder / f"{name}.rlx", profile="exact",
+                      **import_kwargs(onnx_path)).file
     feeds = FEEDS[name](0)
     np.savez(folder / "feeds.npz", **feeds)
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])

@@ -143,8 +143,7 @@ def start_cluster(num_cpus: int = 2) -> None:
 
 def prepare(folder: Path) -> dict[str, tuple[str, str]]:
     """(artifact, warm-up artifact) per model: a 64 MiB synthetic MLP and minilm-l3."""
-    from rlx import BakeOptions, BakeProfile, bake, write_rlx
-    from rlx.frontends.onnx import import_onnx
+    from rlx import bake_file
     from tests.engines.conftest import write_mlp
     from tests.real_models import fetch
 
@@ -155,8 +154,7 @@ def prepare(folder: Path) -> dict[str, tuple[str, str]]:
     write_mlp(synthetic, **SYNTHETIC)
     minilm = folder / "minilm-l3.rlx"
     if not minilm.exists():
-        graph, bindings = import_onnx(fetch("minilm-l3"))
-        write_rlx(minilm, bake(graph, bindings, BakeOptions.from_profile(BakeProfile.EXACT))[0])
+        bake_file(fetch("minilm-l3"), minilm, profile="exact")
     return {"synthetic MLP 64 MiB": (str(synthetic), str(warm)),
             "minilm-l3": (str(minilm), str(warm))}
 

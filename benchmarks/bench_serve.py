@@ -204,8 +204,7 @@ def run_server(command: list[str], body: bytes, reference: list[np.ndarray],
 
 def prepare(name: str) -> tuple[Path, Path, dict[str, np.ndarray]]:
     """(the .rlx baked exact, the .onnx, the seeded feeds) of a real model."""
-    from rlx import BakeOptions, BakeProfile, bake, write_rlx
-    from rlx.frontends.onnx import import_onnx
+    from rlx import bake_file
     from tests.real_models import FEEDS, fetch, import_kwargs
 
     onnx_path = fetch(name)
@@ -213,8 +212,7 @@ def prepare(name: str) -> tuple[Path, Path, dict[str, np.ndarray]]:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.rlx"
     if not path.exists():
-        graph, bindings = import_onnx(onnx_path, **import_kwargs(onnx_path))
-        write_rlx(path, bake(graph, bindings, BakeOptions.from_profile(BakeProfile.EXACT))[0])
+        bake_file(onnx_path, path, profile="exact", **import_kwargs(onnx_path))
     return path, onnx_path, FEEDS[name](0)
 
 

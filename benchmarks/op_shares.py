@@ -80,20 +80,15 @@ def _onnx_type(rlx_type: str) -> str:
 
 def rlx_shares(onnx_path: Path, feeds: dict, repeat: int) -> dict[str, float]:
     """Seconds per rlx op type (median per node, summed), exact profile."""
-    from rlx import BakeOptions, BakeProfile, bake
-    from rlx.artifact import read_rlx, write_rlx
-    from rlx.frontends.onnx import import_onnx
-    from rlx.runtime import Session
+    from rlx import bake_file, load
     from rlx.runtime.profile import profile_ops
     from tests.real_models import import_kwargs
 
-    graph, bindings = import_onnx(onnx_path, **import_kwargs(onnx_path))
-    file, _ = bake(graph, bindings, BakeOptions.from_profile(BakeProfile.EXACT))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "m.rlx"
-        write_rlx(path, file)
-        compiled = Session().compile(read_rlx(path).into_runtime_graph())
-        prof = profile_ops(compiled, feeds, repeat)
+        bake_file(onnx_path, path, profile="exact", **import_kwargs(onnx_path))
+        model = load(path, engine="numpy")
+        prof = profile_ops(model.runner.compiled, feeds, repeat)
     out: dict[str, float] = defaultdict(float)
     for row in prof.by_op_type():
         out[row.op_type] += row.seconds

@@ -45,10 +45,10 @@ def load_source(source: str):
         from rlx.models import mlp_graph, mlp_weights
 
         return mlp_graph(), mlp_weights()
-    from rlx.frontends.onnx import import_onnx
+    from rlx.frontends import load_model
     from tests.real_models import import_kwargs
 
-    return import_onnx(source, **import_kwargs(source))
+    return load_model(source, **import_kwargs(source))
 
 
 def _elapsed(start: float) -> float:
@@ -81,7 +81,7 @@ def bake(source: str, profile: str, memories: list[str], out_dir: str, min_calls
     the write; files go to `out_dir/<profile>-<memory>.rlx`."""
     from rlx import BakeOptions, MemoryMode
     from rlx import bake as run_bake
-    from rlx.artifact import write_rlx
+    from rlx.artifact import write_artifact
 
     start = time.perf_counter()
     graph, bindings = load_source(source)
@@ -96,7 +96,7 @@ def bake(source: str, profile: str, memories: list[str], out_dir: str, min_calls
                            min_seconds)
         path = Path(out_dir) / f"{profile}-{memory}.rlx"
         start = time.perf_counter()
-        write_rlx(path, file)
+        write_artifact(path, file)
         written = _elapsed(start)
         unique, header = _unique_bytes(file)
         out["modes"][memory] = {
