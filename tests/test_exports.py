@@ -21,7 +21,8 @@ SOURCES = sorted(p for p in SRC.rglob("*.py") if p.name != "__main__.py")
 STABLE_API = {
     "BakeOptions", "BakeProfile", "BakeReport", "CompiledGraph", "DType", "Graph", "MemoryMode",
     "MemoryStats", "RlxError", "RlxFile", "RlxIo", "RlxMeta", "RlxWeight", "Session", "Shape",
-    "__version__", "apply_memory_mode", "bake", "bake_bundle", "dedupe_identical_constants",
+    "__version__", "apply_memory_mode", "bake", "bake_bundle", "bake_file",
+    "dedupe_identical_constants",
     "drop_weight_table_data", "ensure_runtime_ready", "import_onnx", "into_runtime_graph",
     "load_weights", "materialize_weights", "needs_materialize", "read_rlx", "relayout",
     "strip_graph_weight_bytes", "strip_table_weight_bytes", "write_rlx",
