@@ -38,8 +38,10 @@ def test_verify_on_onnxruntime_encrypted(cli, files, monkeypatch):
 
 
 def test_profile_ops_needs_the_numpy_engine(cli, files):
+    """A usage error (exit 2), like every clash of options."""
     assert_error(cli("run", files.rlx, "--input", f"x={files.x_npy}", "--engine",
-                     "onnxruntime", "--profile-ops"), "--profile-ops")
+                     "onnxruntime", "--profile-ops"),
+                 r"--profile-ops .* \(see 'rlx-bake run --help'\)", code=2)
 
 
 def test_bad_engine_is_a_usage_error(cli, files):

@@ -98,6 +98,20 @@ def test_run_with_trusted_key(cli, files, signing):
                      folder / "k.pub"), "is not signed")
 
 
+@pytest.mark.parametrize("command", ["tensors", "export"])
+def test_tensors_and_export_with_trusted_key(cli, files, signing, command):
+    folder, model = signing
+    out = folder / ("w.npz" if command == "tensors" else "m.onnx")
+    assert cli(command, model, "-o", out, "--trusted-key", folder / "k.pub", "-q").code == 0
+    assert out.exists()
+    out.unlink()
+    assert_error(cli(command, model, "-o", out, "--trusted-key", folder / "other.pub"),
+                 "signed by key .* not trusted")
+    assert_error(cli(command, files.rlx, "-o", out, "--trusted-key", folder / "k.pub"),
+                 "is not signed")
+    assert not out.exists()
+
+
 def test_verify_command_with_trusted_key(cli, files, signing):
     folder, model = signing
     assert cli("verify", model, "--onnx", files.onnx, "--trusted-key", folder / "k.pub",

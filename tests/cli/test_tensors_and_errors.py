@@ -168,3 +168,35 @@ def test_every_command_help_names_the_exit_codes(capsys, command):
     assert main([command, "--help"]) == 0
     assert "exit codes: 0 success, 1 a check failed, 2 bad usage, 3 an error" in \
         capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("command", "extra"), [
+    ("bake", []), ("import-onnx", []), ("export", []), ("tensors", []), ("convert", []),
+    ("relayout", ["--memory", "runtime"]), ("encrypt", ["--password", "pw"]),
+    ("decrypt", ["--password", "pw"]),
+])
+@pytest.mark.parametrize("spelling", ["same", "resolved", "hard link"])
+def test_an_output_that_is_the_input_is_refused(cli, files, tmp_path, command, extra,
+                                                spelling):
+    """The same file, named as given, through `..`, or by a hard link: a usage error (2)
+    before anything is read or written, and the input left as it was."""
+    source = tmp_path / ("m.onnx" if command in ("bake", "import-onnx") else "m.rlx")
+    original = (files.onnx if source.suffix == ".onnx" else files.rlx).read_bytes()
+    source.write_bytes(original)
+    output = {"same": source, "resolved": tmp_path / "sub" / ".." / source.name,
+              "hard link": tmp_path / f"link{source.suffix}"}[spelling]
+    (tmp_path / "sub").mkdir()
+    if spelling == "hard link":
+        output.hardlink_to(source)
+    assert_error(cli(command, source, "-o", output, *extra),
+                 f"the output .* is the input .*: write to another file .*'rlx-bake {command} "
+                 "--help'", code=2)
+    assert source.read_bytes() == original
+
+
+def test_bake_refuses_to_write_over_its_weights(cli, files, tmp_path):
+    weights = tmp_path / "w.npz"
+    weights.write_bytes(files.npz.read_bytes())
+    assert_error(cli("bake", files.graph_json, "-w", weights, "-o", weights), "is the input",
+                 code=2)
+    assert weights.read_bytes() == files.npz.read_bytes()

@@ -127,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_commands(sub, common)
     for command in sub.choices.values():  # every command, whoever added it
         command.epilog = (command.epilog or "").rstrip("\n") + "\n\n" + EXIT_CODES_SHORT
+        command.set_defaults(prog=command.prog)  # for usage errors found while running
     return parser
 
 
@@ -181,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with _logging(args.quiet, args.verbose):
         try:
             return ui.finish(args.run(args, ui))
+        except UsageError as err:  # options that clash, found once their values are known
+            return ui.fail(f"{err} (see '{err.prog} --help')", EXIT_USAGE, "usage")
         except RlxError as err:
             return ui.fail(str(err), EXIT_ERROR, error=err)
         except BrokenPipeError:  # `rlx-bake inspect x.rlx --graph | head`: not an error

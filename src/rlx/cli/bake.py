@@ -21,6 +21,7 @@ from rlx.cli.bake_args import (
 )
 from rlx.cli.contents import by_encoding, row_info
 from rlx.cli.formatting import fmt_bytes
+from rlx.cli.inputs import refuse_overwriting
 from rlx.cli.ui import CliError, Outcome, Ui, password_from
 from rlx.ir.naming import COMPUTING_NODES
 from rlx.weights.overlay import some_names
@@ -60,6 +61,7 @@ def package_features(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def bake_command(args, ui: Ui) -> Outcome:
+    refuse_overwriting(args, args.output, args.input, args.weights)
     fmt = artifact_output(args)
     package = package_features(args)
     opts = bake_options(args)

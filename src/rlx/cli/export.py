@@ -8,6 +8,8 @@ from typing import Any
 
 from rlx.artifact.output import check_writable
 from rlx.cli.formatting import fmt_bytes
+from rlx.cli.inputs import refuse_overwriting
+from rlx.cli.sign import add_trusted_key_option, trusted_keys
 from rlx.cli.ui import Outcome, Ui, add_password_options, password_from
 
 __all__ = ["add_commands"]
@@ -30,18 +32,21 @@ def add_commands(sub, common: argparse.ArgumentParser) -> None:
                         "the installed onnxruntime runs it), as int8 codes x scales in "
                         "standard ops, or dequantised to f32")
     add_password_options(p.add_argument_group("encrypted files"))
+    add_trusted_key_option(p)
     p.set_defaults(run=_export)
 
 
 def _export(args, ui: Ui) -> Outcome:
-    from rlx.artifact import read_rlx
+    from rlx.artifact import open_artifact
     from rlx.frontends.onnx.export import ExportSummary, export_onnx
 
+    refuse_overwriting(args, args.output, args.file)
     check_writable(args.output)
     password = password_from(args, ui)
     summary = ExportSummary()
     with ui.step(f"exporting {args.file}"):
-        file = read_rlx(args.file, password=password, verify="full")
+        file = open_artifact(args.file, password, verify="full",
+                             trusted_keys=trusted_keys(args))
         export_onnx(file, args.output, packed=None if args.packed == "auto" else args.packed,
                     summary=summary)
     data: dict[str, Any] = {"command": "export", "file": args.file, "output": args.output,

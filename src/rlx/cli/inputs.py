@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import zipfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rlx.cli.ui import CliError, one_line
+from rlx.cli.formatting import one_line
+from rlx.cli.ui import CliError, UsageError
 from rlx.errors import RlxError
 
-__all__ = ["load_array", "load_npz", "non_negative_float", "parsed", "positive_int"]
+__all__ = ["load_array", "load_npz", "non_negative_float", "parsed", "positive_int",
+           "refuse_overwriting"]
 
 
 def parsed(parse: Callable[[str], Any], what: str) -> Callable[[str], Any]:
@@ -74,3 +78,22 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
             return {name: archive[name] for name in archive.files}
         except ValueError as err:
             raise CliError(f"cannot read {path}: {one_line(err)}") from None
+
+
+def refuse_overwriting(args: argparse.Namespace, output: str | None,
+                       *inputs: str | None) -> None:
+    """A usage error when the output names one of the inputs (the same file, or the same
+    path once resolved): the write would replace what is being read."""
+    for source in inputs:
+        if output is not None and source is not None and _same_file(source, output):
+            raise UsageError(f"the output {output} is the input {source}: write to another "
+                             "file", args.prog)
+
+
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    try:
+        if os.path.samefile(a, b):  # hard links, and one file named two ways
+            return True
+    except OSError:  # the output does not exist yet
+        pass
+    return Path(a).resolve() == Path(b).resolve()

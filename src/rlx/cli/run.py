@@ -19,7 +19,7 @@ from rlx.artifact.output import check_writable
 from rlx.cli.formatting import fmt_ms, fmt_shape
 from rlx.cli.inputs import load_array, load_npz, positive_int
 from rlx.cli.sign import add_trusted_key_option, trusted_keys
-from rlx.cli.ui import CliError, Outcome, Ui, add_password_options, password_from
+from rlx.cli.ui import CliError, Outcome, Ui, UsageError, add_password_options, password_from
 from rlx.engines import Model, load
 from rlx.engines.numpy_engine import NumpyRunner
 from rlx.engines.registry import ENGINES, PRECISIONS
@@ -159,8 +159,8 @@ def _run(args, ui: Ui) -> Outcome:
     password = password_from(args, ui)
     feeds = _feeds(args)
     if args.profile_ops and uses_engine(args):
-        raise CliError("--profile-ops times the numpy engine's nodes; "
-                       "drop --engine/--precision")
+        raise UsageError("--profile-ops times the numpy engine's nodes; "
+                         "drop --engine/--precision", args.prog)
     model, timing = load_for_run(args.file, password, args, ui)
     times = []
     with _thread_limit(args.threads):

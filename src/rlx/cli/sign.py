@@ -1,6 +1,6 @@
 """`rlx-bake keygen`, `sign` and `verify-signature`, and the `--trusted-key` option of run,
-verify and inspect: Ed25519 signatures in a `.sig` file beside the artifact (docs/format.md,
-"Signatures"; the library is `rlx.artifact.signing`).
+verify, inspect, tensors and export: Ed25519 signatures in a `.sig` file beside the
+artifact (docs/format.md, "Signatures"; the library is `rlx.artifact.signing`).
 
 `verify-signature` exits 0 for a valid signature by a trusted key and 1 (a failed check)
 for an unsigned, untrusted, invalid or tampered artifact, with the reason on one line; a

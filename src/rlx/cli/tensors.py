@@ -8,10 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from rlx.artifact import read_rlx
+from rlx.artifact import open_artifact
 from rlx.artifact.atomic import atomic_write
 from rlx.artifact.output import check_writable
 from rlx.cli.formatting import fmt_bytes, fmt_shape
+from rlx.cli.inputs import refuse_overwriting
+from rlx.cli.sign import add_trusted_key_option, trusted_keys
 from rlx.cli.ui import CliError, Outcome, Ui, add_password_options, password_from
 from rlx.ir import DType
 from rlx.weights.writers import write_npz, write_safetensors
@@ -40,17 +42,19 @@ def add_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--names", nargs="+", metavar="NAME",
                    help="only these weights (default: all of them)")
     add_password_options(p.add_argument_group("encrypted files"))
+    add_trusted_key_option(p)
     p.set_defaults(run=_tensors)
 
 
 def _tensors(args, ui: Ui) -> Outcome:
+    refuse_overwriting(args, args.output, args.file)
     suffix = Path(args.output).suffix.lower()
     if suffix not in _TENSOR_FORMATS:
         raise CliError(f"{args.output}: expected a {' or '.join(_TENSOR_FORMATS)} file name")
     check_writable(args.output)
     password = password_from(args, ui)
     with ui.step(f"reading {args.file}"):
-        file = read_rlx(args.file, password=password)
+        file = open_artifact(args.file, password, trusted_keys=trusted_keys(args))
     names = list(dict.fromkeys(args.names)) if args.names else [w.name for w in file.weights]
     arrays: dict[str, np.ndarray] = {}
     with ui.step("decoding") as update:

@@ -22,7 +22,7 @@ from rlx.cli.bake_args import (
 )
 from rlx.cli.contents import encryption_info
 from rlx.cli.formatting import fmt_bytes
-from rlx.cli.inputs import parsed
+from rlx.cli.inputs import parsed, refuse_overwriting
 from rlx.cli.ui import CliError, Outcome, Ui, add_password_options, password_from
 
 __all__ = ["add_commands"]
@@ -52,6 +52,7 @@ def _add_relayout(sub, common) -> None:
 
 
 def _relayout(args, ui: Ui) -> Outcome:
+    refuse_overwriting(args, args.output, args.input)
     check_writable(args.output)
     password = password_from(args, ui)
     with ui.step(f"reading {args.input}"):
@@ -92,6 +93,7 @@ def _add_crypto(sub, common, name: str, run, text: str) -> None:
 
 
 def _encrypt(args, ui: Ui) -> Outcome:
+    refuse_overwriting(args, args.output, args.input)
     check_writable(args.output)
     password = password_from(args, ui)
     if is_encrypted(args.input):
@@ -106,6 +108,7 @@ def _encrypt(args, ui: Ui) -> Outcome:
 
 
 def _decrypt(args, ui: Ui) -> Outcome:
+    refuse_overwriting(args, args.output, args.input)
     check_writable(args.output)
     password = password_from(args, ui)
     assert password is not None  # the password options are required (argparse)
@@ -143,6 +146,7 @@ def _convert(args, ui: Ui) -> Outcome:
     if kind == "rlx-encrypted":
         raise CliError(f"{args.input} is encrypted; convert reads plain files: decrypt it "
                        f"first (rlx-bake decrypt {args.input} -o plain.rlx ...)")
+    refuse_overwriting(args, args.output, args.input)
     fmt = artifact_output(args)
     with ui.step(f"reading {args.input}"):
         file = open_artifact(args.input, verify="full")
