@@ -37,12 +37,14 @@ _LAZY = {
                     "rlx.artifact.signing"),
 }
 __all__ = [
-    "BakeOptions", "BakeProfile", "BakeReport", "CompiledGraph", "DType", "Graph",
-    "MemoryMode", "MemoryStats", "RlxError", "RlxFile", "RlxIo", "RlxMeta", "RlxWeight",
-    "Session", "Shape", "__version__", "apply_memory_mode", "bake", "bake_bundle", "bake_file",
-    "dedupe_identical_constants", "drop_weight_table_data", "ensure_runtime_ready",
-    "import_onnx", "into_runtime_graph", "load_weights", "materialize_weights",
-    "needs_materialize", "read_rlx", "relayout", "strip_graph_weight_bytes",
-    "strip_table_weight_bytes", "write_rlx",
+    "BakeOptions", "BakeProfile", "BakeReport", "CompiledGraph", "DType", "Graph", "IoSpec",
+    "MemoryMode", "MemoryStats", "Model", "RlxError", "RlxFile", "RlxIo", "RlxMeta",
+    "RlxWeight", "RlxpOptions", "Session", "Shape", "__version__", "apply_memory_mode", "bake",
+    "bake_bundle", "bake_file", "dedupe_identical_constants", "drop_weight_table_data",
+    "ensure_runtime_ready", "export_onnx", "generate_keypair", "import_onnx",
+    "into_runtime_graph", "load", "load_weights", "materialize_weights", "needs_materialize",
+    "open_artifact", "read_rlx", "read_rlxp", "relayout", "save_keypair", "sign_artifact",
+    "strip_graph_weight_bytes", "strip_table_weight_bytes", "verify_signature", "write_rlx",
+    "write_rlxp",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

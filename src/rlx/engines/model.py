@@ -4,7 +4,8 @@ A `Model` holds an engine's runner, the graph's declared inputs and outputs (`Io
 the artifact (its memory map stays open while the model lives). `Model.run` checks feeds
 with the numpy runtime's own rules (`rlx.runtime.feeds.check_feeds`), so every engine
 accepts and refuses exactly the same feeds with the same messages, then hands the checked
-arrays to the engine. `run` may be called from many threads at once.
+arrays to the engine. `run` may be called from many threads at once; it also reads
+onnxruntime's argument order and a bare array (`rlx.engines.calls`).
 
 A warm load (`rlx.engines.warm`: onnxruntime chosen before, its prepacked model saved)
 reads only the file's header; `Model.file` then opens the whole artifact when first used.
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
+from rlx.engines.calls import RunArgument, RunArguments
 from rlx.engines.registry import WARM_ENGINES, check_engine, check_precision, engine_module
 from rlx.errors import InputError
 from rlx.ir.shape import Dim, Shape
@@ -37,11 +39,21 @@ log = Logger("rlx.engines")
 @dataclass(frozen=True)
 class IoSpec:
     """A model input or output: `name`, `shape` (symbolic dims as their names, "?" where
-    unknown) and `dtype` (a numpy dtype)."""
+    unknown) and `dtype` (a numpy dtype); `type` spells the dtype as onnxruntime's NodeArg
+    does, so `Model.get_inputs()` reads as onnxruntime's."""
 
     name: str
     shape: tuple[Dim, ...]
     dtype: np.dtype
+
+    @property
+    def type(self) -> str:
+        """The dtype as onnxruntime's `NodeArg.type` spells it, e.g. "tensor(float)"."""
+        return f"tensor({_ORT_TYPE_NAMES.get(self.dtype.name, self.dtype.name)})"
+
+
+_ORT_TYPE_NAMES = {"float32": "float", "float64": "double"}
+"""numpy dtype names onnxruntime spells otherwise (the rest it spells as numpy does)."""
 
 
 class Runner(Protocol):
@@ -80,6 +92,8 @@ class Model:
                        for n in self._inputs]
         self.outputs = outputs
         self._output_names = [spec.name for spec in self.outputs]
+        self._arguments = RunArguments("model.run", [s.name for s in self.inputs],
+                                       self._output_names)
 
     @property
     def file(self) -> RlxFile:
@@ -106,12 +120,27 @@ class Model:
     def runner(self) -> Runner:
         return self._runner
 
-    def run(self, feeds: Mapping[str, Any], outputs: Sequence[str] | None = None
-            ) -> list[np.ndarray]:
-        """Outputs in graph order, or only the named ones in the order given."""
+    def run(self, feeds: RunArgument, outputs: RunArgument = None) -> list[np.ndarray]:
+        """Outputs in graph order, or only the named ones in the order given.
+
+        `run(feeds)`, `run(feeds, ["probs"])`, onnxruntime's `run(None, feeds)` and
+        `run(["probs"], feeds)`; `feeds` a dict of input name -> array, or a bare array
+        for a model with one input. `model(...)` is `model.run(...)`."""
+        if outputs is not None or feeds.__class__ is not dict:  # not the everyday call
+            feeds, outputs = self._arguments.read(feeds, outputs)
         checked = check_feeds(self._inputs, feeds)
         arrays = {n.source_name: checked[n.id] for n in self._inputs}
         return self._runner.run(arrays, self._select(outputs))
+
+    __call__ = run
+
+    def get_inputs(self) -> list[IoSpec]:
+        """`inputs`, by onnxruntime's name (each has `.name`, `.shape` and `.type`)."""
+        return list(self.inputs)
+
+    def get_outputs(self) -> list[IoSpec]:
+        """`outputs`, by onnxruntime's name (each has `.name`, `.shape` and `.type`)."""
+        return list(self.outputs)
 
     def _select(self, outputs: Sequence[str] | None) -> Sequence[str]:
         if outputs is None:
