@@ -10,7 +10,7 @@ __all__ = [
     "RlxError", "GraphError", "ShapeError", "UnsupportedOpError", "InputError", "KernelError",
     "BakeError", "BindingError", "WeightError", "ModelImportError", "ArtifactError",
     "IntegrityError", "EncryptedFileError", "DecryptError", "SignatureError", "SigningKeyError",
-    "ServeError",
+    "ServeError", "StreamThreadError",
 ]
 
 
@@ -105,6 +105,11 @@ class ExportError(RlxError):
 
 class EngineError(RlxError):
     """An engine is unknown, not installed, or cannot run the model (one line, with the fix)."""
+
+
+class StreamThreadError(RlxError):
+    """A stream session (`Model.stream()`) was used from a thread other than the one that
+    opened it: its state belongs to one stream; open one per thread from the shared model."""
 
 
 class ServeError(RlxError):

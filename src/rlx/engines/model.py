@@ -5,7 +5,8 @@ the artifact (its memory map stays open while the model lives). `Model.run` chec
 with the numpy runtime's own rules (`rlx.runtime.feeds.check_feeds`), so every engine
 accepts and refuses exactly the same feeds with the same messages, then hands the checked
 arrays to the engine. `run` may be called from many threads at once; it also reads
-onnxruntime's argument order and a bare array (`rlx.engines.calls`).
+onnxruntime's argument order and a bare array (`rlx.engines.calls`), and `Model.stream()`
+opens a session that feeds state outputs back (`rlx.engines.stream`).
 
 A warm load (`rlx.engines.warm`: onnxruntime chosen before, its prepacked model saved)
 reads only the file's header; `Model.file` then opens the whole artifact when first used.
@@ -29,6 +30,7 @@ from rlx.runtime.feeds import check_feeds
 
 if TYPE_CHECKING:  # a warm load imports no graph IR
     from rlx.artifact.model import RlxFile
+    from rlx.engines.stream import Stream
     from rlx.ir.graph import Graph
 
 __all__ = ["FeedInput", "IoSpec", "Model", "Runner", "load", "build_runner", "graph_outputs"]
@@ -141,6 +143,15 @@ class Model:
     def get_outputs(self) -> list[IoSpec]:
         """`outputs`, by onnxruntime's name (each has `.name`, `.shape` and `.type`)."""
         return list(self.outputs)
+
+    def stream(self, state_map: Mapping[str, str] | None = None,
+               initial: Mapping[str, Any] | None = None) -> Stream:
+        """A session for one stream that feeds state outputs back as the next call's
+        inputs: `state_map` {output: input}, or None to pair them by name and shape;
+        `initial` {input: array}, or zeros (`rlx.engines.stream.Stream`)."""
+        from rlx.engines.stream import Stream
+
+        return Stream(self, state_map, initial)
 
     def _select(self, outputs: Sequence[str] | None) -> Sequence[str]:
         if outputs is None:
