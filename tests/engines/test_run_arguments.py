@@ -6,6 +6,8 @@ one-line InputError showing the call that works, on every engine."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -53,6 +55,30 @@ def test_a_bare_array_and_calling_the_model(engine, mlp):
     _same(model(None, x["x"]), want)
     _same(model(x["x"], ["probs"]), want[1:])
     _same(model.run(x, "probs"), want[1:])
+
+
+def _calls(run) -> int:
+    """Python and C function calls one `run()` makes (a count, not a clock)."""
+    count = [0]
+
+    def profile(frame, event, arg):
+        if event in ("call", "c_call"):
+            count[0] += 1
+
+    run()  # warm: first-run allocations and plans
+    sys.setprofile(profile)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return count[0]
+
+
+def test_onnxruntime_s_call_costs_what_the_everyday_call_costs(engine, mlp):
+    require(engine)
+    model, x = rlx.load(mlp.path, engine=engine), feeds()
+    everyday = _calls(lambda: model.run(x))
+    assert _calls(lambda: model.run(None, x)) == _calls(lambda: model(x)) == everyday
 
 
 def test_get_inputs_and_outputs_read_like_onnxruntime_s(engine, mlp):

@@ -129,7 +129,10 @@ class Model:
         `run(["probs"], feeds)`; `feeds` a dict of input name -> array, or a bare array
         for a model with one input. `model(...)` is `model.run(...)`."""
         if outputs is not None or feeds.__class__ is not dict:  # not the everyday call
-            feeds, outputs = self._arguments.read(feeds, outputs)
+            if feeds is None and outputs.__class__ is dict:  # onnxruntime's, as cheap
+                feeds, outputs = outputs, None
+            else:
+                feeds, outputs = self._arguments.read(feeds, outputs)
         checked = check_feeds(self._inputs, feeds)
         arrays = {n.source_name: checked[n.id] for n in self._inputs}
         return self._runner.run(arrays, self._select(outputs))
