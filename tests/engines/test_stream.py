@@ -163,3 +163,15 @@ def test_a_symbolic_state_takes_its_size_from_the_paired_output_or_asks(tmp_path
                      engine="numpy")
     with pytest.raises(InputError, match=r"start it, model.stream\(initial=\{'h0': array\}\)"):
         open_.stream()
+
+
+def test_run_sequence_steps_the_inputs_given_with_a_step_axis(tmp_path):
+    model = rlx.load(write_cell(tmp_path / "cell.rlx"), engine="numpy")
+    ys, hns = model.stream().run_sequence({"x": XS}, ["y", "hn"])
+    want, last = by_hand(XS, np.zeros((1, 4)))
+    np.testing.assert_allclose(ys, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(hns[-1], last, rtol=1e-5, atol=1e-6)
+    with pytest.raises(InputError, match=r"nothing to step over: .*\{'x': 2, 'h0': 2\}"):
+        model.stream().run_sequence({"x": XS[0]})
+    with pytest.raises(InputError, match="disagree on the number of steps"):
+        model.stream().run_sequence({"x": XS[:0]})

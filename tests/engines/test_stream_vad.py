@@ -99,3 +99,13 @@ def test_the_state_carries_between_chunks(baked):
     fresh = np.array([model.run({"input": x, "state": np.zeros((2, 1, 128), np.float32),
                                  "sr": SR})[0] for x in xs]).ravel()
     assert np.max(np.abs(outputs - fresh)) > 0.1
+
+
+def test_a_whole_sequence_at_once(baked):
+    """`run_sequence` steps `input` along its first axis, feeds `sr` at every step, and
+    stacks the outputs: the stream's own loop, bit for bit."""
+    xs = chunks()
+    model = rlx.load(baked, engine="onnxruntime")
+    (outputs,) = model.stream().run_sequence({"input": xs, "sr": SR})
+    assert outputs.shape == (100, 1, 1)
+    np.testing.assert_array_equal(outputs, streamed(model, xs)[0])

@@ -94,6 +94,29 @@ class Stream:
 
     __call__ = run
 
+    def run_sequence(self, feeds: Mapping[str, Any], outputs: Sequence[str] | None = None
+                     ) -> list[np.ndarray]:
+        """Every step of a sequence: an input given with one more dim than it declares is
+        stepped along its first axis, the others are fed unchanged at every step (a sample
+        rate). Returns each output stacked over the steps."""
+        ranks = {spec.name: len(spec.shape) for spec in self._model.inputs}
+        stepped = {name: value for name, value in feeds.items()
+                   if name in ranks and np.ndim(value) == ranks[name] + 1}
+        lengths = sorted({len(value) for value in stepped.values()})
+        if len(lengths) != 1 or not lengths[0]:
+            raise InputError(self._no_steps(ranks, stepped))
+        fixed = {name: value for name, value in feeds.items() if name not in stepped}
+        steps = [self.run({**fixed, **{name: value[k] for name, value in stepped.items()}},
+                          outputs) for k in range(lengths[0])]
+        return [np.stack(values) for values in zip(*steps)]
+
+    def _no_steps(self, ranks: Mapping[str, int], stepped: Mapping[str, Any]) -> str:
+        if not stepped:
+            return (f"nothing to step over: give an input one more dim than it declares, "
+                    f"steps first (declared ranks {dict(ranks)})")
+        sizes = {name: len(value) for name, value in stepped.items()}
+        return f"stepped inputs disagree on the number of steps (or have none): {sizes}"
+
     def _wrong_thread(self) -> StreamThreadError:
         return StreamThreadError(
             f"this stream of {self._model.name!r} belongs to the thread that opened it; "
