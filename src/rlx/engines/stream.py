@@ -49,16 +49,21 @@ class Stream:
                  initial: Mapping[str, Any] | None = None):
         self._model = model
         outputs = [spec.name for spec in model.outputs]
-        self.pairs = dict(state_map) if state_map is not None else find_state_pairs(model)
-        _check_pairs(model, self.pairs)
-        self._feedback = [(outputs.index(out), name) for out, name in self.pairs.items()]
+        self._pairs = dict(state_map) if state_map is not None else find_state_pairs(model)
+        _check_pairs(model, self._pairs)
+        self._feedback = [(outputs.index(out), name) for out, name in self._pairs.items()]
         self._index = {name: k for k, name in enumerate(outputs)}
-        self._shown = [k for k, name in enumerate(outputs) if name not in self.pairs]
-        fed = [s.name for s in model.inputs if s.name not in self.pairs.values()]
+        self._shown = [k for k, name in enumerate(outputs) if name not in self._pairs]
+        fed = [s.name for s in model.inputs if s.name not in self._pairs.values()]
         self._arguments = RunArguments("stream.run", fed, outputs)
         self._thread = threading.get_ident()
         self._initial = self._start(initial or {})
         self._state = dict(self._initial)
+
+    @property
+    def pairs(self) -> dict[str, str]:
+        """{output: the input it feeds at the next call}."""
+        return dict(self._pairs)
 
     @property
     def state(self) -> dict[str, np.ndarray]:
@@ -126,13 +131,13 @@ class Stream:
         """The first call's state: `initial` checked as the inputs declare, zeros for the
         rest."""
         specs = _inputs(self._model)
-        unknown = sorted(set(initial) - set(self.pairs.values()))
+        unknown = sorted(set(initial) - set(self._pairs.values()))
         if unknown:
             raise InputError(f"initial names {', '.join(map(repr, unknown))}, not a state "
-                             f"input; state inputs are {sorted(self.pairs.values())}")
+                             f"input; state inputs are {sorted(self._pairs.values())}")
         outputs = {spec.name: spec for spec in self._model.outputs}
         start = {}
-        for out, name in self.pairs.items():
+        for out, name in self._pairs.items():
             spec = specs[name]
             if name in initial:
                 shape = Shape(spec.shape, DType.from_numpy(spec.dtype))
@@ -155,7 +160,7 @@ class Stream:
         return [self._index[n] for n in names]
 
     def __repr__(self) -> str:
-        pairs = ", ".join(f"{out!r} -> {name!r}" for out, name in self.pairs.items())
+        pairs = ", ".join(f"{out!r} -> {name!r}" for out, name in self._pairs.items())
         return f"Stream({self._model.name!r}, {{{pairs}}})"
 
 
