@@ -81,8 +81,8 @@ def _named_path(text: str) -> tuple[str, str]:
 
 
 def _feeds(args) -> dict[str, np.ndarray]:
-    if args.inputs:
-        return load_npz(args.inputs)
+    if args.inputs or args.stream:
+        return load_npz(args.inputs or args.stream)
     feeds: dict[str, np.ndarray] = {}
     for name, path in args.input or ():
         if name in feeds:
@@ -121,12 +121,19 @@ def add_commands(sub, common: argparse.ArgumentParser) -> None:
                               "  rlx-bake run model.rlx --inputs feeds.npz --output out.npz "
                               "--repeat 20\n"
                               "  rlx-bake run model.rlx --inputs feeds.npz --profile-ops "
-                              "--repeat 20 --top 15")
+                              "--repeat 20 --top 15\n"
+                              "  rlx-bake run vad.rlx --stream chunks.npz --output probs.npz")
     p.add_argument("file", help="a .rlx file")
     given = p.add_mutually_exclusive_group()
     given.add_argument("--input", action="append", type=_named_path, metavar="NAME=PATH.npy",
                        help="one input (repeat the option for several)")
     given.add_argument("--inputs", metavar="FILE.npz", help="every input, by name, in one .npz")
+    given.add_argument("--stream", metavar="FEEDS.npz",
+                       help="run a sequence through a model that carries state (Model.stream: "
+                            "outputs such as stateN fed back as the next step's state): inputs "
+                            "with one more dim than declared are stepped along their first "
+                            "axis, the others fed at every step; outputs summarised (and "
+                            "saved) stacked over the steps")
     p.add_argument("--output", metavar="OUT.npz", help="save the outputs, by name, to an .npz")
     p.add_argument("--repeat", type=positive_int, default=1, metavar="N",
                    help="run N times and report the median time (default 1)")
@@ -161,16 +168,23 @@ def _run(args, ui: Ui) -> Outcome:
     if args.profile_ops and uses_engine(args):
         raise UsageError("--profile-ops times the numpy engine's nodes; "
                          "drop --engine/--precision", args.prog)
+    if args.stream and (args.profile_ops or args.repeat != 1):
+        raise UsageError("--stream runs its sequence once; drop --repeat/--profile-ops",
+                         args.prog)
     model, timing = load_for_run(args.file, password, args, ui)
-    times = []
+    times, profile, stream = [], None, None
     with _thread_limit(args.threads):
-        for _ in ui.track(range(args.repeat), "running"):
-            start = time.perf_counter()
-            outputs = model.run(feeds)
-            times.append((time.perf_counter() - start) * 1e3)
-        profile = profile_ops(_compiled(model), feeds, args.repeat) if args.profile_ops \
-            else None
-    named = dict(zip((spec.name for spec in model.outputs), outputs))
+        if args.stream:
+            named, stream = _streamed(model, feeds, ui)
+            times.append(stream["run_ms"])
+        else:
+            for _ in ui.track(range(args.repeat), "running"):
+                start = time.perf_counter()
+                outputs = model.run(feeds)
+                times.append((time.perf_counter() - start) * 1e3)
+            named = dict(zip((spec.name for spec in model.outputs), outputs))
+            if args.profile_ops:
+                profile = profile_ops(_compiled(model), feeds, args.repeat)
     if args.output:
         _save_npz(args.output, named)
     timing.update(run_ms_median=statistics.median(times), run_ms_min=min(times),
@@ -179,8 +193,25 @@ def _run(args, ui: Ui) -> Outcome:
             "inputs": [summary(k, v) for k, v in feeds.items()],
             "outputs": [summary(k, v) for k, v in named.items()],
             "timing": timing, "threads": args.threads, "saved_to": args.output,
+            "stream": stream,
             "profile": None if profile is None else _profile_data(profile, args.top)}
     return Outcome(data, _render_run)
+
+
+def _streamed(model: Model, feeds: Mapping[str, np.ndarray], ui: Ui
+              ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The sequence once through `Model.stream()`: every output stacked over the steps, and
+    what the stream fed back and how long the steps took."""
+    stream = model.stream()
+    names = [spec.name for spec in model.outputs]
+    with ui.step(f"streaming {model.name} (state {stream.pairs})"):
+        start = time.perf_counter()
+        outputs = stream.run_sequence(feeds, names)
+        seconds = time.perf_counter() - start
+    steps = len(outputs[0])
+    return dict(zip(names, outputs)), {"steps": steps, "pairs": stream.pairs,
+                                       "run_ms": seconds * 1e3,
+                                       "step_ms_mean": seconds * 1e3 / steps}
 
 
 def _profile_data(profile: OpProfile, top: int) -> dict[str, Any]:
@@ -205,13 +236,20 @@ def num(value: float | None) -> str:
 
 
 def _render_run(d: dict, ui: Ui) -> None:
-    ui.table(f"outputs of {d['file']}", ("name", "shape", "dtype", "min", "max", "mean", "NaN"),
+    t, stream = d["timing"], d["stream"]
+    stacked = f", stacked over {stream['steps']} steps" if stream else ""
+    ui.table(f"outputs of {d['file']}{stacked}",
+             ("name", "shape", "dtype", "min", "max", "mean", "NaN"),
              _stats_rows(d["outputs"]), numeric=("min", "max", "mean", "NaN"))
-    t = d["timing"]
+    runs = [(f"run, median of {t['repeat']}", fmt_ms(t["run_ms_median"])),
+            ("run, fastest", fmt_ms(t["run_ms_min"]))]
+    if stream:
+        fed = ", ".join(f"{out} -> {name}" for out, name in stream["pairs"].items())
+        runs = [(f"{stream['steps']} steps, state {fed}", fmt_ms(stream["run_ms"])),
+                ("per step, mean", fmt_ms(stream["step_ms_mean"]))]
     ui.pairs("timing", [("load (read_rlx)", fmt_ms(t["load_ms"])),
                         ("compile (checksums, materialise, compile)", fmt_ms(t["compile_ms"])),
-                        (f"run, median of {t['repeat']}", fmt_ms(t["run_ms_median"])),
-                        ("run, fastest", fmt_ms(t["run_ms_min"]))])
+                        *runs])
     if d["profile"]:
         _render_profile(d["profile"], ui)
     if d["saved_to"]:
