@@ -65,7 +65,8 @@ from rlx.safeio import open_regular
 __all__ = [
     "DEFAULT_CHUNK_SIZE", "DEFAULT_KDF", "ENC_MAGIC", "ENC_VERSION", "HEADER_SIZE", "PLAIN_MAGIC",
     "TAG_SIZE", "EncryptionInfo", "KdfLimits", "KdfParams", "decrypt_bytes", "decrypt_file",
-    "encrypt_bytes", "encrypt_file", "encrypt_stream", "is_encrypted", "read_encryption_info",
+    "encrypt_bytes", "encrypt_file", "encrypt_stream", "is_encrypted", "password_bytes",
+    "read_encryption_info",
 ]
 
 ENC_MAGIC = b"RLXENC01"
@@ -174,8 +175,21 @@ def _nonce(prefix: bytes, index: int, count: int) -> bytes:
     return prefix + _NONCE_TAIL.pack(index, index == count - 1)
 
 
-def _password_bytes(password: str | bytes, purpose: str) -> bytes:
-    secret = password.encode("utf-8") if isinstance(password, str) else bytes(password)
+def password_bytes(password: object, purpose: str) -> bytes:
+    """The key material of a `str` (as UTF-8) or `bytes` password; anything else, an empty
+    one or a `str` that is not valid Unicode (a lone surrogate) is an ArtifactError. Other
+    types are refused rather than converted: `bytes(1234)` is 1234 NUL bytes."""
+    if isinstance(password, str):
+        try:
+            secret = password.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise ArtifactError(f"{purpose} password is not valid Unicode text (a lone "
+                                f"surrogate at index {err.start}); pass it as bytes") from None
+    elif isinstance(password, (bytes, bytearray, memoryview)):
+        secret = bytes(password)
+    else:
+        raise ArtifactError(f"{purpose} password must be str or bytes, not "
+                            f"{type(password).__name__}")
     if not secret:
         raise ArtifactError(f"{purpose} password must not be empty")
     return secret
@@ -299,7 +313,7 @@ def encrypt_stream(src: BinaryIO, dst: BinaryIO, password: str | bytes, *, lengt
     `dst` (temp file, fsync, rename) and must discard it on error. `expect_magic` guards
     against encrypting something that is not a `*.rlx` file; `name` labels error messages.
     """
-    secret = _password_bytes(password, "encryption")
+    secret = password_bytes(password, "encryption")
     limits = KdfLimits()  # never write a file that a default reader refuses
     limits.check_kdf(kdf, name)
     limits.check_chunk_size(chunk_size, name)
@@ -351,7 +365,7 @@ def _decrypt_stream(src: BinaryIO, header: _Header, password: str | bytes,
     The header was validated against the real file size, so the allocation is bounded by
     the file's own size, and the chunk count is known before the first read.
     """
-    secret = _password_bytes(password, "decryption")
+    secret = password_bytes(password, "decryption")
     info = header.info
     out = bytearray(info.plaintext_length)
     plain = memoryview(out)

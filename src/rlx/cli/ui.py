@@ -255,11 +255,9 @@ def password_from(args, ui: Ui) -> str | bytes | None:
             return os.fsencode(value)
         return value
     if args.password_file is not None:
-        try:
-            text = Path(args.password_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise CliError(f"cannot read password file {args.password_file}: "
-                           f"{getattr(err, 'strerror', None) or err}") from None
+        from rlx.safeio import read_small_text  # devices, FIFOs, big files refused unread
+
+        text = read_small_text(args.password_file, CliError, "password file")
         return _non_empty(text.removesuffix("\n").removesuffix("\r"),
                           f"password file {args.password_file}")
     return None

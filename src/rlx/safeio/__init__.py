@@ -7,7 +7,14 @@ frontend); it imports nothing of rlx but `rlx.errors`, so any layer may use it.
 from __future__ import annotations
 
 from rlx.safeio.errors import detached
-from rlx.safeio.files import FileIdentity, open_regular, read_fd, read_regular
+from rlx.safeio.files import (
+    SMALL_FILE_BYTES,
+    FileIdentity,
+    open_regular,
+    read_fd,
+    read_regular,
+    read_small_text,
+)
 from rlx.safeio.json_scan import JsonLimits, load_json
 from rlx.safeio.mapping import (
     MappedFile,
@@ -18,6 +25,6 @@ from rlx.safeio.mapping import (
     read_from_file,
 )
 
-__all__ = ["FileIdentity", "JsonLimits", "MappedFile", "detached", "in_leased_map", "load_json",
-           "map_fd", "map_file", "map_with_file", "open_regular", "read_fd", "read_from_file",
-           "read_regular"]
+__all__ = ["SMALL_FILE_BYTES", "FileIdentity", "JsonLimits", "MappedFile", "detached",
+           "in_leased_map", "load_json", "map_fd", "map_file", "map_with_file", "open_regular",
+           "read_fd", "read_from_file", "read_regular", "read_small_text"]

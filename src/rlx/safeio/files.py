@@ -15,7 +15,12 @@ import stat
 from rlx.errors import RlxError
 from rlx.record import dataclass
 
-__all__ = ["FileIdentity", "open_regular", "read_regular"]
+__all__ = ["SMALL_FILE_BYTES", "FileIdentity", "open_regular", "read_fd", "read_regular",
+           "read_small_text"]
+
+SMALL_FILE_BYTES = 1 << 16
+"""Largest password (or other one-line secret) file rlx reads: 64 KiB. Its size is checked
+on the opened descriptor before a byte is read, so `/dev/zero` or a huge file costs nothing."""
 
 
 @dataclass(frozen=True)
@@ -125,3 +130,18 @@ def read_fd(fd: int, name: str, error: type[RlxError], *, limit: int | None = No
     if len(data) != length or after != before:
         raise error(f"{name} changed while it was read (another process is writing it)")
     return data
+
+
+def read_small_text(path: str | os.PathLike[str], error: type[RlxError], what: str, *,
+                    limit: int = SMALL_FILE_BYTES) -> str:
+    """The UTF-8 text of a small regular file (a password file): devices, FIFOs and files
+    over `limit` bytes are refused before reading; `what` names the file in the error."""
+    try:
+        data = read_regular(path, error, limit=limit)
+    except RlxError as err:
+        raise error(f"{what}: {err}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise error(f"{what}: {os.fsdecode(path)} is not UTF-8 text (byte {err.start})"
+                    ) from None
