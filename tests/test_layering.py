@@ -34,7 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "engines": {"errors", "ir", "codecs", "kernels", "runtime", "artifact", "frontends", "safeio",
                 "version", "_lazy", "logs"},
     # rlx.ray: Ray Serve deployment and Ray Data predictor over rlx.load (beside the CLI)
-    "ray": {"errors", "engines", "artifact", "weights", "_lazy"},
+    "ray": {"errors", "engines", "artifact", "weights", "_lazy", "safeio"},
     "models": {"ir"},
     "demo": {"engines", "baking", "artifact", "models"},
     # the rlx-bake command (package rlx.cli): thin commands over the library, may import it all

@@ -10,15 +10,20 @@ and must match, as `Model.run` requires. The answer comes in the request's forma
 `Accept` names the other.
 
 Errors are JSON, `{"error": {"type", "message", "status"}}`: 400 for a body or feeds the
-model refuses (rlx's own `InputError` message), 404/405 for a wrong route or method, 415
-for another content type, 413 for an .npz that unpacks too large, 500 for anything else.
+model refuses (rlx's own `InputError` message), 404/405 for a wrong route or method, 408
+for a body that does not arrive in time, 413 for a body over its cap (`MAX_JSON_BYTES`, or
+an .npz past `MAX_FEED_BYTES` sent or unpacked), 415 for another content type, 422 for
+outputs JSON cannot carry, 500 for anything else.
+
+Replies are strict JSON: NaN and infinities have no JSON token, so a JSON reply whose
+outputs hold any is refused with a 422 naming them; the .npz reply carries them as they
+are. (Requests may hold `NaN` / `Infinity` tokens, as Python's `json.dumps` writes them.)
 """
 
 from __future__ import annotations
 
 import io
 import json
-import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,25 +32,26 @@ import numpy as np
 
 from rlx.engines.model import IoSpec
 from rlx.errors import InputError, RlxError
+from rlx.ray.errors import RequestError
+from rlx.ray.npz_body import npz_arrays
+from rlx.safeio import JsonLimits, load_json
 from rlx.weights.writers import write_npz
 
-__all__ = ["HEALTH", "JSON", "MAX_FEED_BYTES", "NPZ", "PREDICT", "ROUTES", "Reply",
-           "RequestError", "decode_feeds", "describe", "encode_outputs", "error_reply",
-           "json_reply", "reply_format", "route"]
+__all__ = ["HEALTH", "JSON", "MAX_FEED_BYTES", "MAX_JSON_BYTES", "NPZ", "PREDICT", "ROUTES",
+           "Reply", "RequestError", "body_limit", "decode_feeds", "describe", "encode_outputs",
+           "error_reply", "json_reply", "reply_format", "route"]
 
 JSON = "application/json"
 NPZ = "application/octet-stream"
 MAX_FEED_BYTES = 1 << 30
 """Largest total of an .npz body's arrays once unpacked: a deflated member can claim far
-more than the body's own size (a zip bomb), so the claim is checked before reading."""
-
-
-class RequestError(InputError):
-    """A request the server cannot turn into feeds; `status` is its HTTP status."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
+more than the body's own size (a zip bomb), so the claim is checked before reading. The
+body itself is capped at the same size."""
+MAX_JSON_BYTES = 16 << 20
+"""Largest JSON body: parsed, each number costs ~5x its text in Python objects (a 31.5 MB
+body cost a replica 163 MB); larger feeds travel as .npz, at their own size."""
+JSON_LIMITS = JsonLimits(max_depth=64, bytes_per_container=2)
+"""Nesting as deep as a rank-64 tensor; any number of rows (`[0],` is 4 bytes a list)."""
 
 
 @dataclass(frozen=True)
@@ -88,24 +94,32 @@ def _media_type(header: str | None) -> str:
     return (header or "").split(";")[0].strip().lower()
 
 
-def decode_feeds(inputs: Sequence[IoSpec], body: bytes, content_type: str | None
-                 ) -> dict[str, np.ndarray]:
-    """The feeds a request body holds, by input name (RequestError when it holds none)."""
+def body_limit(content_type: str | None) -> int:
+    """The most bytes a body of this content type may hold (415 for another type)."""
     kind = _media_type(content_type)
     if kind == JSON:
-        return _json_feeds(inputs, body)
+        return MAX_JSON_BYTES
     if kind == NPZ:
-        return _npz_feeds(body)
+        return MAX_FEED_BYTES
     raise RequestError(f"Content-Type {kind or '(none)'!r} is not accepted: send {JSON} "
                        f"({{\"inputs\": {{name: nested lists}}}}) or {NPZ} (an .npz archive)",
                        415)
 
 
+def decode_feeds(inputs: Sequence[IoSpec], body: bytes, content_type: str | None
+                 ) -> dict[str, np.ndarray]:
+    """The feeds a request body holds, by input name (RequestError when it holds none)."""
+    limit = body_limit(content_type)
+    if len(body) > limit:
+        raise RequestError(f"the request body holds {len(body):,} bytes, more than the "
+                           f"{limit:,} this content type may hold", 413)
+    if _media_type(content_type) == JSON:
+        return _json_feeds(inputs, body)
+    return npz_arrays(body, MAX_FEED_BYTES)
+
+
 def _json_feeds(inputs: Sequence[IoSpec], body: bytes) -> dict[str, np.ndarray]:
-    try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise RequestError(f"the body is not JSON: {err}") from None
+    document = load_json(body, RequestError, "the body", JSON_LIMITS)
     feeds = document.get("inputs") if isinstance(document, dict) else None
     if not isinstance(feeds, dict):
         raise RequestError('expected a JSON object {"inputs": {name: nested lists}}')
@@ -137,24 +151,6 @@ def _in_range(array: np.ndarray, limits: np.iinfo) -> bool:
     return bool(limits.min <= array.min() and array.max() <= limits.max)
 
 
-def _npz_feeds(body: bytes) -> dict[str, np.ndarray]:
-    buffer = io.BytesIO(body)
-    try:
-        with zipfile.ZipFile(buffer) as archive:
-            claimed = sum(member.file_size for member in archive.infolist())
-    except zipfile.BadZipFile:
-        raise RequestError("the body is not an .npz archive (np.savez writes one)") from None
-    if claimed > MAX_FEED_BYTES:
-        raise RequestError(f"the .npz archive unpacks to {claimed:,} bytes, more than the "
-                           f"{MAX_FEED_BYTES:,} a request may hold", 413)
-    buffer.seek(0)
-    try:
-        with np.load(buffer, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
-        raise RequestError(f"cannot read the .npz archive: {err}") from None
-
-
 def reply_format(content_type: str | None, accept: str | None) -> str:
     """JSON or NPZ: what `Accept` names when it names exactly one of them, else the
     request's own format."""
@@ -165,16 +161,25 @@ def reply_format(content_type: str | None, accept: str | None) -> str:
 
 
 def encode_outputs(names: Sequence[str], arrays: Sequence[np.ndarray], fmt: str) -> Reply:
-    """`{"outputs": {name: nested lists}}`, or an .npz archive of the outputs by name."""
+    """`{"outputs": {name: nested lists}}`, or an .npz archive of the outputs by name; a 422
+    when JSON is asked for and an output holds NaN or an infinity (JSON has no token)."""
     if fmt == NPZ:
         out = io.BytesIO()
         write_npz(out, dict(zip(names, arrays)))
         return Reply(200, NPZ, out.getvalue())
+    bad = [f"{name!r} ({int(np.size(a) - np.count_nonzero(np.isfinite(a)))} of {np.size(a)})"
+           for name, a in zip(names, arrays) if np.asarray(a).dtype.kind in "fc"
+           and not np.isfinite(a).all()]
+    if bad:
+        return error_reply(RequestError(
+            f"output(s) {', '.join(bad)} hold NaN or infinite values, which JSON cannot carry; "
+            f"ask for {NPZ} (Accept: {NPZ}) to get them as they are", 422))
     return json_reply(200, {"outputs": {n: a.tolist() for n, a in zip(names, arrays)}})
 
 
 def json_reply(status: int, document: Mapping[str, Any]) -> Reply:
-    return Reply(status, JSON, json.dumps(document).encode())
+    """Strict JSON: a NaN or infinity here is a bug (outputs are checked first)."""
+    return Reply(status, JSON, json.dumps(document, allow_nan=False).encode())
 
 
 def error_reply(error: BaseException) -> Reply:

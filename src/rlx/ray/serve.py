@@ -13,11 +13,13 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from rlx.artifact.open import open_artifact
 from rlx.engines.registry import check_engine
 from rlx.errors import InputError, ServeError
+from rlx.ray.body_read import BODY_TIMEOUT_S
 
 __all__ = ["PROXY_PATIENCE_S", "WORKER_NICENESS", "cluster_environment", "deployment",
            "require_ray", "serve_locally", "start_serve", "stop_serving", "wait_for_stop"]
@@ -34,13 +36,17 @@ def require_ray(what: str) -> None:
 
 def deployment(path: str | os.PathLike, *, engine: str = "auto", threads: int = 1,
                max_batch_size: int = 16, batch_wait_timeout_s: float = 0.005,
-               num_replicas: int = 1) -> Any:
+               num_replicas: int = 1, trusted_keys: Iterable | None = None,
+               body_timeout_s: float = BODY_TIMEOUT_S) -> Any:
     """A Ray Serve application answering `POST /predict` and `GET /health` for `path`.
 
     Each of `num_replicas` replicas loads the file with `rlx.load(path, engine=engine,
     threads=threads)` (the weights stay in the file's shared page cache) and reserves
     `threads` CPUs. Up to `max_batch_size` requests arriving within `batch_wait_timeout_s`
     of each other run as one model call when the model has a symbolic batch dim.
+    `trusted_keys` (Ed25519 public keys, as `rlx.load` takes them): the file must carry a
+    valid signature by one of them, checked here and by every replica as it loads.
+    A request body must arrive within `body_timeout_s` (408 after).
     Run it with `serve.run(app)`.
     """
     require_ray("rlx.ray.deployment")
@@ -49,18 +55,36 @@ def deployment(path: str | os.PathLike, *, engine: str = "auto", threads: int = 
                         ("num_replicas", num_replicas)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise InputError(f"{name} must be a positive integer, got {value!r}")
-    if not isinstance(batch_wait_timeout_s, (int, float)) or batch_wait_timeout_s < 0:
-        raise InputError(f"batch_wait_timeout_s must be >= 0 seconds, got "
-                         f"{batch_wait_timeout_s!r}")
+    for name, seconds, least in (("batch_wait_timeout_s", batch_wait_timeout_s, 0.0),
+                                 ("body_timeout_s", body_timeout_s, 1e-3)):
+        if (not isinstance(seconds, (int, float)) or isinstance(seconds, bool)
+                or not least <= seconds < float("inf")):
+            raise InputError(f"{name} must be a number of seconds >= {least:g}, got "
+                             f"{seconds!r}")
     source = os.path.abspath(os.fspath(path))  # replicas need not share the caller's cwd
-    open_artifact(source)  # a missing, bad or encrypted file fails here, in one line
-    from rlx.ray.replica import RlxReplica
+    keys = None if trusted_keys is None else _public_pems(trusted_keys)
+    # a missing, bad, encrypted or unsigned file fails here, in one line
+    open_artifact(source, trusted_keys=keys)
+    from rlx.ray.replica import MAX_ONGOING_REQUESTS, RlxReplica
 
     stem = os.path.splitext(os.path.basename(source))[0]
     return RlxReplica.options(  # type: ignore[attr-defined]  # serve.deployment's class
         name=f"rlx-{stem}", num_replicas=num_replicas,
-        ray_actor_options={"num_cpus": threads},
-    ).bind(source, engine, threads, max_batch_size, float(batch_wait_timeout_s))
+        ray_actor_options={"num_cpus": threads}, max_ongoing_requests=MAX_ONGOING_REQUESTS,
+    ).bind(source, engine, threads, max_batch_size, float(batch_wait_timeout_s),
+           float(body_timeout_s), keys)
+
+
+def _public_pems(sources: Iterable) -> list[bytes]:
+    """The trusted keys as PEM bytes, read once here: replicas need neither the key files
+    nor key objects (which do not pickle)."""
+    from cryptography.hazmat.primitives import serialization
+
+    from rlx.artifact.signing.keys import load_public_keys
+
+    return [key.public_bytes(serialization.Encoding.PEM,
+                             serialization.PublicFormat.SubjectPublicKeyInfo)
+            for key in load_public_keys(sources)]
 
 
 PROXY_PATIENCE_S = "60"
