@@ -131,14 +131,16 @@ def measure(path: str, warm: str, engine: str, workers: int) -> dict[str, Any]:
 
 
 def start_cluster(num_cpus: int = 2) -> None:
-    """A local cluster whose workers can import this repository (benchmarks, tests)."""
+    """A local cluster whose workers import this repository (benchmarks, tests) and its
+    `src` (this tree's rlx, not an installed one)."""
     import ray
 
     from rlx.ray.serve import cluster_environment
 
     cluster_environment()
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-             log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+             log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(
+                 (str(ROOT / "src"), str(ROOT)))}})
 
 
 def prepare(folder: Path) -> dict[str, tuple[str, str]]:

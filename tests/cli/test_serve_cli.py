@@ -157,3 +157,13 @@ def test_serve_refuses_a_taken_port_before_starting_ray(cli, ppocr):
 def test_serve_refuses_a_bad_file_in_one_line(cli, tmp_path):
     (tmp_path / "bad.rlx").write_bytes(b"nothing")
     assert_error(cli("serve", tmp_path / "bad.rlx"), "bad.rlx")
+
+
+def test_serve_with_a_trusted_key_refuses_an_unsigned_file_before_starting_ray(cli, ppocr,
+                                                                                 tmp_path):
+    from rlx.artifact.signing import generate_keypair, save_keypair
+
+    save_keypair(generate_keypair(), tmp_path / "release.key")
+    path, _ = ppocr
+    assert_error(cli("serve", path, "--trusted-key", tmp_path / "release.key.pub"),
+                 rf"^error: {path} is not signed \(no signature file {path}.sig\)$")

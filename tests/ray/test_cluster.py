@@ -151,3 +151,71 @@ def test_workers_run_at_the_callers_priority(cluster):
         return os.nice(0)
 
     assert ray.get(niceness.remote()) == os.nice(0)
+
+
+STALLED = 50  # clients that send a POST's headers and 5 body bytes, then nothing
+
+
+def _stall(port: int) -> socket.socket:
+    client = socket.create_connection(("127.0.0.1", port))
+    client.sendall(b"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                   b"application/json\r\nContent-Length: 1000\r\n\r\n{\"inp")
+    return client
+
+
+def _reply_of(client: socket.socket) -> tuple[int, dict]:
+    """The status and JSON body of the one HTTP reply `client` gets."""
+    client.settimeout(120)
+    data = b""
+    while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < _length(data):
+        more = client.recv(65536)
+        assert more, data
+        data += more
+    head, body = data.split(b"\r\n\r\n", 1)
+    return int(head.split()[1]), json.loads(body)
+
+
+def _length(data: bytes) -> int:
+    head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower()
+    return int(head.split("content-length:")[1].split("\r\n")[0])
+
+
+def test_stalled_uploads_leave_health_and_requests_answered(cluster, mlp, tmp_path):
+    """Five clients stalling mid-body once made /health time out for as long as they
+    stalled. With 50 stalled: /health and a good request are answered while every stalled
+    client still waits, and each stalled client gets a JSON 408 after the body deadline.
+    The file is signed and served with trusted_keys (each replica checks it)."""
+    import select
+
+    from ray import serve
+
+    from rlx.artifact.signing import generate_keypair, save_keypair, sign_artifact
+
+    key = generate_keypair()
+    save_keypair(key, tmp_path / "release.key")
+    sign_artifact(mlp.path, key)
+    port = _free_port()
+    start_serve("127.0.0.1", port)
+    clients: list[socket.socket] = []
+    try:
+        serve.run(rlx.ray.deployment(mlp.path, engine="numpy", body_timeout_s=15,
+                                     trusted_keys=[tmp_path / "release.key.pub"]),
+                  route_prefix="/")
+        clients = [_stall(port) for _ in range(STALLED)]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=60) as reply:
+            assert reply.status == 200 and json.loads(reply.read())["status"] == "ok"
+        x = _rows(1)
+        status, answer = _post(f"http://127.0.0.1:{port}/predict", x)
+        assert status == 200
+        np.testing.assert_allclose(answer["outputs"]["probs"], mlp.oracle(x)[1], rtol=1e-4,
+                                   atol=1e-6)
+        waiting, _, _ = select.select(clients, [], [], 0)
+        assert waiting == []  # none was answered yet: all 50 stalled while those ran
+        for client in clients:
+            status, error = _reply_of(client)
+            assert status == 408 and error["error"]["status"] == 408
+            assert "did not arrive within 15 s" in error["error"]["message"]
+    finally:
+        for client in clients:
+            client.close()
+        serve.shutdown()
