@@ -6,6 +6,7 @@ of the same bake, and the bytes on disk are checked with independent readers: Py
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 import subprocess
@@ -193,15 +194,22 @@ def test_zip_container_is_listed_by_zipfile_and_unzip(baked, tmp_path):
 
 
 def test_dir_container_holds_the_same_members(baked, tmp_path):
+    """The zip's members, each but rlx.json named by its content's digest (xxh3-128 before
+    the extension); the same bytes, but in rlx.json and the index, which name them."""
     file = baked[(BakeProfile.EXACT, MemoryMode.DUPLEX)]
     write_rlxp(tmp_path / "pkg", file, "dir")
     write_rlxp(tmp_path / "m.rlxp.zip", file)
-    files = sorted(str(p.relative_to(tmp_path / "pkg")) for p in (tmp_path / "pkg").rglob("*")
-                   if p.is_file())
+    files = {re.sub(r"\.[0-9a-f]{32}\.", ".", name, count=1): name for name in (
+        p.relative_to(tmp_path / "pkg").as_posix() for p in (tmp_path / "pkg").rglob("*")
+        if p.is_file())}
     with zipfile.ZipFile(tmp_path / "m.rlxp.zip") as archive:
-        assert files == sorted(archive.namelist())
-        for name in files:
-            assert (tmp_path / "pkg" / name).read_bytes() == archive.read(name)
+        assert sorted(files) == sorted(archive.namelist())
+        for plain, name in files.items():
+            data = (tmp_path / "pkg" / name).read_bytes()
+            if plain not in ("rlx.json", "weights/index.json"):
+                assert data == archive.read(plain)
+            if plain not in ("rlx.json", "weights/shards/000.pack.bin"):
+                assert name == plain.replace(".", f".{xxhash.xxh3_128_hexdigest(data)}.", 1)
 
 
 def test_open_artifact_goes_by_content(baked, tmp_path):
@@ -357,11 +365,13 @@ def test_zip_faults(baked, tmp_path):
 def test_dir_faults(baked, tmp_path):
     folder = tmp_path / "pkg"
     write_rlxp(folder, baked[(BakeProfile.EXACT, MemoryMode.COMPACT)], "dir")
-    (folder / "graph" / "io.json").write_bytes(b'{"inputs": []}')
+    (io_json,) = (folder / "graph").glob("io.*.json")  # named by its content's digest
+    io_json.write_bytes(b'{"inputs": []}')
     with pytest.raises(ArtifactError, match="io"):
         read_rlxp(folder)
-    (folder / "graph" / "mir.bin").unlink()
-    with pytest.raises(ArtifactError, match="mir.bin"):
+    (mir,) = (folder / "graph").glob("mir.*.bin")
+    mir.unlink()
+    with pytest.raises(ArtifactError, match=mir.name):
         read_rlxp(folder)
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import struct
 
 __all__ = [
     "FLAT_MAGIC", "FLAT_HEADER", "CONTAINER_VERSION", "FLAG_HYBRID", "FLAG_BINCODE_TOC",
     "FLAG_TOC_DIGEST", "KNOWN_FLAGS", "WRITTEN_FLAGS", "FORMAT", "FORMAT_VERSION", "COMPAT_VERSION",
     "GRAPH_ENCODING", "NO_GRAPH", "FIXED_CREATED", "CONTAINERS", "MEMBERS",
-    "MAX_TOC_BYTES", "sidecar_member", "container_for",
+    "MAX_TOC_BYTES", "addressed_member", "is_member_name", "is_shard_name",
+    "sidecar_member", "container_for",
 ]
 
 FLAT_MAGIC = b"RLXPFLAT"
@@ -43,6 +45,30 @@ def sidecar_member(sidecar_id: str, compressed: bool) -> str:
     return base + (".zst" if compressed else "")
 
 
+_KNOWN = {*MEMBERS.values(), MEMBERS["io"] + ".zst"}
+_TAG = re.compile(r"\.[0-9a-f]{32}(?=\.)")  # a content digest before the extension
+
+
+def addressed_member(name: str, digest: str) -> str:
+    """A dir package's member named by its content (`graph/mir.bin` with digest D is
+    `graph/mir.D.bin`): a rewrite puts new members beside the old ones, and `rlx.json`,
+    replaced last, switches from one complete set to the other."""
+    folder, _, base = name.rpartition("/")
+    stem, _, extension = base.partition(".")
+    return f"{folder}/{stem}.{digest}.{extension}"
+
+
+def is_member_name(name: str) -> bool:
+    """Whether `name` is a member a package may have: a known name, a sidecar, or either
+    with a content digest (`addressed_member`). `rlx.json` is never addressed."""
+    if name == MEMBERS["toc"]:
+        return True
+    plain = _TAG.sub("", name, count=1)
+    if plain in _KNOWN:
+        return plain != MEMBERS["toc"]
+    return re.fullmatch(r"sidecars/[A-Za-z0-9_]{1,64}\.json(\.zst)?", plain) is not None
+
+
 def container_for(path: str, container: str | None) -> str:
     """The container an output path asks for: given, or `.rlxp.zip` / `.zip` -> zip, a path
     ending in `/` or an existing folder -> dir, else flat (the reference's default)."""
@@ -56,3 +82,8 @@ def container_for(path: str, container: str | None) -> str:
     if path.endswith(("/", os.sep)) or os.path.isdir(path):
         return "dir"
     return "flat"
+
+
+def is_shard_name(name: str) -> bool:
+    """Whether `name` is the tensor shard's member, plain or with its content digest."""
+    return _TAG.sub("", name, count=1) == MEMBERS["shard"]

@@ -122,6 +122,10 @@ class _Container:
     def region(self, row: Any, what: str) -> memoryview:
         raise NotImplementedError
 
+    def use_shard(self, name: str) -> None:
+        """Take the tensors from member `name` (zip and dir: the index names it)."""
+        raise NotImplementedError
+
     def checked(self, row: Any, what: str) -> memoryview:
         """A region whose xxh3 must match before it is used."""
         view = self.region(row, what)
@@ -183,14 +187,8 @@ class _FlatContainer(_Container):
         return self.buf[self.start + offset:self.start + offset + length]
 
 
-_MEMBER_NAMES = {*(v for k, v in L.MEMBERS.items()), L.MEMBERS["io"] + ".zst"}
-
-
 def _member_name_problem(name: str) -> str | None:
-    if name in _MEMBER_NAMES:
-        return None
-    match = re.fullmatch(r"sidecars/([A-Za-z0-9_]{1,64})\.json(\.zst)?", name)
-    return None if match else "not a member an .rlxp package has"
+    return None if L.is_member_name(name) else "not a member an .rlxp package has"
 
 
 class _ZipContainer(_Container):
@@ -200,10 +198,13 @@ class _ZipContainer(_Container):
         self.buf, self.source = buf, source
         self.members = read_stored_zip(f, len(buf), source, ArtifactError,
                                        _member_name_problem)
+        self.tensor_area = memoryview(b"")
         self.toc = self._small_json(L.MEMBERS["toc"])
         if not isinstance(self.toc, dict):
             self.fail("rlx.json is not a JSON object")
-        shard = self.members.get(L.MEMBERS["shard"])
+
+    def use_shard(self, name: str) -> None:
+        shard = self.members.get(name)
         self.tensor_area = self.buf[shard.offset:shard.offset + shard.length] if shard \
             else memoryview(b"")
         if shard and shard.offset % ALIGN:
@@ -234,11 +235,14 @@ class _DirContainer(_Container):
 
     def __init__(self, folder: Path):
         self.folder, self.source = folder, str(folder)
+        self.tensor_area = memoryview(b"")
         self.toc = self.parse_json(self._map(L.MEMBERS["toc"]), "rlx.json")
         if not isinstance(self.toc, dict):
             self.fail("rlx.json is not a JSON object")
-        shard = self.folder / L.MEMBERS["shard"]
-        self.tensor_area = self._map(L.MEMBERS["shard"]) if shard.exists() else memoryview(b"")
+
+    def use_shard(self, name: str) -> None:
+        shard = self.folder / name
+        self.tensor_area = self._map(name) if shard.exists() else memoryview(b"")
 
     def _map(self, name: str) -> memoryview:
         return memoryview(map_file(self.folder / name, ArtifactError).buffer)  # leased
@@ -322,8 +326,12 @@ class _Package:
             index_row = toc.get("index")
             index = self.c.parse_json(self.c.checked(index_row, "weights/index.json"),
                                       "weights/index.json") if index_row else None
-            if not isinstance(index, dict) or index.get("shard") != L.MEMBERS["shard"]:
-                self.fail("weights/index.json must name the shard weights/shards/000.pack.bin")
+            shard = index.get("shard") if isinstance(index, dict) else None
+            if not isinstance(index, dict) or not isinstance(shard, str) \
+                    or not L.is_shard_name(shard):
+                self.fail("weights/index.json must name the shard weights/shards/000.pack.bin "
+                          "(or that name with its content digest)")
+            self.c.use_shard(shard)
             rows = index.get("tensors")
         if not isinstance(rows, list):
             self.fail("the tensor rows must be a list")

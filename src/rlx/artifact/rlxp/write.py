@@ -12,6 +12,7 @@ weights (`rlx.deferred`) are read into it, unlike `write_rlx`, which streams the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -325,34 +326,41 @@ def _write_pieces(out, pieces: Iterable[tuple[int, Any]]) -> None:
         written = offset + len(view)
 
 
-def _members(enc: Encoded) -> list[tuple[str, list]]:
-    """The zip/dir members, in order: rlx.json first, then graph, io, index, shard, ..."""
+def _members(enc: Encoded, addressed: bool = False) -> list[tuple[str, list]]:
+    """The zip/dir members, in order: rlx.json first, then graph, io, index, shard, ...
+    `addressed` (dir packages) names each member but rlx.json by its content's digest."""
+    def named(member: str, digest: str) -> str:
+        return L.addressed_member(member, digest) if addressed else member
+
     toc = dict(enc.toc)
     members: list[tuple[str, list]] = []
     if enc.graph is not None:
-        toc["graph"] = {"member": L.MEMBERS["graph"], **_region(enc.graph, 0)}
-        members.append((L.MEMBERS["graph"], [enc.graph]))
+        region = _region(enc.graph, 0)
+        toc["graph"] = {"member": named(L.MEMBERS["graph"], region["xxh3"]), **region}
+        members.append((toc["graph"]["member"], [enc.graph]))
     else:
         toc["graph"] = None
     rows, _ = _tensor_rows(enc.tensors, 0)
     pieces: list[tuple[int, Any]] = [(r["offset"], t.stored) for r, t in zip(rows, enc.tensors)]
     sidecars = []
     for sidecar_id, row, stored in enc.sidecars:
-        member = L.sidecar_member(sidecar_id, row["tier"] != "hot")
-        sidecars.append({**row, "member": member, **_region(stored, 0)})
+        region = _region(stored, 0)
+        member = named(L.sidecar_member(sidecar_id, row["tier"] != "hot"), region["xxh3"])
+        sidecars.append({**row, "member": member, **region})
         members.append((member, [stored]))
     toc["sidecars"] = sidecars
-    index = {"shard": L.MEMBERS["shard"], "tensors": rows}
-    toc["index"] = {"member": L.MEMBERS["index"]}
+    shard = named(L.MEMBERS["shard"], checksum(_json(rows)))  # the rows fix its bytes
+    index_bytes = _json({"shard": shard, "tensors": rows})
+    toc["index"] = {"member": named(L.MEMBERS["index"], checksum(index_bytes)),
+                    **_region(index_bytes, 0)}
     toc["placement"] = None
     if enc.placement is not None:
-        toc["placement"] = {"member": L.MEMBERS["placement"], **_region(enc.placement, 0)}
-    index_bytes = _json(index)
-    toc["index"].update(_region(index_bytes, 0))
-    members.append((L.MEMBERS["index"], [index_bytes]))
-    members.append((L.MEMBERS["shard"], list(_padded(pieces))))
-    if enc.placement is not None:
-        members.append((L.MEMBERS["placement"], [enc.placement]))
+        region = _region(enc.placement, 0)
+        toc["placement"] = {"member": named(L.MEMBERS["placement"], region["xxh3"]), **region}
+    members.append((toc["index"]["member"], [index_bytes]))
+    members.append((shard, list(_padded(pieces))))
+    if toc["placement"] is not None:
+        members.append((toc["placement"]["member"], [enc.placement]))
     return [(L.MEMBERS["toc"], [_json(toc)]), *members]
 
 
@@ -370,14 +378,27 @@ def _write_zip(out, enc: Encoded) -> None:
 
 
 def _write_dir(path: Path, enc: Encoded) -> None:
-    """Each member as a file under `path` (created if missing), each written atomically;
-    rlx.json last, so a reader never sees a TOC naming files not yet written."""
+    """Each member as a file under `path` (created if missing), named by its content and
+    written atomically, then rlx.json replaced by rename, then the members no longer named
+    removed: at every moment a reader finds the previous package or the new one whole."""
     if path.exists() and not path.is_dir():
         raise ArtifactError(f"{path} exists and is not a folder; a dir package needs one")
-    members = _members(enc)
+    members = _members(enc, addressed=True)
     for name, pieces in [*members[1:], members[0]]:
         dest = path / name
         dest.parent.mkdir(parents=True, exist_ok=True)
         with atomic_write(dest) as out:
             for piece in pieces:
                 out.write(memoryview(piece).cast("B") if not isinstance(piece, bytes) else piece)
+    _remove_unnamed(path, {name for name, _ in members})
+
+
+def _remove_unnamed(path: Path, named: set[str]) -> None:
+    """Delete the package members under `path` that rlx.json no longer names (an earlier
+    package's); files with other names are not the writer's to touch."""
+    for folder, _, files in os.walk(path):
+        for file in files:
+            name = (Path(folder) / file).relative_to(path).as_posix()
+            if name not in named and L.is_member_name(name):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path / name)
