@@ -1,9 +1,10 @@
 """The long fuzz run behind `make fuzz`.
 
 1. >= 100,000 cases over every file rlx reads (artifacts plain and encrypted, ONNX models,
-   GGUF, safetensors, npz, npy, .rlxp, DDUF), mutated from the seeds and the corpus, judged by the
-   contract in tests/hardening/harness.py, in parallel worker processes. Case i is a pure
-   function of (seed, i) and of the worker's pool, so a run stopped half way resumes from
+   GGUF, safetensors, npz, npy, .rlxp, DDUF, MLX folders), mutated from the seeds and the
+   corpus, judged by the contract in tests/hardening/harness.py, in parallel worker
+   processes. Case i is a pure function of (seed, i) and of the worker's pool, so a run
+   stopped half way resumes from
    its checkpoints in .cache/fuzz/ (a finished run, a run of other settings, or `--fresh`
    starts over). A worker that dies (a crash the harness could not catch) is restarted past the
    case that killed it, which is recorded.
@@ -43,9 +44,9 @@ STATE = ROOT / ".cache" / "fuzz"
 SUMMARY = ROOT / "docs" / "fuzz-summary.json"
 RELIABILITY = ROOT / "docs" / "reliability.md"
 MARKERS = ("<!-- fuzz-summary:start -->", "<!-- fuzz-summary:end -->")
-# cases per 24: the artifact gets the most, ONNX and GGUF are the richest parsers after it
+# cases per 26: the artifact gets the most, ONNX and GGUF are the richest parsers after it
 SCHEDULE = ("rlx",) * 7 + ("onnx",) * 4 + ("gguf",) * 3 + ("safetensors",) * 2 + \
-    ("npz",) * 2 + ("npy",) * 2 + ("rlxp",) * 2 + ("dduf",) * 2
+    ("npz",) * 2 + ("npy",) * 2 + ("rlxp",) * 2 + ("dduf",) * 2 + ("mlx",) * 2
 assert set(SCHEDULE) == set(harness.TARGETS), "every target is fuzzed"
 FULL_RUN = 100_000  # cases; smaller runs leave docs/ alone
 CHECKPOINT_EVERY = 250

@@ -39,6 +39,7 @@ import numpy as np
 
 from rlx import BakeOptions, BakeProfile, bake
 from rlx.artifact import crypto, parse_rlx, read_rlx, read_rlxp
+from rlx.deferred import materialize
 from rlx.errors import IntegrityError, RlxError
 from rlx.frontends.onnx import import_onnx
 from rlx.ir.graph import Graph
@@ -434,6 +435,36 @@ def _weights_runner(policies: tuple[str, ...]) -> Callable[[bytes, Path, Allowan
     return run
 
 
+def _run_mlx(data: bytes, path: Path, allow: Allowance) -> str:
+    """An MLX folder case: the STORE zip's two files written into a fresh folder, which is
+    loaded as a folder (packed rows under NO-GO, decoded under GO)."""
+    import shutil
+
+    folder = path.with_suffix(".mlx")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    try:
+        members = seeds.zip_members(data)
+    except Exception:  # noqa: BLE001  (not a folder: nothing rlx reads)
+        return "no-folder"
+    for name in ("config.json", "model.safetensors"):
+        if name in members:
+            (folder / name).write_bytes(members[name])
+    labels = []
+    for policy in ("f32", "packed"):
+        try:
+            bundle = load_weights(folder, policy)
+        except RlxError as err:
+            labels.append(f"{policy}={where(err)}")
+            continue
+        for value in bundle.tensors.values():
+            _touch(materialize(value))
+        for packed in bundle.packed:
+            _touch(packed.data)
+        labels.append(f"{policy}=ok")
+    return " ".join(labels)
+
+
 def _all_artifacts() -> dict[str, bytes]:
     return {**seeds.artifacts(), **seeds.encrypted_artifacts()}
 
@@ -456,6 +487,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
     # auto keeps native half tensors (views), f32 widens them: 2 bytes out per byte in
     Target("dduf", ".dduf", 8, _weights_runner(("auto", "f32")), mutate.dduf_case,
            seeds.dduf_files),
+    # GO decodes packed codes to f32: 32 bytes per code byte at 1 bit, plus temporaries
+    Target("mlx", ".zip", 64, _run_mlx, mutate.mlx_case, seeds.mlx_folders),
     # f32 decodes packs: 20 f32 bytes per packed byte at most (IQ1_S), plus temporaries
     Target("gguf", ".gguf", 64, _weights_runner(("f32", "packed")), mutate.gguf_case,
            seeds.gguf_files),

@@ -16,6 +16,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import zstandard
 from hypothesis import strategies as st
 
@@ -687,3 +688,93 @@ def dduf_case(rng: random.Random, pool: Sequence[bytes]) -> bytes:
         members[rng.choice(("../x.json", "a/b/c.json", "x.bin", "vae/model.safetensors"))] = \
             b"{}"
     return seeds.rezip(members, compressed=rng.random() < 0.1)
+
+
+# -- MLX folders (carried as a STORE zip of config.json and model.safetensors) -------------
+MLX_LIES = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 31, 32, 33, 64, 128, 4096, -1, -32, 2**31,
+            2**63, 2**64, 4.0, 3.5, "4", None, True, [], {}, "affine", "mxfp4", "mxfp8",
+            "nvfp4", "sideways")
+
+
+def _mlx_config_lie(rng: random.Random, config: bytes, layers: list[str]) -> bytes:
+    """`quantization` lying about bits, group size or mode, globally or for one layer."""
+    body = json.loads(config)
+    quant = body.get("quantization")
+    if not isinstance(quant, dict) or rng.random() < 0.1:
+        body["quantization"] = rng.choice((*MLX_LIES, {"bits": 4}, _chain(70)))
+        return json.dumps(body).encode()
+    target = quant
+    if layers and rng.random() < 0.4:
+        target = quant.setdefault(rng.choice(layers), {})
+        if not isinstance(target, dict):
+            target = quant[rng.choice(layers)] = {}
+    for _ in range(rng.randint(1, 2)):
+        target[rng.choice(("bits", "group_size", "mode"))] = rng.choice(MLX_LIES)
+    return json.dumps(body).encode()
+
+
+def _mlx_array_lie(rng: random.Random, weights: bytes) -> bytes:
+    """A packed array of the wrong length, shape or dtype, or a layer's part missing."""
+    from safetensors.numpy import load as load_safetensors
+    from safetensors.numpy import save as save_safetensors
+
+    tensors = dict(load_safetensors(weights))
+    name = rng.choice(sorted(tensors))
+    array = tensors[name]
+    lie = rng.choice(("drop_col", "add_row", "flat", "deeper", "dtype", "missing", "rename",
+                      "empty"))
+    if lie == "drop_col" and array.ndim == 2 and array.shape[1]:
+        tensors[name] = np.ascontiguousarray(array[:, :-1])
+    elif lie == "add_row" and array.ndim >= 1:
+        tensors[name] = np.concatenate([array, array[:1]])
+    elif lie == "flat":
+        tensors[name] = array.reshape(-1)
+    elif lie == "deeper":
+        tensors[name] = array.reshape(1, *array.shape)
+    elif lie == "dtype":
+        tensors[name] = array.astype(rng.choice((np.uint8, np.int32, np.float64, np.uint16,
+                                                 np.float16, np.uint32)))
+    elif lie == "missing":
+        del tensors[name]
+    elif lie == "rename":
+        tensors[name.replace(".", "_", 1) + rng.choice((".scales", ".weight", ".biases"))] = \
+            tensors.pop(name)
+    else:
+        tensors[name] = array[:0]
+    return save_safetensors(tensors)
+
+
+def mlx_case(rng: random.Random, pool: Sequence[bytes]) -> bytes:
+    """A folder whose config lies, whose packed arrays lie, whose safetensors header has one
+    field wrong, or whose files are havocked; always a readable STORE zip of the folder."""
+    seed = rng.choice(pool)
+    try:
+        members = seeds.zip_members(seed)
+        config, weights = members["config.json"], members["model.safetensors"]
+    except Exception:  # noqa: BLE001  (a corpus case that is no folder any more)
+        return seed
+    layers = [name.removesuffix(".scales") for name in _safetensors_names(weights)
+              if name.endswith(".scales")]
+    roll = rng.random()
+    with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+        if roll < 0.4:
+            config = _mlx_config_lie(rng, config, layers)
+        elif roll < 0.7:
+            weights = _mlx_array_lie(rng, weights)
+        elif roll < 0.85:
+            weights = safetensors_structural(rng, weights)
+        elif rng.random() < 0.5:
+            config = havoc(rng, config)
+        else:
+            weights = havoc(rng, weights)
+    return seeds.rezip({"config.json": config, "model.safetensors": weights},
+                       compressed=False)
+
+
+def _safetensors_names(data: bytes) -> list[str]:
+    try:
+        length = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8:8 + length])
+    except ValueError:
+        return []
+    return sorted(header) if isinstance(header, dict) else []

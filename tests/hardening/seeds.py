@@ -247,6 +247,47 @@ def dduf_files() -> dict[str, bytes]:
     return out
 
 
+def _mlx_layer(rng: np.random.Generator, n: int, k: int, bits: int, group: int,
+               scale_dtype, biases: bool) -> dict[str, np.ndarray]:
+    """One quantized layer as MLX stores it: uint32 code words, scales (and biases)."""
+    layer = {"weight": rng.integers(0, 2**32, (n, k * bits // 32), dtype=np.uint32),
+             "scales": rng.standard_normal((n, k // group)).astype(scale_dtype)}
+    if biases:
+        layer["biases"] = rng.standard_normal((n, k // group)).astype(scale_dtype)
+    return layer
+
+
+@functools.cache
+def mlx_folders() -> dict[str, bytes]:
+    """MLX model folders (config.json + model.safetensors), each carried as a STORE zip of
+    its two files: affine layers of 2, 3, 4 and 8 bits with per-layer overrides, f16, f32
+    and bf16 scales, an mxfp4 layer (uint8 scales, no biases), dense tensors beside them."""
+    rng = np.random.default_rng(7)
+    folders = {
+        "affine": ({"group_size": 32, "bits": 4, "l2": {"bits": 8, "group_size": 64},
+                    "l3": {"bits": 3, "group_size": 32}},
+                   {"l1": (4, 64, 4, 32, np.float16, True),
+                    "l2": (2, 128, 8, 64, np.float32, True),
+                    "l3": (3, 64, 3, 32, np.float16, True)}),
+        "two-bit": ({"group_size": 64, "bits": 2}, {"l1": (2, 128, 2, 64, np.float16, True)}),
+        # safetensors.numpy cannot load bf16: the mutator's array lies skip this one
+        "bf16": ({"group_size": 32, "bits": 8}, {"l1": (2, 64, 8, 32, ml_dtypes.bfloat16,
+                                                        True)}),
+        "mxfp4": ({"group_size": 32, "bits": 4, "mode": "mxfp4"},
+                  {"l1": (2, 64, 4, 32, np.uint8, False)}),
+    }
+    out = {}
+    for name, (quant, layers) in folders.items():
+        tensors = {"norm": rng.standard_normal(8).astype(np.float32)}
+        for base, spec in layers.items():
+            for kind, array in _mlx_layer(rng, *spec).items():
+                tensors[f"{base}.{kind}"] = array
+        config = json.dumps({"model_type": "toy", "quantization": quant}).encode()
+        out[name] = rezip({"config.json": config,
+                           "model.safetensors": save_safetensors(tensors)}, compressed=False)
+    return out
+
+
 def zip_members(data: bytes) -> dict[str, bytes]:
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         return {name: archive.read(name) for name in archive.namelist()}

@@ -20,7 +20,7 @@ from tests.hardening import harness, mutate, seeds
 
 # cases per target: about a minute in all on this machine
 CI_CASES = {"rlx": 900, "rlxp": 400, "onnx": 350, "gguf": 500, "safetensors": 500, "npz": 400,
-            "npy": 400, "dduf": 300}
+            "npy": 400, "dduf": 300, "mlx": 300}
 HYPOTHESIS = settings(max_examples=100, deadline=None, database=None, derandomize=True,
                       suppress_health_check=[HealthCheck.too_slow,
                                              HealthCheck.function_scoped_fixture])

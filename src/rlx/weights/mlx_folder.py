@@ -13,7 +13,6 @@ other tensor stays dense in its own dtype.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import numpy as np
 from rlx.codecs import MlxScheme, decode, decode_mlx
 from rlx.deferred import Payload, compute, defer
 from rlx.errors import RlxError, WeightError
+from rlx.safeio import load_json, read_regular
 from rlx.weights.bundle import LoadedWeight
 from rlx.weights.source import SourceTensors
 
@@ -39,12 +39,10 @@ def mlx_quantization(folder: Path) -> dict[str, Any] | None:
     config = folder / CONFIG_FILE
     if not config.is_file():
         return None
-    try:
-        if config.stat().st_size > _MAX_CONFIG:
-            raise WeightError(f"{config} is larger than {_MAX_CONFIG >> 20} MiB")
-        body = json.loads(config.read_bytes())
-    except (OSError, ValueError, RecursionError) as err:
-        raise WeightError(f"cannot read MLX config {config}: {str(err)[:200]}") from None
+    # one descriptor, its size checked before reading; the JSON's nesting and container
+    # count bounded by its size before a Python object is built (rlx.safeio)
+    raw = read_regular(config, WeightError, limit=_MAX_CONFIG)
+    body = load_json(raw, WeightError, f"MLX config {config}")
     if not isinstance(body, dict):
         raise WeightError(f"MLX config {config} is not a JSON object")
     quant = body.get("quantization", body.get("quantization_config"))
@@ -98,10 +96,12 @@ def _layer_scheme(quant: dict[str, Any], base: str, where: str) -> MlxScheme:
         settings.update(override)
     mode, bits, group = settings.get("mode", "affine"), settings.get("bits"), \
         settings.get("group_size")
+    # a 0 is no "absent": MlxScheme.of would take it for MLX's default (bits 0 read as 4)
     if not isinstance(mode, str) or not all(v is None or (isinstance(v, int) and
-                                                          not isinstance(v, bool))
+                                                          not isinstance(v, bool) and v > 0)
                                             for v in (bits, group)):
-        raise WeightError(f"{where}: quantization of {base!r} has bad mode/bits/group_size")
+        raise WeightError(f"{where}: quantization of {base!r} has bad mode/bits/group_size "
+                          f"({mode!r}, {bits!r}, {group!r})")
     try:
         return MlxScheme.of(mode, bits, group)
     except RlxError as err:
