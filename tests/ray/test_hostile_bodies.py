@@ -187,3 +187,39 @@ def test_a_stalled_body_is_a_408_after_the_deadline():
 
 def test_a_body_within_cap_and_deadline_is_read_whole():
     assert _read(_chunks([b"ab", b"", b"cd"]), "4") == b"abcd"
+
+
+# -- mutated bodies -----------------------------------------------------------------------
+BODY_CASES = 400
+
+
+def test_mutated_bodies_are_feeds_or_request_errors():
+    """Havocked and spliced .npz and JSON bodies (tests/hardening/mutate.py): each decodes
+    or is a RequestError; nothing else escapes, and no case allocates more than 64x its
+    size."""
+    import random
+
+    from tests.hardening.mutate import havoc, splice
+
+    x = np.random.default_rng(2).standard_normal((2, 3)).astype(np.float32)
+    pool = {NPZ: [_npz(x=x), _npz(x=x, ids=np.arange(2)), codec.encode_outputs(
+        ["x"], [x], NPZ).body], JSON: [json.dumps({"inputs": {"x": x.tolist()}}).encode()]}
+    outcomes = {"decoded": 0, "refused": 0}
+    tracemalloc.start()
+    try:
+        for i in range(BODY_CASES):
+            rng = random.Random(f"body:{i}")
+            kind = NPZ if i % 4 else JSON
+            seed = rng.choice(pool[kind])
+            case = havoc(rng, seed) if rng.random() < 0.8 else splice(
+                rng, seed, rng.choice(pool[kind]))
+            tracemalloc.reset_peak()
+            try:
+                decode_feeds(INPUTS, case, kind)
+                outcomes["decoded"] += 1
+            except RequestError:
+                outcomes["refused"] += 1
+            assert tracemalloc.get_traced_memory()[1] < (1 << 20) + 64 * len(case)
+    finally:
+        tracemalloc.stop()
+    assert outcomes["decoded"] and outcomes["refused"] > BODY_CASES // 2
