@@ -174,11 +174,23 @@ def test_deployment_without_ray_is_one_line_naming_the_extra(monkeypatch, mlp):
     ({"engine": "tpu"}, "unknown engine 'tpu'"),
     ({"threads": 0}, "threads must be a positive integer"),
     ({"num_replicas": True}, "num_replicas must be a positive integer"),
-    ({"batch_wait_timeout_s": -1}, "batch_wait_timeout_s must be >= 0"),
+    ({"batch_wait_timeout_s": -1}, "batch_wait_timeout_s must be a number of seconds >= 0"),
+    ({"body_timeout_s": 0}, "body_timeout_s must be a number of seconds >= 0.001, got 0"),
+    ({"body_timeout_s": float("inf")}, "body_timeout_s must be a number of seconds"),
+    ({"body_timeout_s": True}, "body_timeout_s must be a number of seconds"),
 ])
 def test_deployment_checks_its_arguments_before_ray_sees_them(mlp, kwargs, message):
     with pytest.raises(rlx.RlxError, match=message):
         rlx.ray.deployment(mlp.path, **kwargs)
+
+
+def test_deployment_with_trusted_keys_refuses_an_unsigned_file_before_ray_sees_it(mlp,
+                                                                                 tmp_path):
+    from rlx.artifact.signing import generate_keypair, save_keypair
+
+    save_keypair(generate_keypair(), tmp_path / "release.key")
+    with pytest.raises(rlx.errors.SignatureError, match="is not signed"):
+        rlx.ray.deployment(mlp.path, trusted_keys=[tmp_path / "release.key.pub"])
 
 
 def test_deployment_checks_the_file_before_ray_sees_it(tmp_path):
