@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from rlx.cli.inputs import non_negative_float, positive_int
+from rlx.cli.sign import add_trusted_key_option, trusted_keys
 from rlx.cli.ui import Outcome, Ui
 from rlx.engines.registry import ENGINES
 from rlx.errors import ServeError
@@ -56,9 +57,7 @@ def add_commands(sub, common: argparse.ArgumentParser) -> None:
                    help="most requests run as one model call (default 16)")
     p.add_argument("--batch-wait-ms", type=non_negative_float, default=5.0,
                    help="how long a batch waits for more requests (default 5 ms)")
-    p.add_argument("--trusted-key", action="append", metavar="PUB",
-                   help="serve only if the file carries a valid signature by this public key "
-                        "(PEM; repeat for several trusted keys)")
+    add_trusted_key_option(p)
     p.set_defaults(run=_serve)
 
 
@@ -73,7 +72,7 @@ def _serve(args, ui: Ui) -> Outcome:
     app = deployment(args.file, engine=args.engine, threads=args.threads,
                      max_batch_size=args.max_batch_size,
                      batch_wait_timeout_s=args.batch_wait_ms / 1e3,
-                     num_replicas=args.replicas, trusted_keys=args.trusted_key)
+                     num_replicas=args.replicas, trusted_keys=trusted_keys(args))
     with ui.step(f"starting {args.replicas} replica(s) of {args.file}"):
         url = serve_locally(app, host=args.host, port=args.port, verbose=args.verbose)
     data: dict[str, Any] = {"command": "serve", "file": args.file, "url": url,
