@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CORE := $(VENV)/.installed-core
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench fuzz clean
+.PHONY: demo test test-huge lint bench fuzz clean
 
 # the demo needs only rlx and its own dependencies; the tests and lint add the dev extras
 $(CORE): pyproject.toml
@@ -24,6 +24,10 @@ demo: $(CORE)
 # --durations: the 15 slowest tests, so a test that grows shows where the time went
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=15
+
+# the tests that write or map many gigabytes (the 2 and 8 GiB streaming bakes)
+test-huge: $(STAMP)
+	$(BIN)/python -m pytest -q -m huge
 
 # ruff (pyproject.toml [tool.ruff]) on the code and the tests, mypy on the code
 lint: $(STAMP)

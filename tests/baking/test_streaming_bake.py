@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rlx.kernels.quant import DECODED_CACHE_BYTES
 from tests.baking.big_model import (
     feeds,
     reference,
@@ -29,7 +30,6 @@ from tests.baking.big_model import (
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
-LAYERS, DIM = 128, 4096  # 128 weights of 64 MiB: 8 GiB of float32
 # Q8_0 of Gaussian weights errs by ~0.5% a layer (a step of max|x|/127 ~ 2.1 sigma/127,
 # uniform rounding: 0.48% of sigma); independent errors add up as sqrt(layers)
 Q8_0_LAYER_ERROR = 0.005
@@ -56,24 +56,33 @@ def relative_error(y: list[float], want: np.ndarray) -> float:
     return float(np.linalg.norm(got - want.reshape(-1)) / np.linalg.norm(want))
 
 
-@pytest.mark.slow
-def test_an_8_gib_model_bakes_in_a_fraction_of_its_size_and_runs(scratch):
+# (layers, dim): 1 GiB in the suite; 2 and 8 GiB on request (`make test-huge`), each
+# 64 MiB weights. The budget scales with the model, so 1 GiB proves the same property
+# with an eighth of the disk: 2.3 GB written instead of 18 GB.
+SIZES = [pytest.param(16, 4096, id="1gib", marks=pytest.mark.slow),
+         pytest.param(32, 4096, id="2gib", marks=pytest.mark.huge),
+         pytest.param(128, 4096, id="8gib", marks=pytest.mark.huge)]
+
+
+@pytest.mark.parametrize(("layers", "dim"), SIZES)
+def test_a_large_model_bakes_in_a_fraction_of_its_size_and_runs(scratch, layers, dim):
     source = scratch / "weights.safetensors"
-    weight_bytes = LAYERS * DIM * DIM * 4
-    assert write_safetensors(source, LAYERS, DIM) > weight_bytes
-    want = reference(LAYERS, DIM)
+    weight_bytes = layers * dim * dim * 4
+    assert write_safetensors(source, layers, dim) > weight_bytes
+    want = reference(layers, dim)
     budget = 0.15 * weight_bytes + 200 * MIB
     for profile, tolerance in (("exact", 1e-5),
-                               ("size", 2 * Q8_0_LAYER_ERROR * math.sqrt(LAYERS))):
+                               ("size", 2 * Q8_0_LAYER_ERROR * math.sqrt(layers))):
         out = scratch / f"{profile}.rlx"
-        baked = worker("bake", "safetensors", source, out, profile, LAYERS, DIM)
+        baked = worker("bake", "safetensors", source, out, profile, layers, dim)
         assert baked["peak_rss"] <= budget, (profile, baked)
-        ran = worker("run", out, LAYERS, DIM)
+        ran = worker("run", out, layers, dim)
         assert relative_error(ran["y"], want) <= tolerance, profile
-        if profile == "size":  # 2 GiB of Q8_0 runs without its 8 GiB of f32 (DequantMatMul)
-            assert baked["encoded"] == {"gguf_q8_0": LAYERS}
-            assert ran["peak_rss"] < weight_bytes / 2, ran["peak_rss"]
-        out.unlink()  # 8 GiB: the disk need not hold both
+        if profile == "size":  # Q8_0 runs in its packed bytes plus the decoded cache
+            assert baked["encoded"] == {"gguf_q8_0": layers}
+            assert ran["peak_rss"] < baked["weight_bytes"] + DECODED_CACHE_BYTES + 300 * MIB, \
+                ran["peak_rss"]
+        out.unlink()  # the disk need not hold both
 
 
 SMALL_LAYERS, SMALL_DIM = 16, 2048  # 16 weights of 16 MiB: 256 MiB of float32
