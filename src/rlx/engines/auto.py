@@ -18,7 +18,9 @@ folder (`onnxruntime_engine`), so a warm load of it neither exports nor imports 
 candidate runs exact (OpenVINO with f32 inference precision); only precision="fast" lets
 OpenVINO use bf16. When the numpy reference cannot run the measurement feeds (a model
 whose branches need real inputs), the timings prove nothing and the first installed of
-`PREFERENCE` is taken, unmeasured (logged, and cached as such).
+`PREFERENCE` is taken, unmeasured (logged, and cached as such). An engine that cannot take
+the file is never dropped silently: why is logged as a warning, at the first load and at
+every load that reads the choice from the cache.
 """
 
 from __future__ import annotations
@@ -160,6 +162,8 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
     if entry is not None:
         log.info("auto: %s from the cache (%s)", entry["engine"],
                  _fmt(entry.get("measured_ms", {})))
+        for name, why in (entry.get("failed") or {}).items():
+            log.warning("auto: %s cannot take %s (cached): %s", name, path, why)
         return _build(entry["engine"], file, graph, path, threads, precision, cache_dir)
     feeds = dict(example) if example is not None else example_feeds(graph)
     from rlx.runtime.feeds import check_feeds
@@ -180,7 +184,7 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
                      (time.perf_counter() - t) * 1e3)
         except Exception as err:  # noqa: BLE001 - an engine that fails is not a candidate
             failed[name] = " ".join(str(err).split())[:200]
-            log.info("auto: %s failed on this model: %s", name, failed[name])
+            log.warning("auto: %s cannot take %s: %s", name, path, failed[name])
     measured = ({name: ms * 1e3 for name, ms in _measure(runners, feeds, outputs).items()}
                 if "numpy" not in failed else {})
     if "numpy" in failed or not measured:

@@ -184,10 +184,8 @@ def _einsum(c) -> None:
 @handles(linalg.DequantMatMul)
 def _dequant_matmul(c) -> None:
     op, x = c.op, c.x[0]
-    k = c.shape(0).dims[-1]
     packed, *groups = (_constant_input(c, i) for i in range(1, len(c.node.inputs)))
-    if not isinstance(k, int):
-        raise ExportError(f"{c.node.label}: K must be static")
+    k = _packed_k(c, packed)
     dtype = c.shape(0).dtype
     form = c.builder.packed
     whole_rows = k % op.scheme.block_size == 0 and not op.scheme.is_mlx
@@ -223,6 +221,18 @@ def _dequant_matmul(c) -> None:
 
 
 _dequant_matmul.raw_inputs = (1, 2, 3)  # read from the graph
+
+
+def _packed_k(c, packed: np.ndarray) -> int:
+    """K of a DequantMatMul, fixed by its static weight (N * K values in whole blocks)
+    whatever the activations' dims: x's K may be symbolic where a Reshape with a run-time
+    shape feeds the product, and the exported ops take any M."""
+    scheme, n = c.op.scheme, c.op.n
+    values = packed.size // scheme.block_bytes * scheme.block_size
+    if packed.size % scheme.block_bytes or values % n:
+        raise ExportError(f"{c.node.label}: {packed.size} bytes of {scheme} do not hold "
+                          f"{n} rows")
+    return values // n
 
 
 def _constant_input(c, index: int) -> np.ndarray:
