@@ -133,7 +133,7 @@ _PADDING_SHARE = 0.25
 
 def _conv_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
                itemsize: int) -> _ConvPlan:
-    win = op.window(w_shape[2:])
+    win = op.window(w_shape[2:], x_shape[2:])
     g = op.groups
     n, c, *sizes = x_shape
     out = win.conv_sizes(sizes)
@@ -229,13 +229,13 @@ def _is_wide_depthwise(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, .
     `_CHANNELS_LAST_POSITIONS` output positions per channel."""
     if not (op.groups == w_shape[0] >= _CHANNELS_LAST_MIN and w_shape[1] == 1):
         return False
-    positions = math.prod(op.window(w_shape[2:]).conv_sizes(x_shape[2:]))
+    positions = math.prod(op.window(w_shape[2:], x_shape[2:]).conv_sizes(x_shape[2:]))
     return positions <= _CHANNELS_LAST_POSITIONS * w_shape[0]
 
 
 def _channels_last_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
                         itemsize: int) -> _ChannelsLastPlan:
-    win = op.window(w_shape[2:])
+    win = op.window(w_shape[2:], x_shape[2:])
     n, c, *sizes = x_shape
     out = win.conv_sizes(sizes)
     padded = (n, *(s + b + e for s, b, e in zip(sizes, win.begin, win.end)), c)
@@ -449,8 +449,8 @@ def _window_counts(win: Window, sizes: Sequence[int], out: Sequence[int], includ
 @kernel(Pool)
 def pool(node, x):
     op = node.op
-    win = op.window(op.kernel)
     sizes = x.shape[2:]
+    win = op.window(op.kernel, sizes)
     out = win.pool_sizes(sizes, op.ceil_mode)
     if not all(out):
         return np.zeros((*x.shape[:2], *out), x.dtype)

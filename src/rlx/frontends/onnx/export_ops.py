@@ -271,8 +271,13 @@ _dequant_gather.raw_inputs = (0,)  # read from the graph
 
 # -- nn ----------------------------------------------------------------------------------------
 def _window_attrs(op, kernel=None) -> dict:
+    """Sliding-window attributes; run-time SAME pads stay `auto_pad`, which the engines
+    work out from the actual sizes."""
     attrs = {"strides": list(op.strides) or None, "pads": list(op.pads) or None,
              "dilations": list(op.dilations) or None}
+    same = getattr(op, "same", None)
+    if same is not None:
+        attrs["auto_pad"] = same.value
     if kernel is not None:
         attrs["kernel_shape"] = list(kernel)
     return attrs

@@ -5,6 +5,9 @@ given as constants) into explicit attributes, so every op here is fully spelled 
 window ops take per-spatial-axis tuples; `pads` is `(begin_0, ..., begin_n-1, end_0, ...,
 end_n-1)`, and an empty `strides` / `dilations` / `pads` / `output_padding` means the ONNX
 default (all 1 / all 0). `Window` resolves them once, for `infer` and the kernels alike.
+Conv and Pool may instead take `same` (ONNX auto_pad SAME_UPPER / SAME_LOWER) where the pads
+depend on a size known only at run time: `Window` then works them out from the input's
+actual spatial sizes.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from rlx.ir.shape import UNKNOWN, Dim, Shape, broadcast_dims
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = [
-    "Conv", "ConvTranspose", "PoolKind", "Pool", "GlobalPool", "Softmax", "LogSoftmax",
+    "SamePad", "Conv", "ConvTranspose", "PoolKind", "Pool", "GlobalPool", "Softmax", "LogSoftmax",
     "LayerNorm", "BatchNormInference", "InstanceNorm", "PRelu", "ResizeMode",
     "CoordinateMode", "NearestMode", "Resize",
 ]
@@ -88,25 +91,56 @@ def _per_axis(op: Op, name: str, values: tuple[int, ...], n: int, default: int, 
     return tuple(values)
 
 
+class SamePad(enum.Enum):
+    """ONNX auto_pad SAME_*: pad so that out = ceil(in / stride), the odd one at the end
+    (upper) or the beginning (lower)."""
+
+    UPPER = "SAME_UPPER"
+    LOWER = "SAME_LOWER"
+
+    def pads(self, sizes: Sequence[int], extents: Sequence[int],
+             strides: Sequence[int]) -> tuple[int, ...]:
+        """(begin..., end...) pads for inputs of spatial `sizes`."""
+        totals = [max(0, (-(-n // s) - 1) * s + x - n) for n, x, s in zip(sizes, extents, strides)]
+        small = [t // 2 for t in totals]
+        big = [t - h for t, h in zip(totals, small)]
+        return (*big, *small) if self is SamePad.LOWER else (*small, *big)
+
+
 class _Sliding(OpMixin):
-    """Mixin for ops with `strides`, `pads` and `dilations` attributes."""
+    """Mixin for ops with `strides`, `pads` and `dilations` attributes (and, for Conv and
+    Pool, `same`: pads worked out from the input's sizes at run time)."""
 
     strides: tuple[int, ...]
     pads: tuple[int, ...]
     dilations: tuple[int, ...]
 
-    def window(self, kernel: Sequence[Dim]) -> Window:
+    def window(self, kernel: Sequence[Dim], sizes: Sequence[int] = ()) -> Window:
+        """The geometry over inputs of spatial `sizes` (needed only with `same`)."""
         n = len(kernel)
         if any(not isinstance(k, int) or k < 1 for k in kernel):
             raise ShapeError(f"{self.op_name}: kernel dims must be static and >= 1, "
                              f"got {tuple(kernel)}")
-        pads = _per_axis(self, "pads", self.pads, 2 * n, 0, 0)
-        return Window(
-            tuple(kernel),  # type: ignore[arg-type]
-            _per_axis(self, "strides", self.strides, n, 1, 1),
-            _per_axis(self, "dilations", self.dilations, n, 1, 1),
-            pads[:n], pads[n:],
-        )
+        strides = _per_axis(self, "strides", self.strides, n, 1, 1)
+        dilations = _per_axis(self, "dilations", self.dilations, n, 1, 1)
+        same: SamePad | None = getattr(self, "same", None)
+        if same is None:
+            pads = _per_axis(self, "pads", self.pads, 2 * n, 0, 0)
+        elif self.pads or len(sizes) != n:
+            raise ShapeError(f"{self.op_name}: {same.value} takes no pads and needs the "
+                             f"{n} spatial sizes, got pads {self.pads}, sizes {tuple(sizes)}")
+        else:
+            extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]  # type: ignore
+            pads = same.pads(sizes, extents, strides)
+        return Window(tuple(kernel), strides, dilations,  # type: ignore[arg-type]
+                      pads[:n], pads[n:])
+
+    def attrs(self) -> dict[str, object]:
+        """`same` only where it is set: files without it keep their bytes."""
+        attrs = super().attrs()
+        if attrs.get("same", 0) is None:
+            del attrs["same"]
+        return attrs
 
 
 def _spatial(op: Op, sizes: Sequence[Dim], compute: Callable[[tuple[int, ...]], tuple],
@@ -171,6 +205,7 @@ class Conv(_Sliding, Op):
     pads: tuple[int, ...] = ()
     dilations: tuple[int, ...] = ()
     groups: int = 1
+    same: SamePad | None = None
     arity: ClassVar = (2, 3)
 
     def infer(self, inputs):
@@ -187,8 +222,9 @@ class Conv(_Sliding, Op):
         _divides(self, "output channels", m, self.groups)
         if len(inputs) == 3:
             _check_vector(self, "bias", inputs[2], m)
-        win = self.window(w.dims[2:])
-        return Shape((x.dims[0], m, *_spatial(self, x.dims[2:], win.conv_sizes)), x.dtype)
+        kernel = w.dims[2:]
+        out = _spatial(self, x.dims[2:], lambda n: self.window(kernel, n).conv_sizes(n))
+        return Shape((x.dims[0], m, *out), x.dtype)
 
 
 @dataclass(frozen=True)
@@ -255,6 +291,7 @@ class Pool(_Sliding, Op):
     dilations: tuple[int, ...] = ()
     ceil_mode: bool = False
     count_include_pad: bool = False
+    same: SamePad | None = None
 
     def infer(self, inputs):
         (x,) = inputs
@@ -262,12 +299,13 @@ class Pool(_Sliding, Op):
         if x.rank != len(self.kernel) + 2:
             raise ShapeError(f"Pool: a {len(self.kernel)}-d kernel needs a rank-"
                              f"{len(self.kernel) + 2} input, got {x}")
-        win = self.window(self.kernel)
+        sizes = x.dims[2:]
+        win = self.window(self.kernel, [n if isinstance(n, int) else 1 for n in sizes])
         if any(p >= e for p, e in zip(win.begin + win.end, win.extent * 2)):
             raise ShapeError(f"Pool: pads {win.begin + win.end} must be smaller than the "
                              f"kernel extent {win.extent}")
-        out = _spatial(self, x.dims[2:], lambda n: win.pool_sizes(n, self.ceil_mode),
-                       minimum=0)
+        out = _spatial(self, sizes, lambda n: self.window(self.kernel, n).pool_sizes(
+            n, self.ceil_mode), minimum=0)
         return x.with_dims((*x.dims[:2], *out))
 
 

@@ -38,6 +38,7 @@ from rlx.ir import (
     ScatterElements,
     Softmax,
 )
+from rlx.ir.ops.nn import SamePad
 from rlx.ir.shape import normalize_axis
 
 __all__ = [
@@ -55,47 +56,33 @@ def _per_axis(n: NodeContext, name: str, count: int, default: int) -> tuple[int,
     return tuple(values) if values else (default,) * count
 
 
-def _same_pads(n: NodeContext, sizes: Sequence, extents: Sequence[int],
-               strides: Sequence[int]) -> tuple[int, ...]:
-    """SAME_UPPER / SAME_LOWER: pad so that out = ceil(in / stride); the odd one goes to the
-    end (upper) or the beginning (lower)."""
-    lower = n.attr("auto_pad") == "SAME_LOWER"
-    begins, ends = [], []
-    for size, extent, stride in zip(sizes, extents, strides):
-        if isinstance(size, int):
-            total = max(0, (-(-size // stride) - 1) * stride + extent - size)
-        elif stride == 1:
-            total = extent - 1  # independent of the size
-        else:
-            raise n.fail(f"auto_pad={n.attr('auto_pad')} with stride {stride} needs a "
-                         f"static spatial size, got {size}")
-        small = total // 2
-        begins.append(total - small if lower else small)
-        ends.append(small if lower else total - small)
-    return (*begins, *ends)
-
-
 def _pads(n: NodeContext, sizes: Sequence, kernel: Sequence[int], strides: Sequence[int],
-          dilations: Sequence[int]) -> tuple[int, ...]:
-    """Explicit (begin..., end...) pads from `pads` / `auto_pad`."""
+          dilations: Sequence[int]) -> tuple[tuple[int, ...], SamePad | None]:
+    """Explicit (begin..., end...) pads from `pads` / `auto_pad`, or () and the SAME rule
+    where the pads depend on a symbolic size (a stride above 1): the op then works them
+    out at run time."""
     auto = n.attr("auto_pad", "NOTSET") or "NOTSET"
     if auto == "NOTSET":
-        return _per_axis(n, "pads", 2 * len(kernel), 0)
+        return _per_axis(n, "pads", 2 * len(kernel), 0), None
     if auto == "VALID":
-        return (0,) * (2 * len(kernel))
+        return (0,) * (2 * len(kernel)), None
     if auto not in ("SAME_UPPER", "SAME_LOWER"):
         raise n.fail(f"unknown auto_pad {auto!r}")
+    same = SamePad(auto)
+    if any(not isinstance(size, int) and stride > 1 for size, stride in zip(sizes, strides)):
+        return (), same
     extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-    return _same_pads(n, sizes, extents, strides)
+    # a symbolic size with stride 1 pads extent - 1 whatever it is: any stand-in works
+    return same.pads([s if isinstance(s, int) else 1 for s in sizes], extents, strides), None
 
 
 def _window(n: NodeContext, x: int, kernel: Sequence[int]):
-    """(strides, pads, dilations) of a conv/pool node over the spatial dims of x."""
+    """(strides, pads, dilations, same) of a conv/pool node over the spatial dims of x."""
     count = len(kernel)
     strides = _per_axis(n, "strides", count, 1)
     dilations = _per_axis(n, "dilations", count, 1)
-    pads = _pads(n, n.s.shape(x).dims[2:], kernel, strides, dilations)
-    return strides, pads, dilations
+    pads, same = _pads(n, n.s.shape(x).dims[2:], kernel, strides, dilations)
+    return strides, pads, dilations, same
 
 
 def _kernel(n: NodeContext, w: int | None = None) -> tuple[int, ...]:
@@ -118,8 +105,8 @@ def conv(n: NodeContext) -> int:
 
 def emit_conv(n: NodeContext, x: int, w: int, b: int | None) -> int:
     """A Conv over x, w (and bias b) with the window attributes of node `n`."""
-    strides, pads, dilations = _window(n, x, _kernel(n, w))
-    op = Conv(strides, pads, dilations, n.attr("group", 1))
+    strides, pads, dilations, same = _window(n, x, _kernel(n, w))
+    op = Conv(strides, pads, dilations, n.attr("group", 1), same)
     return n.s.emit(op, x, w) if b is None else n.s.emit(op, x, w, b)
 
 
@@ -135,7 +122,10 @@ def conv_transpose(n: NodeContext) -> int:
     auto = n.attr("auto_pad", "NOTSET") or "NOTSET"
     target = n.attr("output_shape")
     if target is None and auto in ("SAME_UPPER", "SAME_LOWER"):
-        target = [s * st if isinstance(s, int) else None for s, st in zip(sizes, strides)]
+        # out = in * stride: the pads (stride * (in - 1) + extent - out) do not depend on
+        # the size, so a symbolic one takes any stand-in
+        sizes = tuple(s if isinstance(s, int) else 1 for s in sizes)
+        target = [s * st for s, st in zip(sizes, strides)]
     if target is None:
         pads = (0,) * (2 * count) if auto == "VALID" else _per_axis(n, "pads", 2 * count, 0)
     else:
@@ -167,9 +157,9 @@ def _transposed_pads(n: NodeContext, sizes, kernel, strides, dilations, extra: l
 # -- pooling -----------------------------------------------------------------------------------
 def _pool(n: NodeContext, kind: PoolKind, x: int) -> int:
     kernel = _kernel(n)
-    strides, pads, dilations = _window(n, x, kernel)
+    strides, pads, dilations, same = _window(n, x, kernel)
     return n.s.emit(Pool(kind, kernel, strides, pads, dilations, bool(n.attr("ceil_mode", 0)),
-                         bool(n.attr("count_include_pad", 0))), x)
+                         bool(n.attr("count_include_pad", 0)), same), x)
 
 
 @converter("MaxPool")
@@ -191,7 +181,7 @@ def _max_indices(n: NodeContext, x: int, values: int) -> int:
     if not shape.is_static:
         raise n.fail(f"Indices need a static input shape, got {shape}")
     kernel = _kernel(n)
-    strides, pads, dilations = _window(n, x, kernel)
+    strides, pads, dilations, _ = _window(n, x, kernel)  # static sizes: no run-time pads
     count = len(kernel)
     dims = shape.static_dims
     sizes, out = dims[2:], s.shape(values).static_dims[2:]
@@ -244,11 +234,12 @@ def lp_pool(n: NodeContext) -> int:
     x = n.input(0)
     p = float(n.attr("p", 2))
     kernel = _kernel(n)
-    strides, pads, dilations = _window(n, x, kernel)
+    strides, pads, dilations, same = _window(n, x, kernel)
     if n.attr("ceil_mode", 0):
         raise n.fail("ceil_mode=1 is not supported")
     powered = _abs_pow(s, x, p)
-    avg = s.emit(Pool(PoolKind.AVG, kernel, strides, pads, dilations, False, True), powered)
+    avg = s.emit(Pool(PoolKind.AVG, kernel, strides, pads, dilations, False, True, same),
+                 powered)
     total = s.mul(avg, s.like(math.prod(kernel), avg))
     return _root(s, total, p)
 
