@@ -461,6 +461,18 @@ def test_recurrence_activations_match_onnxruntime(cls, direction, activations, a
     _close(_ours(cls, values, **attrs), _onnxruntime(cls, values, **attrs))
 
 
+@pytest.mark.parametrize("direction", list(RnnDirection))
+@pytest.mark.parametrize("linear_before_reset", [False, True])
+@pytest.mark.parametrize("optional", [(), ("B", "initial_h"), ("B", "sequence_lens"),
+                                      ("sequence_lens", "initial_h")])
+def test_gru_steps_match_onnxruntime(direction, linear_before_reset, optional):
+    """The GRU step's two forms (one recurrent product with linear_before_reset, two
+    without) in every direction, with and without initial state and sequence_lens."""
+    values = _rnn_inputs(GRU, direction, 0, optional, lens=[4, 5, 1])
+    attrs = dict(direction=direction, linear_before_reset=linear_before_reset)
+    _close(_ours(GRU, values, **attrs), _onnxruntime(GRU, values, **attrs))
+
+
 @pytest.mark.parametrize("cls,attrs", [
     (LSTM, dict(clip=0.4)),
     (LSTM, dict(input_forget=True, direction=RnnDirection.BIDIRECTIONAL)),

@@ -241,20 +241,45 @@ def _plain_lstm_step(hidden: int, p: _Weights,
 
 
 def _gru_cell(op: GRU, p: _Weights) -> tuple[np.ndarray, Step]:
+    """The GRU step on fresh buffers, z and r through `f` in one call, and the new state
+    as hidden + z (h_prev - hidden). With linear_before_reset the whole recurrent part is
+    one [batch, 3H] product; without, the h gate's product reads r * h_prev, a second one."""
     f, g = p.acts
-    zr = 2 * op.hidden_size
-    r_zr, r_h, rb_h = p.r_t[:, :zr], p.r_t[:, zr:], p.r_bias[zr:]
+    clip, hs = p.clip, op.hidden_size
+    zr = 2 * hs
+    rb_h = p.r_bias[zr:]
 
-    def step(xw: np.ndarray, states: States) -> States:
-        (h_prev,) = states
-        z, r = np.split(xw[:, :zr] + h_prev @ r_zr, 2, axis=-1)
-        z, r = f(p.clip(z)), f(p.clip(r))
-        if op.linear_before_reset:
-            hidden = xw[:, zr:] + r * (h_prev @ r_h + rb_h)
-        else:
-            hidden = xw[:, zr:] + (r * h_prev) @ r_h
-        hidden = g(p.clip(hidden))
-        return ((1 - z) * hidden + z * h_prev,)
+    def blend(xw: np.ndarray, gates: np.ndarray, h_prev: np.ndarray, hidden: Callable) -> States:
+        gates += xw[:, :zr]
+        zr_gates = f(clip(gates))
+        h = hidden(zr_gates[:, hs:])  # given r
+        h += xw[:, zr:]
+        h = g(clip(h))
+        out = h_prev - h
+        out *= zr_gates[:, :hs]
+        out += h
+        return (out,)
+
+    if op.linear_before_reset:
+        r_t = p.r_t
+
+        def step(xw: np.ndarray, states: States) -> States:
+            (h_prev,) = states
+            rec = h_prev @ r_t
+
+            def hidden(r: np.ndarray) -> np.ndarray:
+                h = rec[:, zr:]
+                h += rb_h
+                h *= r
+                return h
+
+            return blend(xw, rec[:, :zr], h_prev, hidden)
+    else:
+        r_zr, r_h = (np.ascontiguousarray(a) for a in (p.r_t[:, :zr], p.r_t[:, zr:]))
+
+        def step(xw: np.ndarray, states: States) -> States:
+            (h_prev,) = states
+            return blend(xw, h_prev @ r_zr, h_prev, lambda r: (r * h_prev) @ r_h)
 
     # Rb of the h gate is additive only when the reset gate comes first
     r_bias = np.concatenate([p.r_bias[:zr], np.zeros_like(rb_h) if op.linear_before_reset
