@@ -194,3 +194,31 @@ def test_feeds_that_fail_everywhere_take_the_preferred_engine_that_builds(tmp_pa
     installed = registry.available_engines()
     assert model.engine == next(n for n in auto.PREFERENCE if n in installed)
     assert next(iter(_cache(tmp_path).values()))["how"].startswith("unmeasured")
+
+
+def _calls_per_run(model, feeds_) -> int:
+    """Python and C function calls one `run` makes (a count, not a clock)."""
+    count = [0]
+
+    def profile(frame, event, arg):
+        if event in ("call", "c_call"):
+            count[0] += 1
+
+    model.run(feeds_)  # warm: first-run allocations and plans
+    sys.setprofile(profile)
+    try:
+        model.run(feeds_)
+    finally:
+        sys.setprofile(None)
+    return count[0]
+
+
+def test_auto_runs_add_nothing_to_the_chosen_engines(tmp_path):
+    """A model auto picked runs the very runner the engine's own `rlx.load` builds: no
+    per-call work of its own, from the measuring load or from the cache."""
+    mlp = write_mlp(tmp_path / "mlp.rlx")
+    for _ in range(2):
+        chosen = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
+        direct = rlx.load(mlp.path, engine=chosen.engine, cache_dir=tmp_path / "cache")
+        assert type(chosen.runner) is type(direct.runner)
+        assert _calls_per_run(chosen, feeds()) == _calls_per_run(direct, feeds())

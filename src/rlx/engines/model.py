@@ -88,7 +88,9 @@ class Model:
         self._file = file
         self.path = path
         self.name = name
-        self._inputs = list(inputs)
+        # plain records whatever was given: a graph's Input nodes read their names and
+        # shapes through properties, which every run's feed checks would pay for again
+        self._inputs = [FeedInput(n.id, n.source_name, n.tensor_shape) for n in inputs]
         self._runner = runner
         self.inputs = [IoSpec(n.source_name, n.tensor_shape.dims, n.tensor_shape.dtype.numpy)
                        for n in self._inputs]

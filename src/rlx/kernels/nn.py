@@ -44,7 +44,7 @@ from rlx.kernels.registry import kernel, staged
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = [
-    "build_conv", "conv_transpose", "pool", "build_global_pool", "softmax", "log_softmax",
+    "build_conv", "conv_transpose", "build_pool", "build_global_pool", "softmax", "log_softmax",
     "layer_norm", "batch_norm", "instance_norm", "prelu", "resize",
 ]
 
@@ -55,6 +55,8 @@ def _compute_dtype(dtype: np.dtype) -> np.dtype:
 
 
 def _to_compute(x: np.ndarray) -> np.ndarray:
+    if x.dtype == np.float32:  # the common case, without working out the dtype
+        return x
     return x.astype(_compute_dtype(x.dtype), copy=False)
 
 
@@ -446,26 +448,45 @@ def _window_counts(win: Window, sizes: Sequence[int], out: Sequence[int], includ
     return count
 
 
-@kernel(Pool)
-def pool(node, x):
-    op = node.op
-    sizes = x.shape[2:]
+def _pool_plan(op: Pool, shape: tuple[int, ...]) -> tuple:
+    """(window, output sizes, and for an average its end padding, tap slices and divisors)
+    for inputs of `shape`: the work a run would otherwise redo per call."""
+    sizes = shape[2:]
     win = op.window(op.kernel, sizes)
     out = win.pool_sizes(sizes, op.ceil_mode)
-    if not all(out):
-        return np.zeros((*x.shape[:2], *out), x.dtype)
-    if op.kind is PoolKind.MAX:
-        return _separable_max(x, win, out)
+    if op.kind is PoolKind.MAX or not all(out):
+        return win, out, (), (), None
     # in ceil mode the last window may run past the end padding: pad that overhang too
-    end = [max(e, (o - 1) * s + ext - n - b)
-           for o, s, ext, n, b, e in zip(out, win.strides, win.extent, sizes, win.begin, win.end)]
-    xp = _pad(_to_compute(x), win.begin, end, 0)
-    total = _fold((xp[(...,) + sl] for sl in _taps(win, out)), np.add, xp.dtype)
+    end = tuple(max(e, (o - 1) * s + ext - n - b) for o, s, ext, n, b, e in
+                zip(out, win.strides, win.extent, sizes, win.begin, win.end))
     # outside ceil mode, a window hanging past a short input counts its overhang as
     # padding (onnxruntime: a 2x2 average of a 1x1 image with count_include_pad is x / 4)
-    counted = win if op.ceil_mode else dataclasses.replace(win, end=tuple(end))
-    total /= _window_counts(counted, sizes, out, op.count_include_pad)
-    return total.astype(x.dtype, copy=False)
+    counted = win if op.ceil_mode else dataclasses.replace(win, end=end)
+    counts = _window_counts(counted, sizes, out, op.count_include_pad)
+    return win, out, end, tuple(_taps(win, out)), counts
+
+
+@staged(Pool)
+def build_pool(node, compile):
+    """Pooling with its geometry planned once per input shape."""
+    op = node.op
+    plans: dict[tuple, tuple] = {}
+
+    def step(x):
+        plan = plans.get(x.shape)
+        if plan is None:
+            plan = plans[x.shape] = _pool_plan(op, x.shape)
+        win, out, end, taps, counts = plan
+        if not all(out):
+            return np.zeros((*x.shape[:2], *out), x.dtype)
+        if op.kind is PoolKind.MAX:
+            return _separable_max(x, win, out)
+        xp = _pad(_to_compute(x), win.begin, end, 0)
+        total = _fold((xp[(...,) + sl] for sl in taps), np.add, xp.dtype)
+        total /= counts
+        return total.astype(x.dtype, copy=False)
+
+    return step
 
 
 def _im2col_gemm(view: np.ndarray, layouts: tuple, plan: _ConvPlan) -> np.ndarray:
@@ -553,15 +574,23 @@ def softmax(node, x):
     return e.astype(x.dtype, copy=False)
 
 
+@functools.lru_cache(maxsize=64)
+def _ones(n: int, dtype: np.dtype) -> np.ndarray:
+    """A read-only vector of n ones (the row sums' operand), made once per size."""
+    ones = np.ones(n, dtype)
+    ones.flags.writeable = False
+    return ones
+
+
 def _last_axis_softmax(x: np.ndarray) -> np.ndarray | None:
     """Softmax over the last axis shifted by the tensor's max, or None where that shift
     does not do (a non-finite max, a row too far below it)."""
     top = np.maximum.reduce(x, axis=None)
-    if not np.isfinite(top):
+    if not math.isfinite(top):
         return None
     e = np.subtract(x, top)
     np.exp(e, out=e)
-    sums = e @ np.ones(x.shape[-1], e.dtype)
+    sums = e @ _ones(x.shape[-1], e.dtype)
     if not np.minimum.reduce(sums, axis=None) >= _ROW_SUM_FLOOR:  # NaN fails too
         return None
     e /= sums[..., None]

@@ -7,6 +7,7 @@ Expand, Split) return numpy views where numpy gives them; kernels never write th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
@@ -51,7 +52,8 @@ from rlx.ir.shape import normalize_axis
 from rlx.kernels.registry import kernel, staged
 
 __all__ = [
-    "build_reshape", "build_transpose", "concat", "expand", "tile", "flatten", "build_squeeze",
+    "build_reshape", "build_transpose", "concat", "expand", "tile", "build_flatten",
+    "build_squeeze",
     "build_unsqueeze", "build_slice", "build_split", "build_pad", "gather", "gather_elements",
     "gather_nd", "scatter_nd", "scatter_elements", "shape_of", "size", "range_", "fill",
     "one_hot", "depth_to_space", "space_to_depth", "trilu", "non_zero", "compress",
@@ -125,10 +127,16 @@ def tile(node, x, repeats=None):
     return np.tile(x, _given_ints(node.op.repeats, repeats))
 
 
-@kernel(Flatten)
-def flatten(node, x):
-    axis = node.op.axis + x.ndim if node.op.axis < 0 else node.op.axis
-    return x.reshape(int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])))
+@staged(Flatten)
+def build_flatten(node, compile):
+    axis = node.op.axis
+
+    def plan(shape: tuple[int, ...]) -> tuple[int, int]:
+        cut = axis + len(shape) if axis < 0 else axis
+        return math.prod(shape[:cut]), math.prod(shape[cut:])
+
+    target = _per_shape(True, plan)
+    return lambda x: x.reshape(target(x.shape))
 
 
 @staged(Squeeze)
