@@ -371,38 +371,37 @@ def _fold(parts: Iterator[np.ndarray], ufunc: np.ufunc, dtype: np.dtype) -> np.n
     return acc
 
 
-def _separable_max(x: np.ndarray, win: Window, out: tuple[int, ...]) -> np.ndarray:
+def _separable_max(x: np.ndarray, plan: tuple, out: tuple[int, ...]) -> np.ndarray:
     """Max over a window as a max along one axis at a time (the max over a box is the max
     of the maxes of its rows): sum(kernel) passes instead of prod(kernel), 10 instead of 25
     for a 5x5 window (YOLO's SPPF pools 5x5 three times). Outer axes first: their passes
     read whole contiguous rows, and leave the strided passes along the last axis fewer rows
-    (3x3 stride 2 on [64, 112, 112]: 0.65x the last axis first; thread CPU time)."""
-    begin, end, axes = _max_plan(win, x.shape[2:], out)
+    (3x3 stride 2 on [64, 112, 112]: 0.65x the last axis first; thread CPU time).
+    `plan`: `_max_plan` of the window over x's spatial sizes."""
+    begin, end, axes = plan
     y = _pad(x, begin, end, _lowest(x.dtype))
-    lead = (slice(None),) * 2
     for a, (o, whole, partial) in enumerate(zip(out, *axes)):
-        before = lead + (slice(None),) * a
         if len(whole) >= 2:
-            acc = np.maximum(y[before + (whole[0],)], y[before + (whole[1],)])
+            acc = np.maximum(y[whole[0]], y[whole[1]])
             whole = whole[2:]
         elif whole:
-            acc = np.array(y[before + (whole[0],)])
+            acc = np.array(y[whole[0]])
             whole = whole[1:]
         else:  # no tap reaches every output (ceil mode's last window, a short input)
             acc = np.full((*y.shape[:2 + a], o, *y.shape[3 + a:]), _lowest(y.dtype), y.dtype)
         for taken in whole:
-            np.maximum(acc, y[before + (taken,)], out=acc)
+            np.maximum(acc, y[taken], out=acc)
         for into, taken in partial:
-            part = acc[before + (into,)]
-            np.maximum(part, y[before + (taken,)], out=part)
+            part = acc[into]
+            np.maximum(part, y[taken], out=part)
         y = acc
     return y
 
 
-@functools.lru_cache(maxsize=256)
 def _max_plan(win: Window, sizes: tuple[int, ...], out: tuple[int, ...]):
-    """Padding, and per axis the input slices of the taps reaching every output and the
-    (output, input) slices of those reaching only some. Tap t gives output q the input at
+    """Padding, and per axis the input indices of the taps reaching every output and the
+    (output, input) indices of those reaching only some (each a whole index: the batch,
+    channel and earlier axes taken whole). Tap t gives output q the input at
     q * s + t * d - begin, where that lies inside the (padded) input; padding outside it is
     never read. Axes of stride 1 are padded first, in one pass no bigger than the output,
     so that every tap there updates the whole array (updates of a part run ~2x slower:
@@ -421,6 +420,7 @@ def _max_plan(win: Window, sizes: tuple[int, ...], out: tuple[int, ...]):
             pad_begin.append(0)
             pad_end.append(0)
         whole, partial = [], []
+        before = (slice(None),) * (2 + len(wholes))
         for t in range(k):
             first = max(0, -((t * d - b) // s))  # the first output whose input is inside
             stop = min(o, (n - 1 - t * d + b) // s + 1)
@@ -428,9 +428,9 @@ def _max_plan(win: Window, sizes: tuple[int, ...], out: tuple[int, ...]):
                 start = first * s + t * d - b
                 taken = slice(start, start + (stop - first - 1) * s + 1, s)
                 if (first, stop) == (0, o):
-                    whole.append(taken)
+                    whole.append(before + (taken,))
                 else:
-                    partial.append((slice(first, stop), taken))
+                    partial.append((before + (slice(first, stop),), before + (taken,)))
         wholes.append(tuple(whole))
         partials.append(tuple(partial))
     return tuple(pad_begin), tuple(pad_end), (tuple(wholes), tuple(partials))
@@ -449,13 +449,16 @@ def _window_counts(win: Window, sizes: Sequence[int], out: Sequence[int], includ
 
 
 def _pool_plan(op: Pool, shape: tuple[int, ...]) -> tuple:
-    """(window, output sizes, and for an average its end padding, tap slices and divisors)
-    for inputs of `shape`: the work a run would otherwise redo per call."""
+    """(window, output sizes, end padding, taps, divisors) for inputs of `shape`: the work
+    a run would otherwise redo per call. Max pooling's taps are its `_max_plan`; an
+    average's are the tap slices, with its end padding and divisors."""
     sizes = shape[2:]
     win = op.window(op.kernel, sizes)
     out = win.pool_sizes(sizes, op.ceil_mode)
-    if op.kind is PoolKind.MAX or not all(out):
+    if not all(out):
         return win, out, (), (), None
+    if op.kind is PoolKind.MAX:
+        return win, out, (), _max_plan(win, sizes, out), None
     # in ceil mode the last window may run past the end padding: pad that overhang too
     end = tuple(max(e, (o - 1) * s + ext - n - b) for o, s, ext, n, b, e in
                 zip(out, win.strides, win.extent, sizes, win.begin, win.end))
@@ -480,7 +483,7 @@ def build_pool(node, compile):
         if not all(out):
             return np.zeros((*x.shape[:2], *out), x.dtype)
         if op.kind is PoolKind.MAX:
-            return _separable_max(x, win, out)
+            return _separable_max(x, taps, out)
         xp = _pad(_to_compute(x), win.begin, end, 0)
         total = _fold((xp[(...,) + sl] for sl in taps), np.add, xp.dtype)
         total /= counts
