@@ -22,11 +22,6 @@ _HALF_ATTENTION = (
     "float16/bfloat16 attention: rounding of the intermediate results differs from the "
     "reference's by one unit in the last place, above the tolerance"
 )
-_FFT_NOISE = (
-    "expected values carry float32 FFT rounding noise (1.9e-7) above the case's atol (1e-7); "
-    "rlx computes the transform in float64"
-)
-
 
 def _each(reason: str, *names: str) -> dict[str, str]:
     return dict.fromkeys(names, reason)
@@ -221,9 +216,5 @@ XFAIL: dict[str, str] = {
         "test_attention_4d_causal_fp16_expanded", "test_attention_4d_causal_padded_kv_bf16",
         "test_attention_4d_causal_padded_kv_bf16_expanded", "test_attention_4d_padded_kv_bf16",
         "test_attention_4d_padded_kv_bf16_expanded",
-    ),
-    **_each(
-        _FFT_NOISE,
-        "test_dft_inverse", "test_dft_inverse_opset19",
     ),
 }

@@ -16,6 +16,10 @@ _ORT_BATCHWISE = ("onnxruntime's CPU recurrences refuse layout=1 (batch first): 
 _BITCAST = "a bit cast (BitCast) needs ONNX opset 26; rlx exports opset 20"
 _FLOAT_MOD = ("float Mod with fmod=0 is exported as a - floor(a / b) * b (ONNX Mod needs "
               "fmod=1 for floats); its inf/nan/-0 edge cases differ from numpy's")
+_FFT_NOISE = ("expected values carry numpy's float32 FFT rounding (1.9e-7 where the exact "
+              "value is ~1e-15) above the case's atol (1e-7); the export computes the "
+              "transform in float64 (plain onnxruntime's DFT fails every test_dft case, by "
+              "up to 2.4e-4)")
 
 ONNXRUNTIME: dict[str, str] = {
     "test_resize_downsample_scales_cubic_align_corners": _ORT_RESIZE,
@@ -28,6 +32,8 @@ ONNXRUNTIME: dict[str, str] = {
     "test_bitcast_int32_to_float32": _BITCAST,
     "test_bitcast_scalar_float32_to_int32": _BITCAST,
     "test_mod_float_edge_cases_fmod_0_float32": _FLOAT_MOD,
+    "test_dft_inverse": _FFT_NOISE,
+    "test_dft_inverse_opset19": _FFT_NOISE,
 }
 """onnxruntime: the float32 group."""
 

@@ -90,7 +90,8 @@ class Model:
         self.name = name
         # plain records whatever was given: a graph's Input nodes read their names and
         # shapes through properties, which every run's feed checks would pay for again
-        self._inputs = [FeedInput(n.id, n.source_name, n.tensor_shape) for n in inputs]
+        self._inputs: list[Any] = [FeedInput(n.id, n.source_name, n.tensor_shape)
+                                   for n in inputs]
         self._runner = runner
         self.inputs = [IoSpec(n.source_name, n.tensor_shape.dims, n.tensor_shape.dtype.numpy)
                        for n in self._inputs]

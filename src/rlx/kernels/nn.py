@@ -408,7 +408,9 @@ def _max_plan(win: Window, sizes: tuple[int, ...], out: tuple[int, ...]):
     numpy's loops want contiguous operands). Along a larger stride, padding would cost a
     pass over an input s times the output, so it is left out (3x3 stride 2 pad 1 on
     [64, 112, 112]: 0.57x the time of padding first; thread CPU time)."""
-    pad_begin, pad_end, wholes, partials = [], [], [], []
+    pad_begin, pad_end = [], []
+    wholes: list[tuple] = []
+    partials: list[tuple] = []
     for n, o, k, s, d, b, e in zip(sizes, out, win.kernel, win.strides, win.dilations,
                                    win.begin, win.extent):
         if s == 1:

@@ -1,11 +1,14 @@
-"""Signal processing: DFT and STFT as matrix products with cosine/sine tables; mel filters.
+"""Signal processing: DFT, STFT as matrix products with cosine/sine tables; mel filters.
 
-A transform along one axis of N points is `real @ C + imag @ S` (and the like for the
-imaginary part) with C[j, k] = cos(2 pi j k / N), S = sin(...), the 1/N of the inverse and
-the one-sided weights of irfft folded into the tables. The tables are constants when the
-sizes are known at import, and are built from Range/Cos/Sin (in float64, with j * k reduced
-mod N first so the angle stays exact) when they are known only at run time. A DFT axis
-given at run time becomes a chain of If nodes, one branch per possible axis.
+A DFT of a length known at import is rlx's DFT op (an FFT in the signal's precision, as
+onnx.reference computes it). Otherwise, and for STFT's frames, a transform along one axis
+of N points is `real @ C + imag @ S` (and the like for the imaginary part) with
+C[j, k] = cos(2 pi j k / N), S = sin(...), the 1/N of the inverse and the one-sided
+weights of irfft folded into the tables. The tables are constants when the sizes are known
+at import (the ONNX export of the DFT op uses them too), and are built from Range/Cos/Sin
+(in float64, with j * k reduced mod N first so the angle stays exact) when they are known
+only at run time. A DFT axis given at run time becomes a chain of If nodes, one branch per
+possible axis.
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from rlx.ir import (
     Range,
     Slice,
 )
+from rlx.ir.ops.linalg import DFT
 
-__all__ = ["Run", "Length", "Kind", "transform_last", "dft", "dft_", "stft", "mel_weight_matrix"]
+__all__ = ["Run", "Length", "Kind", "dft_tables", "transform_last", "dft", "dft_", "stft",
+           "mel_weight_matrix"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,7 @@ def _tables(s: Emitter, rows: Length, cols: Length, n: Length, kind: Kind,
             dtype: DType) -> tuple[int, int]:
     """(C, S) tables [rows, cols]; rows index inputs, cols outputs."""
     if isinstance(rows, int) and isinstance(cols, int) and isinstance(n, int):
-        c, sn = _static_tables(rows, cols, n, kind)
+        c, sn = dft_tables(rows, cols, n, kind)
         return s.const(c.astype(dtype.numpy)), s.const(sn.astype(dtype.numpy))
     n_id = _node(s, n)
     zero, one = s.scalar(0, DType.I64), s.scalar(1, DType.I64)
@@ -75,8 +80,8 @@ def _tables(s: Emitter, rows: Length, cols: Length, n: Length, kind: Kind,
     return cos, sin
 
 
-def _static_tables(rows: int, cols: int, n: int, kind: Kind) -> tuple[np.ndarray, np.ndarray]:
-    """`_tables` of static sizes, as float64 arrays."""
+def dft_tables(rows: int, cols: int, n: int, kind: Kind) -> tuple[np.ndarray, np.ndarray]:
+    """`_tables` of static sizes, as float64 arrays (the ONNX export's DFT uses them too)."""
     j, k = np.arange(rows)[:, None], np.arange(cols)[None, :]
     angle = 2 * np.pi * ((j * k) % max(n, 1)) / max(n, 1)
     scale = np.ones((rows, 1))
@@ -200,6 +205,8 @@ def dft_(n: NodeContext) -> int:
             if kind is Kind.IRFFT:  # a one-sided spectrum of L bins: 2 (L - 1) points
                 size = 2 * (size - 1) if isinstance(size, int) else Run(s.mul(
                     s.sub(size.id, s.scalar(1, DType.I64)), s.scalar(2, DType.I64)))
+        if isinstance(size, int):
+            return s.emit(DFT(a, size, inverse, onesided), x)
         return dft(s, x, a, size, kind, onesided)
 
     if axis is not None:
