@@ -17,7 +17,7 @@ import rlx
 from rlx import BakeOptions, bake
 from rlx.artifact import write_rlx
 from rlx.frontends.onnx import import_onnx
-from rlx.ir.ops.linalg import DFT
+from rlx.ir import DFT
 from tests.engines.conftest import ENGINES, require
 
 RNG = np.random.default_rng(8)

@@ -19,7 +19,6 @@ from rlx.ir import (
     verify,
 )
 from rlx.ir.ops.base import OPS
-from rlx.ir.ops.linalg import DFT
 from rlx.ir.serialize import op_from_json, op_to_json
 
 
@@ -49,7 +48,7 @@ SAMPLES: dict[str, ops.Op] = {op.__class__.__name__: op for op in [
     ops.MatMul(), ops.DequantMatMul(ops.QuantScheme.GGUF_TQ2_0, n=64),
     ops.DecodeWeight("gguf_q8_0", (8, 3, 3, 3), rows=3, perm=(1, 0, 2, 3)),
     ops.DequantGather("f16", vocab=100, dim=24),
-    ops.Einsum("bij,bjk->bik"), DFT(axis=-2, length=16, inverse=True, onesided=True),
+    ops.Einsum("bij,bjk->bik"), ops.DFT(axis=-2, length=16, inverse=True, onesided=True),
     ops.Conv(strides=(2, 1), pads=(1, 0, 1, 0), dilations=(1, 2), groups=4),
     ops.ConvTranspose(strides=(2,), pads=(1, 1), dilations=(1,), groups=2, output_padding=(1,)),
     ops.Pool(ops.PoolKind.AVG, kernel=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1),

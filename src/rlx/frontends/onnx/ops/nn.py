@@ -35,10 +35,10 @@ from rlx.ir import (
     Pool,
     PoolKind,
     ReduceOp,
+    SamePad,
     ScatterElements,
     Softmax,
 )
-from rlx.ir.ops.nn import SamePad
 from rlx.ir.shape import normalize_axis
 
 __all__ = [

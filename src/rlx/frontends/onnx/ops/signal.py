@@ -24,6 +24,7 @@ from rlx.frontends.onnx.registry import converter
 from rlx.frontends.onnx.switch import normalized_axis, per_axis
 from rlx.frontends.onnx.tensors import dtype_of
 from rlx.ir import (
+    DFT,
     Activation,
     BinaryOp,
     CompareOp,
@@ -33,7 +34,6 @@ from rlx.ir import (
     Range,
     Slice,
 )
-from rlx.ir.ops.linalg import DFT
 
 __all__ = ["Run", "Length", "Kind", "dft_tables", "transform_last", "dft", "dft_", "stft",
            "mel_weight_matrix"]
