@@ -328,7 +328,32 @@ def _window_attrs(op, kernel=None) -> dict:
 
 @handles(nn.Conv)
 def _conv(c) -> None:
-    c.final("Conv", c.x, group=c.op.groups, **_window_attrs(c.op))
+    op = c.op
+    if op.same is not None and any(d > 1 for d in op.dilations):
+        # onnxruntime refuses dilation with auto_pad SAME_*: pad to the rule's sizes first
+        padded = c.tmp("Pad", [c.x[0], _same_pads(c)])
+        attrs = {**_window_attrs(op), "auto_pad": None}
+        c.final("Conv", [padded, *c.x[1:]], group=op.groups, **attrs)
+        return
+    c.final("Conv", c.x, group=op.groups, **_window_attrs(op))
+
+
+def _same_pads(c) -> str:
+    """ONNX Pad's pads [0, 0, begin..., 0, 0, end...] of a Conv's SAME rule, computed from
+    its input's shape at run time: total = max(0, (ceil(n / s) - 1) s + extent - n)."""
+    op = c.op
+    win = op.window(c.shape(1).dims[2:], (1,) * len(op.dilations))  # strides, extents
+    strides, extents = c.ints(win.strides, "strides"), c.ints(win.extent, "extents")
+    sizes = c.tmp("Shape", [c.x[0]], start=2)
+    one, zero, two = c.ints([1], "one"), c.ints([0], "zero"), c.ints([2], "two")
+    out = c.tmp("Div", [c.tmp("Sub", [c.tmp("Add", [sizes, strides]), one]), strides])
+    reach = c.tmp("Add", [c.tmp("Mul", [c.tmp("Sub", [out, one]), strides]), extents])
+    total = c.tmp("Max", [c.tmp("Sub", [reach, sizes]), zero])
+    small = c.tmp("Div", [total, two])
+    big = c.tmp("Sub", [total, small])
+    begin, end = (big, small) if op.same is nn.SamePad.LOWER else (small, big)
+    lead = c.ints([0, 0], "lead")
+    return c.tmp("Concat", [lead, begin, lead, end], axis=0)
 
 
 @handles(nn.ConvTranspose)
