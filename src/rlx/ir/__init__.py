@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # what type checkers see: the names, imported as they are
     from rlx.ir.ops.multi import *
     from rlx.ir.ops.nn import *
     from rlx.ir.ops.packed import *
+    from rlx.ir.ops.quant import *
     from rlx.ir.ops.reduce import *
     from rlx.ir.ops.shaping import *
     from rlx.ir.ops.sources import *

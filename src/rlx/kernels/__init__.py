@@ -3,6 +3,7 @@
 from rlx.kernels import (  # noqa: F401  (imported for their registrations)
     control,
     elementwise,
+    integer,
     linalg,
     multi,
     nn,

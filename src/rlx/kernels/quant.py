@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from rlx.ir.graph import Node
 from rlx.ir.ops.linalg import DequantMatMul
 from rlx.kernels.registry import builder
 
-__all__ = ["DECODED_CACHE_BYTES", "build_dequant_matmul", "dense_weight"]
+__all__ = ["DECODED_CACHE_BYTES", "build_dequant_matmul", "dense_weight", "kept"]
 
 
 @builder(DequantMatMul)
@@ -48,38 +49,50 @@ def build_dequant_matmul(node: Node, compile):
 
 
 DECODED_CACHE_BYTES = 1 << 30
-"""How many bytes of decoded weights are kept, for every graph of the process together."""
+"""How many bytes of decoded (or centred integer) weights are kept, for every graph of the
+process together."""
 
-# (address, bytes) of each input, encoding, n, k, dtype -> decoded weight, for read-only
-# packed arrays; an entry lives as long as every array that made it (a weakref callback
-# drops it), so the address cannot be reused by other bytes meanwhile. Only read-only
-# arrays (constants) are cached: a writeable input could change between runs.
+# (address, bytes) of each input, then the maker's key (for a decoded weight: encoding, n,
+# k, dtype) -> the array made from them, for read-only arrays; an entry lives as long as
+# every array that made it (a weakref callback drops it), so the address cannot be reused
+# by other bytes meanwhile. Only read-only arrays (constants) are cached: a writeable
+# input could change between runs.
 _DECODED: dict[tuple, np.ndarray] = {}
 _DECODED_LOCK = threading.Lock()
 
 
 def _decoded(node: Node, encoding: Encoding, packed: np.ndarray, k: int,
              dtype: np.dtype, groups: tuple[np.ndarray, ...] = ()) -> np.ndarray:
-    arrays = (packed, *groups)  # MLX codes come with their scales (and biases)
-    if any(a.flags.writeable or not a.flags.c_contiguous for a in arrays):
-        return dense_weight(node, encoding, packed, k, dtype, groups)
     assert isinstance(node.op, DequantMatMul)
-    key = (*((a.__array_interface__["data"][0], a.nbytes) for a in arrays), encoding,
-           node.op.n, k, dtype)
-    weight = _DECODED.get(key)
-    if weight is None:
-        kept = sum(w.nbytes for w in list(_DECODED.values()))
-        if kept + node.op.n * k * dtype.itemsize > DECODED_CACHE_BYTES:  # decoded per call
-            return dense_weight(node, encoding, packed, k, dtype, groups, contiguous=False)
-        # two threads may both decode; the first to store wins
-        weight = dense_weight(node, encoding, packed, k, dtype, groups)
-        with _DECODED_LOCK:
-            if key not in _DECODED:
-                _DECODED[key] = weight
-                for array in arrays:
-                    weakref.finalize(array, _DECODED.pop, key, None)
-            weight = _DECODED[key]
+    arrays = (packed, *groups)  # MLX codes come with their scales (and biases)
+    weight = kept(arrays, (encoding, node.op.n, k, dtype), node.op.n * k * dtype.itemsize,
+                  lambda: dense_weight(node, encoding, packed, k, dtype, groups))
+    if weight is None:  # decoded per call
+        return dense_weight(node, encoding, packed, k, dtype, groups, contiguous=False)
     return weight
+
+
+def kept(arrays: tuple[np.ndarray, ...], key: tuple, nbytes: int,
+         make: Callable[[], np.ndarray]) -> np.ndarray | None:
+    """`make()`, computed from `arrays` (and `key`) once and kept (read-only) while they
+    live; None when any of them is writeable or not contiguous (it could change between
+    runs) or the result's `nbytes` would take the kept arrays past `DECODED_CACHE_BYTES`."""
+    if any(a.flags.writeable or not a.flags.c_contiguous for a in arrays):
+        return None
+    full = (*((a.__array_interface__["data"][0], a.nbytes) for a in arrays), *key)
+    value = _DECODED.get(full)
+    if value is None:
+        if sum(w.nbytes for w in list(_DECODED.values())) + nbytes > DECODED_CACHE_BYTES:
+            return None
+        value = make()  # two threads may both make it; the first to store wins
+        value.flags.writeable = False  # shared: no step may write into it
+        with _DECODED_LOCK:
+            if full not in _DECODED:
+                _DECODED[full] = value
+                for array in arrays:
+                    weakref.finalize(array, _DECODED.pop, full, None)
+            value = _DECODED[full]
+    return value
 
 
 def dense_weight(node: Node, encoding: Encoding, packed: np.ndarray, k: int,

@@ -8,6 +8,8 @@ on the graph being built, so whole constant subgraphs collapse in one pass. Not 
 - ops that only have compile-time builders (control flow, subgraphs);
 - `DequantMatMul`, `DecodeWeight`, `DequantGather`: folding them would decode a packed
   weight back to dense floats;
+- a `DequantizeLinear` whose result is larger than its inputs: an int8 weight stays int8
+  in the file (the kernel keeps its dequantised copy in memory);
 - results that GROW: larger than the node's inputs combined and over `MAX_GROWN_ELEMENTS`
   elements (an `Expand` or fill of a scalar would otherwise bloat the artifact);
 - nodes whose kernel fails (logged; the error will surface at run time instead).
@@ -33,12 +35,13 @@ from rlx.ir.ops.base import Op
 from rlx.ir.ops.linalg import DequantMatMul
 from rlx.ir.ops.multi import TupleGet
 from rlx.ir.ops.packed import DecodeWeight, DequantGather
+from rlx.ir.ops.quant import DequantizeLinear
 from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter, constant_value
 from rlx.ir.shape import Shape
 from rlx.kernels import KERNELS
 
-__all__ = ["fold_constants", "MAX_GROWN_ELEMENTS", "NEVER_FOLD"]
+__all__ = ["fold_constants", "MAX_GROWN_ELEMENTS", "NEVER_FOLD", "NEVER_WIDENED"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,9 @@ MAX_GROWN_ELEMENTS = 256 * 1024
 
 NEVER_FOLD: tuple[type[Op], ...] = (DequantMatMul, DecodeWeight, DequantGather)
 """Ops kept even over constant inputs."""
+
+NEVER_WIDENED: tuple[type[Op], ...] = (DequantizeLinear,)
+"""Ops kept over constant inputs smaller than their result (quantised weights)."""
 
 
 def fold_constants(graph: Graph) -> tuple[Graph, int]:
@@ -90,6 +96,8 @@ def _evaluate(rw: Rewriter, node: Node, tuples: dict) -> tuple[Any, int] | None:
     if len(payloads) != len(sources):
         return None
     input_bytes = sum(p.nbytes for p in payloads)
+    if isinstance(node.op, NEVER_WIDENED) and (node.tensor_shape.nbytes or 0) > input_bytes:
+        return None
     if _grows(node, input_bytes):
         return None  # refused by its declared size, before the kernel allocates it
     if _deferred(node):

@@ -1,10 +1,11 @@
 """ONNX export of a baked graph: `export_onnx(file_or_graph, path=None) -> onnx.ModelProto`.
 
-The model is standard ONNX (opset `EXPORT_OPSET`, plus `com.microsoft` when packed weights
-become MatMulNBits) that `onnx.checker.check_model(full_check=True)` accepts. Every rlx op
-maps to one ONNX op or a short chain of standard ops (`export_ops`); a tuple-valued node
-becomes one ONNX node with several outputs, which its `TupleGet`s name; `If` / `Loop` /
-`Scan` bodies become ONNX subgraphs whose captured inputs are outer-scope names.
+The model is standard ONNX (opset `EXPORT_OPSET`, 21 where blocked quantisation needs its
+`block_size`; plus `com.microsoft` when packed weights become MatMulNBits) that
+`onnx.checker.check_model(full_check=True)` accepts. Every rlx op maps to one ONNX op or a
+short chain of standard ops (`export_ops`); a tuple-valued node becomes one ONNX node with
+several outputs, which its `TupleGet`s name; `If` / `Loop` / `Scan` bodies become ONNX
+subgraphs whose captured inputs are outer-scope names.
 
 Where weights go is the caller's choice (`WeightPlacer`): inline `raw_data` (the default,
 `path` then moves the large ones to external data next to the file), a reference into the
@@ -125,13 +126,14 @@ def build_onnx(graph: Graph, *, placer: WeightPlacer = inline_tensor,
     builder = _Builder(form, placer, export_ops)
     builder.constant_names = constant_names or {}
     main = builder.main_graph(graph, name or graph.name)
-    opsets = [helper.make_opsetid("", EXPORT_OPSET)]
+    opsets = [helper.make_opsetid("", builder.opset)]
     if builder.uses_ms:
         opsets.append(helper.make_opsetid("com.microsoft", 1))
     model = helper.make_model(main, opset_imports=opsets, producer_name="rlx",
                               producer_version=__version__)
     model.ir_version = min(model.ir_version, 10)  # what onnxruntime >= 1.18 reads
     builder.summary.nodes = _count_nodes(main)
+    builder.summary.opset = builder.opset
     return ExportResult(model, builder.summary, builder.bound)
 
 
@@ -243,6 +245,7 @@ class _Builder:
         self.main_inits: list[TensorProto] = []
         self.main_inputs: list[onnx.ValueInfoProto] = []
         self.uses_ms = False
+        self.opset = EXPORT_OPSET  # raised by ops that need a newer one (blocked quantisation)
         self.node_names: set[str] = set()
         self.constant_names: dict[int, str] = {}
         self.main: Graph | None = None

@@ -23,6 +23,7 @@ from rlx.ir.ops import control as ctl
 from rlx.ir.ops import elementwise as ew
 from rlx.ir.ops import linalg, nn, reduce, shaping
 from rlx.ir.ops import packed as packed_ops
+from rlx.ir.ops import quant as quant_ops
 from rlx.ir.ops.elementwise import Activation as A
 from rlx.ir.ops.elementwise import BinaryOp as B
 from rlx.kernels.quant import dense_weight
@@ -310,6 +311,25 @@ def _dequant_gather(c) -> None:
 
 
 _dequant_gather.raw_inputs = (0,)  # read from the graph
+
+
+# -- integer quantisation ----------------------------------------------------------------------
+def _linear_attrs(c) -> dict:
+    """axis, and block_size where blocked; both that and 16-bit types need opset 21."""
+    if c.op.block_size or any(c.shape(i).dtype.itemsize > 1 for i in (0, 2)):
+        c.builder.opset = max(c.builder.opset, 21)
+    return {"axis": c.op.axis, **({"block_size": c.op.block_size} if c.op.block_size else {})}
+
+
+@handles(quant_ops.QuantizeLinear, quant_ops.DequantizeLinear)
+def _quantize_linear(c) -> None:
+    c.final(type(c.op).__name__, c.x, **_linear_attrs(c))
+
+
+@handles(quant_ops.MatMulInteger, quant_ops.DynamicQuantizeLinear)
+def _integer_op(c) -> None:
+    """The ONNX op of the same name and inputs (DynamicQuantizeLinear's three outputs)."""
+    c.final(type(c.op).__name__, c.x)
 
 
 # -- nn ----------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from rlx.ir.ops import (
     multi,
     nn,
     packed,
+    quant,
     reduce,
     shaping,
     sources,
@@ -27,11 +28,13 @@ from rlx.ir.ops.linalg import *
 from rlx.ir.ops.multi import *
 from rlx.ir.ops.nn import *
 from rlx.ir.ops.packed import *
+from rlx.ir.ops.quant import *
 from rlx.ir.ops.reduce import *
 from rlx.ir.ops.shaping import *
 from rlx.ir.ops.sources import *
 
-FAMILIES = (base, control, elementwise, linalg, multi, nn, packed, reduce, shaping, sources)
+FAMILIES = (base, control, elementwise, linalg, multi, nn, packed, quant, reduce, shaping,
+            sources)
 """The op family modules, whose `__all__` lists make this package's."""
 
 __all__ = [name for family in FAMILIES for name in family.__all__]

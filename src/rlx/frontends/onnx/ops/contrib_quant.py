@@ -18,9 +18,24 @@ from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.ops.contrib_fused import attend
 from rlx.frontends.onnx.ops.control import recurrent, recurrent_lstm
 from rlx.frontends.onnx.ops.nn import _pool
-from rlx.frontends.onnx.ops.quant import dequantize, dequantize_linear, quantize, quantize_linear
+from rlx.frontends.onnx.ops.quant import (
+    dequantize,
+    dequantize_linear,
+    integer_matmul,
+    quantize,
+    quantize_linear,
+)
 from rlx.frontends.onnx.registry import MICROSOFT, converter
-from rlx.ir import Activation, Clamp, CumSum, DType, PoolKind, QuantizedLSTM, ReduceOp
+from rlx.ir import (
+    Activation,
+    Clamp,
+    CumSum,
+    DType,
+    DynamicQuantizeLinear,
+    PoolKind,
+    QuantizedLSTM,
+    ReduceOp,
+)
 
 __all__ = ["requantize"]
 
@@ -218,17 +233,14 @@ def _softmax_table(n: NodeContext, x: int, axis: int) -> int:
 # -- matrix products ---------------------------------------------------------------------------
 def _integer_product(n: NodeContext, a: int, za: int | None, b: int, zb: int | None,
                      trans_a: bool = False, trans_b: bool = False) -> int:
-    """(A - za) @ (B - zb) in int32; zb per column (a vector along N) or per tensor."""
+    """(A - za) @ (B - zb) in int32 (MatMulInteger, B kept 8-bit); zb per column (a vector
+    along N) or per tensor."""
     s = n.s
-    left = _centred(n, a, za, DType.I32)
-    right = s.cast(b, DType.I32)
     if trans_a:
-        left = s.transpose(left, (1, 0))
+        a = s.transpose(a, (1, 0))
     if trans_b:
-        right = s.transpose(right, (1, 0))
-    if zb is not None:
-        right = s.sub(right, s.cast(zb, DType.I32))  # broadcasts along the last axis (N)
-    return s.matmul(left, right)
+        b = s.transpose(b, (1, 0))
+    return integer_matmul(n, a, b, za, zb)
 
 
 @converter("QGemm", domain=MICROSOFT)
@@ -248,19 +260,6 @@ def qgemm(n: NodeContext) -> int:
         return s.mul(_f32(s, acc), scale)
     multiplier = s.div(scale, _f32(s, n.input(7)))
     return requantize(s, acc, multiplier, _zero(n, 8), _out_type(n, 8, n.input(0)))
-
-
-def _dynamic_quantize(s, x: int) -> tuple[int, int, int]:
-    """DynamicQuantizeLinear (uint8): (y, scale, zero point) like onnxruntime's kernel."""
-    from rlx.ir import Reduce
-
-    lo = s.emit(Clamp(None, 0.0), s.emit(Reduce(ReduceOp.MIN, None, False), x))
-    hi = s.emit(Clamp(0.0, None), s.emit(Reduce(ReduceOp.MAX, None, False), x))
-    scale = s.div(s.sub(hi, lo), s.scalar(255.0, F32))
-    zero = s.emit(Clamp(0.0, 255.0), s.unary(Activation.ROUND, s.sub(
-        s.scalar(0.0, F32), s.div(lo, scale))))
-    zero = s.cast(zero, DType.U8)
-    return quantize(s, x, scale, zero, DType.U8), scale, zero
 
 
 def _scaled_output(n: NodeContext, acc: int, scale: int, bias: int | None) -> int:
@@ -284,7 +283,7 @@ def dynamic_quantize_matmul(n: NodeContext) -> int:
     """A quantised to uint8 on the fly, then MatMulIntegerToFloat with B (inputs A, B,
     b_scale, b_zero_point, bias)."""
     s = n.s
-    qa, a_scale, a_zero = _dynamic_quantize(s, _f32(s, n.input(0)))
+    qa, a_scale, a_zero = s.parts(s.emit(DynamicQuantizeLinear(), _f32(s, n.input(0))))
     acc = _integer_product(n, qa, a_zero, n.input(1), _zero(n, 3))
     return _scaled_output(n, acc, s.mul(a_scale, _f32(s, n.input(2))), n.optional(4))
 

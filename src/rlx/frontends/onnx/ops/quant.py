@@ -1,10 +1,12 @@
-"""Quantisation ops, spelled out in IR arithmetic: QuantizeLinear, DequantizeLinear,
-QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger (DynamicQuantizeLinear expands
-through its ONNX function body into these).
+"""Quantisation ops: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear and
+MatMulInteger become rlx's integer ops (`rlx.ir.ops.quant`), so 8-bit weights stay 8-bit;
+QLinearMatMul, QLinearConv and ConvInteger are built on them (an integer product, or a
+Conv of centred operands, then requantisation in IR arithmetic).
 
 Scales and zero points are per tensor, per axis (1-D along `axis`) or blocked (`block_size`
-along `axis`, repeated to the input's size). Rounding is half to even and results saturate
-to the integer type's range, as ONNX specifies.
+along `axis`). Rounding is half to even and results saturate to the integer type's range,
+as ONNX specifies. Types other than 8- and 16-bit integers (an int32 bias's
+DequantizeLinear) are spelled out in arithmetic, which widens nothing.
 """
 
 from __future__ import annotations
@@ -18,11 +20,21 @@ from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.ops.nn import emit_conv
 from rlx.frontends.onnx.registry import converter
 from rlx.frontends.onnx.tensors import dtype_of
-from rlx.ir import Activation, Clamp, DType
+from rlx.ir import (
+    QUANTIZED_TYPES,
+    Activation,
+    Clamp,
+    DequantizeLinear,
+    DType,
+    DynamicQuantizeLinear,
+    MatMulInteger,
+    QuantizeLinear,
+)
 
 __all__ = [
     "quantize", "dequantize", "quantize_linear", "dequantize_linear", "qlinear_matmul",
-    "qlinear_conv", "matmul_integer", "conv_integer",
+    "qlinear_conv", "matmul_integer", "conv_integer", "dynamic_quantize_linear",
+    "integer_matmul",
 ]
 
 _COMPUTE = DType.F32
@@ -72,6 +84,17 @@ def _check_integer(n: NodeContext, dtype: DType) -> None:
         raise n.fail(f"quantised type {dtype} is not supported")
 
 
+def _zero_point(n: NodeContext, index: int, dtype: DType, scale: int | None = None) -> int:
+    """Input `index`, or where the node leaves it out zeros of `dtype`, shaped like
+    `scale` when that has a static shape (onnxruntime wants them alike when blocked)."""
+    if n.has(index):
+        return n.input(index)
+    dims = () if scale is None else n.s.shape(scale).dims
+    if not all(isinstance(d, int) for d in dims):
+        dims = ()
+    return n.s.const(np.zeros(tuple(int(d) for d in dims), dtype.numpy))
+
+
 @converter("QuantizeLinear")
 def quantize_linear(n: NodeContext) -> int:
     s = n.s
@@ -79,6 +102,9 @@ def quantize_linear(n: NodeContext) -> int:
     dtype = _quantized_type(n, 2)
     _check_integer(n, dtype)
     axis, block = n.attr("axis", 1), n.attr("block_size", 0)
+    if dtype in QUANTIZED_TYPES:
+        op = QuantizeLinear(axis, block)
+        return s.emit(op, x, n.input(1), _zero_point(n, 2, dtype, n.input(1)))
     scale = _broadcastable(n, n.input(1), x, axis, block)
     zero = _broadcastable(n, n.input(2), x, axis, block) if n.has(2) else None
     return quantize(s, x, scale, zero, dtype)
@@ -93,19 +119,54 @@ def dequantize_linear(n: NodeContext) -> int:
     scale = n.input(1)
     out = dtype_of(n.attr("output_dtype"), n.label) if n.attr("output_dtype") else \
         s.dtype(scale)
+    if s.dtype(x) in QUANTIZED_TYPES:
+        y = s.emit(DequantizeLinear(axis, block), x, scale,
+                   _zero_point(n, 2, s.dtype(x), scale))
+        return y if s.dtype(y) == out else s.cast(y, out)
     zero = _broadcastable(n, n.input(2), x, axis, block) if n.has(2) else None
     return dequantize(s, x, _broadcastable(n, scale, x, axis, block), zero, out)
 
 
-def _integer_operand(n: NodeContext, index: int, zero_index: int, axis: int,
-                     dtype: DType = DType.I32) -> int:
-    """Input `index` minus its zero point (per tensor or along `axis`), in `dtype`."""
+@converter("DynamicQuantizeLinear")
+def dynamic_quantize_linear(n: NodeContext) -> list[int]:
+    return n.s.parts(n.s.emit(DynamicQuantizeLinear(), n.input(0)))
+
+
+def integer_matmul(n: NodeContext, a: int, b: int, a_zero: int | None,
+                   b_zero: int | None) -> int:
+    """MatMulInteger of a and b (8-bit) less their zero points (absent: 0; per tensor,
+    per row of a, per column of b), in int32; 1-D operands as numpy.matmul takes them."""
     s = n.s
-    x = s.cast(n.input(index), dtype)
-    if not n.has(zero_index):
-        return x
-    zero = _scalar_or_vector(s, s.cast(n.input(zero_index), dtype), s.rank(x), axis)
-    return s.sub(x, zero)
+    zeros = [s.scalar(0, s.dtype(x)) if z is None else
+             s.reshape(z, ()) if s.shape(z).dims in ((1,), (1, 1)) else z
+             for x, z in ((a, a_zero), (b, b_zero))]
+    vector_a, vector_b = s.rank(a) == 1, s.rank(b) == 1
+    if vector_a:
+        a = s.unsqueeze(a, [0])
+    if vector_b:
+        b = s.unsqueeze(b, [1])
+    y = s.emit(MatMulInteger(), a, b, *zeros)
+    if vector_b:
+        y = s.squeeze(y, [-1])
+    return s.squeeze(y, [-2 if not vector_b else -1]) if vector_a else y
+
+
+def _integer_operand(n: NodeContext, index: int, zero_index: int, axis: int,
+                     dtype: DType) -> int:
+    """Input `index` minus its zero point (per tensor or along `axis`), in float `dtype`:
+    a DequantizeLinear of scale 1, so a constant 8-bit operand stays 8-bit in the file."""
+    s = n.s
+    x = n.input(index)
+    zero = _zero_point(n, zero_index, s.dtype(x))
+    if s.dtype(x) not in QUANTIZED_TYPES:
+        return s.sub(s.cast(x, dtype), s.cast(zero, dtype))
+    if s.shape(zero).dims == (1,):
+        zero = s.reshape(zero, ())
+    dims = s.shape(zero).dims
+    if not all(isinstance(d, int) for d in dims):
+        raise n.fail(f"zero point {index} has a run-time shape {s.shape(zero)}")
+    ones = s.const(np.ones(tuple(int(d) for d in dims), dtype.numpy))
+    return s.emit(DequantizeLinear(axis % s.rank(x)), x, ones, zero)
 
 
 def _requantize(n: NodeContext, acc: int, scales: list[int], y_scale: int,
@@ -136,7 +197,7 @@ def _scalar_or_vector(s, param: int, rank: int, axis: int) -> int:
 def qlinear_matmul(n: NodeContext) -> int:
     s = n.s
     ra, rb = s.rank(n.input(0)), s.rank(n.input(3))
-    acc = s.matmul(_integer_operand(n, 0, 2, ra - 2), _integer_operand(n, 3, 5, rb - 1))
+    acc = integer_matmul(n, n.input(0), n.input(3), n.input(2), n.input(5))
     scales = [_scalar_or_vector(s, n.input(1), ra, ra - 2),
               _scalar_or_vector(s, n.input(4), rb, rb - 1)]
     out = s.dtype(n.input(7)) if n.has(7) else s.dtype(n.input(0))
@@ -158,8 +219,7 @@ def qlinear_conv(n: NodeContext) -> int:
 
 @converter("MatMulInteger")
 def matmul_integer(n: NodeContext) -> int:
-    ra, rb = n.s.rank(n.input(0)), n.s.rank(n.input(1))
-    return n.s.matmul(_integer_operand(n, 0, 2, ra - 2), _integer_operand(n, 1, 3, rb - 1))
+    return integer_matmul(n, n.input(0), n.input(1), n.optional(2), n.optional(3))
 
 
 @converter("ConvInteger")

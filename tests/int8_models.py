@@ -1,0 +1,106 @@
+"""Synthetic int8 models, quantised by onnxruntime's own tools, for the integer tests and
+`benchmarks/int8_ratio.py`.
+
+`t5_decoder` is a T5-style decoder (pre-RMSNorm blocks of self-attention, cross-attention
+over encoder states and a ReLU feed-forward, then a 32k-word output layer) written with
+onnx.helper in float32; `quantize_dynamic` turns its MatMuls into DynamicQuantizeLinear +
+MatMulInteger (standard ONNX domain), as a distilled encoder-decoder's decoder ships.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+__all__ = ["t5_decoder", "quantized", "decoder_feeds"]
+
+_F32 = TensorProto.FLOAT
+
+
+class _Writer:
+    """Nodes and initializers of one float32 graph, with fresh names."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+
+    def node(self, op: str, inputs: list[str], **attrs) -> str:
+        out = f"{op.lower()}_{len(self.nodes)}"
+        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+        return out
+
+    def const(self, value: np.ndarray, hint: str = "w") -> str:
+        name = f"{hint}_{len(self.inits)}"
+        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def weight(self, rows: int, cols: int) -> str:
+        scale = 1.0 / np.sqrt(rows)
+        return self.const((self.rng.standard_normal((rows, cols)) * scale).astype(np.float32))
+
+    def rms_norm(self, x: str, d: int) -> str:
+        mean = self.node("ReduceMean", [self.node("Mul", [x, x]),
+                                        self.const(np.array([-1], np.int64), "axes")])
+        rms = self.node("Sqrt", [self.node("Add", [mean, self.const(np.float32(1e-6), "eps")])])
+        gain = self.const((1 + 0.1 * self.rng.standard_normal(d)).astype(np.float32), "g")
+        return self.node("Mul", [self.node("Div", [x, rms]), gain])
+
+    def heads(self, x: str, n_heads: int, d: int) -> str:
+        """[1, S, d] -> [1, heads, S, d / heads]."""
+        shape = self.const(np.array([0, -1, n_heads, d // n_heads], np.int64), "shape")
+        return self.node("Transpose", [self.node("Reshape", [x, shape])], perm=[0, 2, 1, 3])
+
+    def attention(self, x: str, memory: str, n_heads: int, d: int) -> str:
+        q = self.heads(self.node("MatMul", [x, self.weight(d, d)]), n_heads, d)
+        k = self.heads(self.node("MatMul", [memory, self.weight(d, d)]), n_heads, d)
+        v = self.heads(self.node("MatMul", [memory, self.weight(d, d)]), n_heads, d)
+        kt = self.node("Transpose", [k], perm=[0, 1, 3, 2])
+        probs = self.node("Softmax", [self.node("MatMul", [q, kt])], axis=-1)
+        merged = self.node("Transpose", [self.node("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+        merged = self.node("Reshape", [merged, self.const(np.array([0, -1, d], np.int64), "s")])
+        return self.node("MatMul", [merged, self.weight(d, d)])
+
+
+def t5_decoder(layers: int = 2, d: int = 512, d_ff: int = 2048, vocab: int = 32128,
+               n_heads: int = 8, seed: int = 0) -> onnx.ModelProto:
+    """The float32 decoder: inputs `hidden` [1, seq, d], `encoder` [1, enc, d]; output
+    `logits` [1, seq, vocab]."""
+    w = _Writer(seed)
+    h = "hidden"
+    for _ in range(layers):
+        h = w.node("Add", [h, w.attention(w.rms_norm(h, d), w.rms_norm(h, d), n_heads, d)])
+        h = w.node("Add", [h, w.attention(w.rms_norm(h, d), "encoder", n_heads, d)])
+        up = w.node("Relu", [w.node("MatMul", [w.rms_norm(h, d), w.weight(d, d_ff)])])
+        h = w.node("Add", [h, w.node("MatMul", [up, w.weight(d_ff, d)])])
+    logits = w.node("MatMul", [w.rms_norm(h, d), w.weight(d, vocab)])
+    w.nodes[-1].output[0] = "logits"
+    graph = helper.make_graph(
+        w.nodes, "t5_decoder",
+        [helper.make_tensor_value_info("hidden", _F32, [1, "seq", d]),
+         helper.make_tensor_value_info("encoder", _F32, [1, "enc", d])],
+        [helper.make_tensor_value_info("logits", _F32, [1, "seq", vocab])], w.inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def quantized(model: onnx.ModelProto, folder: Path, name: str, *, per_channel: bool = False,
+              weight_type: str = "QInt8") -> Path:
+    """`model` written to `folder` and quantised there by onnxruntime's `quantize_dynamic`
+    (MatMulInteger + DynamicQuantizeLinear); the quantised file's path."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    source, target = folder / f"{name}.f32.onnx", folder / f"{name}.onnx"
+    onnx.save(model, source)
+    quantize_dynamic(source, target, per_channel=per_channel,
+                     weight_type=getattr(QuantType, weight_type))
+    return target
+
+
+def decoder_feeds(seq: int = 8, enc: int = 16, d: int = 512,
+                  seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"hidden": rng.standard_normal((1, seq, d)).astype(np.float32),
+            "encoder": rng.standard_normal((1, enc, d)).astype(np.float32)}
