@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["t5_decoder", "quantized", "decoder_feeds"]
+__all__ = ["t5_decoder", "mlp", "cnn", "quantized", "quantized_static", "decoder_feeds"]
 
 _F32 = TensorProto.FLOAT
 
@@ -86,6 +86,43 @@ def t5_decoder(layers: int = 2, d: int = 512, d_ff: int = 2048, vocab: int = 321
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
+def mlp(sizes: tuple[int, ...] = (256, 512, 384, 256), seed: int = 0) -> onnx.ModelProto:
+    """x [batch, sizes[0]] through MatMul + bias (+ Relu between) layers."""
+    w = _Writer(seed)
+    h = "x"
+    for i, (rows, cols) in enumerate(zip(sizes, sizes[1:])):
+        h = w.node("Add", [w.node("MatMul", [h, w.weight(rows, cols)]),
+                           w.const(w.rng.standard_normal(cols).astype(np.float32), "b")])
+        if i < len(sizes) - 2:
+            h = w.node("Relu", [h])
+    return _model(w, "mlp", [("x", ["batch", sizes[0]])], h, ["batch", sizes[-1]])
+
+
+def cnn(channels: tuple[int, ...] = (3, 32, 64, 64), classes: int = 1000,
+        seed: int = 0) -> onnx.ModelProto:
+    """x [batch, C, 16, 16] through 3x3 Conv + Relu layers, a global average and a
+    MatMul classifier."""
+    w = _Writer(seed)
+    h = "x"
+    for c_in, c_out in zip(channels, channels[1:]):
+        kernel = w.rng.standard_normal((c_out, c_in, 3, 3)) / np.sqrt(9 * c_in)
+        h = w.node("Relu", [w.node("Conv", [h, w.const(kernel.astype(np.float32)),
+                                            w.const(np.zeros(c_out, np.float32), "b")],
+                                   pads=[1, 1, 1, 1])])
+    pooled = w.node("Flatten", [w.node("GlobalAveragePool", [h])])
+    h = w.node("MatMul", [pooled, w.weight(channels[-1], classes)])
+    return _model(w, "cnn", [("x", ["batch", channels[0], 16, 16])], h, ["batch", classes])
+
+
+def _model(w: _Writer, name: str, inputs, output: str, out_dims) -> onnx.ModelProto:
+    w.nodes[-1].output[0] = "y"
+    assert output == w.nodes[-1].name
+    graph = helper.make_graph(
+        w.nodes, name, [helper.make_tensor_value_info(n, _F32, d) for n, d in inputs],
+        [helper.make_tensor_value_info("y", _F32, out_dims)], w.inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
 def quantized(model: onnx.ModelProto, folder: Path, name: str, *, per_channel: bool = False,
               weight_type: str = "QInt8") -> Path:
     """`model` written to `folder` and quantised there by onnxruntime's `quantize_dynamic`
@@ -96,6 +133,28 @@ def quantized(model: onnx.ModelProto, folder: Path, name: str, *, per_channel: b
     onnx.save(model, source)
     quantize_dynamic(source, target, per_channel=per_channel,
                      weight_type=getattr(QuantType, weight_type))
+    return target
+
+
+def quantized_static(model: onnx.ModelProto, folder: Path, name: str,
+                     feeds: list[dict[str, np.ndarray]], *, qdq: bool = True,
+                     per_channel: bool = False) -> Path:
+    """`model` quantised by onnxruntime's `quantize_static`, calibrated on `feeds`: QDQ
+    pairs (QuantizeLinear / DequantizeLinear) or, with `qdq=False`, the QOperator format
+    (QLinearConv, QLinearMatMul)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter(feeds)
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    source, target = folder / f"{name}.f32.onnx", folder / f"{name}.onnx"
+    onnx.save(model, source)
+    quantize_static(source, target, Reader(), per_channel=per_channel,
+                    quant_format=QuantFormat.QDQ if qdq else QuantFormat.QOperator)
     return target
 
 

@@ -128,13 +128,12 @@ def dequantize_linear(node, x, scale, zero):
 
 @kernel(DynamicQuantizeLinear)
 def dynamic_quantize_linear(node, x):
-    """onnxruntime's arithmetic: scale = (max(x, 0) - min(x, 0)) / 255 in float32, zero
-    point = saturate(round(-min / scale)), y = saturate(round(x / scale) + zero)."""
+    """onnxruntime's arithmetic: scale = (max(x, 0) - min(x, 0)) / 255 in float32 (1 for
+    an all-zero x), zero point = saturate(round(-min / scale)), y = saturate(round(x /
+    scale) + zero)."""
     lo = np.float32(min(x.min(initial=0.0), 0.0))
     hi = np.float32(max(x.max(initial=0.0), 0.0))
-    scale = np.float32((hi - lo) / np.float32(255))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        zero = np.clip(np.rint(np.float32(0) - lo / scale), 0, 255)
-    zero = np.uint8(0 if np.isnan(zero) else zero)
-    return quantized(x, scale, np.float32(zero), np.dtype(np.uint8)), \
-        np.asarray(scale, np.float32), np.asarray(zero, np.uint8)
+    scale = np.float32((hi - lo) / np.float32(255)) if hi != lo else np.float32(1)
+    zero = np.float32(np.clip(np.rint(np.float32(0) - lo / scale), 0, 255))
+    return quantized(x, scale, zero, np.dtype(np.uint8)), np.asarray(scale, np.float32), \
+        np.asarray(zero, np.uint8)
