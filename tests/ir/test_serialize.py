@@ -84,6 +84,8 @@ SAMPLES: dict[str, ops.Op] = {op.__class__.__name__: op for op in [
     ops.GRU(hidden_size=4, direction=ops.RnnDirection.REVERSE, linear_before_reset=True,
             present=("B",)),
     ops.RNN(hidden_size=4, activations=("Relu",), clip=None),
+    ops.QuantizeLinear(axis=0, block_size=32), ops.DequantizeLinear(axis=1),
+    ops.DynamicQuantizeLinear(), ops.MatMulInteger(),
     ops.If(_branch("then", ops.Activation.RELU), _branch("else", ops.Activation.NEG)),
     ops.Loop(_loop_body(), n_carried=1),
     ops.Scan(_branch("scan_body", ops.Activation.EXP), n_state=0, scan_input_axes=(0,),

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
-from rlx.ir.ops.base import Op, op_axis
+from rlx.ir.ops.base import Op, OpMixin, op_axis
 from rlx.ir.shape import Shape, broadcast_dims
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
@@ -33,13 +33,11 @@ def _check_quantized(op: Op, what: str, shape: Shape) -> None:
         raise ShapeError(f"{op.op_name}: {what} must be one of {names}, got {shape.dtype}")
 
 
-@dataclass(frozen=True)
-class _Linear(Op):
+class _Linear(OpMixin):
     """Shared by QuantizeLinear and DequantizeLinear: inputs `[x, scale, zero_point]`."""
 
-    axis: int = 1
-    block_size: int = 0
-    arity: ClassVar = (3, 3)
+    axis: int
+    block_size: int
 
     def attrs(self) -> dict[str, object]:
         return {"axis": self.axis, **({"block_size": self.block_size} if self.block_size
@@ -70,8 +68,12 @@ class _Linear(Op):
 
 
 @dataclass(frozen=True)
-class QuantizeLinear(_Linear):
+class QuantizeLinear(_Linear, Op):
     """saturate(round_half_even(x / scale) + zero_point), in the zero point's type."""
+
+    axis: int = 1
+    block_size: int = 0
+    arity: ClassVar = (3, 3)
 
     def infer(self, inputs):
         x, scale, zero = inputs
@@ -83,8 +85,12 @@ class QuantizeLinear(_Linear):
 
 
 @dataclass(frozen=True)
-class DequantizeLinear(_Linear):
+class DequantizeLinear(_Linear, Op):
     """(x - zero_point) * scale, in the scale's type."""
+
+    axis: int = 1
+    block_size: int = 0
+    arity: ClassVar = (3, 3)
 
     def infer(self, inputs):
         x, scale, zero = inputs
