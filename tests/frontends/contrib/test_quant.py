@@ -224,8 +224,9 @@ def test_microsoft_quantize_dequantize_linear(dtype, per_axis):
 @pytest.mark.parametrize("bits,block,zero_kind", [
     (4, 16, "none"), (4, 16, "packed"), (4, 16, "float"), (4, 32, "none"), (4, 32, "packed"),
     (4, 32, "float"), (8, 16, "none")])
-def test_matmul_nbits(bits, block, zero_kind):
-    k, n_out = 40, 6
+def test_matmul_nbits(bits, block, zero_kind, k=40, atol=2e-5):
+    """K = 40 is no whole number of blocks: rows padded, dequantised at import."""
+    n_out = 6
     blocks = -(-k // block)
     per_byte = 8 // bits
     g = np.random.default_rng(6)
@@ -238,7 +239,28 @@ def test_matmul_nbits(bits, block, zero_kind):
     elif zero_kind == "float":
         inputs.append(Const(g.uniform(0, 2 ** bits, n_out * blocks).astype(F32)))
     got, want = run_both("MatMulNBits", inputs, K=k, N=n_out, bits=bits, block_size=block)
-    assert_same(got, want, 2e-5)
+    assert_same(got, want, atol)
+
+
+@pytest.mark.parametrize("bits,block,zero_kind", [
+    (4, 32, "none"), (4, 32, "packed"), (4, 64, "float"), (8, 32, "packed"), (2, 128, "none"),
+    (4, 128, "packed")])
+def test_matmul_nbits_stays_packed(bits, block, zero_kind):
+    """Rows of whole blocks keep their codes: the baked file holds them, not floats. (The
+    outputs reach ~80: float32 rounds the codes' scale and bias apart, 1e-6 relative.)"""
+    test_matmul_nbits(bits, block, zero_kind, k=256, atol=1e-4)
+    n_out, blocks = 6, 256 // block
+    packed = Const(np.random.default_rng(7).integers(0, 256, (n_out, blocks, block * bits // 8))
+                   .astype(np.uint8))
+    model, _ = one_node("MatMulNBits", [np.zeros((3, 256), F32), packed,
+                                        Const(np.full(n_out * blocks, 0.02, F32))],
+                        K=256, N=n_out, bits=bits, block_size=block)
+    graph, bindings = import_onnx(model)
+    assert "DequantMatMul" in {node.op.op_name for node in graph.nodes()}
+    file, _ = bake(graph, bindings, BakeOptions.from_profile(BakeProfile.EXACT))
+    stored = sum(node.shape.nbytes for node in file.graph.nodes()
+                 if node.op.op_name == "Constant")
+    assert stored < 256 * n_out * bits / 8 + 3 * 4 * n_out * blocks + 64
 
 
 def test_qattention():

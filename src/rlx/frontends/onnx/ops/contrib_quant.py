@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from rlx.codecs.mlx import AFFINE_GROUPS
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.ops.contrib_fused import attend
 from rlx.frontends.onnx.ops.control import recurrent, recurrent_lstm
@@ -30,10 +31,12 @@ from rlx.ir import (
     Activation,
     Clamp,
     CumSum,
+    DequantMatMul,
     DType,
     DynamicQuantizeLinear,
     PoolKind,
     QuantizedLSTM,
+    QuantScheme,
     ReduceOp,
 )
 
@@ -292,7 +295,8 @@ def dynamic_quantize_matmul(n: NodeContext) -> int:
 def matmul_nbits(n: NodeContext) -> int:
     """A @ dequant(B)^T: B [N, blocks, block_size * bits / 8] packs `bits`-bit values low
     bits first, each block with a scale and a zero point (packed like B, default
-    2^(bits-1)); optional bias (input 5)."""
+    2^(bits-1)); optional bias (input 5). B stays packed (`_packed_matmul`) where its rows
+    are whole blocks of 32, 64 or 128."""
     s = n.s
     bits, block = int(n.attr("bits", 4)), int(n.attr("block_size"))
     k, cols = int(n.attr("K")), int(n.attr("N"))
@@ -314,10 +318,27 @@ def matmul_nbits(n: NodeContext) -> int:
         zero = s.const(unpacked.astype(np.float32).reshape(cols, blocks, 1))
     else:  # float zero points, in the scales' type
         zero = s.reshape(_f32(s, n.input(3)), (cols, blocks, 1))
-    real = s.mul(s.sub(s.const(values), zero), scales)
-    real = s.slice(s.reshape(real, (cols, blocks * block)), [0], [k], [1])
-    y = s.matmul(_f32(s, n.input(0)), s.transpose(real, (1, 0)))
+    x = _f32(s, n.input(0))
+    if block in AFFINE_GROUPS and k % block == 0:
+        y = _packed_matmul(n, x, packed, scales, zero, bits, block)
+    else:  # rows padded to whole blocks: dequantised at import
+        real = s.mul(s.sub(s.const(values), zero), scales)
+        real = s.slice(s.reshape(real, (cols, blocks * block)), [0], [k], [1])
+        y = s.matmul(x, s.transpose(real, (1, 0)))
     return s.add(y, n.input(5)) if n.has(5) else y
+
+
+def _packed_matmul(n: NodeContext, x: int, packed: np.ndarray, scales: int, zero: int,
+                   bits: int, block: int) -> int:
+    """x @ W^T with W kept in its `bits`-bit codes: MatMulNBits' stream (values low bits
+    first, row by row) is MLX's affine codes stream, and (code - zero) * scale is MLX's
+    scale * code + bias with bias = -zero * scale."""
+    s = n.s
+    cols, blocks = int(n.attr("N")), int(n.attr("K")) // block
+    bias = s.mul(s.sub(s.scalar(0.0, F32), zero), scales)
+    scheme = QuantScheme.parse(f"mlx_affine/{bits}/{block}")
+    return s.emit(DequantMatMul(scheme, cols), x, s.const(packed.reshape(-1)),
+                  s.reshape(scales, (cols, blocks)), s.reshape(bias, (cols, blocks)))
 
 
 def _unpack(packed: np.ndarray, bits: int) -> np.ndarray:
