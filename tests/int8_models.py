@@ -72,18 +72,14 @@ def t5_decoder(layers: int = 2, d: int = 512, d_ff: int = 2048, vocab: int = 321
     w = _Writer(seed)
     h = "hidden"
     for _ in range(layers):
-        h = w.node("Add", [h, w.attention(w.rms_norm(h, d), w.rms_norm(h, d), n_heads, d)])
+        normed = w.rms_norm(h, d)
+        h = w.node("Add", [h, w.attention(normed, normed, n_heads, d)])
         h = w.node("Add", [h, w.attention(w.rms_norm(h, d), "encoder", n_heads, d)])
         up = w.node("Relu", [w.node("MatMul", [w.rms_norm(h, d), w.weight(d, d_ff)])])
         h = w.node("Add", [h, w.node("MatMul", [up, w.weight(d_ff, d)])])
-    logits = w.node("MatMul", [w.rms_norm(h, d), w.weight(d, vocab)])
-    w.nodes[-1].output[0] = "logits"
-    graph = helper.make_graph(
-        w.nodes, "t5_decoder",
-        [helper.make_tensor_value_info("hidden", _F32, [1, "seq", d]),
-         helper.make_tensor_value_info("encoder", _F32, [1, "enc", d])],
-        [helper.make_tensor_value_info("logits", _F32, [1, "seq", vocab])], w.inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    w.node("MatMul", [w.rms_norm(h, d), w.weight(d, vocab)])
+    return _model(w, "t5_decoder", [("hidden", [1, "seq", d]), ("encoder", [1, "enc", d])],
+                  ("logits", [1, "seq", vocab]))
 
 
 def mlp(sizes: tuple[int, ...] = (256, 512, 384, 256), seed: int = 0) -> onnx.ModelProto:
@@ -95,7 +91,7 @@ def mlp(sizes: tuple[int, ...] = (256, 512, 384, 256), seed: int = 0) -> onnx.Mo
                            w.const(w.rng.standard_normal(cols).astype(np.float32), "b")])
         if i < len(sizes) - 2:
             h = w.node("Relu", [h])
-    return _model(w, "mlp", [("x", ["batch", sizes[0]])], h, ["batch", sizes[-1]])
+    return _model(w, "mlp", [("x", ["batch", sizes[0]])], ("y", ["batch", sizes[-1]]))
 
 
 def cnn(channels: tuple[int, ...] = (3, 32, 64, 64), classes: int = 1000,
@@ -110,16 +106,16 @@ def cnn(channels: tuple[int, ...] = (3, 32, 64, 64), classes: int = 1000,
                                             w.const(np.zeros(c_out, np.float32), "b")],
                                    pads=[1, 1, 1, 1])])
     pooled = w.node("Flatten", [w.node("GlobalAveragePool", [h])])
-    h = w.node("MatMul", [pooled, w.weight(channels[-1], classes)])
-    return _model(w, "cnn", [("x", ["batch", channels[0], 16, 16])], h, ["batch", classes])
+    w.node("MatMul", [pooled, w.weight(channels[-1], classes)])
+    return _model(w, "cnn", [("x", ["batch", channels[0], 16, 16])], ("y", ["batch", classes]))
 
 
-def _model(w: _Writer, name: str, inputs, output: str, out_dims) -> onnx.ModelProto:
-    w.nodes[-1].output[0] = "y"
-    assert output == w.nodes[-1].name
+def _model(w: _Writer, name: str, inputs, output) -> onnx.ModelProto:
+    """The graph of `w`'s nodes, its last node's output renamed to be the graph's."""
+    w.nodes[-1].output[0] = output[0]
     graph = helper.make_graph(
         w.nodes, name, [helper.make_tensor_value_info(n, _F32, d) for n, d in inputs],
-        [helper.make_tensor_value_info("y", _F32, out_dims)], w.inits)
+        [helper.make_tensor_value_info(output[0], _F32, output[1])], w.inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 

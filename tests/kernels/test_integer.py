@@ -76,7 +76,8 @@ def test_matmul_integer_matches_onnxruntime_at_the_widest_differences(k, b_zero)
 
 
 def _reference(node, feeds: dict, inits: dict):
-    inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in feeds.items()]
+    inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape)
+              for k, v in feeds.items()]
     graph = helper.make_graph([node], "q", inputs,
                               [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
                               [numpy_helper.from_array(v, k) for k, v in inits.items()])
