@@ -132,3 +132,13 @@ def test_dynamic_quantize_linear_matches_onnxruntime(scale):
     got = Session().compile(graph_ir).run({"x": x})
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and np.array_equal(g, w)
+
+
+def test_dequantize_linear_of_a_constant_scalar_is_kept_as_an_array():
+    """A constant's dequantised value is kept between runs (read-only), rank 0 too."""
+    g = Graph("scalar")
+    ids = [g.constant(np.array(v)) for v in (np.int8(-7), np.float32(0.5), np.int8(3))]
+    g.set_outputs([g.add_node(DequantizeLinear(), ids)])
+    compiled = Session().compile(g)
+    for _ in range(2):
+        assert compiled.run({})[0] == np.float32(-5.0)

@@ -84,7 +84,7 @@ def kept(arrays: tuple[np.ndarray, ...], key: tuple, nbytes: int,
     if value is None:
         if sum(w.nbytes for w in list(_DECODED.values())) + nbytes > DECODED_CACHE_BYTES:
             return None
-        value = make()  # two threads may both make it; the first to store wins
+        value = np.asarray(make())  # two threads may both make it; the first stored wins
         value.flags.writeable = False  # shared: no step may write into it
         with _DECODED_LOCK:
             if full not in _DECODED:
