@@ -3,12 +3,12 @@
 `python -m benchmarks.int8_ratio FOLDER [--seq 8 ...]` builds the synthetic decoder of
 `tests.int8_models` (d_model 512, 32k-word output layer, quantised by onnxruntime's
 `quantize_dynamic` to MatMulInteger + DynamicQuantizeLinear), bakes it with the exact
-profile into FOLDER, prints the `.rlx` / ONNX bytes, then runs plain onnxruntime and rlx's
-numpy, onnxruntime and OpenVINO engines in turns (three calls each) at one thread for a few
-seconds per sequence length, and prints each p50 and its ratio to onnxruntime's, with the
-largest output difference from it. The clock is the thread's CPU time (another process
-taking the core does not count), except for OpenVINO, which runs its requests on a thread
-of its own: wall time there.
+profile into FOLDER, prints the `.rlx` / ONNX bytes, then runs plain onnxruntime, plain
+OpenVINO (on the ONNX file, rlx's exact settings) and rlx's numpy, onnxruntime and OpenVINO
+engines in turns (three calls each) at one thread for a few seconds per sequence length,
+and prints each p50 and its ratio to onnxruntime's, with the largest output difference
+from it. The clock is the thread's CPU time (another process taking the core does not
+count), except for OpenVINO, which runs its requests on a thread of its own: wall time.
 """
 
 from __future__ import annotations
@@ -45,7 +45,14 @@ def _runners(onnx_path: Path, rlx_path: Path) -> dict:
     plain = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
     engines = {name: rlx.load(rlx_path, engine=name, threads=1)
                for name in ("numpy", "onnxruntime", "openvino")}
-    runners = {"ort": lambda feeds: plain.run(None, feeds)[0]}
+    import openvino as ov
+
+    config = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0",
+              "INFERENCE_NUM_THREADS": "1", "PERFORMANCE_HINT": "LATENCY"}
+    compiled = ov.Core().compile_model(str(onnx_path), "CPU", config)
+    request = compiled.create_infer_request()
+    runners = {"ort": lambda feeds: plain.run(None, feeds)[0],
+               "openvino": lambda feeds: request.infer(feeds)[compiled.outputs[0]]}
     runners.update({f"rlx[{name}]": (lambda feeds, m=model: m.run(feeds)[0])
                     for name, model in engines.items()})
     return runners
