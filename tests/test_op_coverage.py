@@ -35,7 +35,6 @@ NOT_IMPORTED = {
     "Constant": "the importer makes constants through Graph.constant, not by the class",
     "DecodeWeight": "made by the bake's weight encoding from a weight it packs",
     "DequantGather": "made by the bake's weight encoding from a Gather's packed table",
-    "DequantMatMul": "made by the bake's weight encoding from a MatMul's packed weight",
 }
 
 _ONNX_PACKAGE = Path(rlx.frontends.onnx.importer.__file__).parent
