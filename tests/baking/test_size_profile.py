@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from rlx import BakeOptions, bake
 from rlx.frontends.onnx import import_onnx
-from rlx.ir import DecodeWeight, DequantGather, DequantMatMul
+from rlx.ir import Constant, DecodeWeight, DequantGather, DequantizeLinear, DequantMatMul, DType
 from rlx.runtime import Session
 
 Q8 = gguf.GGMLQuantizationType.Q8_0
@@ -296,31 +296,30 @@ def _decoded_weights(file) -> list[np.ndarray]:
         if isinstance(n.op, DecodeWeight)]
 
 
+def _dequantized_codes(file) -> list[np.ndarray]:
+    """The 8-bit constants the file's DequantizeLinear nodes read."""
+    constants = [file.graph.node(n.inputs[0]) for n in file.graph.nodes()
+                 if isinstance(n.op, DequantizeLinear)]
+    return [c.op.array(c.tensor_shape) for c in constants
+            if isinstance(c.op, Constant) and c.tensor_shape.dtype in (DType.I8, DType.U8)]
+
+
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
 def test_int8_quantised_weights_keep_their_codes(per_channel, tmp_path):
-    """A dequantised int8 weight is stored as q8_f32 (its codes, its float32 steps): it
-    decodes to the very values onnxruntime's DequantizeLinear computes, bit for bit, in
-    1.125 bytes a value."""
-    model, codes, scale = _dequantized_conv(per_channel)
+    """A dequantised int8 weight keeps its codes, 1 byte a value, behind its
+    DequantizeLinear: nothing to encode, and exactly what onnxruntime computes."""
+    model, codes, _ = _dequantized_conv(per_channel)
     feeds = {"x": RNG.standard_normal((1, 8, 9, 9)).astype(np.float32)}
     out, file, report = _bake_and_run(model, feeds, tmp_path)
-    dequantize = helper.make_model(helper.make_graph(
-        [helper.make_node("DequantizeLinear", ["q", "s"], ["w"], axis=0)], "dq", [],
-        [helper.make_tensor_value_info("w", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(codes, "q"), numpy_helper.from_array(scale, "s")]),
-        opset_imports=[helper.make_opsetid("", 17)])
-    want = _ort(dequantize, {})
-    (decoded,) = _decoded_weights(file)
-    assert decoded.view(np.uint32).tolist() == want.view(np.uint32).tolist()
+    (stored,) = _dequantized_codes(file)
+    assert stored.dtype == np.int8 and np.array_equal(stored, codes)
     np.testing.assert_allclose(out, _ort(model, feeds), rtol=1e-5, atol=1e-5)
-    (row,) = report.accuracy.tensors
-    assert (row.encoding, row.rel_error) == ("q8_f32", 0.0)
-    assert row.packed_bytes == 16 * 96 // 32 * 36  # rows of 72 values, padded to 96
+    assert not _decoded_weights(file) and not report.accuracy.tensors
 
 
 def test_integer_op_weights_stay_exact(tmp_path):
-    """ConvInteger's int8 weight (a float32 constant of integers once imported) is stored
-    as q8_f32 on steps of 1: the size profile's integer products equal onnxruntime's."""
+    """ConvInteger's int8 weight stays int8 in the size profile too: its integer products
+    equal onnxruntime's."""
     w = RNG.integers(-64, 64, (6, 8, 3, 3)).astype(np.int8)  # no AVX2 int16 saturation
     node = helper.make_node("ConvInteger", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
     graph = helper.make_graph(
@@ -329,14 +328,14 @@ def test_integer_op_weights_stay_exact(tmp_path):
         [numpy_helper.from_array(w, "w")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     feeds = {"x": RNG.integers(0, 256, (1, 8, 7, 7)).astype(np.uint8)}
-    out, _, report = _bake_and_run(model, feeds, tmp_path)
+    out, file, report = _bake_and_run(model, feeds, tmp_path)
     np.testing.assert_array_equal(out, _ort(model, feeds))
-    assert [(t.encoding, t.rel_error) for t in report.accuracy.tensors] == [("q8_f32", 0.0)]
+    (stored,) = _dequantized_codes(file)
+    assert np.array_equal(stored, w) and not report.accuracy.tensors
 
 
 def test_int8_quantised_matmul_weight_keeps_its_codes(tmp_path):
-    """The same for a MatMul weight: q8_f32 rows of W^T, decoded once (DequantMatMul reads
-    only GGUF streams), equal to the folded DequantizeLinear."""
+    """The same for a MatMul weight."""
     codes = np.clip(RNG.integers(-127, 128, (64, 40)), -90, 90).astype(np.int8)
     codes[3, 7] = -127
     scale = np.array(0.0071, np.float32)
@@ -349,13 +348,12 @@ def test_int8_quantised_matmul_weight_keeps_its_codes(tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     feeds = {"x": RNG.standard_normal((3, 64)).astype(np.float32)}
     out, file, _ = _bake_and_run(model, feeds, tmp_path)
-    (decoded,) = _decoded_weights(file)
-    want = codes.astype(np.float32) * scale  # DequantizeLinear: one float32 product
-    assert decoded.view(np.uint32).tolist() == want.view(np.uint32).tolist()
+    (stored,) = _dequantized_codes(file)
+    assert np.array_equal(stored, codes)
     # onnxruntime would fuse DequantizeLinear + MatMul into an integer kernel: run it on
-    # the float weight that the DequantizeLinear computes
-    plain = _model("MatMul", [("x", [3, 64], TensorProto.FLOAT)], {"w": want}, [3, 40],
-                   ["x", "w"])
+    # the float weight that the DequantizeLinear computes (one float32 product)
+    plain = _model("MatMul", [("x", [3, 64], TensorProto.FLOAT)],
+                   {"w": codes.astype(np.float32) * scale}, [3, 40], ["x", "w"])
     np.testing.assert_allclose(out, _ort(plain, feeds), rtol=1e-5, atol=1e-5)
     assert not any(isinstance(n.op, DequantMatMul) for n in file.graph.nodes())
 

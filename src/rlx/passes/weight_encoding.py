@@ -26,8 +26,8 @@ smaller than f16; f16 only when it holds the values (no overflow, relative error
 `F16_MAX_REL_ERROR`). Exactly ternary weights (-1/0/+1) are
 proposed as TQ2_0, which is lossless; `lossless=True` proposes only those.
 
-Weights already on an int8 grid (an int8 quantiser's, dequantised by a folded
-DequantizeLinear; the integer operands of integer ops) are stored exactly, as `q8_f32`
+The int8 codes a DequantizeLinear reads stay as they are (it is not folded where that
+would widen them). Float weights already on an int8 grid are stored exactly, as `q8_f32`
 rows: their codes with the grid's float32 step as block scales (`int8_grid`), 1.125
 bytes a value. Q8_0 would move them: its max / 127 per block rounds them onto another grid
 (measured 6e-3 relative error on captcha-crnn's QDQ LSTM weights), and even with the step
@@ -81,6 +81,7 @@ from rlx.ir.ops.nn import (
     Softmax,
 )
 from rlx.ir.ops.packed import DecodeWeight, DequantGather, padded_row_bytes
+from rlx.ir.ops.quant import DequantizeLinear, DynamicQuantizeLinear, QuantizeLinear
 from rlx.ir.ops.reduce import Reduce
 from rlx.ir.ops.shaping import (
     Concat,
@@ -217,19 +218,21 @@ def plan_weight_encodings(graph: Graph, lossless: bool = False, ternary: bool = 
 # normalisations, reductions: a dynamic quantiser's scale is max - min of its input)
 _CARRY = (Unary, Binary, Clamp, Cast, Identity, Where, Reduce, GlobalPool, Pool, Softmax,
           LayerNorm, BatchNormInference, InstanceNorm, PRelu, Reshape, Transpose, Concat,
-          Expand, Flatten, Squeeze, Unsqueeze, Slice)
+          Expand, Flatten, Squeeze, Unsqueeze, Slice, DequantizeLinear)
+_ROUNDING = (QuantizeLinear, DynamicQuantizeLinear)
+"""The quantisers rlx keeps as ops; others are spelled out with a Round."""
 
 
 def _reaching_a_rounding(graph: Graph) -> set[int]:
-    """Nodes whose value reaches a Round (what every QuantizeLinear and dynamic quantiser
-    spells out) through `_CARRY` ops only. A float constant there (a bias, a LayerNorm
+    """Nodes whose value reaches a rounding (a quantiser: `_ROUNDING`, or a Round, which the
+    others spell out) through `_CARRY` ops only. A float constant there (a bias, a LayerNorm
     weight) is kept as it is: any rounding of it that moves a value across a step of the
     quantiser moves it by a whole step, and quantised graphs amplify each moved step
     (orientation-lcnet, dynamically quantised: its f16 biases flipped every class of three
     held-out feeds at cosine 0.99924, on a calibration feed that showed nothing)."""
     reached: set[int] = set()
-    pending = [n.id for n in graph.nodes()
-               if isinstance(n.op, Unary) and n.op.kind is Activation.ROUND]
+    pending = [n.id for n in graph.nodes() if isinstance(n.op, _ROUNDING)
+               or isinstance(n.op, Unary) and n.op.kind is Activation.ROUND]
     while pending:
         node = graph.node(pending.pop())
         # a convolution carries its bias (added to every output) but not its weights
