@@ -22,7 +22,7 @@ from rlx.ir.ops.quant import DequantizeLinear, DynamicQuantizeLinear, MatMulInte
 from rlx.kernels.quant import kept
 from rlx.kernels.registry import kernel
 
-__all__ = ["EXACT_FLOAT32", "exact_terms", "integer_product", "broadcast_parameter"]
+__all__ = ["EXACT_FLOAT32", "exact_terms", "integer_product"]
 
 EXACT_FLOAT32 = 1 << 24
 """Every integer of magnitude up to this is a float32."""
@@ -84,7 +84,7 @@ def matmul_integer(node, a, b, a_zero, b_zero):
                            _widest(a.dtype, a_zero), bound_b)
 
 
-def broadcast_parameter(param: np.ndarray, x_shape: tuple[int, ...], axis: int,
+def _broadcast_parameter(param: np.ndarray, x_shape: tuple[int, ...], axis: int,
                         block_size: int) -> np.ndarray:
     """A scale or zero point shaped to broadcast against x: per tensor as it is, per axis
     along `axis`, blocked repeated `block_size` times along `axis` and cut to x's size."""
@@ -98,11 +98,11 @@ def broadcast_parameter(param: np.ndarray, x_shape: tuple[int, ...], axis: int,
 
 def _parameters(node, x, scale, zero) -> tuple[np.ndarray, np.ndarray]:
     op = node.op
-    return (broadcast_parameter(scale.astype(np.float32), x.shape, op.axis, op.block_size),
-            broadcast_parameter(zero.astype(np.float32), x.shape, op.axis, op.block_size))
+    return (_broadcast_parameter(scale.astype(np.float32), x.shape, op.axis, op.block_size),
+            _broadcast_parameter(zero.astype(np.float32), x.shape, op.axis, op.block_size))
 
 
-def quantized(x: np.ndarray, scale, zero, dtype: np.dtype) -> np.ndarray:
+def _quantized(x: np.ndarray, scale, zero, dtype: np.dtype) -> np.ndarray:
     """saturate(round_half_even(x / scale) + zero) in `dtype`, in float32."""
     info = np.iinfo(dtype)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -113,7 +113,7 @@ def quantized(x: np.ndarray, scale, zero, dtype: np.dtype) -> np.ndarray:
 @kernel(QuantizeLinear)
 def quantize_linear(node, x, scale, zero):
     scale, centre = _parameters(node, x, scale, zero)
-    return quantized(x, scale, centre, zero.dtype)
+    return _quantized(x, scale, centre, zero.dtype)
 
 
 @kernel(DequantizeLinear)
@@ -135,5 +135,5 @@ def dynamic_quantize_linear(node, x):
     hi = np.float32(max(x.max(initial=0.0), 0.0))
     scale = np.float32((hi - lo) / np.float32(255)) if hi != lo else np.float32(1)
     zero = np.float32(np.clip(np.rint(np.float32(0) - lo / scale), 0, 255))
-    return quantized(x, scale, zero, np.dtype(np.uint8)), np.asarray(scale, np.float32), \
+    return _quantized(x, scale, zero, np.dtype(np.uint8)), np.asarray(scale, np.float32), \
         np.asarray(zero, np.uint8)

@@ -158,8 +158,6 @@ def _integer_operand(n: NodeContext, index: int, zero_index: int, axis: int,
     s = n.s
     x = n.input(index)
     zero = _zero_point(n, zero_index, s.dtype(x))
-    if s.dtype(x) not in QUANTIZED_TYPES:
-        return s.sub(s.cast(x, dtype), s.cast(zero, dtype))
     if s.shape(zero).dims == (1,):
         zero = s.reshape(zero, ())
     dims = s.shape(zero).dims
