@@ -16,6 +16,8 @@ from rlx.deferred import (
     compute,
     defer,
     materialize,
+    read_rows,
+    row_blocks,
 )
 from rlx.errors import BakeError
 from rlx.weights import load_weights
@@ -111,3 +113,39 @@ def test_a_file_rewritten_under_a_file_view_still_reads_as_opened(tmp_path):
     subprocess.run(["cp", str(other), str(tmp_path / "w.safetensors")], check=True)
     np.testing.assert_array_equal(lazy.read(), original)  # the lease kept the bytes
     assert b"".join(bytes(piece) for piece in lazy.chunks()) == original.tobytes()
+
+
+def test_row_blocks_read_only_their_rows_and_join_to_the_whole(tmp_path):
+    values = RNG.standard_normal((1000, 700), dtype=np.float32)  # 2.7 MiB: deferred
+    lazy = defer(mapped(tmp_path, w=values)["w"])
+    assert isinstance(lazy, FileView)
+    blocks = list(row_blocks(lazy, multiple=32, max_bytes=MIB))
+    assert all(len(b) % 32 == 0 for b in blocks[:-1]) and len(blocks) > 2
+    assert all(b.nbytes <= MIB for b in blocks)
+    np.testing.assert_array_equal(np.concatenate(blocks), values)
+    np.testing.assert_array_equal(read_rows(lazy, 37, 41), values[37:41])
+    np.testing.assert_array_equal(read_rows(values, 37, 41), values[37:41])
+    # a block smaller than `multiple` rows' bytes still makes progress, `multiple` at a time
+    assert [len(b) for b in row_blocks(values[:70], multiple=32, max_bytes=1)] == [32, 32, 6]
+
+
+def test_a_rowwise_computation_computes_only_the_rows_asked_for(tmp_path):
+    values = RNG.standard_normal((1024, 512), dtype=np.float32)
+    lazy = defer(mapped(tmp_path, w=values)["w"])
+    seen: list[int] = []
+
+    def halved(x: np.ndarray) -> np.ndarray:
+        seen.append(len(x))
+        return x.astype(np.float16)
+
+    made = Computed(halved, (lazy,), (), values.shape, np.float16, rowwise=True)
+    np.testing.assert_array_equal(made.read_rows(10, 20), values[10:20].astype(np.float16))
+    assert seen == [10]
+    joined = b"".join(bytes(piece) for piece in made.chunks(size=64 * 1024))
+    assert joined == values.astype(np.float16).tobytes()
+    assert max(seen[1:]) * 512 * 2 <= 64 * 1024  # each chunk computed from its own rows
+    assert made.reshape((1024, 16, 32)).rowwise and not made.reshape((512, 1024)).rowwise
+    whole = Computed(halved, (lazy,), (), values.shape, np.float16)  # not rowwise: reads all
+    seen.clear()
+    whole.read_rows(0, 1)
+    assert seen == [1024]

@@ -13,7 +13,9 @@ array:
   run on each read.
 
 Each read gives a new array that its reader drops when done, so a bake holds one tensor's
-arrays at a time. Reads repeat work (a weight three passes look at is read three times);
+arrays at a time, and `row_blocks` gives a weight in blocks of rows, so a check or an
+encoding that works row by row holds one block of it: the bake's peak then does not grow
+with the largest weight. Reads repeat work (a weight three passes look at is read three times);
 `fingerprint` and `same` let dedupe compare computed arrays by their recipes instead of
 computing them. Arrays under `DEFER_MIN_BYTES` are not worth it and stay arrays.
 """
@@ -32,7 +34,7 @@ from rlx.errors import BakeError, RlxError
 from rlx.safeio import in_leased_map, read_from_file
 
 __all__ = ["CHUNK_BYTES", "DEFER_MIN_BYTES", "Computed", "Deferred", "FileView", "Payload",
-           "byte_view", "compute", "defer", "materialize"]
+           "byte_view", "compute", "defer", "materialize", "read_rows", "row_blocks"]
 
 DEFER_MIN_BYTES = 1 << 20
 """Arrays this large and larger are deferred; smaller ones (biases, norms, shape
@@ -69,6 +71,11 @@ class Deferred(abc.ABC):
     @abc.abstractmethod
     def reshape(self, shape: tuple[int, ...]) -> Deferred:
         """The same bytes under another shape of the same size."""
+
+    def read_rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows `start:stop` of the first axis, as a new array (here: of a whole read;
+        a file view and a row-wise computation read only those rows)."""
+        return self.read()[start:stop]
 
     def chunks(self, size: int = CHUNK_BYTES) -> Iterator[memoryview]:
         """The bytes in order, at most `size` at a time (each valid until the next)."""
@@ -117,6 +124,13 @@ class FileView(Deferred):
     def reshape(self, shape: tuple[int, ...]) -> Deferred:
         return FileView(self._bytes.view(self.dtype).reshape(shape))
 
+    def read_rows(self, start: int, stop: int) -> np.ndarray:
+        row_bytes = self.nbytes // self.shape[0]
+        out = np.empty((stop - start, *self.shape[1:]), self.dtype)
+        self._fill(byte_view(out), start * row_bytes)
+        out.flags.writeable = False
+        return out
+
     def chunks(self, size: int = CHUNK_BYTES) -> Iterator[memoryview]:
         buffer = np.empty(min(size, self.nbytes), np.uint8)  # one buffer for every piece
         for start in range(0, self.nbytes, size):
@@ -152,13 +166,16 @@ class Computed(Deferred):
     (no arrays: those go in `inputs`), and the result `dtype` and `shape` (any shape of
     that size). Equal functions of the same inputs and params are the same array: that is
     what `same` checks, without computing either. `label` names it in errors (say, the
-    node a fold came from) and is no part of what it is."""
+    node a fold came from) and is no part of what it is. `rowwise`: row i of the result
+    depends only on row i of every input (a cast, a per-row scale), so rows of it are
+    computed from those rows alone (`read_rows`)."""
 
     def __init__(self, fn: Callable[..., Any], inputs: tuple[Payload, ...], params: tuple,
-                 shape: tuple[int, ...], dtype: np.dtype | type, label: str | None = None):
+                 shape: tuple[int, ...], dtype: np.dtype | type, label: str | None = None,
+                 rowwise: bool = False):
         super().__init__(shape, np.dtype(dtype))
         self.fn, self.inputs, self.params = fn, tuple(inputs), tuple(params)
-        self.label = label
+        self.label, self.rowwise = label, rowwise
 
     def read(self) -> np.ndarray:
         value = self.evaluate().view()  # read-only, whatever it is a view of
@@ -167,20 +184,40 @@ class Computed(Deferred):
 
     def evaluate(self) -> np.ndarray:
         """The result, checked against the declared dtype and size, as a new array."""
+        return self._run(tuple(materialize(i) for i in self.inputs), self.shape)
+
+    def read_rows(self, start: int, stop: int) -> np.ndarray:
+        if not self.rowwise:
+            return super().read_rows(start, stop)
+        rows = tuple(read_rows(i, start, stop) for i in self.inputs)
+        value = self._run(rows, (stop - start, *self.shape[1:]))
+        value.flags.writeable = False
+        return value
+
+    def chunks(self, size: int = CHUNK_BYTES) -> Iterator[memoryview]:
+        if not self.rowwise or not self.ndim:
+            yield from super().chunks(size)
+            return
+        for block in row_blocks(self, max_bytes=size):
+            yield byte_view(block).data
+
+    def _run(self, inputs: tuple[np.ndarray, ...], shape: tuple[int, ...]) -> np.ndarray:
         try:
-            value = np.asarray(self.fn(*self.params, *(materialize(i) for i in self.inputs)))
+            value = np.asarray(self.fn(*self.params, *inputs))
         except (RlxError, OSError):  # typed already, or the file under an input failing
             raise
         except Exception as err:
             raise BakeError(f"{self.label or self._name()}, deferred as too large to hold, "
                             f"failed when read: {err}") from err
-        if value.dtype != self.dtype or value.size != self.size:
+        if value.dtype != self.dtype or value.size != math.prod(shape):
             raise BakeError(f"{self.label or self._name()} gave {value.dtype}"
-                            f"{list(value.shape)}, declared {self.dtype}{list(self.shape)}")
-        return np.ascontiguousarray(value).reshape(self.shape)
+                            f"{list(value.shape)}, declared {self.dtype}{list(shape)}")
+        return np.ascontiguousarray(value).reshape(shape)
 
     def reshape(self, shape: tuple[int, ...]) -> Deferred:
-        return Computed(self.fn, self.inputs, self.params, shape, self.dtype, self.label)
+        rowwise = self.rowwise and shape[:1] == self.shape[:1]  # rows stay rows
+        return Computed(self.fn, self.inputs, self.params, shape, self.dtype, self.label,
+                        rowwise)
 
     def _name(self) -> str:
         return f"{getattr(self.fn, '__module__', '')}.{getattr(self.fn, '__qualname__', self.fn)}"
@@ -220,6 +257,23 @@ def byte_view(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
+def read_rows(value: Payload, start: int, stop: int) -> np.ndarray:
+    """Rows `start:stop` of `value`'s first axis: a view of an array, a read of a deferred one."""
+    return value.read_rows(start, stop) if isinstance(value, Deferred) else value[start:stop]
+
+
+def row_blocks(value: Payload, multiple: int = 1,
+               max_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
+    """`value` (rank >= 1) along its first axis in consecutive blocks of about `max_bytes`
+    whose row counts are multiples of `multiple` (a codec's block along that axis; the last
+    block may be shorter): a check or an encoding that works row by row holds one block."""
+    rows = value.shape[0]
+    row_bytes = max(1, value.nbytes // max(rows, 1))
+    step = max(multiple, max_bytes // row_bytes // multiple * multiple)
+    for start in range(0, rows, step):
+        yield read_rows(value, start, min(rows, start + step))
+
+
 def materialize(value: Payload) -> np.ndarray:
     """The array itself: read if deferred."""
     return value.read() if isinstance(value, Deferred) else value
@@ -235,8 +289,8 @@ def defer(value: Payload) -> Payload:
 
 
 def compute(fn: Callable[..., Any], inputs: tuple[Payload, ...], params: tuple,
-            shape: tuple[int, ...], dtype: np.dtype | type) -> Payload:
+            shape: tuple[int, ...], dtype: np.dtype | type, rowwise: bool = False) -> Payload:
     """`fn(*params, *inputs)` (see `Computed`): deferred when the result takes
     `DEFER_MIN_BYTES` or more, computed now otherwise."""
-    computed = Computed(fn, inputs, params, shape, dtype)
+    computed = Computed(fn, inputs, params, shape, dtype, rowwise=rowwise)
     return computed if computed.nbytes >= DEFER_MIN_BYTES else computed.evaluate()

@@ -29,17 +29,30 @@ from rlx.ir.graph import Graph, Node, ShapeLike
 from rlx.ir.ops.base import Op
 from rlx.ir.ops.sources import Constant
 
-__all__ = ["Rewriter", "Rule", "rewrite_nodes", "constant_value"]
+__all__ = ["Rewriter", "Rule", "rewrite_nodes", "constant_payload", "constant_value"]
 
 
 def constant_value(node: Node) -> np.ndarray | None:
     """The read-only array of a Constant node, or None (not a Constant, or bytes stripped)."""
+    if not _has_values(node):
+        return None
+    assert isinstance(node.op, Constant) and not isinstance(node.shape, tuple)
+    return node.op.array(node.shape)
+
+
+def constant_payload(node: Node) -> Payload | None:
+    """As `constant_value`, but a deferred payload stays unread: a check over a large
+    weight reads it in blocks (`rlx.deferred.row_blocks`) instead of whole."""
+    if not _has_values(node):
+        return None
+    assert isinstance(node.op, Constant) and not isinstance(node.shape, tuple)
+    return node.op.payload(node.shape)
+
+
+def _has_values(node: Node) -> bool:
     op = node.op
-    if not isinstance(op, Constant) or isinstance(node.shape, tuple):
-        return None
-    if not node.shape.is_static or (op.is_stripped and node.shape.nbytes != 0):
-        return None
-    return op.array(node.shape)
+    return isinstance(op, Constant) and not isinstance(node.shape, tuple) \
+        and node.shape.is_static and not (op.is_stripped and node.shape.nbytes != 0)
 
 
 class Rewriter:

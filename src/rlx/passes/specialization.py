@@ -68,7 +68,7 @@ def bound_value(node: Node, value: Any) -> Payload:
                                   or _widens_losslessly(value.dtype, want)):
         # big-endian (payloads are little-endian), or e.g. an f16 checkpoint for an f32
         # graph: exact either way
-        value = compute(_converted, (value,), (want,), value.shape, want)
+        value = compute(_converted, (value,), (want,), value.shape, want, rowwise=True)
     if value.dtype != want:
         raise _mismatch(node, value, f"dtype {_dtype_text(value.dtype)}")
     dims = _concrete_dims(shape, value.shape)

@@ -14,10 +14,10 @@ import logging
 
 import numpy as np
 
-from rlx.deferred import compute
+from rlx.deferred import Payload, compute, materialize, row_blocks
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.linalg import MatMul
-from rlx.ir.rewrite import Rewriter, constant_value, rewrite_nodes
+from rlx.ir.rewrite import Rewriter, constant_payload, rewrite_nodes
 
 __all__ = ["skip_zero_matmul"]
 
@@ -31,13 +31,21 @@ def skip_zero_matmul(graph: Graph) -> tuple[Graph, int]:
     return new, count
 
 
+def _any_nonzero(w: Payload) -> bool:
+    """np.any in blocks of rows (a large weight is never held whole); like np.any, NaN
+    counts as non-zero and -0.0 as zero."""
+    if not w.ndim:
+        return bool(np.any(materialize(w)))
+    return any(np.any(block) for block in row_blocks(w))
+
+
 def _skip(rw: Rewriter, node: Node) -> bool:
     if not isinstance(node.op, MatMul) or not node.tensor_shape.is_static:
         return False
     weight = rw.node(node.inputs[1])
-    w = constant_value(weight)
-    if w is None or not weight.tensor_shape.dtype.is_float or np.any(w):
-        return False  # np.any treats NaN as non-zero and -0.0 as zero
+    w = constant_payload(weight)
+    if w is None or not weight.tensor_shape.dtype.is_float or _any_nonzero(w):
+        return False
     shape = node.tensor_shape  # static: checked above
     dims = tuple(int(d) for d in shape.dims)
     rw.substitute_constant(node, compute(np.zeros, (), (dims, shape.dtype.numpy), dims,

@@ -134,7 +134,7 @@ def load_dduf(path: Path, policy: WeightLoadPolicy, opts: Any = None) -> WeightB
     log.info("f32-first %s", verdict)
     tensors: dict[str, Payload] = dict(source.dense)
     if verdict.go:  # widened when read if large (rlx.deferred): never all at once
-        tensors = {k: compute(_widened, (v,), (), v.shape, np.float32)
+        tensors = {k: compute(_widened, (v,), (), v.shape, np.float32, rowwise=True)
                    if v.dtype in HALF_DTYPES else v for k, v in tensors.items()}
     log.info("loaded %d tensors from DDUF bundle %s", len(tensors), path)
     return WeightBundle(tensors, [], str(path), verdict, info)

@@ -84,5 +84,14 @@ class Constant(Op):
         arr.flags.writeable = False
         return arr
 
+    def payload(self, shape: Shape) -> Payload:
+        """The payload as an array of `shape` without reading it: a deferred one stays
+        deferred (for `rlx.deferred.row_blocks`), bytes become a view (`array`)."""
+        data = self.data
+        if isinstance(data, Deferred) and data.dtype == shape.dtype.numpy \
+                and shape.is_static and data.nbytes == shape.nbytes:
+            return data.reshape(tuple(int(d) for d in shape.dims))
+        return self.array(shape)
+
     def __repr__(self) -> str:
         return f"Constant(<{self.nbytes} bytes>)"
