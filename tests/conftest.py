@@ -4,8 +4,19 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
-os.environ.setdefault("RLX_VERIFY_PASSES", "1")
+import pytest
+
+from rlx.passes.pipeline import verifying_passes
+
+
+@pytest.fixture(autouse=True)
+def _verified_passes() -> Iterator[None]:
+    """Every test's pipelines verify the graph after each pass (`verifying_passes`)."""
+    with verifying_passes():
+        yield
+
 
 # engines keep caches (auto's choice, onnxruntime's prepacked models) in the user's cache
 # folder: the suite (and the processes it starts) keeps its own, never the user's

@@ -8,7 +8,13 @@ import pytest
 from rlx.baking import BakeOptions, BakeProfile, bake
 from rlx.errors import BindingError, ShapeError, UnsupportedOpError
 from rlx.ir import Activation, BinaryOp, DType, Graph, Shape, Unary
-from rlx.passes import Step, eliminate_dead_code, fold_constants, run_pipeline
+from rlx.passes import (
+    Step,
+    eliminate_dead_code,
+    fold_constants,
+    run_pipeline,
+    verifying_passes,
+)
 
 
 def _graph() -> Graph:
@@ -72,20 +78,32 @@ def test_errors_with_their_own_constructor_keep_their_attributes():
     assert err.value.op_types == ["Bar", "Foo"]
 
 
-def test_verify_names_the_pass_that_left_a_malformed_graph():
-    def break_shapes(graph: Graph) -> tuple[Graph, int]:
-        bad = Graph("bad")
-        x = bad.input("x", Shape([4]))
-        # declared [3] where inference gives [4]: verify refuses it
-        bad.set_outputs([bad.add_node(Unary(Activation.RELU), [x], Shape([3], DType.F32))])
-        return bad, 1
+def _break_shapes(graph: Graph) -> tuple[Graph, int]:
+    bad = Graph("bad")
+    x = bad.input("x", Shape([4]))
+    # declared [3] where inference gives [4]: verify refuses it
+    bad.set_outputs([bad.add_node(Unary(Activation.RELU), [x], Shape([3], DType.F32))])
+    return bad, 1
 
-    steps = [Step("fold_constants", fold_constants), Step("break_shapes", break_shapes)]
+
+def test_verify_names_the_pass_that_left_a_malformed_graph():
+    steps = [Step("fold_constants", fold_constants), Step("break_shapes", _break_shapes)]
     with pytest.raises(ShapeError, match=r"^pass break_shapes failed \(after fold_constants\): "
                                          r"it left an invalid graph: "):
         run_pipeline(steps, _graph(), verify=True)
     out, _ = run_pipeline(steps, _graph(), verify=False)  # unchecked, it goes through
     assert out.name == "bad"
+
+
+def test_verifying_passes_sets_the_default_for_its_block_only():
+    steps = [Step("break_shapes", _break_shapes)]
+    with verifying_passes(False):  # the suite's fixture has it on: off here
+        assert run_pipeline(steps, _graph())[0].name == "bad"
+        with verifying_passes(), pytest.raises(ShapeError, match="invalid graph"):
+            run_pipeline(steps, _graph())
+        assert run_pipeline(steps, _graph())[0].name == "bad"  # back off after the block
+    with pytest.raises(ShapeError, match="invalid graph"):  # the fixture's: on
+        run_pipeline(steps, _graph())
 
 
 def test_the_bake_names_the_pass_a_bad_binding_fails_in():

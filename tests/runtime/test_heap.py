@@ -1,19 +1,19 @@
 """The runtime keeps the memory a run frees for the next run (`rlx.runtime.heap`): counted
 as the page faults of repeated runs, in a fresh process each (the setting is process-wide),
-and checked against the same runs with `RLX_KEEP_HEAP=0`."""
+and checked against the same runs with `Session(keep_heap=False)`."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import pytest
 
-from rlx.runtime.heap import ENV, _is_glibc
+from rlx.runtime.heap import _is_glibc
 
 _FAULTS_PER_RUN = """
 import resource
+import sys
 import numpy as np
 from rlx.ir import DType, Graph, Shape
 from rlx.ir.ops.elementwise import BinaryOp
@@ -25,7 +25,7 @@ x = g.input("x", Shape((256, 1024), DType.F32))  # 1 MiB values: above glibc's m
 h = g.add_node(MatMul(), [x, g.constant(np.eye(1024, dtype=np.float32))])
 h = g.add_node(MatMul(), [g.binary(BinaryOp.MUL, h, h), g.constant(np.eye(1024, dtype=np.float32))])
 g.set_outputs([g.binary(BinaryOp.ADD, h, x)])
-compiled = Session().compile(g)
+compiled = Session(keep_heap=sys.argv[1] == 'keep').compile(g)
 feeds = {"x": np.ones((256, 1024), np.float32)}
 for _ in range(3):
     result = compiled.run(feeds)[0]
@@ -37,18 +37,15 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 20)
 """
 
 
-def _faults_per_run(keep: str | None) -> float:
-    env = {k: v for k, v in os.environ.items() if k != ENV}
-    if keep is not None:
-        env[ENV] = keep
-    out = subprocess.run([sys.executable, "-c", _FAULTS_PER_RUN], env=env, check=True,
-                         capture_output=True, text=True).stdout
+def _faults_per_run(keep: bool) -> float:
+    out = subprocess.run([sys.executable, "-c", _FAULTS_PER_RUN, "keep" if keep else "leave"],
+                         check=True, capture_output=True, text=True).stdout
     return float(out)
 
 
 @pytest.mark.skipif(not _is_glibc(), reason="the settings are glibc's")
 def test_repeated_runs_fault_no_pages_in_unless_told_not_to_keep_them():
-    kept, left = _faults_per_run(None), _faults_per_run("0")
+    kept, left = _faults_per_run(True), _faults_per_run(False)
     # each run frees and reallocates three 1 MiB values (256 pages each)
     assert left >= 256, left
     assert kept <= 4, kept

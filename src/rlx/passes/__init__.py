@@ -31,8 +31,8 @@ _LAZY = {
     "specialize": "rlx.passes.specialization",
     "Pass": "rlx.passes.pipeline",
     "Step": "rlx.passes.pipeline",
-    "VERIFY_ENV": "rlx.passes.pipeline",
     "run_pipeline": "rlx.passes.pipeline",
+    "verifying_passes": "rlx.passes.pipeline",
     "HOIST_MIN_BYTES": "rlx.passes.subgraphs",
     "captured_inputs": "rlx.passes.subgraphs",
     "hoist_subgraph_weights": "rlx.passes.subgraphs",
@@ -45,11 +45,11 @@ _LAZY = {
                     "rlx.passes.weight_encoding"),
 }
 __all__ = [
-    "HOIST_MIN_BYTES", "Pass", "SkipReason", "Step", "VERIFY_ENV", "WeightRow",
+    "HOIST_MIN_BYTES", "Pass", "SkipReason", "Step", "WeightRow",
     "algebraic_simplify", "bind_packed", "captured_inputs", "dedupe_identical_constants",
     "eliminate_dead_code", "fold_batchnorm", "fold_constants", "fuse_patterns",
     "hoist_subgraph_weights", "in_subgraphs", "pack_matmuls", "pack_quant", "pack_ternary",
     "packing_candidates", "resolve_shapes", "run_pipeline", "sink_constant_captures",
-    "skip_zero_matmul", "specialize", "unfold_weights",
+    "skip_zero_matmul", "specialize", "unfold_weights", "verifying_passes",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

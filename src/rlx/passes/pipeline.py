@@ -9,25 +9,27 @@ encoding) is bound to it first (`functools.partial`, a closure) and is then a `P
 name, so a pass that runs twice (DCE after each clean-up) reports one total. When a step
 raises, the error keeps its type (callers and exit codes still see a `BindingError` as a
 `BindingError`) and its message says which pass failed and after which one. With `verify`
-(on in the test suite: `RLX_VERIFY_PASSES=1`, set by tests/conftest.py) every step's output
-is checked with `rlx.ir.verify`, so a pass that builds a malformed graph is named at once
-instead of surfacing passes later.
+every step's output is checked with `rlx.ir.verify`, so a pass that builds a malformed graph
+is named at once instead of surfacing passes later. It costs a walk of the graph per step,
+so it is off unless asked for: per call, or for every pipeline run inside
+`with verifying_passes():` (the test suite's autouse fixture, tests/conftest.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
-import os
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from rlx.errors import GraphError
 from rlx.ir.graph import Graph
 from rlx.ir.verification import verify as verify_graph
 
-__all__ = ["VERIFY_ENV", "Pass", "Step", "run_pipeline"]
+__all__ = ["Pass", "Step", "run_pipeline", "verifying_passes"]
 
 log = logging.getLogger(__name__)
 progress = logging.getLogger("rlx.progress")  # what a terminal shows while it runs
@@ -35,8 +37,18 @@ progress = logging.getLogger("rlx.progress")  # what a terminal shows while it r
 Pass = Callable[[Graph], tuple[Graph, int]]
 """A graph pass: the new graph (the same object when unchanged) and how much it rewrote."""
 
-VERIFY_ENV = "RLX_VERIFY_PASSES"
-"""Set to 1 to verify the graph after every step of every pipeline (the tests do)."""
+_VERIFY: ContextVar[bool] = ContextVar("rlx_verify_passes", default=False)
+
+
+@contextlib.contextmanager
+def verifying_passes(on: bool = True) -> Iterator[None]:
+    """Within the block (in this thread or task), every `run_pipeline` that is not told
+    otherwise verifies the graph after each step: for test suites and debugging a pass."""
+    token = _VERIFY.set(on)
+    try:
+        yield
+    finally:
+        _VERIFY.reset(token)
 
 
 @dataclass(frozen=True)
@@ -51,10 +63,10 @@ def run_pipeline(steps: Iterable[Step], graph: Graph, *,
                  verify: bool | None = None) -> tuple[Graph, Counter[str]]:
     """Run `steps` in order on `graph`; returns (last graph, count per step name).
 
-    `verify=None` follows the `RLX_VERIFY_PASSES` environment variable.
+    `verify=None` verifies inside `verifying_passes()` only.
     """
     if verify is None:
-        verify = os.environ.get(VERIFY_ENV, "") not in ("", "0")
+        verify = _VERIFY.get()
     counts: Counter[str] = Counter()
     previous: str | None = None
     steps = list(steps)

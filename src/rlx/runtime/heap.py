@@ -9,18 +9,20 @@ settings give the numpy engine one: requests up to `MMAP_THRESHOLD` come from th
 up to `TRIM_THRESHOLD` of free heap stays mapped. Larger tensors still get, and return,
 mappings of their own.
 
-The settings are process-wide, as an arena is; they are made once, when the first graph is compiled.
-`RLX_KEEP_HEAP=0` leaves the allocator as it is. Other C libraries (musl, macOS) have no
-such settings: nothing changes there.
+Why: a run's speed should not depend on whether the OS took its pages back. When: the
+settings are process-wide, as an arena is; they are made once, when the first graph is
+compiled with `Session(keep_heap=True)` (the default). `Session(keep_heap=False)` leaves
+the allocator as it is: for a process that embeds rlx beside code of its own that tunes
+malloc, or that must hand memory back between rare runs. Other C libraries (musl, macOS)
+have no such settings: nothing changes there.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["ENV", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "keep_freed_memory"]
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "keep_freed_memory"]
 
-ENV = "RLX_KEEP_HEAP"
 MMAP_THRESHOLD = 32 << 20  # glibc's own ceiling for the threshold it adapts by itself
 TRIM_THRESHOLD = 256 << 20
 
@@ -34,7 +36,7 @@ def keep_freed_memory() -> None:
     if _settled:
         return
     _settled = True
-    if os.environ.get(ENV, "1") == "0" or not _is_glibc():
+    if not _is_glibc():
         return
     import ctypes  # numpy has imported it already
 

@@ -37,15 +37,20 @@ included, runs `STEP_TIMER.get().loop(compiled)`: its steps wrapped in a clock."
 
 
 class Session:
-    """Entry point of the runtime: `Session("cpu").compile(graph).run(feeds)`."""
+    """Entry point of the runtime: `Session("cpu").compile(graph).run(feeds)`.
 
-    def __init__(self, device: str = "cpu"):
+    `keep_heap`: compiling keeps the memory runs free for the next run (`rlx.runtime.heap`,
+    process-wide, once); False leaves the C allocator as it is.
+    """
+
+    def __init__(self, device: str = "cpu", *, keep_heap: bool = True):
         if device not in DEVICES:
             raise GraphError(f"unknown device {device!r}; rlx runs on: {', '.join(DEVICES)}")
         self.device = device
+        self.keep_heap = keep_heap
 
     def compile(self, graph: Graph) -> CompiledGraph:
-        return CompiledGraph(graph)
+        return CompiledGraph(graph, keep_heap=self.keep_heap)
 
 
 @dataclass(frozen=True)
@@ -59,11 +64,13 @@ class _Step:
 class CompiledGraph:
     """A graph ready to run. `run(feeds)` returns the outputs in graph order."""
 
-    def __init__(self, graph: Graph, *, nested: bool = False):
-        """`nested`: a subgraph of a graph being compiled, which has checked it already."""
+    def __init__(self, graph: Graph, *, nested: bool = False, keep_heap: bool = True):
+        """`nested`: a subgraph of a graph being compiled, which has checked it already;
+        `keep_heap`: as `Session`'s."""
         verify(graph)
         if not nested:
             _check_runnable(graph)
+        if not nested and keep_heap:
             keep_freed_memory()  # once per process: no page faults for tensors freed last run
         self.graph = graph
         self._inputs = graph.inputs()
