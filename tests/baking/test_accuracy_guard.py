@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rlx import BakeOptions, bake
-from rlx.baking.pipeline import UNCHECKED
+from rlx.baking.encoding import UNCHECKED
 from rlx.ir import Graph, Shape
 from rlx.runtime import Session
 

@@ -21,6 +21,7 @@ from gguf.quants import dequantize, quantize
 from onnx import TensorProto, helper, numpy_helper
 
 from rlx import BakeOptions, bake
+from rlx.codecs import Encoding
 from rlx.frontends.onnx import import_onnx
 from rlx.ir import Constant, DecodeWeight, DequantGather, DequantizeLinear, DequantMatMul, DType
 from rlx.runtime import Session
@@ -235,8 +236,8 @@ def test_dequant_gather_refuses_an_index_past_the_table():
     table = RNG.standard_normal((10, 32)).astype(np.float32)
     g = Graph("gather")
     ids = g.input("ids", Shape([2], DType.I64))
-    packed = g.constant(encode_rows("gguf_q8_0", table), name="t")
-    g.set_outputs([g.add_node(DequantGather("gguf_q8_0", 10, 32), (packed, ids))])
+    packed = g.constant(encode_rows(Encoding.GGUF_Q8_0, table), name="t")
+    g.set_outputs([g.add_node(DequantGather(Encoding.GGUF_Q8_0, 10, 32), (packed, ids))])
     compiled = Session().compile(g)
     out = compiled.run({"ids": np.array([-10, 9])})[0]
     np.testing.assert_array_equal(out, _q8_rows(table)[[0, 9]])
@@ -266,7 +267,8 @@ def test_small_weights_go_f16_and_the_smallest_stay_f32(tmp_path):
     np.testing.assert_allclose(out, _ort(decoded, feeds), rtol=1e-5, atol=1e-5)
     encodings = {n.op.shape: n.op.encoding for n in file.graph.nodes()
                  if isinstance(n.op, DecodeWeight)}
-    assert encodings == {(8, 8, 1, 1): "f16", (64, 8, 1, 1): "gguf_q8_0", (64,): "f16"}
+    assert encodings == {(8, 8, 1, 1): Encoding.F16, (64, 8, 1, 1): Encoding.GGUF_Q8_0,
+                         (64,): Encoding.F16}
 
 
 def _dequantized_conv(per_channel: bool):
@@ -386,9 +388,9 @@ def test_constants_that_reach_a_quantiser_stay_as_they_are(tmp_path):
         encodings = {n.op.shape: n.op.encoding for n in file.graph.nodes()
                      if isinstance(n.op, DecodeWeight)}
         if quantised:
-            assert encodings == {(64, 8, 1, 1): "gguf_q8_0"}  # the bias stays f32
+            assert encodings == {(64, 8, 1, 1): Encoding.GGUF_Q8_0}  # the bias stays f32
             decoded = _with(model(True), "w", _q8_whole(w))
         else:
-            assert encodings == {(64, 8, 1, 1): "gguf_q8_0", (64,): "f16"}
+            assert encodings == {(64, 8, 1, 1): Encoding.GGUF_Q8_0, (64,): Encoding.F16}
             decoded = _with(_with(model(False), "w", _q8_whole(w)), "b", b.astype(np.float16))
         np.testing.assert_allclose(out, _ort(decoded, feeds), rtol=1e-5, atol=1e-5)

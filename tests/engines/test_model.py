@@ -12,10 +12,11 @@ from gguf.quants import dequantize, quantize
 
 import rlx
 from rlx.artifact import RlxFile, write_rlx
+from rlx.codecs import Encoding
 from rlx.engines import registry
 from rlx.errors import EncryptedFileError, EngineError, InputError
 from rlx.ir import DType, Graph, Shape
-from rlx.ir.ops.linalg import DequantMatMul, QuantScheme
+from rlx.ir.ops.linalg import DequantMatMul
 from tests.engines.conftest import ENGINES, feeds, require, write_mlp
 
 pytestmark = pytest.mark.parametrize("engine", ENGINES)
@@ -105,13 +106,13 @@ def test_encrypted_files(engine, tmp_path):
     _close(model.run(feeds()), mlp.oracle(feeds()["x"]))
 
 
-def _packed_file(path, scheme: QuantScheme, n: int = 48, k: int = 512):
+def _packed_file(path, scheme: Encoding, n: int = 48, k: int = 512):
     """x[., K] @ W with W^T packed by the gguf package, and W as gguf decodes it (float64)."""
-    kind = {QuantScheme.GGUF_Q8_0: gguf.GGMLQuantizationType.Q8_0,
-            QuantScheme.GGUF_TQ2_0: gguf.GGMLQuantizationType.TQ2_0}[scheme]
+    kind = {Encoding.GGUF_Q8_0: gguf.GGMLQuantizationType.Q8_0,
+            Encoding.GGUF_TQ2_0: gguf.GGMLQuantizationType.TQ2_0}[scheme]
     rng = np.random.default_rng(3)
     wt = rng.standard_normal((n, k)).astype(np.float32)
-    if scheme is QuantScheme.GGUF_TQ2_0:
+    if scheme is Encoding.GGUF_TQ2_0:
         wt = np.sign(wt) * (rng.random((n, k)) > 0.3)
     packed = np.asarray(quantize(wt.reshape(-1), kind)).reshape(-1).view(np.uint8)
     w = dequantize(packed, kind).astype(np.float64).reshape(n, k).T
@@ -124,7 +125,7 @@ def _packed_file(path, scheme: QuantScheme, n: int = 48, k: int = 512):
     return w
 
 
-@pytest.mark.parametrize("scheme", [QuantScheme.GGUF_Q8_0, QuantScheme.GGUF_TQ2_0])
+@pytest.mark.parametrize("scheme", [Encoding.GGUF_Q8_0, Encoding.GGUF_TQ2_0])
 def test_packed_weights_against_gguf(engine, tmp_path, scheme):
     """Q8_0 / TQ2_0 weights (MatMulNBits on onnxruntime, int8 decompression on OpenVINO)
     match x @ W with W decoded by the gguf package."""

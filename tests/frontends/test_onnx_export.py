@@ -14,11 +14,11 @@ import pytest
 
 import rlx
 from rlx.artifact import read_rlx, write_rlx
+from rlx.codecs import Encoding
 from rlx.errors import ExportError
 from rlx.frontends.onnx.export import EXPORT_OPSET, ExportSummary, export_onnx
 from rlx.ir import DType, Graph, Shape
 from rlx.ir.ops.elementwise import Cast
-from rlx.ir.ops.linalg import QuantScheme
 from tests.engines.conftest import write_mlp
 from tests.engines.test_model import _packed_file
 
@@ -53,7 +53,7 @@ def test_weight_names_come_from_the_weight_table(tmp_path):
     assert {t.name for t in model.graph.initializer if len(t.raw_data) >= 1024} <= table
 
 
-@pytest.mark.parametrize("scheme", [QuantScheme.GGUF_Q8_0, QuantScheme.GGUF_TQ2_0])
+@pytest.mark.parametrize("scheme", [Encoding.GGUF_Q8_0, Encoding.GGUF_TQ2_0])
 @pytest.mark.parametrize("form", ["nbits", "decompress", "dequantize"])
 def test_packed_weight_forms(tmp_path, scheme, form):
     w = _packed_file(tmp_path / "p.rlx", scheme)

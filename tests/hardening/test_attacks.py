@@ -31,10 +31,11 @@ from onnx import SparseTensorProto, TensorProto, helper, numpy_helper
 import rlx
 from rlx import BakeOptions, BakeProfile, bake
 from rlx.artifact import open_artifact, parse_rlx, read_rlx, write_rlx
+from rlx.codecs import Encoding
 from rlx.errors import ArtifactError, ModelImportError, WeightError
 from rlx.frontends.onnx import import_onnx
 from rlx.ir import Graph, Shape
-from rlx.ir.ops.linalg import DequantMatMul, QuantScheme
+from rlx.ir.ops.linalg import DequantMatMul
 from rlx.runtime import Session
 from rlx.weights import load_weights
 from tests.hardening import mutate, seeds
@@ -244,7 +245,7 @@ def test_one_packed_weight_read_by_many_nodes_is_decoded_once():
     g = Graph("shared")
     x = g.input("x", Shape([2, k]))
     w = g.constant(packed, name="w")
-    outs = [g.add_node(DequantMatMul(QuantScheme.GGUF_Q8_0, n), [x, w], name=f"mm{i}")
+    outs = [g.add_node(DequantMatMul(Encoding.GGUF_Q8_0, n), [x, w], name=f"mm{i}")
             for i in range(nodes)]
     g.set_outputs(outs)
     run = Session().compile(g)

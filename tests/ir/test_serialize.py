@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from rlx.codecs import Encoding
 from rlx.errors import GraphError
 from rlx.ir import (
     DType,
@@ -45,9 +46,9 @@ SAMPLES: dict[str, ops.Op] = {op.__class__.__name__: op for op in [
     ops.Unary(ops.Activation.HARD_SIGMOID, alpha=0.25, beta=0.75),
     ops.Binary(ops.BinaryOp.FMOD), ops.Compare(ops.CompareOp.LE),
     ops.Logical(ops.LogicalOp.XOR), ops.Cast(DType.BF16), ops.Clamp(min=-1.5, max=None),
-    ops.MatMul(), ops.DequantMatMul(ops.QuantScheme.GGUF_TQ2_0, n=64),
-    ops.DecodeWeight("gguf_q8_0", (8, 3, 3, 3), rows=3, perm=(1, 0, 2, 3)),
-    ops.DequantGather("f16", vocab=100, dim=24),
+    ops.MatMul(), ops.DequantMatMul(Encoding.GGUF_TQ2_0, n=64),
+    ops.DecodeWeight(Encoding.GGUF_Q8_0, (8, 3, 3, 3), rows=3, perm=(1, 0, 2, 3)),
+    ops.DequantGather(Encoding.F16, vocab=100, dim=24),
     ops.Einsum("bij,bjk->bik"), ops.DFT(axis=-2, length=16, inverse=True, onesided=True),
     ops.Conv(strides=(2, 1), pads=(1, 0, 1, 0), dilations=(1, 2), groups=4),
     ops.ConvTranspose(strides=(2,), pads=(1, 1), dilations=(1,), groups=2, output_padding=(1,)),

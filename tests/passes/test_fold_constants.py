@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlx.codecs import quantize_q8_0
+from rlx.codecs import Encoding, quantize_q8_0
 from rlx.ir import (
     Activation,
     BinaryOp,
@@ -14,7 +14,6 @@ from rlx.ir import (
     Gather,
     Graph,
     If,
-    QuantScheme,
     Shape,
     Split,
     Transpose,
@@ -87,7 +86,7 @@ def test_packed_matmuls_and_control_flow_are_not_folded():
     w = RNG.standard_normal((32, 2)).astype(np.float32)
     x = g.constant(np.ones((1, 32), np.float32), name="x")
     packed = g.constant(quantize_q8_0(np.ascontiguousarray(w.T)), name="w")
-    mm = g.add_node(DequantMatMul(QuantScheme.GGUF_Q8_0, 2), (x, packed), name="mm")
+    mm = g.add_node(DequantMatMul(Encoding.GGUF_Q8_0, 2), (x, packed), name="mm")
     branch = Graph("branch")
     branch.set_outputs([branch.input("v", Shape([1, 32]))])
     cond = g.constant(np.array(True), name="cond")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 
@@ -39,7 +41,7 @@ def test_steps_run_in_order_and_counts_add_up_by_name():
     steps = [Step("eliminate_dead_code", eliminate_dead_code),
              Step("fold_constants", fold_constants),
              Step("eliminate_dead_code", eliminate_dead_code)]
-    out, counts = run_pipeline(steps, g, verify=True)
+    out, counts, _ = run_pipeline(steps, g, verify=True)
     separately = [eliminate_dead_code(g)]
     separately.append(fold_constants(separately[-1][0]))
     separately.append(eliminate_dead_code(separately[-1][0]))
@@ -52,8 +54,23 @@ def test_steps_run_in_order_and_counts_add_up_by_name():
 
 def test_an_unchanged_graph_is_the_same_object_and_counts_zero():
     g = _graph()
-    out, counts = run_pipeline([Step("noop", lambda graph: (graph, 0))], g)
+    out, counts, _ = run_pipeline([Step("noop", lambda graph: (graph, 0))], g)
     assert out is g and counts["noop"] == 0
+
+
+def test_outcomes_are_kept_by_step_name_and_count_as_their_count():
+    @dataclass(frozen=True)
+    class Noted:
+        count: int
+        note: str
+
+    steps = [Step("note", lambda graph: (graph, Noted(2, "first"))),
+             Step("plain", lambda graph: (graph, 1)),
+             Step("note", lambda graph: (graph, Noted(3, "second")))]
+    run = run_pipeline(steps, _graph())
+    assert run.counts == {"note": 5, "plain": 1}
+    assert [o.note for o in run.outcomes["note"]] == ["first", "second"]  # type: ignore
+    assert "plain" not in run.outcomes
 
 
 def test_a_failing_pass_is_named_with_the_one_before_and_keeps_its_type():
@@ -91,7 +108,7 @@ def test_verify_names_the_pass_that_left_a_malformed_graph():
     with pytest.raises(ShapeError, match=r"^pass break_shapes failed \(after fold_constants\): "
                                          r"it left an invalid graph: "):
         run_pipeline(steps, _graph(), verify=True)
-    out, _ = run_pipeline(steps, _graph(), verify=False)  # unchecked, it goes through
+    out, _, _ = run_pipeline(steps, _graph(), verify=False)  # unchecked, it goes through
     assert out.name == "bad"
 
 
@@ -120,7 +137,7 @@ def test_bake_steps_follow_the_options(profile):
     from rlx.weights import WeightBundle
 
     opts = BakeOptions.from_profile(profile)
-    names = [s.name for s in bake_steps(opts, WeightBundle(tensors={}), {})]
+    names = [s.name for s in bake_steps(opts, WeightBundle(tensors={}))]
     assert names[:2] == ["specialize", "bind_packed"]
     assert ("pack_ternary" in names) is opts.ternary
     # Q8_0 (and f16) are chosen by the weight-encoding stage, last, on the finished graph

@@ -7,8 +7,14 @@ import dataclasses
 import numpy as np
 import pytest
 
+from rlx.codecs import Encoding
 from rlx.ir import BinaryOp, Conv, ConvTranspose, DType, Graph, Shape
-from rlx.passes import WeightRow, pack_quant, pack_ternary, unfold_weights
+from rlx.passes import WeightRow, apply_weight_encodings, matmul_choice, unfold_weights
+
+
+def _packed(graph: Graph, encoding: Encoding = Encoding.GGUF_TQ2_0) -> tuple[Graph, int]:
+    """`graph` with its MatMul weight `w` stored for DequantMatMul in `encoding`."""
+    return apply_weight_encodings(graph, [matmul_choice(graph.find("w"), encoding)])
 
 
 def _ternary(k: int, n: int) -> np.ndarray:
@@ -40,27 +46,27 @@ def test_dense_weights_of_every_consumer_once_in_graph_order():
         rows[0].name = "other"
 
 
-@pytest.mark.parametrize("k, n, pack, encoding, aligned", [
-    (256, 2, pack_ternary, "gguf_tq2_0", True),
-    (64, 3, pack_quant, "gguf_q8_0", True),
+@pytest.mark.parametrize("k, n, encoding, aligned", [
+    (256, 2, Encoding.GGUF_TQ2_0, True),
+    (64, 3, Encoding.GGUF_Q8_0, True),
 ])
-def test_packed_weights_report_their_logical_shape(k, n, pack, encoding, aligned):
+def test_packed_weights_report_their_logical_shape(k, n, encoding, aligned):
     g = Graph("packed")
     x = g.input("x", Shape(["batch", k]))
     g.set_outputs([g.matmul(x, g.constant(_ternary(k, n), name="w"))])
-    packed, count = pack(g)
+    packed, count = _packed(g, encoding)
     assert count == 1
     (row,) = unfold_weights(packed)
-    assert row == WeightRow("w", packed.find("w").id, (k, n), DType.F32, encoding, "bt_nk",
-                            aligned, row.note)
-    assert encoding in row.note and f"[{n}, {k}]" in row.note
+    assert row == WeightRow("w", packed.find("w").id, (k, n), DType.F32, encoding.label,
+                            "bt_nk", aligned, row.note)
+    assert encoding.label in row.note and f"[{n}, {k}]" in row.note
 
 
 def test_symbolic_k_is_read_from_the_stream_length():
     g = Graph("sym")
     x = g.input("x", Shape([2, 256]))
     g.set_outputs([g.matmul(x, g.constant(_ternary(256, 4), name="w"))])
-    packed, _ = pack_ternary(g)
+    packed, _ = _packed(g)
     # the same packed weight behind an x whose K is symbolic
     h = Graph("sym_k")
     xs = h.input("x", Shape([2, "k"]))

@@ -10,21 +10,22 @@ import numpy as np
 import pytest
 from gguf.quants import dequantize, quantize
 
+from rlx.codecs import Encoding
 from rlx.errors import KernelError, ShapeError
 from rlx.ir import DType, Graph, Shape
-from rlx.ir.ops.linalg import DequantMatMul, QuantScheme
+from rlx.ir.ops.linalg import DequantMatMul
 from rlx.kernels import quant as quant_kernels
 from rlx.runtime import Session
 from tests.support import build_op_graph, run_op
 
 GGUF_TYPES = {
-    QuantScheme.GGUF_Q8_0: gguf.GGMLQuantizationType.Q8_0,
-    QuantScheme.GGUF_TQ2_0: gguf.GGMLQuantizationType.TQ2_0,
+    Encoding.GGUF_Q8_0: gguf.GGMLQuantizationType.Q8_0,
+    Encoding.GGUF_TQ2_0: gguf.GGMLQuantizationType.TQ2_0,
 }
 RNG = np.random.default_rng(5)
 
 
-def _weight(scheme: QuantScheme, n: int, k: int, ternary: bool = False):
+def _weight(scheme: Encoding, n: int, k: int, ternary: bool = False):
     """The packed [N, K] stream (made by gguf) and the [K, N] float64 W gguf decodes from it."""
     if ternary:
         wt = RNG.integers(-1, 2, (n, k)).astype(np.float32)
@@ -63,16 +64,16 @@ def test_matches_numpy(scheme, x_shape, n):
 
 @pytest.mark.parametrize("x_shape, n", [((3, 40), 4), ((2, 1, 20), 8)])
 def test_q8_0_blocks_straddling_rows(x_shape, n):
-    packed, w = _weight(QuantScheme.GGUF_Q8_0, n, x_shape[-1])
+    packed, w = _weight(Encoding.GGUF_Q8_0, n, x_shape[-1])
     x = RNG.standard_normal(x_shape).astype(np.float32)
-    (out,) = run_op(DequantMatMul(QuantScheme.GGUF_Q8_0, n), [x, packed], constant=[False, True])
+    (out,) = run_op(DequantMatMul(Encoding.GGUF_Q8_0, n), [x, packed], constant=[False, True])
     _check(out, x, w)
 
 
 def test_ternary_weight_is_exact():
-    packed, w = _weight(QuantScheme.GGUF_TQ2_0, 32, 784, ternary=True)
+    packed, w = _weight(Encoding.GGUF_TQ2_0, 32, 784, ternary=True)
     x = RNG.integers(-8, 8, (6, 784)).astype(np.float32)  # integer sums: exact in float32
-    (out,) = run_op(DequantMatMul(QuantScheme.GGUF_TQ2_0, 32), [x, packed],
+    (out,) = run_op(DequantMatMul(Encoding.GGUF_TQ2_0, 32), [x, packed],
                     constant=[False, True])
     np.testing.assert_array_equal(out, x.astype(np.float64) @ w)
 
@@ -81,14 +82,14 @@ def test_ternary_weight_is_exact():
     (np.float64, 1e-12), (np.float16, 2e-3), (ml_dtypes.bfloat16, 1e-2),
 ])
 def test_output_keeps_x_dtype(dtype, rtol):
-    packed, w = _weight(QuantScheme.GGUF_Q8_0, 8, 64)
+    packed, w = _weight(Encoding.GGUF_Q8_0, 8, 64)
     x = RNG.standard_normal((3, 64)).astype(dtype)
-    (out,) = run_op(DequantMatMul(QuantScheme.GGUF_Q8_0, 8), [x, packed], constant=[False, True])
+    (out,) = run_op(DequantMatMul(Encoding.GGUF_Q8_0, 8), [x, packed], constant=[False, True])
     assert out.dtype == np.dtype(dtype)
     _check(out, x, w, rtol=rtol)
 
 
-def _compiled(scheme: QuantScheme, n: int, k: int, packed_constant: bool = True):
+def _compiled(scheme: Encoding, n: int, k: int, packed_constant: bool = True):
     packed, w = _weight(scheme, n, k)
     x = np.zeros((2, k), np.float32)
     g, _ = build_op_graph(DequantMatMul(scheme, n), [x, packed], constant=[False, packed_constant])
@@ -104,7 +105,7 @@ def test_constant_weight_is_decoded_once(monkeypatch):
         return real_decode(*args, **kwargs)
 
     monkeypatch.setattr(quant_kernels, "decode", counting_decode)
-    compiled, _, w = _compiled(QuantScheme.GGUF_TQ2_0, 16, 256)
+    compiled, _, w = _compiled(Encoding.GGUF_TQ2_0, 16, 256)
     for _ in range(3):
         x = RNG.standard_normal((2, 256)).astype(np.float32)
         _check(compiled.run({"in0": x})[0], x, w)
@@ -127,8 +128,8 @@ def test_weights_past_the_cache_budget_are_decoded_on_each_call(monkeypatch):
     monkeypatch.setattr(quant_kernels, "_DECODED", {})  # other tests' weights may be kept
     g = Graph("two")
     x = g.input("x", Shape([2, k]))
-    weights = [_weight(QuantScheme.GGUF_Q8_0, n, k) for _ in range(2)]
-    outs = [g.add_node(DequantMatMul(QuantScheme.GGUF_Q8_0, n),
+    weights = [_weight(Encoding.GGUF_Q8_0, n, k) for _ in range(2)]
+    outs = [g.add_node(DequantMatMul(Encoding.GGUF_Q8_0, n),
                        [x, g.constant(packed, name=f"w{i}")])
             for i, (packed, _) in enumerate(weights)]
     g.set_outputs(outs)
@@ -141,17 +142,17 @@ def test_weights_past_the_cache_budget_are_decoded_on_each_call(monkeypatch):
 
 
 def test_writeable_input_weight_is_never_stale():
-    compiled, packed, w = _compiled(QuantScheme.GGUF_Q8_0, 8, 64, packed_constant=False)
+    compiled, packed, w = _compiled(Encoding.GGUF_Q8_0, 8, 64, packed_constant=False)
     x = RNG.standard_normal((2, 64)).astype(np.float32)
     packed = packed.copy()
     _check(compiled.run({"in0": x, "in1": packed})[0], x, w)
     packed[2:34] = 0  # same array object, new contents: the first block's codes are now 0
-    w = dequantize(packed, GGUF_TYPES[QuantScheme.GGUF_Q8_0]).astype(np.float64)
+    w = dequantize(packed, GGUF_TYPES[Encoding.GGUF_Q8_0]).astype(np.float64)
     _check(compiled.run({"in0": x, "in1": packed})[0], x, w.reshape(8, 64).T)
 
 
 def test_threads_share_one_compiled_graph():
-    compiled, _, w = _compiled(QuantScheme.GGUF_TQ2_0, 64, 784)
+    compiled, _, w = _compiled(Encoding.GGUF_TQ2_0, 64, 784)
     xs = [RNG.standard_normal((2, 784)).astype(np.float32) for _ in range(4)]
     outs: list = [None] * len(xs)
 
@@ -177,14 +178,14 @@ def test_threads_share_one_compiled_graph():
 ])
 def test_infer_errors(x, packed, message):
     with pytest.raises(ShapeError, match=message):
-        DequantMatMul(QuantScheme.GGUF_Q8_0, 8).infer([x, packed])
+        DequantMatMul(Encoding.GGUF_Q8_0, 8).infer([x, packed])
 
 
 def test_infer_symbolic_k_and_runtime_mismatch():
-    packed, w = _weight(QuantScheme.GGUF_Q8_0, 8, 64)
+    packed, w = _weight(Encoding.GGUF_Q8_0, 8, 64)
     g = Graph("symbolic_k")
     x_id = g.input("x", Shape(("m", "k"), DType.F32))
-    node = g.add_node(DequantMatMul(QuantScheme.GGUF_Q8_0, 8), [x_id, g.constant(packed)])
+    node = g.add_node(DequantMatMul(Encoding.GGUF_Q8_0, 8), [x_id, g.constant(packed)])
     assert g.node(node).shape == Shape(("m", 8), DType.F32)
     g.set_outputs([node])
     compiled = Session().compile(g)

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 from gguf.quants import dequantize, quantize
 
+from rlx.codecs import Encoding
 from rlx.errors import WeightError
-from rlx.ir.ops.linalg import DequantMatMul, QuantScheme
+from rlx.ir.ops.linalg import DequantMatMul
 from rlx.weights import WeightPathKind, load_weights
 from tests.support import run_op
 from tests.weights.support import is_mapped
@@ -114,8 +115,8 @@ def test_rewrites_force_decoding_even_when_keeping_packs(model, profile_opts):
     assert bundle.tensors["q8"].dtype == np.float32
 
 
-@pytest.mark.parametrize("scheme, name", [(QuantScheme.GGUF_Q8_0, "q8"),
-                                          (QuantScheme.GGUF_TQ2_0, "tq2")])
+@pytest.mark.parametrize("scheme, name", [(Encoding.GGUF_Q8_0, "q8"),
+                                          (Encoding.GGUF_TQ2_0, "tq2")])
 def test_kept_packs_run_in_dequant_matmul(model, scheme, name):
     """A GGUF [N, K] pack is the BT stream DequantMatMul takes: y = x @ W^T."""
     w = next(p for p in load_weights(model, "packed").packed if p.name == name)

@@ -59,6 +59,12 @@ class TensorAccuracy:
     kept: bool = False  # kept at full precision by the guard
     reason: str = ""
 
+    @classmethod
+    def of(cls, choice: WeightChoice) -> TensorAccuracy:
+        """The row of a proposed choice, before any measurement."""
+        return cls(choice.name, str(choice.role), choice.encoding.label, choice.f32_bytes,
+                   choice.packed_bytes, choice.rel_error)
+
 
 @dataclass
 class AccuracyReport:
@@ -132,8 +138,7 @@ def guard_encodings(graph: Graph, choices: Sequence[WeightChoice], feeds: Sequen
     min_cos = DEFAULT_MIN_COSINE if min_cosine is None else float(min_cosine)
     report = AccuracyReport(True, len(feeds), min_cos, max_abs_error)
     runner = _Runner(graph, feeds)
-    rows = {c.node_id: TensorAccuracy(c.name, str(c.role), c.encoding, c.f32_bytes,
-                                      c.packed_bytes, c.rel_error) for c in choices}
+    rows = {c.node_id: TensorAccuracy.of(c) for c in choices}
     score: dict[int, float] = {}
     for c in choices:
         alone = runner.measure([c])

@@ -1,14 +1,17 @@
 """`bake` and `bake_bundle`: the reference's pipeline, in its order, without its bugs.
 
 specialize -> bind packed -> [fold: sink captures -> resolve shapes -> fold constants -> fold
-BatchNorm -> DCE] -> skip-zero -> ternary (TQ2_0) -> simplify -> fuse -> DCE -> fold -> DCE
--> hoist subgraph weights -> weight encodings (Q8_0, f16, row-aligned TQ2_0; through the
-accuracy guard) -> dedupe -> weight table (unfold + binding rows) -> memory layout. The
-encodings come last, on the finished graph, so the guard compares exactly that graph with
-its encoded versions.
+BatchNorm -> DCE] -> skip-zero -> ternary MatMuls (TQ2_0) -> simplify -> fuse -> DCE -> fold
+-> DCE -> hoist subgraph weights -> weight encodings (Q8_0, f16, q8_f32, row-aligned TQ2_0;
+through the accuracy guard) -> dedupe -> weight table (unfold + binding rows) -> memory
+layout. Both encoding steps are the one weight-encoding stage (`rlx.passes.weight_encoding`,
+plan then apply): the early one takes exactly ternary MatMul weights before simplification
+sees their MatMuls; the late one every large weight, on the finished graph, so the guard
+compares exactly that graph with its encoded versions.
 
 The passes are one list of named steps (`bake_steps`), run by `rlx.passes.run_pipeline`:
-the stats are its counts by step name, and a failing pass is named in the error.
+the stats are its counts by step name and the outcomes the encoding steps return (their
+choices), and a failing pass is named in the error. No step keeps state between calls.
 
 The bracketed early fold is ours: the reference folds only after packing, so a weight that
 reaches its MatMul through weight-only math (`Transpose(W)` from a PyTorch Linear, a
@@ -22,8 +25,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,16 +33,19 @@ import numpy as np
 from rlx import passes
 from rlx.artifact.memory import MemoryStats
 from rlx.artifact.model import RlxFile, RlxWeight
-from rlx.baking.guard import AccuracyReport, TensorAccuracy, guard_encodings
+from rlx.baking.encoding import EncodedWeights, encode_weights
+from rlx.baking.guard import AccuracyReport
 from rlx.baking.options import BakeOptions
+from rlx.codecs import Encoding
 from rlx.deferred import Deferred, Payload, defer
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node, unique_name
 from rlx.ir.naming import op_type_counts
-from rlx.ir.ops.linalg import QuantScheme
 from rlx.ir.ops.sources import Constant
 from rlx.ir.verification import verify
-from rlx.passes.pipeline import Step
+from rlx.passes.pipeline import Outcome, Step
+from rlx.passes.weight_encoding import EncodingPlan
+from rlx.passes.weight_roles import WeightRole
 from rlx.weights.bundle import WeightBundle
 
 __all__ = ["BakeReport", "OptimizeStats", "bake", "bake_bundle", "bake_steps"]
@@ -67,23 +72,44 @@ class OptimizeStats:
     not_encoded: dict[str, int] = field(default_factory=dict)  # reason -> large f32 left
 
     @classmethod
-    def from_counts(cls, counts: Mapping[str, int], not_packed: dict[str, int]) -> OptimizeStats:
-        """The stats of a bake from its pipeline's counts per step name: each count field
-        reports one step's counts, summed over its runs."""
+    def from_run(cls, counts: Mapping[str, int],
+                 outcomes: Mapping[str, list[Outcome]]) -> OptimizeStats:
+        """The stats of a bake from its pipeline's counts per step name (each count field
+        reports one step's counts, summed over its runs) and its encoding steps' outcomes."""
         def count(step: str) -> int:
             return counts.get(step, 0)
 
-        return cls(skipped_zero_matmuls=count("skip_zero_matmul"),
-                   ternary_packed=count("pack_ternary"),
-                   simplified=count("algebraic_simplify"),
-                   fused=count("fuse_patterns"),
-                   dead_removed=count("eliminate_dead_code"),
-                   constants_folded=count("fold_constants"),
-                   shapes_resolved=count("resolve_shapes"),
-                   batchnorms_folded=count("fold_batchnorm"),
-                   captures_sunk=count("sink_constant_captures"),
-                   weights_hoisted=count("hoist_subgraph_weights"),
-                   not_packed=not_packed)
+        not_packed: dict[str, int] = {}
+        for plan in outcomes.get("pack_ternary", []):
+            assert isinstance(plan, EncodingPlan)  # what encode_ternary_matmuls returns
+            for reason, n in plan.skipped.items():
+                not_packed[reason] = not_packed.get(reason, 0) + n
+        stats = cls(skipped_zero_matmuls=count("skip_zero_matmul"),
+                    ternary_packed=count("pack_ternary"),
+                    simplified=count("algebraic_simplify"),
+                    fused=count("fuse_patterns"),
+                    dead_removed=count("eliminate_dead_code"),
+                    constants_folded=count("fold_constants"),
+                    shapes_resolved=count("resolve_shapes"),
+                    batchnorms_folded=count("fold_batchnorm"),
+                    captures_sunk=count("sink_constant_captures"),
+                    weights_hoisted=count("hoist_subgraph_weights"),
+                    not_packed=not_packed)
+        for encoded in outcomes.get("encode_weights", []):
+            assert isinstance(encoded, EncodedWeights)  # what encode_weights returns
+            stats.add_encoded(encoded)
+        return stats
+
+    def add_encoded(self, encoded: EncodedWeights) -> None:
+        """Count the weights the late encoding step stored encoded, and why it left some."""
+        self.not_encoded = dict(encoded.skipped)
+        for c in encoded.choices:
+            self.encoded[c.encoding.label] = self.encoded.get(c.encoding.label, 0) + 1
+            if c.role in (WeightRole.MATMUL, WeightRole.MATMUL_DECODED):
+                if c.encoding is Encoding.GGUF_Q8_0:
+                    self.quant_packed += 1
+                elif c.encoding is Encoding.GGUF_TQ2_0:
+                    self.ternary_packed += 1
 
 
 @dataclass
@@ -125,13 +151,13 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     if report.unused_bindings:
         log.warning("bindings matching no param: %s", ", ".join(report.unused_bindings))
 
-    not_packed: dict[str, int] = {}
-    encoding = _Encoding(opts, report)
-    g, counts = passes.run_pipeline(bake_steps(opts, bundle, not_packed, encoding), graph)
+    g, counts, outcomes = passes.run_pipeline(bake_steps(opts, bundle), graph)
     verify(g)
     report.params_baked = counts["specialize"] + counts["bind_packed"]
-    report.optimize = stats = OptimizeStats.from_counts(counts, not_packed)
-    encoding.record(stats)
+    report.optimize = stats = OptimizeStats.from_run(counts, outcomes)
+    for encoded in outcomes.get("encode_weights", []):
+        assert isinstance(encoded, EncodedWeights)  # what encode_weights returns
+        report.accuracy = encoded.accuracy
 
     rows = _weight_table(g, bundle, opts, stats, report)
     file = RlxFile.from_baked(
@@ -158,15 +184,11 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     return file, report
 
 
-def bake_steps(opts: BakeOptions, bundle: WeightBundle, not_packed: dict[str, int],
-               encoding: _Encoding | None = None) -> list[Step]:
+def bake_steps(opts: BakeOptions, bundle: WeightBundle) -> list[Step]:
     """The bake as a list of named passes, those `opts` turns off left out (module doc).
-
-    `not_packed` collects, per packing step, why each MatMul weight it saw stays dense;
-    `encoding` runs the weight-encoding stage and keeps what it measured.
+    The encoding steps return their plans as outcomes (`OptimizeStats.from_run` reads them).
     """
     fold, dce = opts.constant_folding, opts.dce
-    encoding = encoding or _Encoding(opts, BakeReport())
 
     def specialize(g: Graph) -> tuple[Graph, int]:
         # GGUF matrices decoded to f32 are [N, K]: bound transposed, as the packed path does
@@ -182,9 +204,8 @@ def bake_steps(opts: BakeOptions, bundle: WeightBundle, not_packed: dict[str, in
         (fold, Step("fold_batchnorm", _fold_batchnorm)),
         (fold and dce, Step("eliminate_dead_code", _dce)),
         (opts.skip_zero, Step("skip_zero_matmul", passes.skip_zero_matmul)),
-        # packing, in this order: a weight TQ2_0 took is no longer a MatMul's for Q8_0
-        (opts.ternary, _packing("pack_ternary", QuantScheme.GGUF_TQ2_0, passes.pack_ternary,
-                                not_packed)),
+        # exactly ternary MatMul weights, losslessly, before simplification sees the MatMuls
+        (opts.ternary, Step("pack_ternary", passes.encode_ternary_matmuls)),
         (opts.algebraic_simplify, Step("algebraic_simplify", _simplify)),
         (opts.algebraic_simplify, Step("fuse_patterns", _fuse)),
         (dce, Step("eliminate_dead_code", _dce)),
@@ -193,79 +214,11 @@ def bake_steps(opts: BakeOptions, bundle: WeightBundle, not_packed: dict[str, in
         (fold, Step("fold_constants", _fold)),
         (fold and dce, Step("eliminate_dead_code", _dce)),
         (opts.unfold, Step("hoist_subgraph_weights", passes.hoist_subgraph_weights)),
-        (opts.ternary or opts.quant, Step("encode_weights", encoding.run)),
+        (opts.ternary or opts.quant, Step("encode_weights", functools.partial(
+            encode_weights, opts=opts))),
         (opts.dedupe_constants, Step("dedupe_identical_constants", _dedupe)),
     ]
     return [step for enabled, step in table if enabled]
-
-
-def _packing(name: str, scheme: QuantScheme, pack: Callable[..., tuple[Graph, int]],
-             not_packed: dict[str, int]) -> Step:
-    """A packing step that also counts, by reason, the MatMul weights it leaves dense."""
-
-    def run(g: Graph) -> tuple[Graph, int]:
-        reasons: Counter = Counter()
-        result = pack(g, not_packed=reasons)
-        for reason, count in reasons.items():
-            key = f"{scheme.label}: {reason.value}"
-            not_packed[key] = not_packed.get(key, 0) + count
-        return result
-
-    return Step(name, run)
-
-
-UNCHECKED = ("size profile: accuracy unchecked (no calibration data); measure it with "
-             "--calibrate FEEDS.npz [--min-cosine 0.9995] (BakeOptions(calibration=[feeds])), "
-             "or check the baked file with rlx-bake verify --min-cosine 0.999")
-
-
-class _Encoding:
-    """The weight-encoding stage: stores the large float weights encoded (lossless TQ2_0
-    only, unless `opts.quant`), through the accuracy guard when there is calibration data,
-    and keeps its choices for the report."""
-
-    def __init__(self, opts: BakeOptions, report: BakeReport):
-        self.opts, self.report = opts, report
-        self.choices: list = []
-        self.skipped: dict[str, int] = {}
-
-    def run(self, g: Graph) -> tuple[Graph, int]:
-        opts, report = self.opts, self.report
-        choices, skipped = passes.plan_weight_encodings(g, lossless=not opts.quant,
-                                                        ternary=opts.ternary)
-        self.skipped = dict(skipped)
-        # the guard weighs only what can move an output: lossless choices always stay
-        lossless = [c for c in choices if c.lossless]
-        lossy = [c for c in choices if not c.lossless]
-        exact_rows = [TensorAccuracy(c.name, str(c.role), c.encoding, c.f32_bytes,
-                                     c.packed_bytes, c.rel_error) for c in lossless]
-        if lossy and opts.calibration:
-            kept, report.accuracy = guard_encodings(g, lossy, opts.calibration,
-                                                    opts.min_cosine, opts.max_abs_error)
-            if not report.accuracy.met:
-                log.warning("accuracy guard: targets missed even with every weight at full "
-                            "precision")
-            report.accuracy.tensors = exact_rows + report.accuracy.tensors
-            choices = lossless + kept
-        else:
-            if lossy:
-                log.warning(UNCHECKED)
-            report.accuracy.tensors = exact_rows + [
-                TensorAccuracy(c.name, str(c.role), c.encoding, c.f32_bytes, c.packed_bytes,
-                               c.rel_error) for c in lossy]
-        self.choices = choices
-        g, count = passes.apply_weight_encodings(g, choices)
-        return g, count
-
-    def record(self, stats: OptimizeStats) -> None:
-        stats.not_encoded = self.skipped
-        for c in self.choices:
-            stats.encoded[c.encoding] = stats.encoded.get(c.encoding, 0) + 1
-            if c.role in (passes.WeightRole.MATMUL, passes.WeightRole.MATMUL_DECODED):
-                if c.encoding == passes.Q8_0:
-                    stats.quant_packed += 1
-                elif c.encoding == passes.TQ2_0:
-                    stats.ternary_packed += 1
 
 
 def _op_types(graph: Graph) -> dict[str, int]:

@@ -85,6 +85,11 @@ class Encoding(enum.Enum):
         """The name files and graphs store (the value)."""
         return self.value
 
+    @property
+    def short_name(self) -> str:
+        """The name reports print: GGUF's own type name (`Q8_0`), the value upper-cased else."""
+        return self.value.removeprefix("gguf_").upper()
+
     def __str__(self) -> str:
         return self.value
 

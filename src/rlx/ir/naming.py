@@ -77,9 +77,9 @@ def op_type(op: Op) -> str:
     if isinstance(op, GlobalPool):
         return "GlobalMaxPool" if op.kind is PoolKind.MAX else "GlobalAveragePool"
     if isinstance(op, DequantMatMul):
-        return f"MatMul ({op.scheme.label.removeprefix('gguf_').upper()})"
+        return f"MatMul ({op.scheme.short_name})"
     if isinstance(op, DequantGather):
-        return f"Gather ({op.encoding.removeprefix('gguf_').upper()})"
+        return f"Gather ({op.encoding.short_name})"
     return _RENAMED.get(type(op), type(op).__name__)
 
 

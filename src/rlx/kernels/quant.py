@@ -35,7 +35,7 @@ __all__ = ["DECODED_CACHE_BYTES", "build_dequant_matmul", "dense_weight", "kept"
 def build_dequant_matmul(node: Node, compile):
     """A step that decodes each packed buffer once (see `_decoded`), not once per call."""
     assert isinstance(node.op, DequantMatMul)  # the builder registered for DequantMatMul
-    encoding = Encoding.parse(node.op.scheme.label)
+    encoding = node.op.scheme
     out_dtype = node.tensor_shape.dtype.numpy
     # f16/bf16 compute in float32 (numpy has no fast half GEMM); f64 stays f64
     compute = np.dtype(np.float64 if out_dtype == np.float64 else np.float32)

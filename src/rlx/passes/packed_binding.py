@@ -22,12 +22,12 @@ from typing import Protocol
 
 import numpy as np
 
-from rlx.codecs import decode, transposed
+from rlx.codecs import Encoding, decode, transposed
 from rlx.deferred import Payload, compute, defer
 from rlx.errors import BakeError, BindingError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
-from rlx.ir.ops.linalg import PACKED_SCHEMES, DequantMatMul, MatMul, QuantScheme, dequant_inputs
+from rlx.ir.ops.linalg import PACKED_SCHEMES, DequantMatMul, MatMul, dequant_inputs
 from rlx.ir.ops.shaping import Transpose
 from rlx.ir.ops.sources import Constant, Param
 from rlx.ir.rewrite import Rewriter
@@ -49,7 +49,7 @@ def bind_packed(graph: Graph, rows: Sequence[PackedRow]) -> tuple[Graph, int]:
     """Returns (new graph, number of params bound); rows naming no param are left alone."""
     by_name = {row.name: row for row in rows}
     users = graph.users()
-    bound: dict[int, tuple[QuantScheme, int]] = {}  # param id -> (scheme, N)
+    bound: dict[int, tuple[Encoding, int]] = {}  # param id -> (scheme, N)
     groups: dict[int, list[PackedRow]] = {}  # MLX param id -> its scales (and biases) rows
     transposes: dict[int, int] = {}  # a dropped Transpose -> the MLX param it read
     for node in graph.params():
@@ -99,24 +99,27 @@ def _mlx(encoding: str) -> bool:
     return encoding.startswith("mlx_")
 
 
-_ROW_DTYPES = ("f32", "f16", "bf16", "u8")
+_RUNNABLE = {s.label: s for s in PACKED_SCHEMES}
+"""The encodings DequantMatMul runs, by the names weight files give them."""
+
+_ROW_DTYPES = tuple(t.value for t in (DType.F32, DType.F16, DType.BF16, DType.U8))
 
 
 def _array(row: PackedRow) -> np.ndarray:
     """A scales/biases row as the array it holds (a view of its bytes in their dtype)."""
     data = np.asarray(row.data).reshape(-1).view(np.uint8)
-    values = data if row.encoding == "u8" else decode(row.encoding, data)
+    values = data if row.encoding == DType.U8.value else decode(row.encoding, data)
     return values.reshape(row.shape)
 
 
 def _check_mlx(graph: Graph, param: Node, row: PackedRow, by_name: dict[str, PackedRow],
                users: Sequence[list[int]]
-               ) -> tuple[tuple[QuantScheme, int], list[PackedRow], list[int]]:
+               ) -> tuple[tuple[Encoding, int], list[PackedRow], list[int]]:
     """(scheme, N), the scales (and biases) rows, and the Transposes the MatMuls read it
     through; BindingError with the reason when the param cannot run packed."""
     name = param.source_name
     try:
-        scheme = QuantScheme.parse(row.encoding)
+        scheme = Encoding.parse(row.encoding)
     except BakeError:
         raise BindingError(f"packed weight {name!r} has unknown MLX scheme {row.encoding}") \
             from None
@@ -167,9 +170,9 @@ def _param_name(node: Node) -> str:
 
 
 def _check(graph: Graph, param: Node, row: PackedRow,
-           readers: list[int]) -> tuple[QuantScheme, int]:
+           readers: list[int]) -> tuple[Encoding, int]:
     name = _param_name(param)
-    scheme = next((s for s in PACKED_SCHEMES if s.value == row.encoding), None)
+    scheme = _RUNNABLE.get(row.encoding)
     if scheme is None:
         runnable = " and ".join(str(s) for s in PACKED_SCHEMES)
         raise BindingError(f"packed weight {name!r} is {row.encoding}; only {runnable} "

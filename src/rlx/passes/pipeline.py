@@ -3,7 +3,9 @@
 A pass is `Graph -> (Graph, rewrites)`: it builds a new graph and never mutates its input,
 gives back the very same graph object when it changed nothing, and counts what it did
 (nodes folded, matmuls packed, ...). A pass that needs more than the graph (weights, an
-encoding) is bound to it first (`functools.partial`, a closure) and is then a `Pass`.
+encoding) is bound to it first (`functools.partial`, a closure) and is then a `Pass`. A
+pass with more to report than a count (the weight-encoding stage's choices) returns an
+`Outcome` in its place: the runner keeps it, so the pass holds no state between calls.
 
 `run_pipeline` runs a list of named `Step`s in order and sums each step's count under its
 name, so a pass that runs twice (DCE after each clean-up) reports one total. When a step
@@ -24,18 +26,39 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
 from rlx.errors import GraphError
 from rlx.ir.graph import Graph
 from rlx.ir.verification import verify as verify_graph
 
-__all__ = ["Pass", "Step", "run_pipeline", "verifying_passes"]
+__all__ = ["Outcome", "Pass", "PipelineRun", "ReportingPass", "Step", "run_pipeline",
+           "verifying_passes"]
 
 log = logging.getLogger(__name__)
 progress = logging.getLogger("rlx.progress")  # what a terminal shows while it runs
 
+class Outcome(Protocol):
+    """What a pass reports beyond its graph: `count` rewrites, and whatever else it carries."""
+
+    @property
+    def count(self) -> int: ...
+
+
 Pass = Callable[[Graph], tuple[Graph, int]]
 """A graph pass: the new graph (the same object when unchanged) and how much it rewrote."""
+
+ReportingPass = Callable[[Graph], tuple[Graph, Outcome]]
+"""A pass that returns what it did as an `Outcome` (its count and more)."""
+
+
+class PipelineRun(NamedTuple):
+    """The last graph, the count per step name, and the `Outcome`s steps returned (by step
+    name, in run order)."""
+
+    graph: Graph
+    counts: Counter[str]
+    outcomes: dict[str, list[Outcome]]
 
 _VERIFY: ContextVar[bool] = ContextVar("rlx_verify_passes", default=False)
 
@@ -56,24 +79,25 @@ class Step:
     """One named pass of a pipeline; `name` keys its count and names it in errors."""
 
     name: str
-    run: Pass
+    run: Pass | ReportingPass
 
 
 def run_pipeline(steps: Iterable[Step], graph: Graph, *,
-                 verify: bool | None = None) -> tuple[Graph, Counter[str]]:
-    """Run `steps` in order on `graph`; returns (last graph, count per step name).
+                 verify: bool | None = None) -> PipelineRun:
+    """Run `steps` in order on `graph`; returns (last graph, count per step name, outcomes).
 
     `verify=None` verifies inside `verifying_passes()` only.
     """
     if verify is None:
         verify = _VERIFY.get()
     counts: Counter[str] = Counter()
+    outcomes: dict[str, list[Outcome]] = {}
     previous: str | None = None
     steps = list(steps)
     for number, step in enumerate(steps, 1):
         progress.debug("pass %d of %d: %s", number, len(steps), step.name)
         try:
-            graph, count = step.run(graph)
+            graph, result = step.run(graph)
             if verify:
                 _verify(graph)
         except Exception as err:
@@ -81,10 +105,13 @@ def run_pipeline(steps: Iterable[Step], graph: Graph, *,
             if renamed is err:
                 raise
             raise renamed from err
+        if not isinstance(result, int):
+            outcomes.setdefault(step.name, []).append(result)
+        count = result if isinstance(result, int) else result.count
         counts[step.name] += count
         log.debug("%s: %d rewrite(s)", step.name, count)
         previous = step.name
-    return graph, counts
+    return PipelineRun(graph, counts, outcomes)
 
 
 def _verify(graph: Graph) -> None:

@@ -17,7 +17,7 @@ from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.linalg import DequantMatMul, MatMul
 from rlx.ir.ops.nn import Conv, ConvTranspose
-from rlx.ir.ops.packed import PACKED_ENCODINGS, DecodeWeight, DequantGather
+from rlx.ir.ops.packed import DecodeWeight, DequantGather
 from rlx.ir.ops.sources import Constant
 from rlx.ir.shape import Dim
 from rlx.passes.subgraphs import captured_inputs
@@ -117,10 +117,10 @@ def _stored_row(reader: Node, weight: Node) -> WeightRow:
         assert isinstance(op, DecodeWeight)
         rows, length, shape, what = op.rows, op.row_length, op.shape, "tensor"
         perm = f", stored transposed {list(op.perm)}" if op.perm else ""
-    block = PACKED_ENCODINGS[op.encoding][0]
+    block = op.encoding.block_size
     padded = -(-length // block) * block
     pad = f" padded to {padded}" if padded != length else ""
     table_shape = tuple(shape) if padded == length else (rows, padded)
-    return WeightRow(weight.name, weight.id, table_shape, DType.F32, op.encoding,
+    return WeightRow(weight.name, weight.id, table_shape, DType.F32, op.encoding.label,
                      "padded_rows", True, f"packed {op.encoding}: {what} {list(shape)} as "
                                           f"{rows} rows of {length}{pad}{perm}")

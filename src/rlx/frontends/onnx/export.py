@@ -25,11 +25,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from rlx.codecs import Encoding
 from rlx.errors import ExportError
 from rlx.frontends.onnx.export_quant import PackedForm, nbits_supported
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
-from rlx.ir.ops.linalg import QuantScheme
 from rlx.ir.ops.multi import TupleGet
 from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.shape import UNKNOWN, Shape
@@ -275,9 +275,8 @@ class _Builder:
             self.main_inits.append(tensor)
         return name
 
-    def note_packed(self, scheme: QuantScheme | str, how: str) -> None:
-        label = str(scheme).removeprefix("gguf_").upper()
-        key = f"{label} -> {how}"
+    def note_packed(self, encoding: Encoding, how: str) -> None:
+        key = f"{encoding.short_name} -> {how}"
         self.summary.packed[key] = self.summary.packed.get(key, 0) + 1
 
     def main_graph(self, graph: Graph, name: str) -> onnx.GraphProto:

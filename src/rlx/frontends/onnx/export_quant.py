@@ -19,7 +19,8 @@ import functools
 
 import numpy as np
 
-from rlx.ir.ops.linalg import DequantMatMul, QuantScheme
+from rlx.codecs import Encoding
+from rlx.ir.ops.linalg import DequantMatMul
 
 __all__ = ["PackedForm", "nbits_arrays", "decompress_arrays", "nbits_supported",
            "nbits_bits", "nbits_block"]
@@ -31,14 +32,14 @@ class PackedForm(enum.Enum):
     DEQUANTIZE = "dequantize"
 
 
-_NBITS = {QuantScheme.GGUF_Q8_0: (8, 32), QuantScheme.GGUF_TQ2_0: (2, 256)}
+_NBITS = {Encoding.GGUF_Q8_0: (8, 32), Encoding.GGUF_TQ2_0: (2, 256)}
 
 
-def nbits_bits(scheme: QuantScheme) -> int:
+def nbits_bits(scheme: Encoding) -> int:
     return _NBITS[scheme][0]
 
 
-def nbits_block(scheme: QuantScheme) -> int:
+def nbits_block(scheme: Encoding) -> int:
     return _NBITS[scheme][1]
 
 
@@ -56,7 +57,7 @@ def nbits_arrays(op: DequantMatMul, packed: np.ndarray, k: int) -> tuple[np.ndar
     s = op.scheme
     blocks = np.asarray(packed).reshape(-1, s.block_bytes)
     n, per_row = op.n, k // s.block_size
-    if s is QuantScheme.GGUF_Q8_0:
+    if s is Encoding.GGUF_Q8_0:
         codes = (blocks[:, 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
         return codes.reshape(n, per_row, 32), _scales(blocks, 0)
     # TQ2_0: byte m of half h holds positions h*128 + m + 32*j in bit pair j
@@ -74,7 +75,7 @@ def decompress_arrays(op: DequantMatMul, packed: np.ndarray,
     s = op.scheme
     blocks = np.asarray(packed).reshape(-1, s.block_bytes)
     per_row = k // s.block_size
-    if s is QuantScheme.GGUF_Q8_0:
+    if s is Encoding.GGUF_Q8_0:
         codes = np.ascontiguousarray(blocks[:, 2:]).view(np.int8)
         scales = _scales(blocks, 0)
     else:

@@ -12,8 +12,7 @@ from rlx.ir.ops.base import Op, expect_dtype, op_axis
 from rlx.ir.shape import Dim, Shape, broadcast_dims
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
-__all__ = ["MatMul", "PACKED_SCHEMES", "QuantScheme", "DequantMatMul", "Einsum", "DFT",
-           "dequant_inputs"]
+__all__ = ["MatMul", "PACKED_SCHEMES", "DequantMatMul", "Einsum", "DFT", "dequant_inputs"]
 
 
 @dataclass(frozen=True)
@@ -49,15 +48,13 @@ class MatMul(Op):
         return Shape(dims, a.dtype)
 
 
-QuantScheme = Encoding
-"""The packed weight encodings DequantMatMul runs: the block encodings of `rlx.codecs`
-(`Encoding` members with `is_block_quantized`). The codec registry is the one place their
-block layouts are written; a new block codec is a new scheme without touching the IR."""
-
-PACKED_SCHEMES: tuple[QuantScheme, ...] = tuple(e for e in Encoding if e.is_block_quantized)
+PACKED_SCHEMES: tuple[Encoding, ...] = tuple(e for e in Encoding if e.is_block_quantized)
+"""The weight encodings DequantMatMul runs: the block encodings of `rlx.codecs` (`Encoding`
+members with `is_block_quantized`). The codec table is the one place their block layouts
+are written; a new block codec is a new scheme without touching the IR."""
 
 
-def dequant_inputs(scheme: QuantScheme) -> int:
+def dequant_inputs(scheme: Encoding) -> int:
     """DequantMatMul's inputs: [x, packed] for GGUF, [x, codes, scales(, biases)] for MLX
     (rlx.codecs.mlx: a block is one quantization group of the codes stream)."""
     return 4 if scheme.value.startswith("mlx_affine") else 3 if scheme.is_mlx else 2
@@ -74,7 +71,7 @@ class DequantMatMul(Op):
     modes): the codes of W^T row by row, and one scale (and bias) per group along K.
     """
 
-    scheme: QuantScheme
+    scheme: Encoding
     n: int
     arity: ClassVar = (2, 4)
 

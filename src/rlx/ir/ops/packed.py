@@ -26,31 +26,18 @@ from rlx.codecs.rows import decode_rows
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op
-from rlx.ir.ops.linalg import QuantScheme
 from rlx.ir.shape import Shape
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
-__all__ = ["PACKED_ENCODINGS", "padded_row_bytes", "DecodeWeight", "DequantGather"]
-
-PACKED_ENCODINGS: dict[str, tuple[int, int]] = {
-    **{e.label: (e.block_size, e.block_bytes) for e in (Encoding.F16, Encoding.BF16,
-                                                         Encoding.Q8_F32)},
-    **{s.label: (s.block_size, s.block_bytes) for s in QuantScheme},
-}
-"""Encoding name -> (values per block, bytes per block) of the encodings these ops read."""
+__all__ = ["padded_row_bytes", "DecodeWeight", "DequantGather"]
 
 
-def padded_row_bytes(encoding: str, length: int) -> int:
+def padded_row_bytes(encoding: Encoding, length: int) -> int:
     """Bytes one row of `length` values takes, padded to whole blocks."""
-    try:
-        size, nbytes = PACKED_ENCODINGS[encoding]
-    except KeyError:
-        raise ShapeError(f"unknown packed encoding {encoding!r}; expected one of "
-                         f"{', '.join(PACKED_ENCODINGS)}") from None
-    return -(-length // size) * nbytes
+    return -(-length // encoding.block_size) * encoding.block_bytes
 
 
-def _check_stream(op: Op, encoding: str, packed: Shape, rows: int, length: int) -> None:
+def _check_stream(op: Op, encoding: Encoding, packed: Shape, rows: int, length: int) -> None:
     if packed.dtype is not DType.U8 or packed.rank != 1:
         raise ShapeError(f"{op.op_name}: packed weight must be 1-D u8, got {packed}")
     want = rows * padded_row_bytes(encoding, length)
@@ -68,7 +55,7 @@ class DecodeWeight(Op):
     the output is transposed back, so it is always `shape`.
     """
 
-    encoding: str
+    encoding: Encoding
     shape: tuple[int, ...]
     rows: int
     perm: tuple[int, ...] = ()
@@ -118,7 +105,7 @@ class DequantGather(Op):
     decoded.
     """
 
-    encoding: str
+    encoding: Encoding
     vocab: int
     dim: int
     arity: ClassVar = (2, 2)

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from rlx.codecs.encodings import Encoding
 from rlx.codecs.mlx import AFFINE_GROUPS
 from rlx.frontends.onnx.node import NodeContext
 from rlx.frontends.onnx.ops.contrib_fused import attend
@@ -36,7 +37,6 @@ from rlx.ir import (
     DynamicQuantizeLinear,
     PoolKind,
     QuantizedLSTM,
-    QuantScheme,
     ReduceOp,
 )
 
@@ -336,7 +336,7 @@ def _packed_matmul(n: NodeContext, x: int, packed: np.ndarray, scales: int, zero
     s = n.s
     cols, blocks = int(n.attr("N")), int(n.attr("K")) // block
     bias = s.mul(s.sub(s.scalar(0.0, F32), zero), scales)
-    scheme = QuantScheme.parse(f"mlx_affine/{bits}/{block}")
+    scheme = Encoding.parse(f"mlx_affine/{bits}/{block}")
     return s.emit(DequantMatMul(scheme, cols), x, s.const(packed.reshape(-1)),
                   s.reshape(scales, (cols, blocks)), s.reshape(bias, (cols, blocks)))
 

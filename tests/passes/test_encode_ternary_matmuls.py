@@ -1,4 +1,5 @@
-"""pack_ternary: MatMuls over exactly-ternary f32 weights become DequantMatMul(gguf_tq2_0)."""
+"""The bake's early encoding step (`encode_ternary_matmuls`): MatMuls over exactly-ternary
+f32 weights become DequantMatMul(gguf_tq2_0), through the weight-encoding stage's plan."""
 
 from __future__ import annotations
 
@@ -7,12 +8,24 @@ import numpy as np
 import pytest
 from gguf.quants import quantize
 
-from rlx.ir import BinaryOp, DequantMatMul, DType, Graph, MatMul, QuantScheme, Shape
+from rlx.codecs import Encoding
+from rlx.ir import BinaryOp, DequantMatMul, DType, Graph, MatMul, Shape
 from rlx.ir.ops.sources import Constant
-from rlx.passes import SkipReason, pack_ternary, packing_candidates
+from rlx.passes import (
+    SkipReason,
+    encode_ternary_matmuls,
+    matmul_skip_reason,
+    plan_ternary_matmuls,
+)
 from tests.passes.common import checked, ops_of, random_feeds, run
 
-TQ2 = QuantScheme.GGUF_TQ2_0
+TQ2 = Encoding.GGUF_TQ2_0
+
+
+def pack_ternary(graph: Graph) -> tuple[Graph, int]:
+    """The step as a plain pass: (graph, MatMuls rewritten)."""
+    new, plan = encode_ternary_matmuls(graph)
+    return new, plan.count
 
 
 def _ternary(k: int, n: int, seed: int = 0) -> np.ndarray:
@@ -63,8 +76,7 @@ def test_odd_k_is_refused_not_misaligned():
     g = _matmul(_ternary(96, 8), x_dims=(2, 5, 96))
     _, count = checked(pack_ternary, g)
     assert count == 0
-    (verdict,) = packing_candidates(g, 256, True)
-    assert verdict[1] is SkipReason.BLOCK
+    assert plan_ternary_matmuls(g).skipped == {f"gguf_tq2_0: {SkipReason.BLOCK}": 1}
 
 
 def test_mul_by_param_is_not_confused():
@@ -123,23 +135,26 @@ def _candidate_graph() -> Graph:
     return g
 
 
-def test_packing_candidates_give_a_reason_for_every_dense_weight():
+def test_every_dense_weight_has_a_reason_and_the_plan_counts_them():
     g = _candidate_graph()
-    reasons = [r for _, r in packing_candidates(g, TQ2.block_size, require_ternary=True)]
-    assert reasons == [
-        SkipReason.NOT_CONSTANT, SkipReason.STRIPPED, SkipReason.NOT_F32, SkipReason.RANK,
-        SkipReason.RANK, SkipReason.BLOCK, SkipReason.NOT_TERNARY, None,
-    ]
+    reasons = [matmul_skip_reason(g.node(n.inputs[1]), TQ2.block_size, ternary=True)
+               for n in g.nodes() if isinstance(n.op, MatMul)]
+    want = [SkipReason.NOT_CONSTANT, SkipReason.STRIPPED, SkipReason.NOT_F32, SkipReason.RANK,
+            SkipReason.RANK, SkipReason.BLOCK, SkipReason.NOT_TERNARY]
+    assert reasons == [*want, None]
     assert str(SkipReason.RANK).startswith("weight rank is not 2")
+    plan = plan_ternary_matmuls(g)
+    assert plan.skipped == {f"gguf_tq2_0: {r}": want.count(r) for r in want}
+    assert [c.name for c in plan.choices] == ["good"] and plan.count == 1
 
 
 def test_only_eligible_weights_are_packed(caplog):
     g = _candidate_graph()
-    with caplog.at_level("DEBUG", logger="rlx.passes.packing"):
+    with caplog.at_level("DEBUG", logger="rlx.passes.weight_encoding"):
         new, count = checked(pack_ternary, g)
     assert count == 1 and ops_of(new).count("DequantMatMul") == 1
     assert new.find("good").shape.dtype is DType.U8
-    assert "stays dense: weight is not exactly ternary" in caplog.text
+    assert "stays dense: gguf_tq2_0: weight is not exactly ternary" in caplog.text
 
 
 @pytest.mark.parametrize("values", [np.zeros((256, 1)), np.ones((256, 2))])

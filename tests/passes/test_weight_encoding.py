@@ -1,0 +1,135 @@
+"""The weight-encoding stage: its plan is a pure function of the graph (a choice per weight,
+by role), and applying it stores the very bytes the gguf package's quantizers make."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+from gguf.quants import quantize
+
+from rlx.codecs import Encoding
+from rlx.ir import BinaryOp, Conv, DequantMatMul, DType, Graph, MatMul, Shape
+from rlx.ir.ops.packed import DecodeWeight, DequantGather
+from rlx.ir.ops.shaping import Gather
+from rlx.passes import WeightRole, apply_weight_encodings, plan_weight_encodings
+from tests.passes.common import assert_unchanged, random_feeds, run, snapshot
+
+Q8, TQ2 = Encoding.GGUF_Q8_0, Encoding.GGUF_TQ2_0
+GGUF = {Q8: gguf.GGMLQuantizationType.Q8_0, TQ2: gguf.GGMLQuantizationType.TQ2_0}
+rng = np.random.default_rng(7)
+
+
+def _gguf(values: np.ndarray, encoding: Encoding) -> np.ndarray:
+    """The gguf package's bytes for `values`, quantized row by row (rows of whole blocks)."""
+    return quantize(np.ascontiguousarray(values, np.float32), GGUF[encoding]).reshape(-1)
+
+
+def _model() -> tuple[Graph, dict[str, np.ndarray]]:
+    """One weight per role the plan tells apart, each named after what it should become."""
+    g = Graph("roles")
+    weights = {
+        "q8_matmul": rng.standard_normal((64, 24)).astype(np.float32),
+        "tq2_matmul": rng.integers(-1, 2, (256, 4)).astype(np.float32),
+        "q8_table": rng.standard_normal((300, 32)).astype(np.float32),
+        "q8_conv": rng.standard_normal((16, 8, 3, 3)).astype(np.float32),
+        "grid_matmul": (rng.integers(-127, 128, (64, 8)) * np.float32(0.01)).astype(np.float32),
+        "f16_bias": rng.standard_normal(64).astype(np.float32),
+    }
+    ids = {name: g.constant(value, name=name) for name, value in weights.items()}
+    x = g.input("x", Shape([5, 64]))
+    xt = g.input("xt", Shape([5, 256]))
+    tokens = g.input("tokens", Shape([3], DType.I64))
+    img = g.input("img", Shape([1, 8, 6, 6]))
+    g.set_outputs([
+        g.add_node(MatMul(), (x, ids["q8_matmul"]), name="mm"),
+        g.add_node(MatMul(), (xt, ids["tq2_matmul"]), name="tq2"),
+        g.add_node(Gather(axis=0), (ids["q8_table"], tokens), name="embed"),
+        g.add_node(Conv(), (img, ids["q8_conv"]), name="conv"),
+        g.add_node(MatMul(), (x, ids["grid_matmul"]), name="grid"),
+        g.binary(BinaryOp.ADD, x, ids["f16_bias"]),
+    ])
+    return g, weights
+
+
+def test_the_plan_is_pure_and_chooses_by_role():
+    g, _ = _model()
+    before = snapshot(g)
+    plan = plan_weight_encodings(g)
+    assert plan == plan_weight_encodings(g)  # a function of the graph alone
+    assert_unchanged(g, before)
+    chosen = {c.name: (c.role, c.encoding) for c in plan.choices}
+    assert chosen == {
+        "q8_matmul": (WeightRole.MATMUL, Q8),
+        "tq2_matmul": (WeightRole.MATMUL, TQ2),
+        "q8_table": (WeightRole.GATHER, Q8),
+        "q8_conv": (WeightRole.CONV, Q8),
+        "grid_matmul": (WeightRole.MATMUL_DECODED, Encoding.Q8_F32),
+        "f16_bias": (WeightRole.OTHER, Encoding.F16),
+    }
+    assert plan.count == 3  # two MatMuls and the Gather read rows of their weights
+    exact = {c.name for c in plan.choices if c.lossless}
+    assert exact == {"tq2_matmul", "grid_matmul"}
+    assert all(c.rel_error == 0 for c in plan.choices if c.lossless)
+
+
+def test_lossless_and_no_ternary_plans():
+    g, _ = _model()
+    assert [(c.name, c.encoding) for c in plan_weight_encodings(g, lossless=True).choices] == [
+        ("tq2_matmul", TQ2)]
+    no_ternary = {c.name: c.encoding for c in plan_weight_encodings(g, ternary=False).choices}
+    # then a weight like any other: -1/0/+1 lie on an int8 grid, stored exactly as q8_f32
+    assert no_ternary["tq2_matmul"] is Encoding.Q8_F32
+
+
+def test_applied_streams_are_the_gguf_quantizers_bytes():
+    g, w = _model()
+    encoded, count = apply_weight_encodings(g, plan_weight_encodings(g).choices)
+    assert count == 6
+    mm, tq2, embed = encoded.find("mm"), encoded.find("tq2"), encoded.find("embed")
+    assert mm.op == DequantMatMul(Q8, 24) and tq2.op == DequantMatMul(TQ2, 4)
+    assert embed.op == DequantGather(Q8, 300, 32)
+    # DequantMatMul reads the stream of W^T (BT [N, K]); DequantGather one row per entry
+    np.testing.assert_array_equal(encoded.node(mm.inputs[1]).op.data, _gguf(w["q8_matmul"].T, Q8))
+    np.testing.assert_array_equal(encoded.node(tq2.inputs[1]).op.data,
+                                  _gguf(w["tq2_matmul"].T, TQ2))
+    np.testing.assert_array_equal(encoded.node(embed.inputs[0]).op.data,
+                                  _gguf(w["q8_table"], Q8))
+    # the conv's 16 rows of 72 are not whole blocks: stored as one row, blocks along K
+    decode = encoded.node(encoded.find("conv").inputs[1])
+    assert decode.op == DecodeWeight(Q8, (16, 8, 3, 3), 1)
+    np.testing.assert_array_equal(encoded.node(decode.inputs[0]).op.data,
+                                  _gguf(w["q8_conv"].reshape(1, -1), Q8))
+
+
+def test_encoded_outputs_stay_within_q8_0s_error_and_exact_ones_exact():
+    g, w = _model()
+    encoded, _ = apply_weight_encodings(g, plan_weight_encodings(g).choices)
+    feeds = random_feeds(g)
+    feeds["tokens"] = np.array([0, 299, 7])
+    want, got = run(g, feeds), run(encoded, feeds)
+    np.testing.assert_array_equal(got[4], want[4])  # q8_f32 on its own int8 grid: exact
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-4)  # ternary: exact values
+    x = feeds["x"].astype(np.float64)
+    exact = x @ w["q8_matmul"].astype(np.float64)
+    # per weight: half a code step (amax/127/2) plus the f16 rounding of the scale
+    amax = np.abs(w["q8_matmul"].T.reshape(-1, 32)).max(axis=1, keepdims=True)
+    step = np.broadcast_to(amax / 127, (len(amax), 32)).reshape(24, 64).T
+    bound = np.abs(x) @ (step * 0.5 + np.abs(w["q8_matmul"]) * 2.0**-11) + 1e-5
+    assert (np.abs(got[0] - exact) <= bound).all() and np.abs(got[0] - exact).max() > 0
+
+
+@pytest.mark.parametrize("scale, reason", [(np.inf, "holds inf or NaN"),
+                                           (1e7, "f16 would overflow")])
+def test_weights_no_encoding_holds_stay_with_a_reason(scale, reason):
+    """inf: nothing holds it; 1e7 x N(0, 1): Q8_0's block scale (max / 127) overflows f16,
+    which the codec refuses, and f16 cannot hold the values either."""
+    g = Graph("dense")
+    x = g.input("x", Shape([5, 64]))
+    values = rng.standard_normal((64, 8)).astype(np.float32) * np.float32(1e7)
+    if np.isinf(scale):
+        values[3, 1] = np.inf
+    g.set_outputs([g.add_node(MatMul(), (x, g.constant(values, name="w")), name="y")])
+    plan = plan_weight_encodings(g)
+    assert plan.choices == () and plan.skipped == {reason: 1}
+    assert apply_weight_encodings(g, plan.choices) == (g, 0)
