@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING
 from rlx._lazy import lazy_exports
 
 _LAZY = {
+    **dict.fromkeys(("MemoryMode", "MemoryStats", "strip_graph_weight_bytes",
+                     "strip_table_weight_bytes"), "rlx.artifact.memory"),
     **dict.fromkeys((
-        "MemoryMode", "MemoryStats", "apply_memory_mode", "drop_weight_table_data",
-        "ensure_runtime_ready", "into_runtime_graph", "materialize_weights",
-        "needs_materialize", "relayout", "strip_graph_weight_bytes", "strip_table_weight_bytes",
-    ), "rlx.artifact.memory"),
-    **dict.fromkeys(("RlxFile", "RlxIo", "RlxMeta", "RlxWeight"), "rlx.artifact.model"),
+        "RlxFile", "RlxIo", "RlxMeta", "RlxWeight", "apply_memory_mode",
+        "drop_weight_table_data", "ensure_runtime_ready", "into_runtime_graph",
+        "materialize_weights", "needs_materialize", "relayout",
+    ), "rlx.artifact.model"),
     **dict.fromkeys(("artifact_kind", "open_artifact"), "rlx.artifact.open"),
     **dict.fromkeys(("parse_rlx", "read_rlx"), "rlx.artifact.reader"),
     "write_rlx": "rlx.artifact.writer",
@@ -42,6 +43,14 @@ if TYPE_CHECKING:  # what type checkers see: the names, imported as they are
     from rlx.artifact.memory import (
         MemoryMode,
         MemoryStats,
+        strip_graph_weight_bytes,
+        strip_table_weight_bytes,
+    )
+    from rlx.artifact.model import (
+        RlxFile,
+        RlxIo,
+        RlxMeta,
+        RlxWeight,
         apply_memory_mode,
         drop_weight_table_data,
         ensure_runtime_ready,
@@ -49,10 +58,7 @@ if TYPE_CHECKING:  # what type checkers see: the names, imported as they are
         materialize_weights,
         needs_materialize,
         relayout,
-        strip_graph_weight_bytes,
-        strip_table_weight_bytes,
     )
-    from rlx.artifact.model import RlxFile, RlxIo, RlxMeta, RlxWeight
     from rlx.artifact.open import artifact_kind, open_artifact
     from rlx.artifact.output import WrittenArtifact, artifact_format, artifact_size, write_artifact
     from rlx.artifact.reader import parse_rlx, read_rlx

@@ -1,7 +1,10 @@
-"""The in-memory artifact: `RlxFile` = meta + graph + weight table (`RlxWeight` rows).
+"""The in-memory artifact: `RlxFile` = meta + graph + weight table (`RlxWeight` rows), and
+the operations on a whole file: where its weight bytes live (its memory layout, with
+`rlx.artifact.memory`) and its weights back as arrays (with `rlx.artifact.tensors`).
 
-`rlx.artifact` turns it into bytes on disk and back; this module owns only its shape and
-the memory-layout methods (delegating to `rlx.artifact.memory`).
+`rlx.artifact` turns it into bytes on disk and back. The seed's function spellings of the
+memory-layout methods (`materialize_weights(file)`, `into_runtime_graph(file)`, ...) are
+the same methods, named here as functions (DESIGN.md section 4).
 """
 
 from __future__ import annotations
@@ -12,18 +15,24 @@ from dataclasses import field
 
 import numpy as np
 
-from rlx.artifact import memory
-from rlx.deferred import Deferred, Payload
+from rlx.artifact.memory import (
+    METADATA_ONLY,
+    MemoryMode,
+    MemoryStats,
+    linked_constants,
+    strip_graph_weight_bytes,
+    strip_table_weight_bytes,
+)
+from rlx.artifact.weight_row import LAYOUTS, RlxWeight
+from rlx.errors import ArtifactError
 from rlx.ir.graph import Graph
-from rlx.ir.ops.sources import Constant, Input, Param, as_byte_array
+from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.shape import Dim, Shape
 from rlx.record import dataclass
 
-__all__ = ["LAYOUTS", "RlxIo", "RlxWeight", "RlxMeta", "RlxFile"]
-
-LAYOUTS = ("row_major", "bt_nk", "padded_rows")
-"""How a row's bytes are ordered: as the tensor, as packed W^T [N, K] blocks, or as rows
-padded to whole blocks (read by DecodeWeight / DequantGather)."""
+__all__ = ["LAYOUTS", "RlxIo", "RlxWeight", "RlxMeta", "RlxFile", "needs_materialize",
+           "materialize_weights", "drop_weight_table_data", "ensure_runtime_ready",
+           "into_runtime_graph", "relayout", "apply_memory_mode"]
 
 
 @dataclass(frozen=True)
@@ -33,40 +42,6 @@ class RlxIo:
     name: str
     shape: tuple[Dim, ...]
     dtype: str
-
-
-@dataclass(frozen=True)
-class RlxWeight:
-    """One weight-table row.
-
-    `shape` is the logical shape ([K, N] for a matmul weight even when packed as BT [N, K]);
-    `layout` says how `data` is ordered ("row_major" or "bt_nk"); `data` is flat bytes, or
-    for a bake's large weights a `Deferred` (`rlx.deferred`: read or computed when written
-    or used, never all held at once); `node_id` links the row to
-    its graph Constant (None for rows with no node, e.g. kept source bindings).
-    `row_aligned` tells per-row kernels whether each row of K is a whole number of blocks.
-    """
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    encoding: str
-    data: Payload = field(repr=False, compare=False)
-    note: str = ""
-    layout: str = "row_major"
-    node_id: int | None = None
-    row_aligned: bool = True
-
-    def __post_init__(self):
-        if not isinstance(self.data, Deferred):
-            object.__setattr__(self, "data", as_byte_array(self.data))
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.data.nbytes)
-
-    def replace(self, **changes) -> RlxWeight:
-        return dataclasses.replace(self, **changes)
 
 
 @dataclass
@@ -136,26 +111,100 @@ class RlxFile:
         """Weight `name` decoded (f16, Q8_0, TQ2_0 -> its dtype) in its logical layout
         ([K, N] for a matmul weight packed as `bt_nk`): a new array, as
         `safetensors.get_tensor` gives. Unknown names raise `ArtifactError`."""
-        from rlx.artifact.tensors import decode_weight, find_weight
+        from rlx.artifact.tensors import decode_weight, find_weight  # the codecs, when used
 
         self.check_integrity()
-        return decode_weight(self, find_weight(self, name))
+        return decode_weight(self.graph, find_weight(self.weights, name, self.meta.name))
 
     # -- memory layout (rlx.artifact.memory) ---------------------------------------------------
     def needs_materialize(self) -> bool:
-        return memory.needs_materialize(self)
+        """True when a row with bytes points at a graph Constant whose bytes were stripped."""
+        return any(row.nbytes and constant.is_stripped
+                   for row, _, constant in linked_constants(self.graph, self.weights))
 
     def materialize_weights(self) -> int:
-        return memory.materialize_weights(self)
+        """Point each stripped graph Constant at its row's bytes (shared, not copied).
+
+        Returns the number of bytes made available to the graph. Rows without a graph node
+        (biases that were folded, kept source bindings) are fine and skipped.
+        """
+        self.check_integrity()
+        ops, filled = {}, 0
+        for row, node_id, constant in linked_constants(self.graph, self.weights):
+            if row.nbytes and constant.is_stripped:
+                ops[node_id] = Constant(row.data)
+                filled += row.nbytes
+        if ops:
+            self.graph = self.graph.replace_ops(ops)
+        return filled
 
     def drop_weight_table_data(self) -> int:
-        return memory.drop_weight_table_data(self)
+        """After materialising, forget the table's bytes (the graph keeps them)."""
+        self.weights, dropped = strip_table_weight_bytes(self.weights)
+        return dropped
+
+    def ensure_runtime_ready(self) -> None:
+        """Materialise a compact file; raise if some graph Constant is still without bytes."""
+        self.check_integrity()
+        filled = self.materialize_weights() if self.needs_materialize() else 0
+        empty = [n for n in self.graph.nodes()
+                 if isinstance(n.op, Constant) and n.op.is_stripped
+                 and n.tensor_shape.numel != 0]
+        if empty:
+            raise ArtifactError(
+                f"compact *.rlx still has {len(empty)} empty Constant(s) after materialize "
+                f"(filled {filled} bytes), first {empty[0].label}: the weight table is "
+                "incomplete")
 
     def into_runtime_graph(self) -> Graph:
-        return memory.into_runtime_graph(self)
+        """The graph, materialised if needed, ready for `Session.compile`."""
+        self.ensure_runtime_ready()
+        return self.graph
 
-    def apply_memory_mode(self, mode: memory.MemoryMode) -> memory.MemoryStats:
-        return memory.apply_memory_mode(self, mode)
+    def relayout(self, mode: MemoryMode) -> RlxFile:
+        """A copy laid out for `mode` without re-baking; weight buffers are shared."""
+        self.check_integrity()
+        ops: dict[int, Constant] = {}
+        rows = []
+        linked = {row.name: (node_id, constant)
+                  for row, node_id, constant in linked_constants(self.graph, self.weights)}
+        for row in self.weights:
+            if row.name not in linked:
+                rows.append(row)
+                continue
+            node_id, constant = linked[row.name]
+            if constant.is_stripped and row.nbytes:
+                ops[node_id] = Constant(row.data)
+            if not row.nbytes and not constant.is_stripped:
+                note = row.note.replace(METADATA_ONLY, "").strip()
+                row = row.replace(data=constant.data, note=note)
+            rows.append(row)
+        whole = RlxFile(dataclasses.replace(self.meta), self.graph.replace_ops(ops), rows)
+        whole.apply_memory_mode(mode)
+        return whole
+
+    def apply_memory_mode(self, mode: MemoryMode) -> MemoryStats:
+        """Lay out this file's weight bytes for `mode` (used at the end of a bake)."""
+        stats = MemoryStats(mode=mode.value)
+        if mode is MemoryMode.RUNTIME:
+            self.weights, stats.table_bytes_stripped = strip_table_weight_bytes(self.weights)
+        elif mode is MemoryMode.COMPACT:
+            self.graph, stats.graph_bytes_stripped = strip_graph_weight_bytes(self.graph,
+                                                                              self.weights)
+        self.meta.memory_mode = mode.value
+        self.refresh_meta()
+        return stats
+
+
+# the seed's function spellings (DESIGN.md section 4): `materialize_weights(file)` is
+# `file.materialize_weights()`, one implementation under both names
+needs_materialize = RlxFile.needs_materialize
+materialize_weights = RlxFile.materialize_weights
+drop_weight_table_data = RlxFile.drop_weight_table_data
+ensure_runtime_ready = RlxFile.ensure_runtime_ready
+into_runtime_graph = RlxFile.into_runtime_graph
+relayout = RlxFile.relayout
+apply_memory_mode = RlxFile.apply_memory_mode
 
 
 def _io(name: str, shape: Shape) -> RlxIo:

@@ -11,51 +11,51 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 import numpy as np
 
+from rlx.artifact.weight_row import RlxWeight
 from rlx.codecs import Encoding, decode, decode_rows, padded_length
 from rlx.deferred import byte_view, materialize
 from rlx.errors import ArtifactError
 from rlx.ir.dtype import DType
+from rlx.ir.graph import Graph
 from rlx.ir.ops.packed import DecodeWeight, DequantGather
 from rlx.ir.ops.sources import Constant
-
-if TYPE_CHECKING:
-    from rlx.artifact.model import RlxFile, RlxWeight
 
 __all__ = ["decode_weight", "find_weight"]
 
 _ENCODINGS = {e.value for e in Encoding}
 
 
-def find_weight(file: RlxFile, name: str) -> RlxWeight:
-    """The row called `name`, or an error naming the closest names."""
-    row = file.weight(name)
+def find_weight(weights: Sequence[RlxWeight], name: str, model: str) -> RlxWeight:
+    """The row called `name`, or an error naming `model` and the closest names."""
+    row = next((w for w in weights if w.name == name), None)
     if row is not None:
         return row
-    names = [w.name for w in file.weights]
+    names = [w.name for w in weights]
     close = difflib.get_close_matches(name, names, n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else \
         f" ({len(names)} weights; `rlx-bake inspect` lists them)"
-    raise ArtifactError(f"{file.meta.name}: no weight named {name!r}{hint}")
+    raise ArtifactError(f"{model}: no weight named {name!r}{hint}")
 
 
-def _row_bytes(file: RlxFile, row: RlxWeight) -> np.ndarray:
+def _row_bytes(graph: Graph, row: RlxWeight) -> np.ndarray:
     if row.nbytes:
         return byte_view(materialize(row.data))
-    if row.node_id is not None and 0 <= row.node_id < len(file.graph):
-        op = file.graph.node(row.node_id).op
+    if row.node_id is not None and 0 <= row.node_id < len(graph):
+        op = graph.node(row.node_id).op
         if isinstance(op, Constant) and op.nbytes:
             return byte_view(materialize(op.data))
     raise ArtifactError(f"weight {row.name!r} holds no bytes in the table or the graph "
                         "(a metadata-only row)")
 
 
-def decode_weight(file: RlxFile, row: RlxWeight) -> np.ndarray:
-    """`row`'s values as a new array of its logical dtype and shape."""
-    data = _row_bytes(file, row)
+def decode_weight(graph: Graph, row: RlxWeight) -> np.ndarray:
+    """`row`'s values as a new array of its logical dtype and shape (its bytes from the
+    table, or from its Constant in `graph` when the table's were stripped)."""
+    data = _row_bytes(graph, row)
     count = math.prod(row.shape)
     dtype = DType(row.dtype).numpy
     if row.layout == "padded_rows":
@@ -70,17 +70,17 @@ def decode_weight(file: RlxFile, row: RlxWeight) -> np.ndarray:
     elif row.layout == "row_major":
         values = flat.reshape(row.shape)
     elif row.layout == "padded_rows":
-        values = _padded_rows(file, row, data)
+        values = _padded_rows(graph, row, data)
     else:
         raise ArtifactError(f"weight {row.name!r}: unknown layout {row.layout!r}")
     return np.array(values, dtype=dtype, order="C")  # (ascontiguousarray makes rank 0 rank 1)
 
 
-def _padded_rows(file: RlxFile, row: RlxWeight, data: np.ndarray) -> np.ndarray:
+def _padded_rows(graph: Graph, row: RlxWeight, data: np.ndarray) -> np.ndarray:
     """A weight stored as padded rows, decoded by the op that reads it (which knows the
     row length and the stored order); without a reader in the top graph, the table shape
     is the logical one when no padding was added."""
-    readers = [n.op for n in file.graph.nodes() if row.node_id in n.inputs
+    readers = [n.op for n in graph.nodes() if row.node_id in n.inputs
                and isinstance(n.op, (DecodeWeight, DequantGather))]
     if readers and isinstance(readers[0], DecodeWeight):
         return readers[0].dense(data)
