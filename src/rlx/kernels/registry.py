@@ -32,6 +32,9 @@ ops runs in one buffer (every kernel it names is elementwise: same position in, 
 
 
 def kernel(*op_types: type[Op]) -> Callable[[Kernel], Kernel]:
+    """Register `fn(node, *inputs)` as the kernel of `op_types`: the default, for ops whose
+    whole work depends on the inputs of each call."""
+
     def register(fn: Kernel) -> Kernel:
         for op_type in op_types:
             assert op_type not in KERNELS and op_type not in BUILDERS, op_type
@@ -42,6 +45,10 @@ def kernel(*op_types: type[Op]) -> Callable[[Kernel], Kernel]:
 
 
 def builder(*op_types: type[Op]) -> Callable[[Builder], Builder]:
+    """Register `build(node, compile) -> step` for `op_types`. Why: some work is done once per
+    node, not per run (compiling subgraphs, decoding a packed weight). When: ops with
+    subgraphs, which need `compile`; one-shot callers (constant folding) cannot run them."""
+
     def register(fn: Builder) -> Builder:
         for op_type in op_types:
             assert op_type not in KERNELS and op_type not in BUILDERS, op_type
@@ -52,6 +59,11 @@ def builder(*op_types: type[Op]) -> Callable[[Builder], Builder]:
 
 
 def staged(*op_types: type[Op]) -> Callable[[Builder], Builder]:
+    """Register a builder that needs no `compile` (it is called with None) for `op_types`,
+    and as their kernel too. Why: compile-time work (a weight's layout, a constant's
+    conversion) is done once per session, while constant folding still finds a kernel.
+    When: any op with per-node work that can be done before the first run."""
+
     def register(fn: Builder) -> Builder:
         for op_type in op_types:
             assert op_type not in KERNELS and op_type not in BUILDERS, op_type
@@ -63,6 +75,10 @@ def staged(*op_types: type[Op]) -> Callable[[Builder], Builder]:
 
 
 def writes_into(*op_types: type[Op]) -> Callable[[Callable[[Any], bool]], Callable]:
+    """Declare that the built steps of `op_types` take `out=` (see `WRITES_INTO`). Why: a
+    chain of elementwise steps then reuses one buffer instead of allocating per step. When:
+    elementwise ops only (the runtime hands them a dying input's buffer)."""
+
     def register(fn: Callable[[Any], bool]) -> Callable[[Any], bool]:
         for op_type in op_types:
             assert op_type in BUILDERS, op_type  # `out=` is a keyword of a built step
