@@ -34,7 +34,7 @@ from rlx.errors import BakeError, RlxError
 from rlx.safeio import in_leased_map, read_from_file
 
 __all__ = ["CHUNK_BYTES", "DEFER_MIN_BYTES", "Computed", "Deferred", "FileView", "Payload",
-           "byte_view", "compute", "defer", "materialize", "read_rows", "row_blocks"]
+           "all_rows", "byte_view", "compute", "defer", "materialize", "read_rows", "row_blocks"]
 
 DEFER_MIN_BYTES = 1 << 20
 """Arrays this large and larger are deferred; smaller ones (biases, norms, shape
@@ -272,6 +272,14 @@ def row_blocks(value: Payload, multiple: int = 1,
     step = max(multiple, max_bytes // row_bytes // multiple * multiple)
     for start in range(0, rows, step):
         yield read_rows(value, start, min(rows, start + step))
+
+
+def all_rows(value: Payload, check: Callable[[np.ndarray], bool]) -> bool:
+    """Whether `check` holds for every block of `value`'s rows (`row_blocks`; a scalar is
+    checked whole): a check over a large weight that never holds it whole."""
+    if not value.ndim:
+        return bool(check(materialize(value)))
+    return all(check(block) for block in row_blocks(value))
 
 
 def materialize(value: Payload) -> np.ndarray:

@@ -9,10 +9,12 @@ import pytest
 from gguf.quants import quantize
 
 from rlx.codecs import Encoding
+from rlx.deferred import Computed
 from rlx.ir import BinaryOp, Conv, DequantMatMul, DType, Graph, MatMul, Shape
 from rlx.ir.ops.packed import DecodeWeight, DequantGather
 from rlx.ir.ops.shaping import Gather
 from rlx.passes import WeightRole, apply_weight_encodings, plan_weight_encodings
+from rlx.passes.zero_matmuls import skip_zero_matmul
 from tests.passes.common import assert_unchanged, random_feeds, run, snapshot
 
 Q8, TQ2 = Encoding.GGUF_Q8_0, Encoding.GGUF_TQ2_0
@@ -133,3 +135,27 @@ def test_weights_no_encoding_holds_stay_with_a_reason(scale, reason):
     plan = plan_weight_encodings(g)
     assert plan.choices == () and plan.skipped == {reason: 1}
     assert apply_weight_encodings(g, plan.choices) == (g, 0)
+
+
+class _RowsOnly(Computed):
+    """A deferred weight that may be read in blocks of rows but never whole: what a weight
+    larger than memory must be to the checks (rlx.deferred.row_blocks)."""
+
+    def read(self) -> np.ndarray:
+        raise AssertionError(f"{self} read whole")
+
+
+def test_lossless_checks_read_large_weights_in_blocks_only():
+    """The exact profile's checks (zero, ternary, finite) hold one block of a weight at a
+    time: a 2 GiB model of 256 MiB weights baked exact peaked at 85 MB (564 MB when each
+    weight was read whole)."""
+    dense = rng.standard_normal((512, 1024)).astype(np.float32)  # 2 MiB: deferred
+    ternary = rng.integers(-1, 2, (512, 1024)).astype(np.float32)
+    g = Graph("large")
+    x = g.input("x", Shape([2, 512]))
+    g.set_outputs([g.matmul(x, g.constant(
+        _RowsOnly(np.copy, (value,), (), value.shape, np.float32, rowwise=True), name=name))
+        for name, value in (("dense", dense), ("ternary", ternary))])
+    plan = plan_weight_encodings(g, lossless=True)
+    assert [c.encoding for c in plan.choices] == [TQ2]  # the ternary one found, in blocks
+    assert skip_zero_matmul(g)[1] == 0

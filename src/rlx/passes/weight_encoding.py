@@ -56,7 +56,7 @@ from rlx.codecs import (
     roundtrip_q8_0_columns,
     transposed,
 )
-from rlx.deferred import byte_view, compute
+from rlx.deferred import Payload, all_rows, byte_view, compute, materialize
 from rlx.errors import BakeError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
@@ -64,12 +64,13 @@ from rlx.ir.ops.linalg import DequantMatMul, MatMul
 from rlx.ir.ops.packed import DecodeWeight, DequantGather, padded_row_bytes
 from rlx.ir.ops.shaping import Gather
 from rlx.ir.ops.sources import Constant
-from rlx.ir.rewrite import Rewriter, constant_value
+from rlx.ir.rewrite import Rewriter, constant_payload
 from rlx.ir.shape import Shape
 from rlx.passes.weight_roles import (
     DECODED_WHOLE,
     LINEAR,
     WeightRole,
+    all_finite,
     fits_dequant_matmul,
     matmul_skip_reason,
     reaching_a_rounding,
@@ -166,19 +167,22 @@ def plan_weight_encodings(graph: Graph, lossless: bool = False, ternary: bool = 
     for node in graph.nodes():
         if not isinstance(node.op, Constant) or node.tensor_shape.dtype is not DType.F32:
             continue
-        values = constant_value(node)
-        if values is None or values.size < min_elements or not users[node.id]:
+        payload = constant_payload(node)  # a large weight stays unread until it must be
+        if payload is None or payload.size < min_elements or not users[node.id]:
             continue
         if node.id in graph.outputs:
             skipped["a graph output"] += 1
             continue
-        if not np.isfinite(values).all():
+        if not all_rows(payload, all_finite):
             skipped["holds inf or NaN"] += 1
             continue
-        role, rows, perm = weight_role(graph, node, values.shape, users[node.id])
+        role, rows, perm = weight_role(graph, node, payload.shape, users[node.id])
         if node.id in quantised and role is WeightRole.OTHER:
             skipped["reaches a rounding (a quantiser) through elementwise ops"] += 1
             continue
+        if lossless and not _may_be_ternary(payload, role, ternary):
+            continue  # nothing lossless to propose (what `_choose` finds, without reading all)
+        values = materialize(payload)
         choice, reason = _choose(node, values, role, rows, perm, lossless, ternary)
         if choice is None:
             if reason:
@@ -236,6 +240,13 @@ def encode_ternary_matmuls(graph: Graph) -> tuple[Graph, EncodingPlan]:
     log.info("pack_ternary %r: %d matmul(s) packed as %s", graph.name, plan.readers,
              Encoding.GGUF_TQ2_0)
     return encoded, plan
+
+
+def _may_be_ternary(values: Payload, role: WeightRole, ternary: bool) -> bool:
+    """Whether TQ2_0 may be proposed (checked in blocks of rows): a lossless plan proposes
+    nothing else."""
+    return ternary and values.size >= MIN_BLOCK_ELEMENTS and role in LINEAR \
+        and all_rows(values, is_ternary)
 
 
 def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,

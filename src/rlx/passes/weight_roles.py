@@ -21,6 +21,7 @@ import enum
 import numpy as np
 
 from rlx.codecs import is_ternary
+from rlx.deferred import all_rows
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.control import GRU, LSTM, RNN
@@ -51,10 +52,10 @@ from rlx.ir.ops.shaping import (
     Unsqueeze,
 )
 from rlx.ir.ops.sources import Constant
-from rlx.ir.rewrite import constant_value
+from rlx.ir.rewrite import constant_payload
 from rlx.passes.subgraphs import capture_offsets
 
-__all__ = ["WeightRole", "LINEAR", "DECODED_WHOLE", "SkipReason", "weight_role",
+__all__ = ["WeightRole", "LINEAR", "DECODED_WHOLE", "SkipReason", "all_finite", "weight_role",
            "reaching_a_rounding", "fits_dequant_matmul", "matmul_skip_reason"]
 
 
@@ -115,7 +116,7 @@ def matmul_skip_reason(weight: Node, block_size: int, ternary: bool) -> SkipReas
         return SkipReason.NOT_CONSTANT
     if weight.tensor_shape.dtype is not DType.F32:
         return SkipReason.NOT_F32
-    values = constant_value(weight)
+    values = constant_payload(weight)  # a large one stays unread: checked in blocks
     if values is None:
         return SkipReason.STRIPPED
     if values.ndim != 2:
@@ -123,8 +124,12 @@ def matmul_skip_reason(weight: Node, block_size: int, ternary: bool) -> SkipReas
     if not fits_dequant_matmul(values.shape, block_size):
         return SkipReason.BLOCK
     if ternary:
-        return None if is_ternary(values) else SkipReason.NOT_TERNARY
-    return None if np.isfinite(values).all() else SkipReason.NOT_FINITE
+        return None if all_rows(values, is_ternary) else SkipReason.NOT_TERNARY
+    return None if all_rows(values, all_finite) else SkipReason.NOT_FINITE
+
+
+def all_finite(values: np.ndarray) -> bool:
+    return bool(np.isfinite(values).all())
 
 
 # ops that carry a value on to their output as it is or elementwise (shape ops, activations,

@@ -14,7 +14,7 @@ import logging
 
 import numpy as np
 
-from rlx.deferred import Payload, compute, materialize, row_blocks
+from rlx.deferred import all_rows, compute
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.linalg import MatMul
 from rlx.ir.rewrite import Rewriter, constant_payload, rewrite_nodes
@@ -31,12 +31,8 @@ def skip_zero_matmul(graph: Graph) -> tuple[Graph, int]:
     return new, count
 
 
-def _any_nonzero(w: Payload) -> bool:
-    """np.any in blocks of rows (a large weight is never held whole); like np.any, NaN
-    counts as non-zero and -0.0 as zero."""
-    if not w.ndim:
-        return bool(np.any(materialize(w)))
-    return any(np.any(block) for block in row_blocks(w))
+def _all_zero(block: np.ndarray) -> bool:
+    return not np.any(block)  # np.any treats NaN as non-zero and -0.0 as zero
 
 
 def _skip(rw: Rewriter, node: Node) -> bool:
@@ -44,7 +40,7 @@ def _skip(rw: Rewriter, node: Node) -> bool:
         return False
     weight = rw.node(node.inputs[1])
     w = constant_payload(weight)
-    if w is None or not weight.tensor_shape.dtype.is_float or _any_nonzero(w):
+    if w is None or not weight.tensor_shape.dtype.is_float or not all_rows(w, _all_zero):
         return False
     shape = node.tensor_shape  # static: checked above
     dims = tuple(int(d) for d in shape.dims)
