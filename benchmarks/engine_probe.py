@@ -10,9 +10,11 @@ activation buffers and arenas).
 With `latency`, the probe then times repeated calls at `threads` intra-op threads and
 compares the last outputs with the reference's (plain onnxruntime, f32).
 
-Runners: rlx:<engine>:<precision> (rlx.load; onnxruntime maps its saved prepacked model),
+Runners: rlx:<engine>:<precision> (rlx.load; onnxruntime maps its saved prepacked model;
+with `example`, auto measures on the probe's feeds),
 rlx:onnxruntime-off:exact (the same with prepacking off: weights straight from the .rlx),
-ort (plain onnxruntime on the .onnx file),
+ort (plain onnxruntime on the .onnx file), ort:nospin (the same with its intra-op threads'
+spinning off: `session.intra_op.allow_spinning` 0),
 ov:f32 and ov:default (plain OpenVINO on the .onnx file, f32 hint / its default).
 """
 
@@ -71,16 +73,19 @@ def _build(runner: str, args: dict):
         for module in _PRE_IMPORTS.get(engine, ()):
             importlib.import_module(module)
         before = _anon()
+        example = _feeds(args["feeds"]) if args.get("example") else None
         model = rlx.load(args["rlx"], engine=engine, precision=precision, threads=threads,
-                         cache_dir=args["cache"])
+                         cache_dir=args["cache"], example=example)
         return (lambda feeds: model.run(feeds)), before, {"engine": model.engine,
                                                           "precision": model.precision}
-    if runner == "ort":
+    if runner in ("ort", "ort:nospin"):
         import onnxruntime as ort
 
         before = _anon()
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+        if runner == "ort:nospin":
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = ort.InferenceSession(args["onnx"], so, providers=["CPUExecutionProvider"])
         return (lambda feeds: session.run(None, feeds)), before, {}
     import openvino as ov
@@ -96,12 +101,18 @@ def _build(runner: str, args: dict):
     return run, before, {}
 
 
+def _feeds(path: str) -> dict:
+    import numpy as np
+
+    with np.load(path) as data:
+        return {k: data[k] for k in data.files}
+
+
 def main() -> None:
     args = json.loads(sys.argv[1])
     import numpy as np
 
-    with np.load(args["feeds"]) as data:
-        feeds = {k: data[k] for k in data.files}
+    feeds = _feeds(args["feeds"])
     run, before, details = _build(args["runner"], args)
     loaded = _anon()
     outputs = run(feeds)
