@@ -3,6 +3,7 @@ never bf16 unless precision="fast", and a warm load of an onnxruntime choice ski
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -48,39 +49,103 @@ def test_measures_once_then_reads_the_cache(tmp_path, monkeypatch, caplog):
 
 
 class _Clocked:
-    """A runner that costs `seconds` on a shared fake clock and records its turns."""
+    """A runner that costs `seconds` on a shared fake clock and records its turns; a
+    `spinner` also leaves `debt` seconds charged to the next call of another runner (its
+    worker threads still spinning on the cores when the other's turn starts)."""
 
-    def __init__(self, name: str, seconds: float, clock: list[float], turns: list[str]):
+    def __init__(self, name: str, seconds: float, clock: list[float], turns: list[str],
+                 debt: dict[str, float] | None = None, spin: float = 0.0):
         self.name, self.seconds, self.clock, self.turns = name, seconds, clock, turns
+        self.debt, self.spin = debt if debt is not None else {}, spin
 
     def run(self, feeds_, outputs):
         self.turns.append(self.name)
-        self.clock[0] += self.seconds
+        owed = self.debt.pop("owed", 0.0) if self.debt.get("by") != self.name else 0.0
+        self.clock[0] += self.seconds + owed
+        if self.spin:
+            self.debt.update(by=self.name, owed=self.spin)
+
+
+def _blocks(turns: list[str]) -> list[tuple[str, int]]:
+    """Consecutive runs of one runner as (name, calls)."""
+    out: list[tuple[str, int]] = []
+    for name in turns:
+        if out and out[-1][0] == name:
+            out[-1] = (name, out[-1][1] + 1)
+        else:
+            out.append((name, 1))
+    return out
+
+
+def _measure(costs: dict[str, float], **spin) -> tuple[dict[str, float], list[str], float]:
+    clock, turns, debt = [0.0], [], {}
+    runners = {n: _Clocked(n, c, clock, turns, debt, spin.get(n, 0.0)) for n, c in costs.items()}
+    return auto._measure(runners, {}, [], clock=lambda: clock[0]), turns, clock[0]
 
 
 def test_candidates_are_timed_in_turns_and_slow_ones_dropped():
-    """A burst of other work hits every candidate alike: rounds alternate the engines, and
-    one more than twice the fastest after two rounds is not timed further."""
-    clock, turns = [0.0], []
-    runners = {name: _Clocked(name, cost, clock, turns)
-               for name, cost in (("onnxruntime", 0.004), ("openvino", 0.006),
-                                  ("numpy", 0.030))}
-    measured = auto._measure(runners, {}, [], clock=lambda: clock[0])
-    assert turns[:6] == ["onnxruntime", "openvino", "numpy"] * 2
-    assert turns.count("numpy") == 2 and "numpy" not in turns[6:]
-    assert turns[6:8] == ["onnxruntime", "openvino"]
-    assert turns.count("onnxruntime") == turns.count("openvino") == auto.RUNS
-    assert measured == pytest.approx({"onnxruntime": 0.004, "openvino": 0.006,
-                                      "numpy": 0.030})
+    """Each candidate runs a turn of calls (untimed lead-in, then TURN_S of timed calls),
+    candidates alternate round by round, and one over twice the fastest after the first
+    round is not timed further."""
+    costs = {"onnxruntime": 0.004, "openvino": 0.006, "numpy": 0.030}
+    measured, turns, _ = _measure(costs)
+    blocks = _blocks(turns)
+    assert [name for name, _ in blocks[:5]] == ["onnxruntime", "openvino", "numpy",
+                                                "onnxruntime", "openvino"]
+    assert turns.count("numpy") == auto.LEAD_IN + 2  # one turn: 0.030 s reaches TURN_S in 2
+    for name, calls in blocks:
+        timed = calls - auto.LEAD_IN
+        assert timed >= 1 and (timed - 1) * costs[name] < auto.TURN_S
+    assert measured == pytest.approx(costs)
     assert min(measured, key=measured.get) == "onnxruntime"
 
 
-def test_timing_stops_at_the_budget():
-    clock, turns = [0.0], []
-    slow = auto.BUDGET_S  # one run per candidate uses its whole share of the budget
-    runners = {n: _Clocked(n, slow, clock, turns) for n in ("onnxruntime", "openvino")}
-    auto._measure(runners, {}, [], clock=lambda: clock[0])
-    assert turns.count("onnxruntime") == turns.count("openvino") == 2  # two rounds at least
+def test_the_lead_in_keeps_a_spinning_neighbour_out_of_the_timings():
+    """A candidate whose workers keep spinning after its calls slows the next call of
+    another one: timed call by call that made the cheaper candidate look dearer; the
+    turn's untimed lead-in absorbs it, so the choice follows the real costs."""
+    costs = {"onnxruntime": 0.003, "openvino": 0.002}
+    measured, _, _ = _measure(costs, onnxruntime=0.004)
+    assert measured == pytest.approx(costs)
+    assert min(measured, key=measured.get) == "openvino"
+
+
+def test_timing_stops_at_the_budget_or_the_run_count():
+    """Cheap candidates stop at RUNS timed calls each; dear ones after MIN_ROUNDS once the
+    budget is spent; the clock never passes the budget by more than one round."""
+    cheap = 1.01 * auto.TURN_S / 5  # five timed calls a turn; RUNS is a multiple of five
+    measured, turns, spent = _measure({"onnxruntime": cheap, "openvino": cheap})
+    for name in measured:
+        turns_taken = sum(1 for block in _blocks(turns) if block[0] == name)
+        assert turns.count(name) - turns_taken * auto.LEAD_IN == auto.RUNS
+    dear = auto.BUDGET_S  # one call spends the whole budget
+    _, turns, _ = _measure({"onnxruntime": dear, "openvino": dear})
+    assert turns.count("onnxruntime") == turns.count("openvino") == (
+        auto.MIN_ROUNDS * (auto.LEAD_IN + 1))
+    mid = auto.BUDGET_S / 7
+    _, turns, spent = _measure({"onnxruntime": mid, "openvino": mid})
+    one_round = 2 * (auto.LEAD_IN + 1) * mid
+    assert auto.BUDGET_S < spent <= auto.BUDGET_S + one_round + 1e-9
+
+
+def test_auto_says_it_measures_how_long_and_what_it_chose_on_a_terminal(tmp_path,
+                                                                       monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    mlp = write_mlp(tmp_path / "mlp.rlx")
+    terminal = Terminal()
+    monkeypatch.setattr(auto.sys, "stderr", terminal)
+    model = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
+    lines = terminal.getvalue().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("rlx: auto: measuring ") and f"at most {auto.BUDGET_S:.1f} s" \
+        in lines[0]
+    assert lines[1].startswith(f"rlx: auto: chose {model.engine}, fastest (")
+    terminal.truncate(0)
+    rlx.load(mlp.path, cache_dir=tmp_path / "cache")  # cached: nothing to wait for
+    assert terminal.getvalue().strip("\0") == ""
 
 
 def test_key_follows_the_artifact_and_options(tmp_path):

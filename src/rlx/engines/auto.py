@@ -1,12 +1,18 @@
 """`engine="auto"`: the fastest installed engine for this model on this machine.
 
-At the first load of a file, every installed engine is built and timed on the same feeds
-(`example`, or zeros of the declared shapes with symbolic dims at 1): one warm-up run
-each, then rounds in which every candidate runs once, in turn, until `RUNS` rounds or
-`BUDGET_S` seconds per candidate; the median of each is kept. Taking turns means a burst
-of other work on the machine slows every candidate alike, not whichever was being timed
-(timed one after another, auto once picked OpenVINO for a model that onnxruntime runs
-1.6x faster); a candidate over twice the fastest after two rounds is not timed further.
+At the first load of a file, every installed engine is built, run once (warm-up), and
+timed on the same feeds (`example`, or zeros of the declared shapes with symbolic dims at
+1), each as it will run afterwards (onnxruntime with its spinning rule, docs/engines.md).
+The timing is done in turns, so that a burst of other work on the machine slows every
+candidate alike: each candidate's turn starts with `LEAD_IN` untimed calls (the previous
+candidate's worker threads, still spinning or waking, settle while they run; timed call
+by call, in one process, onnxruntime and OpenVINO once looked alike where separate
+processes showed a 1.4x gap), then times calls for `TURN_S`; rounds go on until
+`BUDGET_S` seconds of timing in all (at least `MIN_ROUNDS`) or `RUNS` timed calls each.
+A candidate over twice the fastest after the first round is not timed further. The median
+of each is kept and the fastest is chosen. On a terminal (in logging otherwise) auto says
+that it is measuring, for how long at most, and what it chose.
+
 The choice is cached in
 `<cache_dir>/engines.json` under a key made of the artifact's checksum, the machine (CPU
 model, core count, architecture), the engines' versions, rlx's version, threads and
@@ -28,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -50,12 +57,15 @@ if TYPE_CHECKING:  # a warm load (rlx.engines.warm) imports no graph IR
     from rlx.ir.graph import Graph
 
 __all__ = ["choose", "cache_key", "cached_choice", "example_feeds", "RUNS", "BUDGET_S",
-           "PREFERENCE"]
+           "TURN_S", "LEAD_IN", "MIN_ROUNDS", "PREFERENCE"]
 
 log = Logger("rlx.engines")
 
-RUNS = 15
-BUDGET_S = 0.5
+RUNS = 30  # timed calls per candidate, at most
+BUDGET_S = 1.0  # seconds of timing for all candidates together (issue 34: <= 2 s cold)
+TURN_S = 0.05  # seconds of timed calls in each candidate's turn
+LEAD_IN = 1  # untimed calls opening each turn
+MIN_ROUNDS = 2
 PREFERENCE = ("onnxruntime", "openvino", "numpy")
 _CACHE_FILE = "engines.json"
 
@@ -111,22 +121,43 @@ def example_feeds(graph: Graph) -> dict[str, np.ndarray]:
 def _measure(runners: Mapping[str, Any], feeds: Mapping[str, np.ndarray], outputs: list[str],
              clock=time.perf_counter) -> dict[str, float]:
     """Median seconds per run of each (warmed-up) runner, timed in turns (module doc)."""
-    if not runners:
-        return {}
     times: dict[str, list[float]] = {name: [] for name in runners}
     active = list(runners)
     start = clock()
     for done in range(RUNS):
-        if done >= 2 and clock() - start > BUDGET_S * len(runners):
+        if done >= MIN_ROUNDS and clock() - start > BUDGET_S:
             break
         for name in active:
-            t = clock()
-            runners[name].run(dict(feeds), outputs)
-            times[name].append(clock() - t)
-        if done == 1:
+            times[name] += _turn(runners[name], feeds, outputs, clock)
+        if done == 0 and active:
             best = min(min(times[name]) for name in active)
             active = [name for name in active if min(times[name]) <= 2 * best]
-    return {name: float(np.median(ts)) for name, ts in times.items()}
+        if all(len(times[name]) >= RUNS for name in active):
+            break
+    return {name: float(np.median(ts)) for name, ts in times.items() if ts}
+
+
+def _turn(runner: Any, feeds: Mapping[str, np.ndarray], outputs: list[str],
+          clock) -> list[float]:
+    """One candidate's turn: `LEAD_IN` untimed calls, then timed calls for `TURN_S`
+    (at least one, at most `RUNS`)."""
+    for _ in range(LEAD_IN):
+        runner.run(dict(feeds), outputs)
+    times: list[float] = []
+    while not times or (sum(times) < TURN_S and len(times) < RUNS):
+        t = clock()
+        runner.run(dict(feeds), outputs)
+        times.append(clock() - t)
+    return times
+
+
+def _tell(msg: str, *args: Any) -> None:
+    """On a terminal, say it (auto's measurement is a wait the user should not wonder
+    about); otherwise log it."""
+    if sys.stderr.isatty():
+        print("rlx: " + msg % args, file=sys.stderr, flush=True)
+    else:
+        log.info(msg, *args)
 
 
 def _build(name: str, file: RlxFile, graph: Graph, path: str, threads: int | None,
@@ -173,6 +204,9 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
     built: dict[str, Any] = {}  # every engine that builds (the unmeasured pick is one)
     runners: dict[str, Any] = {}  # those that also ran the feeds: the timed candidates
     failed: dict[str, str] = {}
+    began = time.perf_counter()
+    _tell("auto: measuring %s on %s: building each, then at most %.1f s of timing "
+          "(once: the choice is cached)", ", ".join(engines), os.path.basename(path), BUDGET_S)
     for name in engines:
         try:
             t = time.perf_counter()
@@ -194,7 +228,8 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
     else:
         pick = min(measured, key=measured.__getitem__)
         how = "fastest"
-    log.info("auto: chose %s, %s (%s)", pick, how, _fmt(measured))
+    _tell("auto: chose %s, %s (%s), in %.1f s", pick, how, _fmt(measured),
+          time.perf_counter() - began)
     runner = built.get(pick) or _build(pick, file, graph, path, threads, precision,
                                          cache_dir)
     cache.put(key, {"engine": pick, "how": how, "measured_ms": measured, "failed": failed,
