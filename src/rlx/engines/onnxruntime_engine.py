@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnxruntime as ort
 
+from rlx.engines.cores import spinning_pays
 from rlx.engines.fingerprint import default_cache_dir, is_plain_artifact
 from rlx.engines.mapping import FileRegions
 from rlx.engines.saved_models import MODEL_FILE, WEIGHTS_FILE, saved_folder
@@ -45,7 +46,7 @@ if TYPE_CHECKING:  # a warm load (rlx.engines.warm) imports no graph IR
     from rlx.ir.graph import Graph
 
 __all__ = ["OrtRunner", "build", "PREPACK_MODES", "prepack_mode", "saved_session",
-           "session_options", "export_for_ort"]
+           "session_options", "export_for_ort", "SPINNING_KEY"]
 
 log = Logger("rlx.engines")
 
@@ -105,10 +106,17 @@ class _Placer:
         return list(values.values())
 
 
+SPINNING_KEY = "session.intra_op.allow_spinning"
+
+
 def session_options(threads: int | None) -> ort.SessionOptions:
+    """Sequential execution, `threads` intra-op threads, spinning by rlx's rule
+    (`rlx.engines.cores`: off when the process shares its cores)."""
     so = ort.SessionOptions()
     if threads is not None:
         so.intra_op_num_threads = threads
+    if not spinning_pays(threads):
+        so.add_session_config_entry(SPINNING_KEY, "0")
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 4  # failures reach the caller as exceptions, not log lines
