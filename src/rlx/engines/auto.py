@@ -9,7 +9,9 @@ candidate's worker threads, still spinning or waking, settle while they run; tim
 by call, in one process, onnxruntime and OpenVINO once looked alike where separate
 processes showed a 1.4x gap), then times calls for `TURN_S`; rounds go on until
 `BUDGET_S` seconds of timing in all (at least `MIN_ROUNDS`) or `RUNS` timed calls each.
-A candidate over twice the fastest after the first round is not timed further. The median
+Candidates take their first turns in the order of their warm-up times; one whose
+lead-in call takes over twice the fastest time so far, or that is over twice the fastest
+after the first round, is not timed further. The median
 of each is kept and the fastest is chosen. On a terminal (in logging otherwise) auto says
 that it is measuring, for how long at most, and what it chose.
 
@@ -128,7 +130,9 @@ def _measure(runners: Mapping[str, Any], feeds: Mapping[str, np.ndarray], output
         if done >= MIN_ROUNDS and clock() - start > BUDGET_S:
             break
         for name in active:
-            times[name] += _turn(runners[name], feeds, outputs, clock)
+            best = min((min(ts) for ts in times.values() if ts), default=float("inf"))
+            times[name] += _turn(runners[name], feeds, outputs, clock,
+                                 limit=2 * best if done == 0 else float("inf"))
         if done == 0 and active:
             best = min(min(times[name]) for name in active)
             active = [name for name in active if min(times[name]) <= 2 * best]
@@ -137,12 +141,17 @@ def _measure(runners: Mapping[str, Any], feeds: Mapping[str, np.ndarray], output
     return {name: float(np.median(ts)) for name, ts in times.items() if ts}
 
 
-def _turn(runner: Any, feeds: Mapping[str, np.ndarray], outputs: list[str],
-          clock) -> list[float]:
+def _turn(runner: Any, feeds: Mapping[str, np.ndarray], outputs: list[str], clock,
+          limit: float) -> list[float]:
     """One candidate's turn: `LEAD_IN` untimed calls, then timed calls for `TURN_S`
-    (at least one, at most `RUNS`)."""
+    (at least one, at most `RUNS`). A lead-in call over `limit` stands as the turn's one
+    time instead: the candidate is out of the running, and timing it further could spend
+    seconds (the numpy reference on a large model)."""
     for _ in range(LEAD_IN):
+        t = clock()
         runner.run(dict(feeds), outputs)
+        if clock() - t > limit:
+            return [clock() - t]
     times: list[float] = []
     while not times or (sum(times) < TURN_S and len(times) < RUNS):
         t = clock()
@@ -204,6 +213,7 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
     built: dict[str, Any] = {}  # every engine that builds (the unmeasured pick is one)
     runners: dict[str, Any] = {}  # those that also ran the feeds: the timed candidates
     failed: dict[str, str] = {}
+    warmed: dict[str, float] = {}  # seconds to build and run once
     began = time.perf_counter()
     _tell("auto: measuring %s on %s: building each, then at most %.1f s of timing "
           "(once: the choice is cached)", ", ".join(engines), os.path.basename(path), BUDGET_S)
@@ -214,12 +224,13 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
                                           cache_dir)
             runner.run(dict(feeds), outputs)  # warm-up: first-run allocations, lazy compiles
             runners[name] = runner
-            log.info("auto: %s built and run once in %.0f ms", name,
-                     (time.perf_counter() - t) * 1e3)
+            warmed[name] = time.perf_counter() - t
+            log.info("auto: %s built and run once in %.0f ms", name, warmed[name] * 1e3)
         except Exception as err:  # noqa: BLE001 - an engine that fails is not a candidate
             failed[name] = " ".join(str(err).split())[:200]
             log.warning("auto: %s cannot take %s: %s", name, path, failed[name])
-    measured = ({name: ms * 1e3 for name, ms in _measure(runners, feeds, outputs).items()}
+    quickest_first = {name: runners[name] for name in sorted(runners, key=warmed.__getitem__)}
+    measured = ({name: ms * 1e3 for name, ms in _measure(quickest_first, feeds, outputs).items()}
                 if "numpy" not in failed else {})
     if "numpy" in failed or not measured:
         # the feeds (not the engines) fail: take the preferred engine that builds
