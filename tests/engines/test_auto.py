@@ -38,8 +38,7 @@ def test_measures_once_then_reads_the_cache(tmp_path, monkeypatch, caplog):
     assert sorted(timed) == sorted(registry.available_engines())
     entry = next(iter(_cache(tmp_path).values()))
     assert entry["engine"] == first.engine and entry["how"] == "fastest"
-    fastest = min(entry["measured_ms"], key=entry["measured_ms"].get)
-    assert first.engine == fastest
+    assert first.engine == auto._fastest(entry["measured_ms"])
     assert "auto: chose" in caplog.text
     timed.clear()
     second = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
@@ -128,6 +127,16 @@ def test_timing_stops_at_the_budget_or_the_run_count():
     _, turns, spent = _measure({"onnxruntime": mid, "openvino": mid})
     one_round = 2 * (auto.LEAD_IN + 1) * mid
     assert auto.BUDGET_S < spent <= auto.BUDGET_S + one_round + 1e-9
+
+
+@pytest.mark.parametrize(("measured", "pick"), [
+    ({"openvino": 17.52, "onnxruntime": 17.90, "numpy": 44.8}, "onnxruntime"),  # a tie
+    ({"openvino": 46.1, "onnxruntime": 83.1, "numpy": 531.9}, "openvino"),
+    ({"numpy": 0.010, "onnxruntime": 0.0104}, "onnxruntime"),
+    ({"numpy": 0.010, "onnxruntime": 0.0200}, "numpy"),
+])
+def test_the_fastest_wins_and_a_tie_goes_to_the_preferred_engine(measured, pick):
+    assert auto._fastest(measured) == pick
 
 
 def test_auto_says_it_measures_how_long_and_what_it_chose_on_a_terminal(tmp_path,
