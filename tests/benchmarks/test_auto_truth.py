@@ -1,0 +1,36 @@
+"""auto_truth's bookkeeping: the pick's ratio to the fastest engine and to the plain
+runtimes, and the background load it starts and stops itself."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import auto_truth as at
+
+P50 = {"rlx:onnxruntime:exact": 30.0, "rlx:openvino:exact": 20.0, "ort": 40.0,
+       "ort:nospin": 25.0, "ov:f32": 16.0}
+
+
+def test_the_pick_is_compared_with_the_fastest_rlx_engine_and_the_plain_runtimes():
+    pick = {"engine": "onnxruntime", "cold_s": 3.0, "measured_ms": {"onnxruntime": 9.0}}
+    r = at.row("m", "loaded", 2, P50, pick)
+    assert r["pick_over_best"] == pytest.approx(1.5)  # 30 over OpenVINO's 20
+    assert r["pick_over_plain"] == pytest.approx(30.0 / 16.0)
+    assert "| m | loaded (" in at.show(r) and "| 1.50 / 1.88 |" in at.show(r)
+
+
+def test_an_engine_that_did_not_measure_is_n_a():
+    r = at.row("m", "quiet", 1, {**P50, "rlx:openvino:exact": None},
+               {"engine": "openvino", "cold_s": 1.0, "measured_ms": {}})
+    assert r["pick_over_best"] is None and at.show(r).endswith("| n/a |")
+
+
+def test_the_background_load_is_running_inside_and_gone_after(monkeypatch):
+    started = []
+    real = at.subprocess.Popen
+    monkeypatch.setattr(at.subprocess, "Popen", lambda *a, **k: started.append(real(*a, **k))
+                        or started[-1])
+    monkeypatch.setattr(at.time, "sleep", lambda s: None)
+    with at.background_load(2):
+        assert len(started) == 2 and all(p.poll() is None for p in started)
+    assert all(p.returncode is not None for p in started)  # killed and reaped
