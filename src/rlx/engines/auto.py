@@ -11,9 +11,9 @@ processes showed a 1.4x gap), then times calls for `TURN_S`; rounds go on until
 `BUDGET_S` seconds of timing in all (at least `MIN_ROUNDS`) or `RUNS` timed calls each.
 Candidates take their first turns in the order of their warm-up times; one whose
 lead-in call takes over twice the fastest time so far, or that is over twice the fastest
-after the first round, is not timed further. The median
-of each is kept and the fastest is chosen; medians within `TIE` of the fastest are a
-tie, won by the earliest in `PREFERENCE`. On a terminal (in logging otherwise) auto says
+after the first round, is not timed further. The median of each is kept and the fastest
+is chosen; medians within `TIE` of the fastest are a tie, won by the earliest in
+`PREFERENCE`. On a terminal (in logging otherwise) auto says
 that it is measuring, for how long at most, and what it chose.
 
 The choice is cached in
