@@ -10,7 +10,7 @@ so the activations keep their size along the chain and an error made in one laye
 grows nor fades: Q8_0's ~0.5% a layer adds up to ~0.5% x sqrt(layers).
 
 `python -m tests.baking.big_model bake KIND SOURCE OUT PROFILE LAYERS DIM` loads the model,
-bakes and writes it, and prints JSON: `peak_rss` (the process's, ru_maxrss: file-backed
+bakes and writes it, and prints JSON: `peak_rss` (the process's VmHWM: file-backed
 pages of mapped weights count), `growth` (the peak of the bake over the RSS before it: the
 peak is reset between, `/proc/self/clear_refs`), `cpu`. `run OUT LAYERS DIM`
 runs the baked file on the numpy engine and prints its output.
@@ -19,7 +19,6 @@ runs the baked file on the numpy engine and prints its output.
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
 from pathlib import Path
@@ -137,7 +136,13 @@ def _load(kind: str, source: str, layers: int, dim: int):
 
 
 def _peak() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """The process's peak RSS since the last reset (VmHWM): ru_maxrss would also count the
+    parent's RSS at the fork this process was exec'd from (Linux keeps it across exec)."""
+    return _status("VmHWM")
+
+
+def _reset_peak() -> None:
+    Path("/proc/self/clear_refs").write_text("5")
 
 
 def _status(field: str) -> int:
@@ -152,7 +157,7 @@ def _bake(kind: str, source: str, out: str, profile: str, layers: int, dim: int)
 
     g, bundle = _load(kind, source, layers, dim)
     loading = _peak()
-    Path("/proc/self/clear_refs").write_text("5")  # the peak from here on is the bake's
+    _reset_peak()  # the peak from here on is the bake's
     start = _status("VmRSS")
     file, report = rlx.bake_bundle(g, bundle, rlx.BakeOptions.from_profile(profile))
     rlx.write_rlx(out, file)
@@ -169,6 +174,7 @@ def _run(path: str, dim: int) -> dict:
 
 def main(argv: list[str]) -> None:
     command, *args = argv
+    _reset_peak()
     layers, dim = int(args[-2]), int(args[-1])
     start = time.process_time()
     result = _bake(*args[:4], layers, dim) if command == "bake" else _run(args[0], dim)

@@ -85,6 +85,20 @@ def test_a_large_model_bakes_in_a_fraction_of_its_size_and_runs(scratch, layers,
         out.unlink()  # the disk need not hold both
 
 
+def test_weights_larger_than_the_budget_allows_to_hold_are_checked_in_blocks(scratch):
+    """Two 256 MiB weights: an exact bake reads each in blocks of rows for its checks (zero,
+    ternary, finite) and its write, so it stays within the budget a whole weight would
+    break (0.15 x 512 MiB + 200 MiB = 277 MiB; 590 MB when each was read whole)."""
+    layers, dim = 2, 8192
+    source = scratch / "weights.safetensors"
+    write_safetensors(source, layers, dim)
+    out = scratch / "exact.rlx"
+    baked = worker("bake", "safetensors", source, out, "exact", layers, dim)
+    assert baked["peak_rss"] <= 0.15 * layers * dim * dim * 4 + 200 * MIB, baked
+    ran = worker("run", out, layers, dim)
+    assert relative_error(ran["y"], reference(layers, dim)) <= 1e-5
+
+
 SMALL_LAYERS, SMALL_DIM = 16, 2048  # 16 weights of 16 MiB: 256 MiB of float32
 SMALL_BYTES = SMALL_LAYERS * SMALL_DIM * SMALL_DIM * 4
 
