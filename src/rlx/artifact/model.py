@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import field
+from typing import Any
 
 import numpy as np
 
@@ -60,6 +61,13 @@ class RlxMeta:
     quant_packed: int = 0
     profile: str = ""
     memory_mode: str = "duplex"
+
+    def to_json(self) -> dict[str, Any]:
+        """The header's `meta` object (dims as lists, as JSON has them)."""
+        meta = dataclasses.asdict(self)
+        for io_list in ("inputs", "outputs"):
+            meta[io_list] = [{**io, "shape": list(io["shape"])} for io in meta[io_list]]
+        return meta
 
 
 @dataclass

@@ -14,7 +14,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import xxhash
 
@@ -95,11 +95,8 @@ def _layout(file: RlxFile) -> _Layout:
             "encoding": row.encoding, "layout": row.layout, "row_aligned": row.row_aligned,
             "node_id": row.node_id, "note": row.note, **blob_ref(row.data),
         })
-    meta = asdict(file.meta)
-    for io_list in ("inputs", "outputs"):
-        meta[io_list] = [{**io, "shape": list(io["shape"])} for io in meta[io_list]]
     header = {"format": "rlx", "schema": SCHEMA_VERSION, "writer": f"rlx {__version__}",
-              "meta": meta, "graph": graph, "weights": weights}
+              "meta": file.meta.to_json(), "graph": graph, "weights": weights}
     end = 0
     for data in blobs:
         end = align(end) + int(data.nbytes)

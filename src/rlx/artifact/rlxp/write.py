@@ -171,21 +171,22 @@ def encode_rlxp(file: RlxFile, opts: RlxpOptions, sidecar_tier: str) -> Encoded:
     graph_bytes = None
     if opts.include_graph:
         graph_bytes = _json(graph_to_dict(graph, encode_constant))
-    meta = asdict(file.meta)
-    for io_list in ("inputs", "outputs"):
-        meta[io_list] = [{**io, "shape": list(io["shape"])} for io in meta[io_list]]
+    sidecars = _sidecars(file, opts, sidecar_tier)
+    placement = _json(opts.placement) if opts.placement is not None else None
+    toc = {"manifest": _manifest(file, opts, tensors, sidecar_tier, placement is not None),
+           "rlx": {"meta": file.meta.to_json(), "weights": rows}}
+    return Encoded(toc, graph_bytes, tensors, sidecars, placement)
+
+
+def _sidecars(file: RlxFile, opts: RlxpOptions, tier: str) -> list[tuple[str, dict, Any]]:
+    """(id, index entry, stored bytes) of the I/O sidecar and the caller's, in `tier`."""
     sidecars = []
     for sidecar_id, body in (("io", _io_sidecar(file)), *sorted(opts.sidecars.items())):
         raw = _json(body)
         entry: dict[str, Any] = {"id": sidecar_id, "media": "application/json",
-                                 "tier": sidecar_tier, "codec": TIERS[sidecar_tier],
-                                 "raw_len": len(raw)}
-        sidecars.append((sidecar_id, entry,
-                         raw if sidecar_tier == "hot" else encode_tier(sidecar_tier, raw)))
-    placement = _json(opts.placement) if opts.placement is not None else None
-    toc = {"manifest": _manifest(file, opts, tensors, sidecar_tier, placement is not None),
-           "rlx": {"meta": meta, "weights": rows}}
-    return Encoded(toc, graph_bytes, tensors, sidecars, placement)
+                                 "tier": tier, "codec": TIERS[tier], "raw_len": len(raw)}
+        sidecars.append((sidecar_id, entry, raw if tier == "hot" else encode_tier(tier, raw)))
+    return sidecars
 
 
 def _constant(node: Node) -> tuple[Constant, Shape]:
