@@ -1,9 +1,14 @@
 """The OpenVINO engine: the graph's ONNX export read by OpenVINO, weights over the map.
 
-The export makes every large weight a graph input; each such Parameter is then replaced
-by an `op.Constant(..., shared_memory=True)` over the artifact's mapped bytes, so the
-`openvino.Model` holds no copy of them. Packed Q8_0 / TQ2_0 weights are written in the
-decompression form (int8 codes -> Convert -> Multiply by block scales), which the CPU
+The export makes every large weight a graph input. The CPU plugin re-lays out constant
+MatMul and Convolution weights in private memory at compile (a copy per process: N
+workers, N copies), but computes a MatMul on an input's own bytes. So a weight used only
+by MatMuls stays an input, set on each infer request to an `ov.Tensor` over the
+artifact's mapped bytes, and its pages are the page cache's, shared by every process
+mapping the file; every other weight becomes an `op.Constant(..., shared_memory=True)`
+over the map (a Gather table is used in place; Conv and elementwise operands are copied at
+compile: docs/engines.md has the measurements). Packed Q8_0 / TQ2_0 weights are written in
+the decompression form (int8 codes -> Convert -> Multiply by block scales), which the CPU
 plugin executes compressed.
 
 `precision="exact"` sets INFERENCE_PRECISION_HINT to f32 and turns off the dynamic
@@ -42,8 +47,28 @@ def core() -> ov.Core:
         return _CORE
 
 
-def _bind_weights(model: ov.Model, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Replace the weight Parameters by shared-memory Constants; the aliases to keep alive."""
+def _multiplied_only(param: ov.Node) -> bool:
+    """Every consumer of the weight is a MatMul: the CPU plugin runs those on the caller's
+    bytes when the weight is an input, where a Constant is re-laid out in private memory."""
+    users = param.output(0).get_target_inputs()
+    return bool(users) and all(u.get_node().get_type_name() == "MatMul" for u in users)
+
+
+def _serve_from_map(param: ov.Node, shape: tuple[int, ...]) -> None:
+    """Keep the weight a graph input of unknown dims, reshaped to its own static shape: a
+    static input is given a buffer of its size at compile, an unknown one is not."""
+    users = list(param.output(0).get_target_inputs())
+    target = ov.op.Constant(np.array(shape, dtype=np.int64))
+    static = ov.opset13.reshape(param.output(0), target, special_zero=False)
+    for user in users:
+        user.replace_source_output(static.output(0))
+    param.set_partial_shape(ov.PartialShape([-1] * len(shape)))
+
+
+def _bind_weights(model: ov.Model, arrays: dict[str, np.ndarray],
+                  served: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Replace the weight Parameters by shared-memory Constants, except MatMul weights,
+    which go into `served` to be set on each request; the aliases to keep alive."""
     keep = []
     for param in list(model.get_parameters()):
         name = param.get_friendly_name()
@@ -51,6 +76,10 @@ def _bind_weights(model: ov.Model, arrays: dict[str, np.ndarray]) -> list[np.nda
             continue
         alias = writable_alias(np.ascontiguousarray(arrays[name]))
         keep.append(alias)
+        if _multiplied_only(param):
+            _serve_from_map(param, alias.shape)
+            served[name] = alias
+            continue
         const = ov.op.Constant(alias, shared_memory=True)
         const.set_friendly_name(name)
         param.output(0).replace(const.output(0))
@@ -70,7 +99,8 @@ class OpenVinoRunner:
         self.summary = result.summary
         self.arrays = result.inputs_bound
         model = core().read_model(result.model.SerializeToString())
-        self._keep = _bind_weights(model, self.arrays)
+        self.served: dict[str, np.ndarray] = {}
+        self._keep = _bind_weights(model, self.arrays, self.served)
         self.model = model
         config: dict[str, str] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
         if precision == "exact":
@@ -86,13 +116,15 @@ class OpenVinoRunner:
         wanted = {n.source_name for n in graph.inputs()}
         # a port may carry several names (OpenVINO merges those of folded nodes)
         self._inputs = [next(n for n in sorted(i.get_names()) if n in wanted)
-                        for i in self.compiled.inputs]
+                        for i in self.compiled.inputs if not i.get_names().isdisjoint(wanted)]
         self._local = threading.local()
 
     def _request(self) -> ov.InferRequest:
         request = getattr(self._local, "request", None)
         if request is None:
             request = self._local.request = self.compiled.create_infer_request()
+            for name, array in self.served.items():
+                request.set_tensor(name, ov.Tensor(array, shared_memory=True))
         return request
 
     def run(self, feeds: dict[str, np.ndarray], outputs: Sequence[str]) -> list[np.ndarray]:
