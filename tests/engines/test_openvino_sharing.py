@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 import rlx
+from rlx.artifact import RlxFile, write_rlx
 from rlx.engines.mapping import FileRegions, address_of
+from rlx.ir import DType, Graph, Shape
 from tests.engines.conftest import feeds, require, write_mlp
 
 BIG = {"k": 1024, "hidden": 4096, "n": 1024}  # 16 MiB + 16 MiB of f32 MatMul weights
@@ -85,3 +87,23 @@ def test_two_workers_each_grow_by_a_fixed_cost_not_by_the_weights(tmp_path):
     for low, high in zip(sizes[4096], sizes[16384], strict=True):
         slope = (high["growth"] - low["growth"]) / (high["weights"] - low["weights"])
         assert slope < 0.05, (low, high)
+
+
+def test_a_weight_on_either_side_or_shared_by_two_products_is_served(tmp_path):
+    """The rule is "every consumer is a MatMul", whichever operand the weight is."""
+    require("openvino")
+    rng = np.random.default_rng(3)
+    left = rng.standard_normal((256, 64)).astype(np.float32)  # left @ x
+    tied = rng.standard_normal((32, 32)).astype(np.float32)  # y @ tied, twice
+    g = Graph("sides")
+    x = g.input("x", Shape((64, 32), DType.F32))
+    t = g.constant(tied)
+    y = g.matmul(g.matmul(g.constant(left), x), t)
+    g.set_outputs([g.matmul(y, t)])
+    path = tmp_path / "sides.rlx"
+    write_rlx(path, RlxFile.from_baked(g, []))
+    model = rlx.load(path, engine="openvino")
+    assert sorted(a.shape for a in model.runner.served.values()) == [(32, 32), (256, 64)]
+    xv = rng.standard_normal((64, 32)).astype(np.float32)
+    want = left.astype(np.float64) @ xv @ tied @ tied
+    np.testing.assert_allclose(model.run({"x": xv})[0], want, rtol=1e-4, atol=1e-3)
