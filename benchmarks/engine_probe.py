@@ -21,7 +21,6 @@ ov:f32 and ov:default (plain OpenVINO on the .onnx file, f32 hint / its default)
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
@@ -59,11 +58,9 @@ def _build(runner: str, args: dict):
     threads = args["threads"]
     if runner.startswith("rlx:"):
         _, engine, precision = runner.split(":")
+        prepack = "mapped"
         if engine == "onnxruntime-off":
-            os.environ["RLX_ORT_PREPACK"] = "off"
-            engine = "onnxruntime"
-        else:
-            os.environ.pop("RLX_ORT_PREPACK", None)
+            prepack, engine = "off", "onnxruntime"
         import importlib
 
         import rlx
@@ -75,7 +72,7 @@ def _build(runner: str, args: dict):
         before = _anon()
         example = _feeds(args["feeds"]) if args.get("example") else None
         model = rlx.load(args["rlx"], engine=engine, precision=precision, threads=threads,
-                         cache_dir=args["cache"], example=example)
+                         cache_dir=args["cache"], example=example, prepack=prepack)
         return (lambda feeds: model.run(feeds)), before, {"engine": model.engine,
                                                           "precision": model.precision}
     if runner in ("ort", "ort:nospin"):

@@ -160,14 +160,16 @@ def test_auto_says_it_measures_how_long_and_what_it_chose_on_a_terminal(tmp_path
 
 
 def test_key_follows_the_artifact_and_options(tmp_path):
-    a = write_mlp(tmp_path / "a.rlx", seed=0).path
-    b = write_mlp(tmp_path / "b.rlx", seed=1).path
+    from rlx.artifact.open import open_artifact
+
+    a = open_artifact(write_mlp(tmp_path / "a.rlx", seed=0).path).origin.key
+    b = open_artifact(write_mlp(tmp_path / "b.rlx", seed=1).path).origin.key
     engines = registry.available_engines()
-    key = auto.cache_key(str(a), engines, None, "exact")
-    assert key != auto.cache_key(str(b), engines, None, "exact")
-    assert key != auto.cache_key(str(a), engines, 2, "exact")
-    assert key != auto.cache_key(str(a), engines, None, "fast")
-    assert key == auto.cache_key(str(a), engines, None, "exact")
+    key = auto.cache_key(a, engines, None, "exact")
+    assert key != auto.cache_key(b, engines, None, "exact")
+    assert key != auto.cache_key(a, engines, 2, "exact")
+    assert key != auto.cache_key(a, engines, None, "fast")
+    assert key == auto.cache_key(a, engines, None, "exact")
 
 
 def test_exact_never_picks_bf16(tmp_path, monkeypatch):
@@ -233,17 +235,19 @@ def test_warm_onnxruntime_load_does_not_import_onnx(tmp_path):
     assert out == ["onnxruntime", "False"]
 
 
-def test_a_signature_beside_the_file_is_part_of_the_cache_key(tmp_path):
+def test_a_checked_signature_is_part_of_the_cache_key(tmp_path):
     """The artifact checksum is xxhash; a look-alike with the same checksum must not share
-    cache entries (auto's choice, onnxruntime's saved model) with the signed file."""
+    cache entries (auto's choice, onnxruntime's saved model) with the signed file: a load
+    that checked a signature keys them by the signed statement's SHA-256 too."""
+    from rlx.artifact.open import open_artifact
     from rlx.artifact.signing import generate_keypair, sign_artifact
-    from rlx.engines.fingerprint import artifact_checksum
 
     mlp = write_mlp(tmp_path / "mlp.rlx")
-    unsigned = artifact_checksum(str(mlp.path))
-    sign_artifact(mlp.path, generate_keypair())
-    signed = artifact_checksum(str(mlp.path))
-    assert signed != unsigned and signed.startswith(unsigned)
+    unsigned = open_artifact(mlp.path).origin.key
+    key = generate_keypair()
+    sign_artifact(mlp.path, key)
+    signed = open_artifact(mlp.path, trusted_keys=[key.public_key()]).origin.key
+    assert signed != unsigned and signed.startswith(unsigned + "+sig:")
 
 
 def test_feeds_that_fail_everywhere_take_the_preferred_engine_that_builds(tmp_path, monkeypatch):

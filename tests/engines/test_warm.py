@@ -92,7 +92,7 @@ def test_a_damaged_header_is_never_loaded_warm(tmp_path):
         rlx.load(mlp.path, engine="onnxruntime", cache_dir=cache)
 
 
-def test_no_warm_load_without_a_saved_copy_or_in_other_modes(tmp_path, monkeypatch):
+def test_no_warm_load_without_a_saved_copy_or_in_other_modes(tmp_path):
     require("onnxruntime")
     mlp = write_mlp(tmp_path / "mlp.rlx")
     args = {"threads": None, "precision": "exact", "cache_dir": tmp_path / "cache"}
@@ -101,8 +101,9 @@ def test_no_warm_load_without_a_saved_copy_or_in_other_modes(tmp_path, monkeypat
     assert warm.load_warm(str(mlp.path), "onnxruntime", **args) is not None
     assert warm.load_warm(str(mlp.path), "numpy", **args) is None
     assert warm.load_warm(str(mlp.path), "auto", **args) is None  # auto has not chosen
-    monkeypatch.setenv("RLX_ORT_PREPACK", "off")
-    assert warm.load_warm(str(mlp.path), "onnxruntime", **args) is None
+    # another prepack mode never takes the warm path: it has no saved copy to use
+    model = rlx.load(mlp.path, engine="onnxruntime", prepack="off", cache_dir=args["cache_dir"])
+    assert model.runner.prepack == "off" and model.runner.summary is not None
 
 
 def test_a_fifo_gives_no_warm_load_and_never_blocks(tmp_path):

@@ -1,7 +1,8 @@
 """Weights go to onnxruntime and OpenVINO without copies: the ONNX model onnxruntime loads
-points into the .rlx file at the offsets the artifact maps, or (prepacked, the default)
-into its saved prepacked copy, and either way onnxruntime's anonymous memory grows by far
-less than the weights; OpenVINO's Constants sit inside the map."""
+points into rlx's validated mapping of the .rlx file (an in-memory file, at the weights'
+offsets), or (prepacked, the default) into its saved prepacked copy, and either way
+onnxruntime's anonymous memory grows by far less than the weights; OpenVINO's Constants
+sit inside the map."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 import rlx
-from rlx.engines.mapping import FileRegions, address_of
+from rlx.engines.mapping import address_of
 from rlx.errors import EngineError
 from rlx.ir.ops.sources import Constant
 from tests.engines.conftest import require, write_mlp
@@ -27,11 +28,17 @@ def _weights(model) -> dict[int, np.ndarray]:
             if isinstance(n.op, Constant) and n.op.nbytes >= 1024}
 
 
-def test_onnxruntime_reads_the_weights_from_the_rlx_file(tmp_path, monkeypatch):
+def _in_mapping(model, array: np.ndarray) -> int | None:
+    """The offset of `array`'s bytes in the artifact's validated mapping, if there."""
+    base = np.frombuffer(model.file.origin.buffer, np.uint8)
+    offset = address_of(array) - address_of(base)
+    return offset if offset >= 0 and offset + array.nbytes <= base.nbytes else None
+
+
+def test_onnxruntime_reads_the_weights_from_the_rlx_mapping(tmp_path):
     require("onnxruntime")
-    monkeypatch.setenv("RLX_ORT_PREPACK", "off")
     mlp = write_mlp(tmp_path / "big.rlx", **BIG)
-    model = rlx.load(mlp.path, engine="onnxruntime")
+    model = rlx.load(mlp.path, engine="onnxruntime", prepack="off")
     runner = model.runner
     assert not runner.in_memory  # nothing handed over as a copy
     weights = _weights(model)
@@ -40,8 +47,7 @@ def test_onnxruntime_reads_the_weights_from_the_rlx_file(tmp_path, monkeypatch):
     mapped_bytes = {raw[off:off + length] for off, length in runner.mapped.values()}
     assert mapped_bytes == {w.tobytes() for w in weights.values()}
     # and the artifact's own arrays are views of the file's map at those offsets
-    regions = FileRegions(str(mlp.path))
-    assert {regions.offset(w) for w in weights.values()} == {
+    assert {_in_mapping(model, w) for w in weights.values()} == {
         off for off, _ in runner.mapped.values()}
     # onnxruntime computes on those very bytes: its initializers are the artifact's arrays
     assert {v.data_ptr() for v in runner.bound} == {address_of(w) for w in weights.values()}
@@ -53,25 +59,25 @@ def test_onnxruntime_reads_the_weights_from_the_rlx_file(tmp_path, monkeypatch):
 _RSS_PROBE = """
 import json, sys, numpy as np, rlx
 from rlx.engines.mapping import anon_rss_bytes
-small, big = sys.argv[1], sys.argv[2]
+small, big, prepack = sys.argv[1:4]
 x = {"x": np.ones((1, 1024), np.float32)}
-rlx.load(small, engine="onnxruntime").run(x)  # libraries and arenas warm
+rlx.load(small, engine="onnxruntime", prepack=prepack).run(x)  # libraries and arenas warm
 before = anon_rss_bytes()
-model = rlx.load(big, engine="onnxruntime")
+model = rlx.load(big, engine="onnxruntime", prepack=prepack)
 model.run(x)
 print(json.dumps({"growth": anon_rss_bytes() - before,
                   "weights": model.file.meta.constant_bytes}))
 """
 
 
-def _rss_growth(tmp_path, env_extra: dict[str, str]) -> tuple[int, int]:
+def _rss_growth(tmp_path, prepack: str) -> tuple[int, int]:
     import os
 
     write_mlp(tmp_path / "small.rlx", k=1024, hidden=8, n=8)
     write_mlp(tmp_path / "big.rlx", **BIG)
-    env = {**os.environ, **env_extra}
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     out = subprocess.run([sys.executable, "-c", _RSS_PROBE, str(tmp_path / "small.rlx"),
-                          str(tmp_path / "big.rlx")], capture_output=True, text=True,
+                          str(tmp_path / "big.rlx"), prepack], capture_output=True, text=True,
                          check=True, env=env).stdout
     data = json.loads(out.strip().splitlines()[-1])
     return data["growth"], data["weights"]
@@ -80,7 +86,7 @@ def _rss_growth(tmp_path, env_extra: dict[str, str]) -> tuple[int, int]:
 @pytest.mark.slow
 def test_onnxruntime_anonymous_memory_grows_by_far_less_than_the_weights(tmp_path):
     require("onnxruntime")
-    growth, weights = _rss_growth(tmp_path, {"RLX_ORT_PREPACK": "off"})
+    growth, weights = _rss_growth(tmp_path, "off")
     assert growth < 0.10 * weights, (growth, weights)
 
 
@@ -91,24 +97,21 @@ def test_mapped_prepacking_keeps_most_of_the_copy_off_the_heap(tmp_path):
     originals to the heap; on the real models the growth is 2-5% of the weights:
     docs/engines.md.)"""
     require("onnxruntime")
-    heap, weights = _rss_growth(tmp_path, {"RLX_ORT_PREPACK": "heap"})
+    heap, weights = _rss_growth(tmp_path, "heap")
     assert heap > 0.9 * weights, (heap, weights)  # the probe has teeth
-    env = {"RLX_ORT_PREPACK": "mapped", "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    _rss_growth(tmp_path, env)  # the first load saves the prepacked model
+    _rss_growth(tmp_path, "mapped")  # the first load saves the prepacked model
     assert list((tmp_path / "cache" / "rlx" / "onnxruntime").glob("*/model.data"))
-    mapped, _ = _rss_growth(tmp_path, env)
+    mapped, _ = _rss_growth(tmp_path, "mapped")
     assert mapped < 0.6 * heap, (mapped, heap)
 
 
-def test_prepacked_model_is_cached_and_runs_as_the_unpacked(tmp_path, monkeypatch):
+def test_prepacked_model_is_cached_and_runs_as_the_unpacked(tmp_path):
     """The saved prepacked model gives the same outputs as the artifact's own weights,
     is made once, and a damaged copy is rebuilt rather than trusted."""
     require("onnxruntime")
     mlp = write_mlp(tmp_path / "mlp.rlx")
     x = {"x": np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)}
-    monkeypatch.setenv("RLX_ORT_PREPACK", "off")
-    want = rlx.load(mlp.path, engine="onnxruntime").run(x)
-    monkeypatch.setenv("RLX_ORT_PREPACK", "mapped")
+    want = rlx.load(mlp.path, engine="onnxruntime", prepack="off").run(x)
     first = rlx.load(mlp.path, engine="onnxruntime", cache_dir=tmp_path / "c")
     assert first.runner.cached is not None and first.runner.summary is not None
     folder = first.runner.cached
@@ -122,40 +125,37 @@ def test_prepacked_model_is_cached_and_runs_as_the_unpacked(tmp_path, monkeypatc
     np.testing.assert_allclose(again.run(x)[0], want[0], rtol=1e-6, atol=1e-6)
 
 
-def test_encrypted_files_are_never_cached_on_disk(tmp_path, monkeypatch):
+def test_encrypted_files_are_never_cached_on_disk(tmp_path):
     require("onnxruntime")
     from rlx.artifact.crypto import encrypt_file
 
     mlp = write_mlp(tmp_path / "mlp.rlx")
     with open(tmp_path / "enc.rlx", "wb") as out:
         encrypt_file(mlp.path, out, "pw")
-    monkeypatch.setenv("RLX_ORT_PREPACK", "mapped")
     model = rlx.load(tmp_path / "enc.rlx", engine="onnxruntime", password="pw",
-                     cache_dir=tmp_path / "c")
+                     cache_dir=tmp_path / "c", prepack="mapped")
     assert model.runner.cached is None and model.runner.prepack == "off"
     assert not (tmp_path / "c").exists()
 
 
-def test_unknown_prepack_mode_is_refused(tmp_path, monkeypatch):
+def test_unknown_prepack_mode_is_refused(tmp_path):
     require("onnxruntime")
     mlp = write_mlp(tmp_path / "mlp.rlx")
-    monkeypatch.setenv("RLX_ORT_PREPACK", "sometimes")
-    with pytest.raises(EngineError, match="RLX_ORT_PREPACK='sometimes'"):
-        rlx.load(mlp.path, engine="onnxruntime")
+    with pytest.raises(EngineError, match="unknown prepack mode 'sometimes'"):
+        rlx.load(mlp.path, engine="onnxruntime", prepack="sometimes")
 
 
 def test_openvino_constants_are_the_mapped_bytes(tmp_path):
     require("openvino")
     mlp = write_mlp(tmp_path / "big.rlx", **BIG)
     model = rlx.load(mlp.path, engine="openvino")
-    regions = FileRegions(str(mlp.path))
     consts = [op for op in model.runner.model.get_ops() if op.get_type_name() == "Constant"
               and op.get_friendly_name() in model.runner.arrays]
     # MatMul weights are inputs set to the mapped bytes (test_openvino_sharing.py)
     assert len(consts) + len(model.runner.served) == len(_weights(model)) == 3
     for op in consts:
         data = op.get_data()
-        assert regions.contains(address_of(data)), op.get_friendly_name()
+        assert _in_mapping(model, data) is not None, op.get_friendly_name()
         np.testing.assert_array_equal(data, model.runner.arrays[op.get_friendly_name()])
 
 

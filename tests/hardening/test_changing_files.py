@@ -215,9 +215,9 @@ import hashlib, json, logging, subprocess, sys
 import numpy as np
 import rlx
 
-path, action, cache = sys.argv[1:4]
+path, action, cache, prepack = sys.argv[1:5]
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-model = rlx.load(path, engine="onnxruntime", cache_dir=cache)
+model = rlx.load(path, engine="onnxruntime", cache_dir=cache, prepack=prepack)
 x = {"x": np.random.default_rng(0).standard_normal((2, 256)).astype(np.float32)}
 def digest():
     return hashlib.sha256(b"".join(np.ascontiguousarray(o).tobytes()
@@ -237,17 +237,15 @@ def test_a_truncated_file_neither_kills_nor_changes_the_onnxruntime_engine(tmp_p
     cache, which a later load finds from the header alone): a `.rlx` truncated under it
     changes nothing it computes."""
     pytest.importorskip("onnxruntime")
-    import os
 
     from tests.engines.conftest import write_mlp
 
     path = write_mlp(tmp_path / "mlp.rlx", k=256, hidden=2048, n=256).path
-    env = {**os.environ, "RLX_ORT_PREPACK": prepack}
 
     def child(action: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-c", ENGINE_CHILD, str(path), action,
-                               str(tmp_path / "cache")], capture_output=True, text=True,
-                              cwd=ROOT, env=env, timeout=600)
+                               str(tmp_path / "cache"), prepack], capture_output=True,
+                              text=True, cwd=ROOT, timeout=600)
 
     want = json.loads(child("none").stdout)["after"]
     result = child("truncate")

@@ -395,9 +395,28 @@ def decrypt_file(path: str | os.PathLike, password: str | bytes, *,
 
 
 def decrypt_bytes(data: bytes | bytearray | memoryview, password: str | bytes, *,
-                  limits: KdfLimits = KdfLimits()) -> bytearray:
-    """`decrypt_file` for data already in memory."""
-    where = "encrypted bytes"
-    src = io.BytesIO(data)
-    header = _parse_header(src.read(HEADER_SIZE), len(data), limits, where)
-    return _decrypt_stream(src, header, password, where)
+                  limits: KdfLimits = KdfLimits(), where: str = "encrypted bytes") -> bytearray:
+    """`decrypt_file` for data already in memory (a validated mapping: read in place, not
+    copied first)."""
+    src = _ViewReader(memoryview(data).cast("B"))
+    header = _parse_header(src.read(HEADER_SIZE), len(src.view), limits, where)
+    return _decrypt_stream(src, header, password, where)  # type: ignore[arg-type]
+
+
+class _ViewReader:
+    """`read` / `readinto` over a memoryview, for the chunk reader (io.BytesIO would copy
+    the whole ciphertext first)."""
+
+    def __init__(self, view: memoryview):
+        self.view, self.at = view, 0
+
+    def read(self, size: int) -> bytes:
+        out = bytes(self.view[self.at:self.at + size])
+        self.at += len(out)
+        return out
+
+    def readinto(self, buf: memoryview) -> int:
+        size = min(len(buf), len(self.view) - self.at)
+        buf[:size] = self.view[self.at:self.at + size]
+        self.at += size
+        return size

@@ -31,7 +31,8 @@ from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.shape import Dim, Shape
 from rlx.record import dataclass
 
-__all__ = ["LAYOUTS", "RlxIo", "RlxWeight", "RlxMeta", "RlxFile", "needs_materialize",
+__all__ = ["LAYOUTS", "ArtifactOrigin", "io_of", "RlxIo", "RlxWeight", "RlxMeta", "RlxFile",
+           "needs_materialize",
            "materialize_weights", "drop_weight_table_data", "ensure_runtime_ready",
            "into_runtime_graph", "relayout", "apply_memory_mode"]
 
@@ -43,6 +44,20 @@ class RlxIo:
     name: str
     shape: tuple[Dim, ...]
     dtype: str
+
+
+@dataclass(frozen=True)
+class ArtifactOrigin:
+    """Where a file read from disk came from, as validated (docs/DESIGN 2b: check what
+    you use, use what you checked): `buffer`, the bytes that were checksummed (and
+    signature-checked) and that the weights are views into, None when they are no single
+    mapping (decrypted plaintext, a dir package); `key`, the content those bytes hold,
+    which engine caches are keyed by; `encrypted`, whether the file on disk is (nothing of
+    it may then be cached in plaintext)."""
+
+    buffer: memoryview | None
+    key: str
+    encrypted: bool = False
 
 
 @dataclass
@@ -82,6 +97,7 @@ class RlxFile:
     graph: Graph
     weights: list[RlxWeight] = field(default_factory=list)
     integrity_check: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+    origin: ArtifactOrigin | None = field(default=None, repr=False, compare=False)
 
     def check_integrity(self) -> None:
         check, self.integrity_check = self.integrity_check, None
@@ -95,8 +111,9 @@ class RlxFile:
     @classmethod
     def from_baked(cls, graph: Graph, weights: Sequence[RlxWeight], **counters) -> RlxFile:
         """Build meta (I/O lists, counters) around a baked graph and its table."""
-        inputs = [_io(n.op.name, n.tensor_shape) for n in graph.nodes() if isinstance(n.op, Input)]
-        outputs = [_io(graph.node(o).name or f"out{o}", graph.node(o).tensor_shape)
+        inputs = [io_of(n.op.name, n.tensor_shape) for n in graph.nodes()
+                  if isinstance(n.op, Input)]
+        outputs = [io_of(graph.node(o).name or f"out{o}", graph.node(o).tensor_shape)
                    for o in graph.outputs]
         remaining = sorted({n.op.name for n in graph.nodes() if isinstance(n.op, Param)})
         meta = RlxMeta(graph.name, inputs, outputs, remaining, **counters)
@@ -215,5 +232,6 @@ relayout = RlxFile.relayout
 apply_memory_mode = RlxFile.apply_memory_mode
 
 
-def _io(name: str, shape: Shape) -> RlxIo:
+def io_of(name: str, shape: Shape) -> RlxIo:
+    """The meta entry of an input or output of `shape`."""
     return RlxIo(name, shape.dims, shape.dtype.value)

@@ -1,21 +1,25 @@
 """`open_artifact`: one entry point for every artifact rlx writes, chosen by its magic.
 
-`RLXBAKE1` (plain `.rlx`) and `RLXENC01` (encrypted `.rlx`) go to `read_rlx`; `RLXPFLAT`,
+`RLXBAKE1` (plain `.rlx`) and `RLXENC01` (encrypted `.rlx`) go to `read_mapped_rlx`; `RLXPFLAT`,
 a zip holding `rlx.json` and a folder holding `rlx.json` (the three `.rlxp` containers) go to
 `read_rlxp`. The extension is never trusted: a renamed file opens as what it is.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 
 from rlx.artifact.layout import ENCRYPTED_MAGIC, MAGIC
 from rlx.artifact.model import RlxFile
-from rlx.artifact.reader import read_rlx
+from rlx.artifact.reader import read_mapped_rlx
 from rlx.artifact.sniff import foreign_hint
 from rlx.errors import ArtifactError
 from rlx.safeio.files import open_regular
+from rlx.safeio.mapping import map_with_file
+
+FLAT_MAGIC = b"RLXPFLAT"  # rlx.artifact.rlxp.layout's, without importing the package reader
 
 __all__ = ["open_artifact", "artifact_kind"]
 
@@ -47,9 +51,7 @@ def artifact_kind(path: str | os.PathLike) -> str:
         return "rlxp"
     if os.path.isdir(path):
         raise ArtifactError(f"{path} is a folder without rlx.json, not an .rlxp package")
-    raise ArtifactError(f"{path} is not an rlx artifact: bad magic {head[:8]!r} (expected "
-                        f"RLXBAKE1, RLXENC01, RLXPFLAT or an .rlxp zip/folder)"
-                        f"{foreign_hint(head, str(path))}")
+    raise _not_an_artifact(head, path)
 
 
 def open_artifact(path: str | os.PathLike, password: str | bytes | None = None, *,
@@ -60,22 +62,70 @@ def open_artifact(path: str | os.PathLike, password: str | bytes | None = None, 
     With `trusted_keys` (Ed25519 public keys: key objects, PEM bytes or PEM files) the
     artifact must carry a valid signature by one of them (`signature`, default beside it:
     `rlx.artifact.signing.signature_path`), checked before the artifact is parsed or
-    decrypted; otherwise `SignatureError`. Without, nothing about signatures is looked at."""
+    decrypted; otherwise `SignatureError`. Without, nothing about signatures is looked at.
+
+    A file is opened once and mapped once (`rlx.safeio.map_with_file`); the signature is
+    checked over, and the reader validates, those mapped bytes, which are the ones the
+    returned file's weights view (`RlxFile.origin`): a rename, swap or move of the path
+    at any moment changes nothing of what was checked or what runs."""
+    source = os.fspath(path)
+    if os.path.isdir(source):
+        return _open_folder(source, password, verify, trusted_keys, signature)
+    try:
+        with map_with_file(source, ArtifactError) as (mapped, f):
+            view = memoryview(mapped.buffer)
+            signed = None
+            if trusted_keys is not None:
+                from rlx.artifact.signing import verify_signature_of
+
+                signed = verify_signature_of(source, view, trusted_keys, signature=signature)
+            head = bytes(view[:16])
+            if head[:8] in (MAGIC, ENCRYPTED_MAGIC):
+                file = read_mapped_rlx(view, source, password=password, verify=verify,
+                                       kdf_limits=kdf_limits)
+            elif head[:8] == FLAT_MAGIC or head[:4] == b"PK\x03\x04":
+                file = _mapped_package(view, f, source, password, verify)
+            else:
+                raise _not_an_artifact(head, source)
+    except OSError as err:
+        raise ArtifactError(f"cannot read {source}: {err.strerror or err}") from None
+    if signed is not None and file.origin is not None:
+        file.origin = dataclasses.replace(file.origin,
+                                          key=f"{file.origin.key}+sig:{signed.digest}")
+    return file
+
+
+def _mapped_package(view: memoryview, f, source: str, password, verify: str) -> RlxFile:
+    if password is not None:
+        raise ArtifactError(f"{source} is an .rlxp package, which is never encrypted; "
+                            "open it without a password")
+    from rlx.artifact.rlxp.read import read_mapped_rlxp
+
+    return read_mapped_rlxp(view, f, source, verify=verify).file
+
+
+def _open_folder(source: str, password, verify: str, trusted_keys, signature) -> RlxFile:
+    """A dir package: its members are files of their own, each checked as it is read."""
     signed = None
     if trusted_keys is not None:
         from rlx.artifact.signing import verify_signature
 
-        signed = verify_signature(path, trusted_keys, signature=signature)
-    kind = artifact_kind(path)
-    if kind == "rlxp":
-        if password is not None:
-            raise ArtifactError(f"{path} is an .rlxp package, which is never encrypted; "
-                                "open it without a password")
-        from rlx.artifact.rlxp.read import read_rlxp
+        signed = verify_signature(source, trusted_keys, signature=signature)
+    kind = artifact_kind(source)
+    if kind != "rlxp":
+        raise ArtifactError(f"{source} is a folder without rlx.json, not an .rlxp package")
+    if password is not None:
+        raise ArtifactError(f"{source} is an .rlxp package, which is never encrypted; "
+                            "open it without a password")
+    from rlx.artifact.rlxp.read import read_rlxp
 
-        file = read_rlxp(path, verify=verify)
-    else:
-        file = read_rlx(path, password=password, verify=verify, kdf_limits=kdf_limits)
+    file = read_rlxp(source, verify=verify)
     if signed is not None:
-        signed.check_unchanged()  # the bytes read are the bytes verified
+        signed.check_unchanged()  # the members read are the members verified
     return file
+
+
+def _not_an_artifact(head: bytes, source: str) -> ArtifactError:
+    return ArtifactError(f"{source} is not an rlx artifact: bad magic {head[:8]!r} (expected "
+                         f"RLXBAKE1, RLXENC01, RLXPFLAT or an .rlxp zip/folder)"
+                         f"{foreign_hint(head, source)}")

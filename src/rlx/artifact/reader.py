@@ -9,7 +9,6 @@ memory map (or into the decrypted buffer of an encrypted file).
 from __future__ import annotations
 
 import dataclasses
-import mmap
 import os
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -19,7 +18,7 @@ import numpy as np
 from rlx.artifact.header import io_fields, read_header
 from rlx.artifact.layout import ALIGN, ENCRYPTED_MAGIC, PREAMBLE, align, checksum
 from rlx.artifact.memory import MemoryMode
-from rlx.artifact.model import RlxFile, RlxIo, RlxMeta, RlxWeight
+from rlx.artifact.model import ArtifactOrigin, RlxFile, RlxIo, RlxMeta, RlxWeight, io_of
 from rlx.codecs import encoded_nbytes
 from rlx.errors import ArtifactError, EncryptedFileError, IntegrityError, RlxError
 from rlx.ir.dtype import DType
@@ -39,11 +38,25 @@ def read_rlx(path: str | os.PathLike, *, password: str | bytes | None = None,
     """Open a `.rlx` file (plain: mapped under a read lease, or read if small or unleasable,
     see `rlx.safeio.mapping`; encrypted: decrypted chunk by chunk)."""
     source = os.fspath(path)
-    buffer: bytearray | bytes | mmap.mmap
     try:
         mapped = map_file(source, ArtifactError)
-        head = bytes(mapped.buffer[:len(ENCRYPTED_MAGIC)])
-        if head == ENCRYPTED_MAGIC:
+    except RlxError as err:
+        error = err
+    else:
+        return read_mapped_rlx(memoryview(mapped.buffer), source, password=password,
+                               verify=verify, kdf_limits=kdf_limits)
+    raise detached(error)
+
+
+def read_mapped_rlx(view: memoryview, source: str, *, password: str | bytes | None = None,
+                    verify: str = "lazy", kdf_limits=None) -> RlxFile:
+    """`read_rlx` of a file's bytes as mapped once (`open_artifact`: the bytes a signature
+    was checked over); the file gets its `origin`, which engines take the weights from."""
+    buffer: bytearray | memoryview
+    try:
+        head = bytes(view[:len(ENCRYPTED_MAGIC)])
+        encrypted = head == ENCRYPTED_MAGIC
+        if encrypted:
             if password is None:
                 raise EncryptedFileError(
                     f"{source} is encrypted; pass a password (read_rlx(password=...), "
@@ -51,18 +64,21 @@ def read_rlx(path: str | os.PathLike, *, password: str | bytes | None = None,
             from rlx.artifact import crypto
 
             limits = {"limits": kdf_limits} if kdf_limits is not None else {}
-            try:
-                buffer = crypto.decrypt_file(source, password, **limits)
-            except OSError as err:
-                raise ArtifactError(f"cannot read {source}: {err.strerror or err}") from None
+            buffer = crypto.decrypt_bytes(view, password, where=source, **limits)
         elif len(head) < len(ENCRYPTED_MAGIC):
             raise ArtifactError(f"{source}: too short to be an .rlx file ({len(head)} bytes)")
         else:
-            buffer = mapped.buffer
-        return parse_rlx(buffer, verify=verify, source=source)
+            buffer = view
+        file = parse_rlx(buffer, verify=verify, source=source)
+        digest = bytes(memoryview(buffer)[_DIGEST]).hex()
+        file.origin = ArtifactOrigin(None if encrypted else view, f"rlx:{digest}", encrypted)
+        return file
     except RlxError as err:
         error = err
     raise detached(error)
+
+
+_DIGEST = slice(24, 40)  # the header's checksum in the preamble: it covers every blob's
 
 
 def parse_rlx(buffer, *, verify: str = "lazy", source: str = "<buffer>") -> RlxFile:
@@ -104,6 +120,7 @@ class _Reader:
         if unused:
             self.fail(f"blob {unused[0]} is not referenced by any constant or weight")
         file = RlxFile(self._meta(header.get("meta")), graph, weights)
+        check_declared_io(file.meta, graph, self.fail, "inputs" in header["meta"])
         if verify == "full":
             self.check_blobs()
         elif verify == "lazy":
@@ -267,6 +284,27 @@ def weight_rows(rows: Any, graph: Graph, take: Callable[[dict, int, str], np.nda
     return out
 
 
+def check_declared_io(meta: RlxMeta, graph: Graph, fail: Callable[[str], NoReturn],
+                      declared: bool = True) -> None:
+    """The inputs and outputs the header's meta declares must be the graph's (names, dims,
+    dtypes, order): a load that reads only the header (`rlx.engines.warm`) must see the
+    model the full load sees. A header that declares none (`declared` False), or a file
+    with no graph (a weight-only package), has nothing to disagree with."""
+    if not declared or not len(graph):
+        return
+    for kind, graph_io in (
+            ("inputs", [io_of(n.source_name, n.tensor_shape) for n in graph.inputs()]),
+            ("outputs", [io_of(graph.node(o).name or f"out{o}", graph.node(o).tensor_shape)
+                         for o in graph.outputs])):
+        said = getattr(meta, kind)
+        if said != graph_io:
+            first = next((f"{a.name} {list(a.shape)} {a.dtype} where the graph has "
+                          f"{b.name} {list(b.shape)} {b.dtype}"
+                          for a, b in zip(said, graph_io) if a != b),
+                         f"{len(said)} where the graph has {len(graph_io)}")
+            fail(f"meta.{kind} disagree with the graph: {first}")
+
+
 def checked_graph(body: Any, decode: Callable[[Any, Shape], np.ndarray],
                   fail: Callable[[str], NoReturn]) -> Graph:
     """The verified graph of a header's `graph` body; every way it can be malformed goes to
@@ -283,5 +321,6 @@ def checked_graph(body: Any, decode: Callable[[Any, Shape], np.ndarray],
     return graph
 
 
-__all__ = ["VERIFY_MODES", "checked_graph", "parse_rlx", "read_rlx", "text_field", "weight_rows"]
+__all__ = ["VERIFY_MODES", "check_declared_io", "checked_graph", "parse_rlx", "read_mapped_rlx",
+           "read_rlx", "text_field", "weight_rows"]
 

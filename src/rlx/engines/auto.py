@@ -17,11 +17,15 @@ is chosen; medians within `TIE` of the fastest are a tie, won by the earliest in
 that it is measuring, for how long at most, and what it chose.
 
 The choice is cached in
-`<cache_dir>/engines.json` under a key made of the artifact's checksum, the machine (CPU
+`<cache_dir>/engines.json` under a key made of the artifact's validated content
+(`RlxFile.origin.key`: never read again from the path), the machine (CPU
 model, core count, architecture), the engines' versions, rlx's version, threads and
 precision (an engine's version: its package's install path and time); a later load builds
-only the chosen engine. onnxruntime keeps its own prepacked copy of the model in the same
-folder (`onnxruntime_engine`), so a warm load of it neither exports nor imports onnx.
+only the chosen engine. The cache file is read within bounds (size, nesting) and an entry
+is used only when its fields have their types and name an installed engine: anything else
+is a miss, measured again and overwritten (logged). onnxruntime keeps its own prepacked
+copy of the model in the same folder (`onnxruntime_engine`), so a warm load of it neither
+exports nor imports onnx.
 
 `auto` never changes numerics beyond the requested precision: with "exact" every
 candidate runs exact (OpenVINO with f32 inference precision); only precision="fast" lets
@@ -45,14 +49,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlx.engines.fingerprint import artifact_checksum, default_cache_dir, machine_id
+from rlx.engines.fingerprint import default_cache_dir, machine_id
 from rlx.engines.registry import (
     available_engines,
     engine_fingerprints,
     engine_module,
     engine_versions,
 )
+from rlx.errors import RlxError
 from rlx.logs import Logger
+from rlx.safeio import JsonLimits, load_json, read_regular
 from rlx.version import __version__
 
 if TYPE_CHECKING:  # a warm load (rlx.engines.warm) imports no graph IR
@@ -74,12 +80,21 @@ PREFERENCE = ("onnxruntime", "openvino", "numpy")
 _CACHE_FILE = "engines.json"
 
 
-def cache_key(path: str, engines: list[str], threads: int | None, precision: str) -> str:
+def cache_key(content: str, engines: list[str], threads: int | None, precision: str) -> str:
+    """The engines.json key of a file's validated `content` (`RlxFile.origin.key`)."""
     machine = machine_id()
     versions = ",".join(f"{k}={v}" for k, v in sorted(engine_fingerprints(engines).items()))
-    parts = [artifact_checksum(path), os.path.basename(path), machine, versions,
-             f"rlx={__version__}", f"threads={threads}", precision]
+    parts = [content, machine, versions, f"rlx={__version__}", f"threads={threads}",
+             precision]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
+_MAX_CACHE_BYTES = 16 << 20  # thousands of entries; a larger file is not ours
+_ENTRY_TYPES = {"engine": str, "how": str, "measured_ms": dict, "failed": dict}
+
+
+class _Unreadable(RlxError):
+    """engines.json cannot be read as rlx writes it (never seen by callers)."""
 
 
 class _Cache:
@@ -88,15 +103,32 @@ class _Cache:
         self.file = folder / _CACHE_FILE
 
     def read(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.file.read_text())
-        except (OSError, ValueError):
+        """The entries, or {} when the file is missing, unreadable or not rlx's (logged)."""
+        if not os.path.lexists(self.file):
             return {}
-        return data if isinstance(data, dict) else {}
+        try:
+            data = load_json(read_regular(self.file, _Unreadable, limit=_MAX_CACHE_BYTES),
+                             _Unreadable, str(self.file), JsonLimits(max_depth=8))
+        except RlxError as err:
+            log.warning("auto: ignoring the engine cache: %s", err)
+            return {}
+        if not isinstance(data, dict):
+            log.warning("auto: ignoring the engine cache %s: not an object", self.file)
+            return {}
+        return data
 
-    def get(self, key: str) -> dict[str, Any] | None:
+    def get(self, key: str, engines: list[str]) -> dict[str, Any] | None:
+        """The entry under `key` when it is whole and names one of `engines`."""
         entry = self.read().get(key)
-        return entry if isinstance(entry, dict) else None
+        if entry is None:
+            return None
+        if not isinstance(entry, dict) or entry.get("engine") not in engines or any(
+                k in entry and not isinstance(entry[k], kind) for k, kind in _ENTRY_TYPES.items())\
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                           for v in entry.get("measured_ms", {}).values()):
+            log.warning("auto: the engine cache's entry %s is damaged; measuring again", key)
+            return None
+        return entry
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
         """Write atomically (temporary file + rename); a cache that cannot be written is
@@ -172,41 +204,41 @@ def _tell(msg: str, *args: Any) -> None:
 
 
 def _build(name: str, file: RlxFile, graph: Graph, path: str, threads: int | None,
-           precision: str, cache_dir: str | os.PathLike | None):
+           precision: str, cache_dir: str | os.PathLike | None, prepack: str):
     return engine_module(name).build(file, graph, path, threads=threads, precision=precision,
-                                     cache_dir=cache_dir)
+                                     cache_dir=cache_dir, prepack=prepack)
 
 
-def _lookup(path: str, threads: int | None, precision: str,
-            cache_dir: str | os.PathLike | None) -> tuple[_Cache, str, list[str], dict | None]:
-    """(cache, key, installed engines, the entry of an installed engine or None): the key
-    is computed once (for an encrypted file its checksum hashes every byte)."""
+def cached_choice(content: str, *, threads: int | None, precision: str,
+                  cache_dir: str | os.PathLike | None = None) -> dict[str, Any] | None:
+    """The cache entry of auto's choice for the validated `content` (`RlxFile.origin.key`),
+    machine, threads and precision (its "engine" one that is installed), or None when it
+    has not chosen or the entry is damaged."""
     engines = available_engines()
     cache = _Cache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
-    key = cache_key(path, engines, threads, precision)
-    entry = cache.get(key)
-    return cache, key, engines, (entry if entry is not None and entry.get("engine") in engines
-                                 else None)
-
-
-def cached_choice(path: str, *, threads: int | None, precision: str,
-                  cache_dir: str | os.PathLike | None = None) -> dict[str, Any] | None:
-    """The cache entry of auto's choice for this file, machine, threads and precision (its
-    "engine" one that is installed), or None when it has not chosen."""
-    return _lookup(path, threads, precision, cache_dir)[3]
+    return cache.get(cache_key(content, engines, threads, precision), engines)
 
 
 def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, precision: str,
            cache_dir: str | os.PathLike | None = None,
-           example: Mapping[str, np.ndarray] | None = None):
-    """The runner of the engine auto picks (measuring and caching on a cold cache)."""
-    cache, key, engines, entry = _lookup(path, threads, precision, cache_dir)
+           example: Mapping[str, np.ndarray] | None = None, prepack: str = "mapped"):
+    """The runner of the engine auto picks (measuring and caching on a cold cache; a file
+    with no validated content key, made in memory, is measured and not cached)."""
+    engines = available_engines()
+    cache = _Cache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
+    key = cache_key(file.origin.key, engines, threads, precision) \
+        if file.origin is not None else None
+    entry = cache.get(key, engines) if key is not None else None
+
+    def build(name: str):
+        return _build(name, file, graph, path, threads, precision, cache_dir, prepack)
+
     if entry is not None:
         log.info("auto: %s from the cache (%s)", entry["engine"],
                  _fmt(entry.get("measured_ms", {})))
         for name, why in (entry.get("failed") or {}).items():
             log.warning("auto: %s cannot take %s (cached): %s", name, path, why)
-        return _build(entry["engine"], file, graph, path, threads, precision, cache_dir)
+        return build(entry["engine"])
     feeds = dict(example) if example is not None else example_feeds(graph)
     from rlx.runtime.feeds import check_feeds
 
@@ -222,8 +254,7 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
     for name in engines:
         try:
             t = time.perf_counter()
-            runner = built[name] = _build(name, file, graph, path, threads, precision,
-                                          cache_dir)
+            runner = built[name] = build(name)
             runner.run(dict(feeds), outputs)  # warm-up: first-run allocations, lazy compiles
             runners[name] = runner
             warmed[name] = time.perf_counter() - t
@@ -242,12 +273,12 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
         pick, how = _fastest(measured), "fastest"
     _tell("auto: chose %s, %s (%s), in %.1f s", pick, how, _fmt(measured),
           time.perf_counter() - began)
-    runner = built.get(pick) or _build(pick, file, graph, path, threads, precision,
-                                         cache_dir)
-    cache.put(key, {"engine": pick, "how": how, "measured_ms": measured, "failed": failed,
-                    "versions": engine_versions(engines),
-                    "path": os.path.abspath(path), "precision": precision,
-                    "threads": threads})
+    runner = built.get(pick) or build(pick)
+    if key is not None:
+        cache.put(key, {"engine": pick, "how": how, "measured_ms": measured,
+                        "failed": failed, "versions": engine_versions(engines),
+                        "path": os.path.abspath(path), "precision": precision,
+                        "threads": threads})
     return runner
 
 

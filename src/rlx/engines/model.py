@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import numpy as np
 
 from rlx.engines.calls import RunArgument, RunArguments
-from rlx.engines.registry import WARM_ENGINES, check_engine, check_precision, engine_module
+from rlx.engines.registry import (
+    WARM_ENGINES,
+    check_engine,
+    check_precision,
+    check_prepack,
+    engine_module,
+)
 from rlx.errors import InputError
 from rlx.ir.shape import Dim, Shape
 from rlx.logs import Logger
@@ -177,23 +183,24 @@ class Model:
 
 def build_runner(engine: str, file: RlxFile, graph: Graph, path: str | None, *,
                  threads: int | None, precision: str,
-                 cache_dir: str | os.PathLike | None = None) -> Runner:
+                 cache_dir: str | os.PathLike | None = None, prepack: str = "mapped") -> Runner:
     """One concrete engine's runner (EngineError when its runtime is not installed)."""
     return engine_module(engine).build(file, graph, path, threads=threads,
-                                       precision=precision, cache_dir=cache_dir)
+                                       precision=precision, cache_dir=cache_dir,
+                                       prepack=prepack)
 
 
 def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None = None,
          precision: str = "exact", password: str | bytes | None = None,
          cache_dir: str | os.PathLike | None = None,
          example: Mapping[str, Any] | None = None, trusted_keys: Iterable | None = None,
-         signature: str | os.PathLike | None = None) -> Model:
+         signature: str | os.PathLike | None = None, prepack: str = "mapped") -> Model:
     """Open a `.rlx` file or `.rlxp` package and prepare it on `engine`.
 
     `engine`: "auto" (the fastest installed engine for this model and machine, measured
     once and cached in `cache_dir`, default `$XDG_CACHE_HOME/rlx` or `~/.cache/rlx`),
     "numpy", "onnxruntime" (which keeps its prepacked copy of a plain file's model in
-    `cache_dir`: RLX_ORT_PREPACK, docs/engines.md) or "openvino". `threads`: intra-op
+    `cache_dir`, see `prepack`) or "openvino". `threads`: intra-op
     threads (None: the engine's default). `precision`: "exact" computes in the graph's
     dtypes (f32); "fast" lets the engine use its faster default (OpenVINO: bf16 on
     AMX/AVX512-BF16 CPUs; the others have none, so fast equals exact there). `password`
@@ -203,15 +210,22 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     the file must carry a valid signature by one of them (`signature`, default the `.sig`
     file beside it), checked before it is parsed or decrypted, or `SignatureError` is
     raised (docs/format.md, "Signatures"). None (the default) checks no signature.
+    `prepack`: how onnxruntime prepacks weights (docs/engines.md): "mapped" (saved once
+    to `cache_dir`, then mapped from there), "heap" (onnxruntime's own copies) or "off".
+
+    The file is opened, checked and mapped once; every engine and cache gets its bytes
+    from that mapping, never from the path again (docs/reliability.md).
     """
     check_engine(engine)
     check_precision(precision)
+    check_prepack(prepack)
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InputError(f"threads must be a positive integer or None, got {threads!r}")
     source = os.fspath(path)
     # a signature to check needs the file; other engines never import the warm load (~15
     # ms: pathlib, hashlib)
-    if engine in WARM_ENGINES and trusted_keys is None and signature is None:
+    if engine in WARM_ENGINES and trusted_keys is None and signature is None \
+            and prepack == "mapped":
         from rlx.engines.warm import load_warm
 
         model = load_warm(source, engine, threads=threads, precision=precision,
@@ -230,10 +244,10 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
         from rlx.engines import auto
 
         runner = auto.choose(file, graph, source, threads=threads, precision=precision,
-                             cache_dir=cache_dir, example=example)
+                             cache_dir=cache_dir, example=example, prepack=prepack)
     else:
         runner = build_runner(engine, file, graph, source, threads=threads,
-                              precision=precision, cache_dir=cache_dir)
+                              precision=precision, cache_dir=cache_dir, prepack=prepack)
     log.info("%s: running on %s (%s precision)", source, runner.name, runner.precision)
     return Model(runner, graph.inputs(), graph_outputs(graph), name=graph.name, path=source,
                  file=file)

@@ -45,6 +45,7 @@ class NumpyRunner:
 
 
 def build(file: RlxFile, graph: Graph, path: str | None, *, threads: int | None,
-          precision: str, cache_dir: str | os.PathLike | None = None) -> NumpyRunner:
-    """`cache_dir` is unused: this engine keeps nothing on disk."""
+          precision: str, cache_dir: str | os.PathLike | None = None,
+          prepack: str = "mapped") -> NumpyRunner:
+    """`cache_dir` and `prepack` are unused: this engine keeps nothing on disk."""
     return NumpyRunner(graph, threads, precision)

@@ -1,24 +1,27 @@
-"""The onnxruntime engine: the graph's ONNX export, weights read from files, not copied.
+"""The onnxruntime engine: the graph's ONNX export, weights bound from rlx's own memory.
 
 Weights are handed over as they lie: each one is an `OrtValue` over the artifact's own
-array (`SessionOptions.add_initializer`), which onnxruntime uses in place, without a copy
-and without opening the file itself. The model's TensorProtos for them are external-data
-stubs naming the `.rlx` (onnxruntime checks that the location exists, then never reads it,
-since the added initializer overrides it). So the weights stay in rlx's memory map, under
-its read lease: a `.rlx` truncated or rewritten while loaded neither kills the process nor
-changes its results (docs/reliability.md, promise 9), in every prepack mode. Arrays with no
-file behind them (packed weights re-laid out for MatMulNBits) are bound the same way; with
-no file at all (`path` None) they go in through `add_external_initializers`, which
-onnxruntime 1.32 copies once.
+array (`SessionOptions.add_initializer`), which onnxruntime uses in place, without a copy.
+The model's TensorProtos for them are external-data stubs that name no file on disk: the
+validated mapping of the artifact (`RlxFile.origin`) is given to onnxruntime as an
+in-memory file (`add_external_initializers_from_files_in_memory`, "rlx-artifact") at the
+weights' offsets in it, and each array with no bytes in that mapping (packed weights re-laid
+out for MatMulNBits, a package's tensors) as an in-memory file of its own. So onnxruntime
+never opens the artifact by path: a file renamed, swapped or moved away after rlx checked
+it changes neither what runs nor what is cached (docs/reliability.md), and a `.rlx`
+truncated or rewritten while loaded neither kills the process nor changes its results
+(rlx's read lease, promise 9), in every prepack mode.
 
 Prepacking: at load onnxruntime re-lays out constant MatMul/Gemm/Conv weights for its
 kernels (and Conv weights for its NCHWc layout), an anonymous copy of about the weight
-bytes that buys up to 1.4x in latency (docs/engines.md). `RLX_ORT_PREPACK` chooses:
+bytes that buys up to 1.4x in latency (docs/engines.md). The `prepack` option of
+`rlx.load` chooses:
 
 - `mapped` (default): the first load of a plain (unencrypted) file optimises the export
   once and saves it, prepacked weights included, to `<cache_dir>/onnxruntime/<key>/`
-  (`saved_models`); every load then maps that model's weights from disk: prepacked speed,
-  file-backed pages shared by every process, no optimisation at load.
+  (`saved_models`, keyed by the validated content; onnxruntime reads the weights it saves
+  from the in-memory files above); every load then maps that model's weights from disk:
+  prepacked speed, file-backed pages shared by every process, no optimisation at load.
 - `heap`: onnxruntime's own behaviour (prepacked copies on the heap).
 - `off`: no prepacking; weights stay the artifact's mapped bytes. Encrypted files, and a
   cache folder that cannot be written, run this way.
@@ -35,41 +38,40 @@ import numpy as np
 import onnxruntime as ort
 
 from rlx.engines.cores import spinning_pays
-from rlx.engines.fingerprint import default_cache_dir, is_plain_artifact
-from rlx.engines.mapping import FileRegions
-from rlx.engines.saved_models import MODEL_FILE, WEIGHTS_FILE, saved_folder
-from rlx.errors import EngineError
+from rlx.engines.fingerprint import default_cache_dir
+from rlx.engines.mapping import address_of
+from rlx.engines.registry import PREPACK_MODES, check_prepack
+from rlx.engines.saved_models import (
+    MODEL_FILE,
+    WEIGHTS_FILE,
+    check_saved,
+    save_manifest,
+    saved_folder,
+)
 from rlx.logs import Logger
 
 if TYPE_CHECKING:  # a warm load (rlx.engines.warm) imports no graph IR
     from rlx.artifact.model import RlxFile
     from rlx.ir.graph import Graph
 
-__all__ = ["OrtRunner", "build", "PREPACK_MODES", "prepack_mode", "saved_session",
-           "session_options", "export_for_ort", "SPINNING_KEY"]
+__all__ = ["OrtRunner", "build", "PREPACK_MODES", "saved_session", "session_options",
+           "export_for_ort", "SPINNING_KEY"]
 
 log = Logger("rlx.engines")
 
-PREPACK_MODES = ("mapped", "heap", "off")
-_IN_MEMORY = "rlx-in-memory-weight"  # placeholder location; add_external_initializers binds it
-
-
-def prepack_mode() -> str:
-    mode = os.environ.get("RLX_ORT_PREPACK", "mapped") or "mapped"
-    if mode not in PREPACK_MODES:
-        raise EngineError(f"RLX_ORT_PREPACK={mode!r}; expected one of "
-                          f"{', '.join(PREPACK_MODES)}")
-    return mode
+_ARTIFACT = "rlx-artifact"  # the in-memory file of the validated mapping
+_OWN = "rlx-array-"  # + a number: the in-memory file of one array with no bytes in it
 
 
 class _Placer:
-    """External-data TensorProto stubs for the weights, and the arrays to bind them to."""
+    """External-data TensorProto stubs for the weights, naming in-memory files only, and
+    the arrays to bind them to."""
 
-    def __init__(self, path: str | None):
-        self.path = path
-        self.regions = FileRegions(path) if path else None
-        self.mapped: dict[str, tuple[int, int]] = {}  # name -> (file offset, length)
-        self.in_memory: dict[str, np.ndarray] = {}  # weights with no file bytes behind them
+    def __init__(self, origin: memoryview | None):
+        self.base = np.frombuffer(origin, np.uint8) if origin is not None and len(origin) \
+            else None
+        self.mapped: dict[str, tuple[int, int]] = {}  # name -> (offset in the mapping, length)
+        self.in_memory: dict[str, np.ndarray] = {}  # weights with no bytes in the mapping
         self.arrays: dict[str, np.ndarray] = {}  # every weight, by name
 
     def __call__(self, name: str, array: np.ndarray) -> Any:
@@ -77,33 +79,73 @@ class _Placer:
 
         array = np.ascontiguousarray(array)
         self.arrays[name] = array
-        offset = self.regions.offset(array) if self.regions is not None else None
-        if offset is not None and self.path is not None:
+        offset = self._offset(array)
+        if offset is not None:
             self.mapped[name] = (offset, array.nbytes)
-            return external_tensor(name, array, os.path.basename(self.path), offset)
+            return external_tensor(name, array, _ARTIFACT, offset)
         self.in_memory[name] = array
-        # a location onnxruntime finds (it checks that much), never read: bind() overrides it
-        location = os.path.basename(self.path) if self.path is not None else _IN_MEMORY
-        return external_tensor(name, array, location, 0)
+        return external_tensor(name, array, f"{_OWN}{len(self.in_memory)}", 0)
 
-    def bind(self, so: ort.SessionOptions, *, in_place: bool = True) -> list[Any]:
-        """Bind every stub to its array; returns the OrtValues, which must outlive the
-        session (onnxruntime keeps only their pointers).
+    def _offset(self, array: np.ndarray) -> int | None:
+        """Where `array`'s bytes lie in the validated mapping, if they do."""
+        if self.base is None or not array.nbytes:
+            return None
+        offset = address_of(array) - address_of(self.base)
+        return offset if offset >= 0 and offset + array.nbytes <= self.base.nbytes else None
 
+    def bind(self, so: ort.SessionOptions, *, in_place: bool = True
+             ) -> tuple[list[Any], list[np.ndarray]]:
+        """Bind every stub to its bytes; returns the OrtValues and buffers onnxruntime
+        points into, which must outlive the session (it keeps only pointers).
+
+        In place (a session that runs): every weight is an OrtValue over its array, used
+        without a copy; onnxruntime only checks that the stubs' locations exist, which
+        empty placeholders in a private folder satisfy (`_placeholders`, never read).
         `in_place=False` is for a session that saves its optimised model: onnxruntime
-        writes out only the initializers it owns, so the mapped weights are then read from
-        the file at their offsets and the rest added as copies."""
-        if self.path is not None:
+        writes out only the initializers it owns, so it reads the mapped weights from the
+        validated mapping given as an in-memory file and gets the rest as copies."""
+        if in_place:
+            names = {_ARTIFACT} | {f"{_OWN}{k}" for k in range(1, len(self.in_memory) + 1)}
             so.add_session_config_entry("session.model_external_initializers_file_folder_path",
-                                        os.path.dirname(os.path.abspath(self.path)))
-        shared = self.arrays if in_place and self.path is not None else self.in_memory
-        values = {n: ort.OrtValue.ortvalue_from_numpy(a) for n, a in shared.items()}
-        if shared is self.arrays:
-            for name, value in values.items():
+                                        _placeholders(names))
+            values = []
+            for name, array in self.arrays.items():
+                value = ort.OrtValue.ortvalue_from_numpy(array)
                 so.add_initializer(name, value)
-        elif values:
-            so.add_external_initializers(list(values), list(values.values()))
-        return list(values.values())
+                values.append(value)
+            return values, []
+        buffers = []
+        if self.mapped and self.base is not None:
+            so.add_external_initializers_from_files_in_memory([_ARTIFACT], [self.base],
+                                                              [self.base.nbytes])
+            buffers.append(self.base)
+        copies = {n: ort.OrtValue.ortvalue_from_numpy(a) for n, a in self.in_memory.items()}
+        if copies:
+            so.add_external_initializers(list(copies), list(copies.values()))
+        return list(copies.values()), buffers
+
+
+_PLACEHOLDERS: list[str] = []  # this process's folder of empty placeholder files
+
+
+def _placeholders(names: set[str]) -> str:
+    """A private folder (made once per process, removed at exit) holding an empty file of
+    each name: what onnxruntime's existence check of an external-data location finds, so
+    that no stub names the artifact. onnxruntime never reads them (every stub's
+    initializer is added, which replaces it)."""
+    if not _PLACEHOLDERS or not os.path.isdir(_PLACEHOLDERS[0]):
+        import atexit
+        import shutil
+        import tempfile
+
+        _PLACEHOLDERS[:] = [tempfile.mkdtemp(prefix="rlx-ort-")]
+        atexit.register(shutil.rmtree, _PLACEHOLDERS[0], True)
+    folder = _PLACEHOLDERS[0]
+    for name in names:
+        target = os.path.join(folder, name)
+        if not os.path.exists(target):
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o600))
+    return folder
 
 
 SPINNING_KEY = "session.intra_op.allow_spinning"
@@ -124,19 +166,20 @@ def session_options(threads: int | None) -> ort.SessionOptions:
 
 
 def saved_session(folder: Path, threads: int | None) -> ort.InferenceSession:
-    """A session over the prepacked model saved in `folder` (`saved_models`)."""
+    """A session over the prepacked model saved in `folder` (`saved_models`), which the
+    caller has checked (`check_saved`)."""
     so = session_options(threads)
     # already optimised (and laid out for this machine's kernels) when saved
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(str(folder / MODEL_FILE), so, providers=["CPUExecutionProvider"])
 
 
-def export_for_ort(file: RlxFile, graph: Graph, path: str | None) -> tuple[bytes, _Placer, Any]:
+def export_for_ort(file: RlxFile, graph: Graph) -> tuple[bytes, _Placer, Any]:
     """(serialised model, where its weights went, export summary). Imports onnx."""
     from rlx.frontends.onnx.export import build_onnx, weight_names
     from rlx.frontends.onnx.export_quant import PackedForm, nbits_supported
 
-    placer = _Placer(path)
+    placer = _Placer(file.origin.buffer if file.origin is not None else None)
     packed = PackedForm.NBITS if nbits_supported(8, 32) else PackedForm.DEQUANTIZE
     result = build_onnx(graph, placer=placer, packed=packed, constant_names=weight_names(file))
     return result.model.SerializeToString(), placer, result.summary
@@ -150,22 +193,24 @@ class OrtRunner:
     mapped: dict[str, tuple[int, int]]
     in_memory: dict[str, np.ndarray]
     bound: list[Any]  # the OrtValues the session's weights point into
+    files: list[np.ndarray]  # the in-memory files' bytes
     prepack: str
     cached: Path | None  # the prepacked model this session maps
     session: ort.InferenceSession
 
-    def __init__(self, file: RlxFile, graph: Graph, path: str | None, threads: int | None,
-                 cache_dir: str | os.PathLike | None = None):
-        self._start(file, prepack_mode())
+    def __init__(self, file: RlxFile, graph: Graph, threads: int | None,
+                 cache_dir: str | os.PathLike | None = None, prepack: str = "mapped"):
+        check_prepack(prepack)
+        self._start(file, prepack)
         if self.prepack == "mapped":
-            session = self._from_cache(file, graph, path, threads, cache_dir)
+            session = self._from_cache(file, graph, threads, cache_dir)
             if session is not None:
                 self.session = session
                 return
             self.prepack = "off"
-        model_bytes, placer = self._export(file, graph, path)
+        model_bytes, placer = self._export(file, graph)
         so = session_options(threads)
-        self.bound = placer.bind(so)
+        self.bound, self.files = placer.bind(so)
         if self.prepack == "off":
             so.add_session_config_entry("session.disable_prepacking", "1")
         self.session = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
@@ -173,8 +218,8 @@ class OrtRunner:
     @classmethod
     def from_saved(cls, folder: Path, threads: int | None) -> OrtRunner:
         """A runner over the prepacked model saved in `folder` by an earlier load, with no
-        artifact and no export (`rlx.engines.warm`); raises what onnxruntime raises when
-        the saved model does not load."""
+        artifact and no export (`rlx.engines.warm`, which checked the folder); raises what
+        onnxruntime raises when the saved model does not load."""
         runner = cls.__new__(cls)
         runner._start(None, "mapped")
         runner.session = saved_session(folder, threads)
@@ -185,27 +230,33 @@ class OrtRunner:
         self.precision = "exact"  # onnxruntime's CPU kernels run the graph's dtypes
         self.file = file
         self.summary = None
-        self.mapped, self.in_memory, self.bound = {}, {}, []
+        self.mapped, self.in_memory, self.bound, self.files = {}, {}, [], []
         self.prepack = prepack
         self.cached = None
 
-    def _export(self, file: RlxFile, graph: Graph, path: str | None) -> tuple[bytes, _Placer]:
-        model_bytes, placer, self.summary = export_for_ort(file, graph, path)
+    def _export(self, file: RlxFile, graph: Graph) -> tuple[bytes, _Placer]:
+        model_bytes, placer, self.summary = export_for_ort(file, graph)
         self.mapped, self.in_memory = placer.mapped, placer.in_memory
         return model_bytes, placer
 
-    def _from_cache(self, file: RlxFile, graph: Graph, path: str | None, threads: int | None,
+    def _from_cache(self, file: RlxFile, graph: Graph, threads: int | None,
                     cache_dir: str | os.PathLike | None) -> ort.InferenceSession | None:
-        """A session over the cached prepacked model, made first if missing; None where
-        the file may not be cached or the cache cannot be written (logged)."""
-        if path is None or not is_plain_artifact(path):
+        """A session over the cached prepacked model, made first if missing, damaged or
+        foreign (logged); None where the file may not be cached (no content key, or
+        encrypted) or the cache cannot be written."""
+        origin = file.origin
+        if origin is None or origin.encrypted:
             return None
         folder = saved_folder(Path(cache_dir) if cache_dir is not None
-                              else default_cache_dir(), path, "onnxruntime")
+                              else default_cache_dir(), origin.key, "onnxruntime")
         for attempt in range(2):
-            if not (folder / MODEL_FILE).is_file():
+            problem = check_saved(folder, origin.key)
+            if problem is not None:
+                if problem != "missing":
+                    log.warning("onnxruntime: the cached model %s is %s; rebuilding it",
+                                folder, problem)
                 try:
-                    self._optimize_into(folder, file, graph, path)
+                    self._optimize_into(folder, file, graph, origin.key)
                 except OSError as err:
                     log.warning("onnxruntime: cannot write the prepacked model to %s (%s); "
                                 "running without prepacking", folder, err)
@@ -217,39 +268,41 @@ class OrtRunner:
                     raise
                 log.warning("onnxruntime: the cached model %s does not load (%s); "
                             "rebuilding it", folder, " ".join(str(err).split())[:200])
-                import shutil
-
-                shutil.rmtree(folder, ignore_errors=True)
+                _discard(folder)
                 continue
             self.cached = folder
             return session
         return None
 
-    def _optimize_into(self, folder: Path, file: RlxFile, graph: Graph, path: str) -> None:
+    def _optimize_into(self, folder: Path, file: RlxFile, graph: Graph, key: str) -> None:
         """Optimise the export with onnxruntime and save it (prepacked weights in its
         external data file) into `folder`, atomically: written to a sibling temporary
-        folder, then renamed."""
+        folder with its manifest (`save_manifest`), then renamed. onnxruntime reads the
+        weights from the in-memory files (the validated mapping), never from a path."""
         import shutil  # here, not at the top: a load from the cache never needs them
         import tempfile
 
-        model_bytes, placer = self._export(file, graph, path)
-        folder.parent.mkdir(parents=True, exist_ok=True)
+        file.check_integrity()  # every blob's checksum, before anything derived is kept
+        model_bytes, placer = self._export(file, graph)
+        folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
         try:
             so = session_options(None)
-            bound = placer.bind(so, in_place=False)  # alive until the session is done
+            keep = placer.bind(so, in_place=False)  # alive until the session is done
             so.optimized_model_filepath = str(tmp / MODEL_FILE)
-            for key, value in (
+            for entry, value in (
                     ("session.optimized_model_external_initializers_file_name", WEIGHTS_FILE),
                     ("session.optimized_model_external_initializers_min_size_in_bytes", "1024"),
                     ("session.save_external_prepacked_constant_initializers", "1")):
-                so.add_session_config_entry(key, value)
+                so.add_session_config_entry(entry, value)
             ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
-            del bound
+            del keep
+            save_manifest(tmp, key)
+            _discard(folder)  # a damaged or foreign entry: replaced, not trusted
             try:
                 os.replace(tmp, folder)
             except OSError:
-                if not (folder / MODEL_FILE).is_file():  # else another process won the race
+                if check_saved(folder, key) is not None:  # else another process won the race
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -258,6 +311,14 @@ class OrtRunner:
         return self.session.run(list(outputs), feeds)
 
 
+def _discard(folder: Path) -> None:
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def build(file: RlxFile, graph: Graph, path: str | None, *, threads: int | None,
-          precision: str, cache_dir: str | os.PathLike | None = None) -> OrtRunner:
-    return OrtRunner(file, graph, path, threads, cache_dir)
+          precision: str, cache_dir: str | os.PathLike | None = None,
+          prepack: str = "mapped") -> OrtRunner:
+    """`path` only names the file: the weights come from `file`, never from disk."""
+    return OrtRunner(file, graph, threads, cache_dir, prepack)

@@ -135,6 +135,7 @@ class OpenVinoRunner:
 
 
 def build(file: RlxFile, graph: Graph, path: str | None, *, threads: int | None,
-          precision: str, cache_dir: str | os.PathLike | None = None) -> OpenVinoRunner:
-    """`cache_dir` is unused: this engine keeps nothing on disk."""
+          precision: str, cache_dir: str | os.PathLike | None = None,
+          prepack: str = "mapped") -> OpenVinoRunner:
+    """`cache_dir` and `prepack` are unused: this engine keeps nothing on disk."""
     return OpenVinoRunner(file, graph, threads, precision)

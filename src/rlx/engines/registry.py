@@ -8,12 +8,15 @@ from typing import Any
 
 from rlx.errors import EngineError
 
-__all__ = ["ENGINES", "PRECISIONS", "ENGINE_NAMES", "WARM_ENGINES", "available_engines",
-           "engine_module", "engine_versions", "engine_fingerprints", "check_precision"]
+__all__ = ["ENGINES", "PRECISIONS", "PREPACK_MODES", "ENGINE_NAMES", "WARM_ENGINES",
+           "available_engines", "engine_module", "engine_versions", "engine_fingerprints",
+           "check_precision", "check_prepack"]
 
 ENGINE_NAMES = ("numpy", "onnxruntime", "openvino")
 ENGINES = ("auto", *ENGINE_NAMES)
 PRECISIONS = ("exact", "fast")
+PREPACK_MODES = ("mapped", "heap", "off")
+"""How the onnxruntime engine prepacks weights (`rlx.load(prepack=...)`, docs/engines.md)."""
 WARM_ENGINES = ("auto", "onnxruntime")
 """The engines a load may run on onnxruntime's saved model, from the header alone
 (`rlx.engines.warm`)."""
@@ -34,6 +37,12 @@ def check_engine(name: str) -> None:
 def check_precision(precision: str) -> None:
     if precision not in PRECISIONS:
         raise EngineError(f"unknown precision {precision!r}; expected exact or fast")
+
+
+def check_prepack(prepack: str) -> None:
+    if prepack not in PREPACK_MODES:
+        raise EngineError(f"unknown prepack mode {prepack!r}; expected one of "
+                          f"{', '.join(PREPACK_MODES)}")
 
 
 def is_installed(name: str) -> bool:

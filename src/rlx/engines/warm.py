@@ -10,12 +10,17 @@ never builds the graph, which spares importing the graph IR and the reader (~60 
 parsing and verifying the graph (~25 ms on a 250-node model): on small models that is
 most of rlx's time to first result.
 
-The saved copy is keyed by the artifact's checksum (the header's digest, which covers
-every blob's checksum), the machine, onnxruntime's install and rlx's version, so a file
-that is not the one the copy was made from never finds it. Anything unusual (an encrypted
-or packaged file, a signature to check, another prepack mode, a damaged header or saved
-model) returns None, and `rlx.load` takes the full path, which reports the problem or
+The saved copy is keyed by the artifact's content (the header's digest, which covers
+every blob's checksum, read here from the same descriptor as the header it checks), the
+machine, onnxruntime's install and rlx's version, so a file that is not the one the copy
+was made from never finds it; its manifest is checked before it is used
+(`saved_models.check_saved`). The full reader refuses a file whose declared inputs and
+outputs disagree with its graph, so the header's are the graph's. Anything unusual (an
+encrypted or packaged file, a signature to check, another prepack mode, a damaged header or
+saved model) returns None, and `rlx.load` takes the full path, which reports the problem or
 rebuilds the copy.
+
+Why it exists: on small models the header alone is most of the way to the first result.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from rlx.artifact.layout import MAGIC, PREAMBLE
 from rlx.engines import registry
 from rlx.engines.fingerprint import default_cache_dir
 from rlx.engines.model import FeedInput, IoSpec, Model
-from rlx.engines.saved_models import MODEL_FILE, saved_folder
+from rlx.engines.saved_models import check_saved, saved_folder
 from rlx.errors import RlxError
 from rlx.ir.dtype import DType
 from rlx.ir.shape import Shape
@@ -54,22 +59,23 @@ def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
     module doc) for `rlx.load` to load it in full."""
     if engine not in registry.WARM_ENGINES or not registry.is_installed("onnxruntime"):
         return None
-    if os.environ.get("RLX_ORT_PREPACK", "mapped") not in ("", "mapped"):
-        return None
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     try:
-        if not _is_plain_rlx(path):  # before any checksum: that of other files hashes them
+        declared = _declared(path)
+        if declared is None:  # not a plain .rlx: left to the full load, unhashed
             return None
+        key, name, inputs, outputs = declared
         if engine == "auto":
             from rlx.engines.auto import cached_choice
 
-            entry = cached_choice(path, threads=threads, precision=precision, cache_dir=folder)
+            entry = cached_choice(key, threads=threads, precision=precision, cache_dir=folder)
             if entry is None or entry["engine"] != "onnxruntime":
                 return None
-        saved = saved_folder(folder, path, "onnxruntime")
-        if not (saved / MODEL_FILE).is_file():
+        saved = saved_folder(folder, key, "onnxruntime")
+        problem = check_saved(saved, key)
+        if problem is not None:
+            log.debug("%s: no warm load (the saved model is %s)", path, problem)
             return None
-        name, inputs, outputs = _declared(path)
         from rlx.engines.onnxruntime_engine import OrtRunner
 
         runner = OrtRunner.from_saved(saved, threads)
@@ -84,24 +90,19 @@ def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
     return Model(runner, inputs, outputs, name=name, path=path)
 
 
-def _is_plain_rlx(path: str) -> bool:
-    """A regular file (never blocking on a FIFO or a device) that starts as a `.rlx`."""
+def _declared(path: str) -> tuple[str, str, list[FeedInput], list[IoSpec]] | None:
+    """(content key, the graph's name, inputs, outputs) as the header declares them,
+    read through one descriptor; None when the file is no plain `.rlx` (a FIFO or a
+    device is never blocked on)."""
     if os.path.isdir(path):
-        return False
-    fd = open_regular(path, _Refused)
-    try:
-        return os.pread(fd, len(MAGIC), 0) == MAGIC
-    finally:
-        os.close(fd)
-
-
-def _declared(path: str) -> tuple[str, list[FeedInput], list[IoSpec]]:
-    """The graph's name, inputs and outputs as the header's meta declares them."""
+        return None
     fd = open_regular(path, _Refused)
     try:
         size = os.fstat(fd).st_size
         head = read_fd(fd, path, _Refused, offset=0, length=min(PREAMBLE.size, size))
-        if head[:len(MAGIC)] != MAGIC or len(head) < PREAMBLE.size:
+        if head[:len(MAGIC)] != MAGIC:
+            return None
+        if len(head) < PREAMBLE.size:
             raise _Refused("not a plain .rlx file")
         length = PREAMBLE.unpack(head)[3]
         if PREAMBLE.size + length > size:
@@ -121,7 +122,7 @@ def _declared(path: str) -> tuple[str, list[FeedInput], list[IoSpec]]:
         specs[kind] = [_shape(*io_fields(entry, _fail)) for entry in entries]
     inputs = [FeedInput(k, name, shape) for k, (name, shape) in enumerate(specs["inputs"])]
     outputs = [IoSpec(name, shape.dims, shape.dtype.numpy) for name, shape in specs["outputs"]]
-    return meta["name"], inputs, outputs
+    return f"rlx:{head[24:40].hex()}", meta["name"], inputs, outputs
 
 
 def _shape(name: str, dims: tuple, dtype: str) -> tuple[str, Shape]:

@@ -12,6 +12,7 @@ of the package's memory map; warm and cold ones are inflated into owned buffers.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -21,11 +22,12 @@ from typing import Any, NoReturn, TypeGuard
 import numpy as np
 
 from rlx.artifact.layout import checksum, header_digest
-from rlx.artifact.model import LAYOUTS, RlxFile, RlxWeight
+from rlx.artifact.model import LAYOUTS, ArtifactOrigin, RlxFile, RlxWeight
 from rlx.artifact.reader import (
     VERIFY_MODES,
     _Reader,
     _row_nbytes,
+    check_declared_io,
     checked_graph,
     weight_rows,
 )
@@ -37,7 +39,7 @@ from rlx.ir.shape import Shape
 from rlx.safeio import JsonLimits, load_json, map_file, map_with_file
 from rlx.stored_zip import check_crc, read_stored_zip
 
-__all__ = ["RlxpPackage", "read_rlxp", "read_rlxp_package", "is_rlxp"]
+__all__ = ["RlxpPackage", "read_mapped_rlxp", "read_rlxp", "read_rlxp_package", "is_rlxp"]
 
 ALIGN = 64
 _SIDECAR_ID = re.compile(r"[A-Za-z0-9_]{1,64}")
@@ -85,28 +87,42 @@ def read_rlxp(path: str | os.PathLike, *, verify: str = "lazy") -> RlxFile:
 
 
 def read_rlxp_package(path: str | os.PathLike, *, verify: str = "lazy") -> RlxpPackage:
-    if verify not in VERIFY_MODES:
-        raise ArtifactError(f"verify must be one of {', '.join(VERIFY_MODES)}, got {verify!r}")
     source = os.fspath(path)
-    try:
-        if Path(source).is_dir():
+    if Path(source).is_dir():
+        _check_verify(verify)
+        try:
             container: _Container = _DirContainer(Path(source))
-        else:
-            with map_with_file(source, ArtifactError) as (mapped, f):  # leased: safeio
-                buf = memoryview(mapped.buffer)
-                head = bytes(buf[:8])
-                if not head:
-                    raise ArtifactError(f"{source}: empty file, not an .rlxp package")
-                if head == L.FLAT_MAGIC:
-                    container = _FlatContainer(buf, source)
-                elif head[:4] == b"PK\x03\x04":
-                    container = _ZipContainer(f, buf, source)
-                else:
-                    raise ArtifactError(f"{source}: bad magic {head!r} (expected "
-                                        f"{L.FLAT_MAGIC.decode()} or a zip package)")
+        except OSError as err:
+            raise ArtifactError(f"cannot read {source}: {err.strerror or err}") from None
+        return _Package(container, source).read(verify)
+    try:
+        with map_with_file(source, ArtifactError) as (mapped, f):  # leased: safeio
+            return read_mapped_rlxp(memoryview(mapped.buffer), f, source, verify=verify)
     except OSError as err:
         raise ArtifactError(f"cannot read {source}: {err.strerror or err}") from None
+
+
+def read_mapped_rlxp(buf: memoryview, f, source: str, *, verify: str = "lazy") -> RlxpPackage:
+    """A flat or zip package from its bytes as mapped once and a file object on the same
+    open file (`open_artifact`: the bytes a signature was checked over)."""
+    _check_verify(verify)
+    head = bytes(buf[:8])
+    if not head:
+        raise ArtifactError(f"{source}: empty file, not an .rlxp package")
+    container: _Container
+    if head == L.FLAT_MAGIC:
+        container = _FlatContainer(buf, source)
+    elif head[:4] == b"PK\x03\x04":
+        container = _ZipContainer(f, buf, source)
+    else:
+        raise ArtifactError(f"{source}: bad magic {head!r} (expected "
+                            f"{L.FLAT_MAGIC.decode()} or a zip package)")
     return _Package(container, source).read(verify)
+
+
+def _check_verify(verify: str) -> None:
+    if verify not in VERIFY_MODES:
+        raise ArtifactError(f"verify must be one of {', '.join(VERIFY_MODES)}, got {verify!r}")
 
 
 # -- containers: the TOC and a way to view each region -------------------------------------
@@ -115,6 +131,7 @@ class _Container:
     source = ""
     toc: dict[str, Any]
     tensor_area: memoryview
+    toc_raw = b""  # the TOC's bytes: they hold every tensor's checksum, so name the content
 
     def fail(self, message: str, error: type[ArtifactError] = ArtifactError) -> NoReturn:
         raise error(f"{self.source}: {message}")
@@ -168,6 +185,7 @@ class _FlatContainer(_Container):
         text = buf[L.FLAT_HEADER.size:L.FLAT_HEADER.size + toc_len]
         if digest and header_digest(bytes(text)) != bytes(buf[end - 16:end]):
             self.fail("TOC checksum mismatch: the package is corrupt", IntegrityError)
+        self.toc_raw = bytes(text)
         self.toc = self.parse_json(text, "TOC")
         if not isinstance(self.toc, dict):
             self.fail("TOC is not a JSON object")
@@ -217,7 +235,10 @@ class _ZipContainer(_Container):
         if member.length > L.MAX_TOC_BYTES:
             self.fail(f"member {name} is larger than {L.MAX_TOC_BYTES >> 20} MiB")
         check_crc(self.buf, member, self.source, IntegrityError)
-        return self.parse_json(self.buf[member.offset:member.offset + member.length], name)
+        raw = self.buf[member.offset:member.offset + member.length]
+        if name == L.MEMBERS["toc"]:
+            self.toc_raw = bytes(raw)
+        return self.parse_json(raw, name)
 
     def region(self, row: Any, what: str) -> memoryview:
         name = row.get("member") if isinstance(row, dict) else None
@@ -236,7 +257,8 @@ class _DirContainer(_Container):
     def __init__(self, folder: Path):
         self.folder, self.source = folder, str(folder)
         self.tensor_area = memoryview(b"")
-        self.toc = self.parse_json(self._map(L.MEMBERS["toc"]), "rlx.json")
+        self.toc_raw = bytes(self._map(L.MEMBERS["toc"]))
+        self.toc = self.parse_json(self.toc_raw, "rlx.json")
         if not isinstance(self.toc, dict):
             self.fail("rlx.json is not a JSON object")
 
@@ -291,6 +313,9 @@ class _Package:
             self.fail(f"tensor {unused[0]!r} is not used by any constant or weight row")
         file = RlxFile(_Reader(memoryview(b""), self.source)._meta(rlx.get("meta")), graph,
                        weights)
+        check_declared_io(file.meta, graph, self.fail, "inputs" in rlx["meta"])
+        key = hashlib.blake2b(self.c.toc_raw, digest_size=16).hexdigest()
+        file.origin = ArtifactOrigin(None, f"rlxp:{key}")
         if self.hot_checks:
             if verify == "full":
                 self._check_hot()

@@ -33,11 +33,11 @@ from rlx.artifact.signing.layout import Part
 from rlx.errors import ArtifactError, RlxError
 from rlx.safeio import FileIdentity, open_regular
 
-__all__ = ["Boundary", "HashedFile", "dir_members", "hash_file", "signed_parts",
+__all__ = ["MAGICS", "Boundary", "HashedFile", "dir_members", "hash_file", "signed_parts",
            "signing_kind", "tile"]
 
 _BUFFER = 1 << 20
-_MAGICS = {MAGIC: "rlx", b"RLXENC01": "rlx-encrypted", b"RLXPFLAT": "rlxp-flat",
+MAGICS = {MAGIC: "rlx", b"RLXENC01": "rlx-encrypted", b"RLXPFLAT": "rlxp-flat",
            b"PK\x03\x04": "rlxp-zip"}
 
 Boundary = tuple[int, str]  # where a part starts, and its name
@@ -62,7 +62,7 @@ def signing_kind(path: Path) -> str:
         head = os.pread(fd, 8, 0)
     finally:
         os.close(fd)
-    kind = _MAGICS.get(head[:8]) or _MAGICS.get(head[:4])
+    kind = MAGICS.get(head[:8]) or MAGICS.get(head[:4])
     if kind is None:
         raise ArtifactError(f"{path} is not an rlx artifact (bad magic {head!r})")
     return kind

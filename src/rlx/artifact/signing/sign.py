@@ -11,6 +11,7 @@ the message says (lengths first, then SHA-256). Each refusal is a `SignatureErro
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from rlx.artifact.signing.keys import (
 )
 from rlx.artifact.signing.layout import MAX_MESSAGE_BYTES, SIG_HEADER, SignatureFile, Statement
 from rlx.artifact.signing.parts import (
+    MAGICS,
     HashedFile,
     dir_members,
     hash_file,
@@ -39,7 +41,7 @@ from rlx.errors import ArtifactError, SignatureError
 from rlx.safeio import FileIdentity, read_regular
 
 __all__ = ["SignatureInfo", "read_signature", "sign_artifact", "signature_path",
-           "verify_signature"]
+           "verify_signature", "verify_signature_of"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class SignatureInfo:
     size: int
     verified: bool
     files: tuple[HashedFile, ...] = field(default=(), repr=False, compare=False)
+    digest: str = field(default="", repr=False, compare=False)  # SHA-256 of the statement
 
     def check_unchanged(self) -> None:
         """Refuse when a verified file was replaced or written since it was hashed (best
@@ -141,11 +144,58 @@ def read_signature(artifact: str | os.PathLike,
 def verify_signature(artifact: str | os.PathLike, trusted_keys: Iterable[PublicKeySource], *,
                      signature: str | os.PathLike | None = None) -> SignatureInfo:
     """Check that `artifact` is signed by one of `trusted_keys` (key objects, PEM bytes or
-    PEM files) and that its bytes are the ones signed; `SignatureError` when not."""
+    PEM files) and that its bytes are the ones signed; `SignatureError` when not.
+
+    This answers for the bytes hashed here; a reader that goes on to use the file must
+    verify the bytes it maps instead (`verify_signature_of`, as `open_artifact` does)."""
     path = Path(artifact)
-    keys = load_public_keys(trusted_keys)
     if not path.exists():
         raise ArtifactError(f"{path} does not exist")
+    sig_path, statement = _authenticated(path, trusted_keys, signature)
+    folder = statement.kind == "rlxp-dir"
+    if folder != path.is_dir():
+        raise _mismatch(path, f"the signature is for a {statement.kind} artifact, this is a "
+                              f"{'folder' if path.is_dir() else 'file'}")
+    if folder:
+        hashed = _check_dir(path, statement)
+    else:
+        size = path.stat().st_size
+        _check_size(path, size, statement)
+        hashed = [_hash(path, [p.length for p in statement.parts], str(path))]
+        _check_digests(path, statement, hashed[0].digests)
+    kind = signing_kind(path)  # the signed bytes hold the magic: only a lying signer fails it
+    _check_kind(path, kind, statement)
+    return _info(path, sig_path, statement, True, hashed)
+
+
+def verify_signature_of(artifact: str | os.PathLike, data: memoryview,
+                        trusted_keys: Iterable[PublicKeySource], *,
+                        signature: str | os.PathLike | None = None) -> SignatureInfo:
+    """`verify_signature` of a single-file artifact's bytes as the caller holds them (its
+    validated mapping): what is hashed here is what the caller goes on to parse and run,
+    whatever happens to `artifact`'s path meanwhile. `artifact` only names the file and
+    finds the signature beside it."""
+    path = Path(artifact)
+    sig_path, statement = _authenticated(path, trusted_keys, signature)
+    if statement.kind == "rlxp-dir":
+        raise _mismatch(path, f"the signature is for a {statement.kind} artifact, this is a "
+                              "file")
+    _check_size(path, len(data), statement)
+    digests, start = [], 0
+    for part in statement.parts:
+        digests.append(hashlib.sha256(data[start:start + part.length]).digest())
+        start += part.length
+    _check_digests(path, statement, digests)
+    head = bytes(data[:8])
+    _check_kind(path, MAGICS.get(head) or MAGICS.get(head[:4], "unknown"), statement)
+    return _info(path, sig_path, statement, True, [])
+
+
+def _authenticated(path: Path, trusted_keys: Iterable[PublicKeySource],
+                   signature: str | os.PathLike | None) -> tuple[Path, Statement]:
+    """The signature file beside `path`, its key trusted and its signature valid: the
+    statement of what it covers."""
+    keys = load_public_keys(trusted_keys)
     sig_path, sig = _read_signature_file(path, signature)
     signer = sig.key_id.hex()
     candidates = [k for k in keys if key_id(k) == sig.key_id]
@@ -161,16 +211,13 @@ def verify_signature(artifact: str | os.PathLike, trusted_keys: Iterable[PublicK
     if statement.key_id != sig.key_id:
         raise SignatureError(f"{sig_path}: the signed message names key "
                              f"{statement.key_id.hex()}, the header {signer}", "malformed")
-    folder = statement.kind == "rlxp-dir"
-    if folder != path.is_dir():
-        raise _mismatch(path, f"the signature is for a {statement.kind} artifact, this is a "
-                              f"{'folder' if path.is_dir() else 'file'}")
-    hashed = _check_dir(path, statement) if folder else [_check_file(path, statement)]
-    kind = signing_kind(path)  # the signed bytes hold the magic: only a lying signer fails it
+    return sig_path, statement
+
+
+def _check_kind(path: Path, kind: str, statement: Statement) -> None:
     if kind != statement.kind:
         raise _mismatch(path, f"the signature is for a {statement.kind} artifact, this is a "
                               f"{kind} one")
-    return _info(path, sig_path, statement, True, hashed)
 
 
 def _valid(key, sig: SignatureFile) -> bool:
@@ -192,13 +239,14 @@ def _hash(path: Path, lengths: list[int], where: str, member: bool = False) -> H
         raise SignatureError(str(err), "changed") from None
 
 
-def _check_file(path: Path, statement: Statement) -> HashedFile:
-    size = path.stat().st_size
+def _check_size(path: Path, size: int, statement: Statement) -> None:
     if size != statement.size:
         raise _mismatch(path, f"it is {size:,} bytes, the signature covers {statement.size:,}")
-    hashed = _hash(path, [p.length for p in statement.parts], str(path))
+
+
+def _check_digests(path: Path, statement: Statement, digests) -> None:
     start, changed = 0, []
-    for part, digest in zip(statement.parts, hashed.digests):
+    for part, digest in zip(statement.parts, digests):
         if digest != part.sha256:
             changed.append(f"{part.name} (bytes {start}..{start + part.length})")
         start += part.length
@@ -206,7 +254,6 @@ def _check_file(path: Path, statement: Statement) -> HashedFile:
         more = f" and {len(changed) - 1} other part(s) differ" if len(changed) > 1 \
             else " differs"
         raise _mismatch(path, f"{changed[0]}{more} from the signed bytes")
-    return hashed
 
 
 def _check_dir(path: Path, statement: Statement) -> list[HashedFile]:
@@ -236,4 +283,5 @@ def _check_dir(path: Path, statement: Statement) -> list[HashedFile]:
 def _info(path: Path, sig_path: Path, statement: Statement, verified: bool,
           hashed: list[HashedFile]) -> SignatureInfo:
     return SignatureInfo(path, sig_path, statement.kind, statement.key_id.hex(),
-                         len(statement.parts), statement.size, verified, tuple(hashed))
+                         len(statement.parts), statement.size, verified, tuple(hashed),
+                         hashlib.sha256(statement.message()).hexdigest()[:32])
