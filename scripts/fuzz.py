@@ -9,15 +9,17 @@
    starts over). A worker that dies (a crash the harness could not catch) is restarted past the
    case that killed it, which is recorded.
 2. The full-size runs: crash safety (100 writers of a 200 MiB artifact killed at random),
-   10,000 random bit flips of a 64 MiB artifact per verify mode, and each real model run
-   from 8 threads x 200 calls against a serial run.
+   10,000 random bit flips of a 64 MiB artifact per verify mode, each real model run
+   from 8 threads x 200 calls against a serial run, and the races of
+   tests/hardening/race.py (a second process renaming, swapping, truncating and moving the
+   file) at `--races` loads per surface.
 3. The summary goes to docs/fuzz-summary.json and to the marked section of
    docs/reliability.md. Cases that broke the contract join tests/hardening/corpus/ for good
    (`bug-*.bin`); of the cases that reached a check no earlier case reached (a new outcome
    signature), the 30 deepest per target replace the previous run's.
 
 Usage: python scripts/fuzz.py [--cases 100000] [--jobs 2] [--seed 0] [--fresh]
-       [--skip-long | --long-only] [--no-corpus]
+       [--skip-long | --long-only | --races-only] [--races 1000] [--no-corpus]
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rlx.errors import RlxError  # noqa: E402
-from tests.hardening import concurrency, crash, flips, harness, mutate  # noqa: E402
+from tests.hardening import concurrency, crash, flips, harness, mutate, race  # noqa: E402
 
 STATE = ROOT / ".cache" / "fuzz"
 SUMMARY = ROOT / "docs" / "fuzz-summary.json"
@@ -277,9 +279,29 @@ def merge_corpus() -> dict[str, int]:
     return dict(added)
 
 
-def long_runs() -> dict:
-    """The full-size crash-safety, bit-flip and concurrency runs."""
+def race_runs(loads: int, seed: int) -> dict:
+    """Every race surface `loads` times; the CPU seconds include the swapping process."""
+    import resource
+
     out = {}
+    for surface in race.SURFACES:
+        before = _cpu(resource)
+        report = race.race(surface, loads, seed=seed)
+        out[surface] = {**report.as_dict(), "cpu_seconds": round(_cpu(resource) - before, 1)}
+        print(f"race {surface}: {dict(report.outcomes)}, {len(report.violations)} "
+              f"violations", flush=True)
+    return out
+
+
+def _cpu(resource) -> float:
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                          resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def long_runs(races: int, seed: int) -> dict:
+    """The full-size crash-safety, bit-flip, concurrency and race runs."""
+    out = {"races": race_runs(races, seed)}
     with tempfile.TemporaryDirectory(prefix="rlx-crash-") as tmp:
         start = time.monotonic()
         report = crash.run_trials(Path(tmp), trials=100, megabytes=200)
@@ -318,6 +340,15 @@ def write_summary(summary: dict) -> None:
                                + text[end:])
 
 
+def race_lines(s: dict) -> list[str]:
+    """One line per race surface of a summary."""
+    return [f"- race, {name}: {r['iterations']:,} loads while a second process swapped the "
+            f"file {sum(r['swaps'].values()):,} times: "
+            + ", ".join(f"{k} {v:,}" for k, v in sorted(r["outcomes"].items()))
+            + f"; {len(r['violations'])} violations ({r['cpu_seconds']:.0f} s CPU)"
+            for name, r in s.get("races", {}).items()]
+
+
 def render(s: dict) -> str:
     """The figures of the last run, as the Markdown section of docs/reliability.md."""
     violations = sum(f["count"] for f in s["findings"])
@@ -344,6 +375,7 @@ def render(s: dict) -> str:
                      f"{c['kept_old']} left the previous file, {c['got_new']} the new one, "
                      f"{len(c['wrong'])} anything else; at most {c['most_temps']} stray "
                      f"temp file at a time, none after the next write ({c['seconds']:.0f} s)")
+    lines += race_lines(s)
     for name, t in s.get("threads", {}).items():
         lines.append(f"- threads, {name}: " + (f"not run ({t['error'][:100]})" if "error" in t
                      else f"8 threads x {t['calls']} calls, {len(t['problems'])} results "
@@ -371,9 +403,18 @@ def main() -> None:
     parser.add_argument("--no-corpus", action="store_true", help="leave the corpus alone")
     parser.add_argument("--long-only", action="store_true",
                         help="only the long runs, added to the last summary")
+    parser.add_argument("--races", type=int, default=1000, help="loads per race surface")
+    parser.add_argument("--races-only", action="store_true",
+                        help="only the races; their report goes to .cache/fuzz/races.json")
     args = parser.parse_args()
     if args.fresh:
         shutil.rmtree(STATE, ignore_errors=True)
+    if args.races_only:
+        STATE.mkdir(parents=True, exist_ok=True)
+        races = {"races": race_runs(args.races, args.seed)}
+        (STATE / "races.json").write_text(json.dumps(races, indent=2) + "\n")
+        print("\n".join(race_lines(races)))
+        return
     if args.long_only:
         summary = json.loads(SUMMARY.read_text())  # the last full run's
     else:
@@ -382,7 +423,7 @@ def main() -> None:
         if not args.no_corpus:
             summary["corpus_added"] = merge_corpus()
     if not args.skip_long:
-        summary.update(long_runs())
+        summary.update(long_runs(args.races, args.seed))
     write_summary(summary)
     print(render(summary))
 
