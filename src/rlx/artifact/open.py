@@ -96,12 +96,25 @@ def open_artifact(path: str | os.PathLike, password: str | bytes | None = None, 
 
 
 def _mapped_package(view: memoryview, f, source: str, password, verify: str) -> RlxFile:
+    if view[:4] == b"PK\x03\x04" and not _zip_with_toc(f):
+        raise _not_an_artifact(bytes(view[:16]), source)  # an .npz, a DDUF bundle...
     if password is not None:
         raise ArtifactError(f"{source} is an .rlxp package, which is never encrypted; "
                             "open it without a password")
     from rlx.artifact.rlxp.read import read_mapped_rlxp
 
     return read_mapped_rlxp(view, f, source, verify=verify).file
+
+
+def _zip_with_toc(f) -> bool:
+    """Whether the zip on `f` (the open file that was mapped) holds an .rlxp's rlx.json."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(f) as archive:
+            return "rlx.json" in archive.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return True  # damaged: the package reader says what is wrong with it
 
 
 def _open_folder(source: str, password, verify: str, trusted_keys, signature) -> RlxFile:
