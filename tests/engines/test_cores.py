@@ -46,11 +46,10 @@ def _spinning_entry(model) -> str | None:
 def test_sessions_follow_the_rule(tmp_path, monkeypatch, prepack):
     """Both ways a session is made (over the saved prepacked model, and over the export)
     carry the rule's setting; spinning stays onnxruntime's default when it pays."""
-    monkeypatch.setenv("RLX_ORT_PREPACK", prepack)
     mlp = write_mlp(tmp_path / "mlp.rlx")
     for busy, expected in ((3.0, "0"), (0.0, None)):
         monkeypatch.setattr(cores.os, "getloadavg", lambda busy=busy: (busy, busy, busy))
         monkeypatch.setattr(cores.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
         model = rlx.load(mlp.path, engine="onnxruntime", threads=2,
-                         cache_dir=tmp_path / "cache")
+                         cache_dir=tmp_path / "cache", prepack=prepack)
         assert _spinning_entry(model) == expected
