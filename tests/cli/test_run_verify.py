@@ -17,7 +17,8 @@ def test_run_npy_input_and_npz_output(cli, files, tmp_path):
     result = cli("run", files.rlx, "--input", f"x={files.x_npy}", "--output", out,
                  "--repeat", "3")
     assert result.code == 0, result.err
-    assert "logits" in result.out and "median of 3" in result.out
+    assert "logits" in result.out and "median of the next 3" in result.out
+    assert "first run" in result.out
     with np.load(out) as saved:
         assert saved.files == ["logits"]
         np.testing.assert_allclose(saved["logits"], files.expected(), rtol=1e-4, atol=1e-4)
@@ -35,7 +36,24 @@ def test_run_json_summary(cli, files, tmp_path):
     assert out["mean"] == pytest.approx(expected.mean(), rel=1e-3, abs=1e-4)
     timing = d["timing"]
     assert timing["repeat"] == 2 and 0 < timing["run_ms_min"] <= timing["run_ms_median"]
-    assert timing["load_ms"] > 0 and timing["compile_ms"] > 0
+    assert timing["load_ms"] > 0 and timing["compile_ms"] > 0 and timing["first_run_ms"] > 0
+
+
+def test_run_times_a_first_run_apart_and_ten_after_it_by_default(cli, files, tmp_path,
+                                                                 monkeypatch):
+    """One run's time is mostly one-time costs: the default warms up (the first run,
+    reported on its own) and takes the median of ten more (counted, not timed here)."""
+    import rlx.engines.model as engine_model
+
+    calls = []
+    run = engine_model.Model.run
+    monkeypatch.setattr(engine_model.Model, "run",
+                        lambda self, *a, **k: calls.append(1) or run(self, *a, **k))
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, x=files.x)
+    timing = cli("run", files.rlx, "--inputs", feeds, "--json").json()["timing"]
+    assert timing["repeat"] == 10 and "first_run_ms" in timing
+    assert len(calls) == 11
 
 
 def test_run_encrypted(cli, files, monkeypatch):
@@ -145,7 +163,7 @@ def test_run_profile_ops(cli, files):
     # one TQ2_0 stream decoded by DecodeWeight, both layers MatMuls
     ops = {r["op"]: r["nodes"] for r in profile["op_types"]}
     assert ops == {"DecodeWeight": 1, "MatMul": 2, "Add": 2, "Relu": 1}  # ONNX op types
-    assert len(profile["slowest"]) == 6 and profile["runs"] == 1
+    assert len(profile["slowest"]) == 6 and profile["runs"] == 10  # the default --repeat
     assert abs(sum(r["share"] for r in profile["op_types"]) - 1) < 1e-9
 
 
