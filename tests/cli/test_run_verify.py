@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import numpy as np
@@ -110,6 +111,20 @@ def test_verify_within_tolerance(cli, files):
     assert d["ok"] and out["ok"] and out["name"] == out["reference_name"] == "logits"
     assert out["max_abs"] < 1e-3 and out["cosine"] == pytest.approx(1.0, abs=1e-6)
     assert d["inputs"] == "random (seed 3)"
+
+
+def test_verify_keeps_onnxruntimes_warnings_to_itself(files, tmp_path):
+    """onnxruntime warns on stderr (with colour codes, even into a pipe) about a model's
+    unused initializers; verify's output is rlx's alone."""
+    model = onnx.load(files.onnx)
+    model.graph.initializer.append(onnx.numpy_helper.from_array(
+        np.ones(3, np.float32), "unused"))
+    path = tmp_path / "unused.onnx"
+    onnx.save(model, path)
+    result = subprocess.run([sys.executable, "-m", "rlx", "verify", str(files.rlx), "--onnx",
+                             str(path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "onnxruntime" not in result.stderr and "\x1b[" not in result.stderr, result.stderr
 
 
 def test_verify_out_of_tolerance_exits_1(cli, files, tmp_path):

@@ -84,8 +84,10 @@ def _reference_outputs(ort, path: str, feeds: Mapping[str, np.ndarray]) -> tuple
         raise CliError(f"{path}: no such file")
     # onnxruntime reports a bad model or bad feeds with its own exception types (no common
     # base but Exception): they are the user's input, so they become one-line errors.
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # its warnings (colour codes and all) are not the user's
     try:
-        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     except Exception as err:
         raise CliError(f"onnxruntime cannot load {path}: {one_line(err)}") from None
     expected = {i.name for i in session.get_inputs()}
