@@ -57,8 +57,8 @@ BAD_FEEDS = [
     ({}, "missing input(s) 'x'"),
     ({"x": np.zeros((1, 64), np.float32), "y": 1}, "unknown input(s) 'y'"),
     ({"x": np.zeros((1, 64), np.float64)}, "input 'x': expected f32[batch, 64], got f64[1, 64]"),
-    ({"x": np.zeros((1, 63), np.float32)}, "(axis 1)"),
-    ({"x": np.zeros(64, np.float32)}, "expected f32[batch, 64]"),
+    ({"x": np.zeros((1, 63), np.float32)}, "(axis 1: expected 64, got 63)"),
+    ({"x": np.zeros(64, np.float32)}, "got f32[64] (expected rank 2, got rank 1)"),
 ]
 
 

@@ -78,11 +78,11 @@ def conform_feed(name: str, shape: Shape, value: Any,
             raise wrong(" (a scalar takes one element)")
         return value.reshape(())  # a view: one element is contiguous in any layout
     if value.ndim != shape.rank:
-        raise wrong(f" (rank {shape.rank})")
+        raise wrong(f" (expected rank {shape.rank}, got rank {value.ndim})")
     for axis, (dim, size) in enumerate(zip(shape.dims, value.shape)):
         if isinstance(dim, int):
             if dim != size:
-                raise wrong(f" (axis {axis})")
+                raise wrong(f" (axis {axis}: expected {dim}, got {size})")
         elif dim != "?":
             if bound is None:
                 bound = {}
