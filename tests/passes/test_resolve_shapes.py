@@ -125,12 +125,25 @@ def test_non_finite_pad_value_stays_an_input():
     assert_same_results(g, new)
 
 
-def test_symbolic_dims_are_left_alone():
+def test_a_symbolic_target_is_spelled_with_placeholders():
+    """Reshape(x, Shape(x)) with a symbolic batch: the batch is copied (0), the rest known;
+    the bit-identical results at two batches are in tests/passes/test_symbolic_shapes.py."""
     g = Graph("symbolic")
     x = g.input("x", Shape(("batch", 3)))
     g.set_outputs([g.add_node(Reshape(None), (x, g.add_node(ShapeOf(), (x,))))])
     new, count = checked(resolve_shapes, g)
-    assert count == 0 and new is g
+    out = new.node(new.outputs[0])
+    assert count == 1 and out.op == Reshape((0, 3)) and out.shape.dims == ("batch", 3)
+
+
+def test_an_unrelated_symbolic_target_stays_dynamic():
+    """Two sizes that are not x's own dims at their positions: no exact placeholder form."""
+    g = Graph("symbolic")
+    x = g.input("x", Shape(("a", "b")))
+    target = g.add_node(Gather(0), (g.add_node(ShapeOf(), (x,)), _i64(g, [1, 0])))
+    g.set_outputs([g.add_node(Reshape(None), (x, target))])
+    new, _ = checked(resolve_shapes, g)
+    assert new.node(new.outputs[0]).op == Reshape(None)
 
 
 def test_subgraphs_are_resolved():

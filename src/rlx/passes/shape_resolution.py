@@ -44,8 +44,15 @@ from rlx.ir.ops.shaping import (
 )
 from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.rewrite import Rewriter, constant_value
-from rlx.ir.shape import Shape
+from rlx.ir.shape import UNKNOWN, Dim, Shape
 from rlx.kernels import KERNELS
+from rlx.passes.symbolic_values import (
+    SymValue,
+    constant_of,
+    expand_target,
+    reshape_target,
+    symbolic_value,
+)
 
 __all__ = ["resolve_shapes", "MAX_SHAPE_ELEMENTS"]
 
@@ -59,14 +66,15 @@ def resolve_shapes(graph: Graph) -> tuple[Graph, int]:
     """One forward sweep (see the module doc); returns (graph, nodes resolved)."""
     rw = Rewriter(graph)
     resolved = 0
+    known: dict[int, SymValue] = {}  # new id -> its value in terms of the graph's dims
     for node in graph.nodes():
-        if _resolve(rw, node):
+        if _resolve(rw, node, known):
             resolved += 1
     log.info("resolve_shapes %r: %d node(s) resolved", graph.name, resolved)
     return rw.finish(), resolved
 
 
-def _resolve(rw: Rewriter, node: Node) -> bool:
+def _resolve(rw: Rewriter, node: Node, known: dict[int, SymValue]) -> bool:
     """Map `node` into the new graph; True when it was resolved (not just copied)."""
     op = node.op
     if isinstance(op, (Input, Param, Constant)):
@@ -74,19 +82,35 @@ def _resolve(rw: Rewriter, node: Node) -> bool:
         return False
     inputs = rw.inputs(node)
     shapes = [rw.target.node(i).shape for i in inputs]
+    symbolic = None if isinstance(node.shape, tuple) else symbolic_value(
+        op, [rw.target.node(i) for i in inputs], node.shape, known)
     value = _known_value(rw, node, op, inputs, shapes)
+    if value is None and symbolic is not None:
+        value = constant_of(symbolic, node.tensor_shape)
     if value is not None:
         rw.substitute_constant(node, value)
         log.debug("resolve_shapes: %s is the constant %s", node.label, value.tolist())
         return True
+    resolved = _map(rw, node, inputs, shapes, known)
+    if symbolic is not None:
+        known[rw.id(node.id)] = symbolic
+    return resolved
+
+
+def _map(rw: Rewriter, node: Node, inputs: tuple[int, ...], shapes: Sequence[ShapeLike],
+         known: dict[int, SymValue]) -> bool:
+    """Map a node that is no constant: in its static form, or with sharper dims, or as is."""
+    op = node.op
     static = _static_form(rw, op, inputs, shapes)
-    if static is not None:
-        new_op, kept = static
-        rw.substitute(node, new_op, kept, _sharper(rw, new_op, kept, node.shape))
+    form = (*static, _sharper(rw, static[0], static[1], node.shape)) if static is not None \
+        else _symbolic_form(rw, node, inputs, known)
+    if form is not None:
+        new_op, kept, shape = form
+        rw.substitute(node, new_op, kept, shape)
         log.debug("resolve_shapes: %s takes its static form %s", node.label, new_op)
         return True
     new_op = _with_resolved_subgraphs(op)
-    shape = _sharper(rw, new_op, inputs, node.shape)
+    shape = _named(_sharper(rw, new_op, inputs, node.shape), op, inputs, known)
     if new_op is op and shape == node.shape:
         rw.copy(node)
         return False
@@ -211,6 +235,49 @@ def _static_form(rw: Rewriter, op: Op, inputs: Sequence[int],
     except ShapeError:
         return None  # operands the op refuses: keep the dynamic form (it fails at run time)
     return new_op, (inputs[0],)
+
+
+def _symbolic_form(rw: Rewriter, node: Node, inputs: Sequence[int], known: dict[int, SymValue]
+                   ) -> tuple[Op, tuple[int, ...], ShapeLike] | None:
+    """(static op, its inputs, its shape) for a Reshape or Expand whose target has symbolic
+    sizes that ONNX's placeholders spell exactly (`rlx.passes.symbolic_values`)."""
+    op = node.op
+    target = known.get(inputs[1]) if len(inputs) == 2 else None
+    if target is None or target.scalar or getattr(op, "shape", ()) is not None:
+        return None
+    x = rw.target.node(inputs[0])
+    new_op: Op | None = None
+    named: list[Dim] = []
+    if isinstance(op, Reshape):
+        spelled = reshape_target(x, target, op.allowzero)
+        if spelled is not None:
+            new_op, named = Reshape(spelled[0], op.allowzero), spelled[1]
+    elif isinstance(op, Expand):
+        shape = expand_target(x, target)
+        new_op = None if shape is None else Expand(shape)
+    if new_op is None:
+        return None
+    try:
+        inferred = rw.target.infer(new_op, inputs[:1])
+    except ShapeError:
+        return None  # a target the op refuses: keep the dynamic form (it fails at run time)
+    if named and isinstance(inferred, Shape):  # a name where inference found none
+        inferred = inferred.with_dims(d if isinstance(d, int) or n == UNKNOWN else n
+                                      for d, n in zip(inferred.dims, named))
+    return new_op, (inputs[0],), _merge(node.shape, inferred)
+
+
+def _named(shape: ShapeLike, op: Op, inputs: Sequence[int],
+           known: dict[int, SymValue]) -> ShapeLike:
+    """`shape` with the UNKNOWN dims that a symbolic size operand names: the shape of a
+    dynamic Fill, the target of a dynamic Reshape (its 0 and -1 placeholders excepted)."""
+    operand = 0 if isinstance(op, Fill) else 1 if isinstance(op, Reshape) else None
+    target = known.get(inputs[operand]) if operand is not None and operand < len(inputs) \
+        else None
+    if target is None or not isinstance(shape, Shape) or len(target.items) != shape.rank:
+        return shape
+    names = [item.dim() if item.value is None else UNKNOWN for item in target.items]
+    return shape.with_dims(n if d == UNKNOWN else d for d, n in zip(shape.dims, names))
 
 
 # -- shapes and subgraphs ----------------------------------------------------------------------
