@@ -302,7 +302,8 @@ def _merge(declared: ShapeLike, inferred: ShapeLike) -> ShapeLike:
 def _merge_one(declared: Shape, inferred: Shape) -> Shape:
     if declared.rank != inferred.rank or declared.dtype != inferred.dtype:
         return declared
-    return Shape([i if isinstance(i, int) or not isinstance(d, int) else d
+    # inference wins, except where it knows less: a size, or a name, over UNKNOWN
+    return Shape([d if i == UNKNOWN or isinstance(d, int) and not isinstance(i, int) else i
                   for d, i in zip(declared.dims, inferred.dims)], declared.dtype)
 
 

@@ -23,6 +23,7 @@ from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TypeProto, he
 
 from rlx.errors import GraphError, ModelImportError, UnsupportedOpError
 from rlx.frontends.onnx import ops  # noqa: F401  (registers the converters)
+from rlx.frontends.onnx.declared import with_declared_outputs
 from rlx.frontends.onnx.external import ExternalData
 from rlx.frontends.onnx.layouts import refuse_layouts
 from rlx.frontends.onnx.node import NodeContext, node_label, node_origin
@@ -187,7 +188,7 @@ class Importer:
                                    f"{', '.join(unused)} (declared: {declared})")
         self.convert_graph_body(scope, graph)
         outputs = [(o.name, scope.get(o.name)) for o in graph.output]
-        result = finish_graph(scope.graph, outputs)
+        result = with_declared_outputs(finish_graph(scope.graph, outputs), graph.output)
         used = {n.source_name for n in result.params()}
         try:
             verify(result)
