@@ -32,7 +32,8 @@ class Floor:
     den: int
 
     def __str__(self) -> str:
-        return f"floor({self.num}/{self.den})"
+        num = str(self.num)
+        return f"floor({num if _PLAIN.fullmatch(num) else f'({num})'}/{self.den})"
 
 
 Atom = str | Floor
@@ -101,6 +102,8 @@ class SymDim:
         for the non-negative sizes it is used on)."""
         if k <= 0:
             raise ValueError(f"floor division by {k}")
+        if self.value is not None:
+            return SymDim.const(self.value // k)
         if all(c % k == 0 for _, c in self.terms):
             return SymDim(tuple((m, c // k) for m, c in self.terms))
         inner = self.terms[0][0][0] if len(self.terms) == 1 and self.terms[0][1] == 1 \

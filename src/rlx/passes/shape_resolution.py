@@ -13,6 +13,13 @@ the graph's dims are known this is all constant, so in one forward sweep:
 - every node's shape is inferred again from its (possibly sharper) inputs, so the dims
   that were UNKNOWN become static and the next `ShapeOf` down the graph resolves too.
 
+With symbolic dims (`batch`, `width`) the same arithmetic is followed on expressions of
+them (`rlx.passes.symbolic_values`): a result that comes out a number still becomes a
+Constant, a Reshape or Expand whose target is symbolic takes a static form spelled with
+ONNX's placeholders (0 copies an input dim, -1 infers one), and the dims a symbolic target
+names (`floor(width/4)`, `batch*8`) replace UNKNOWN ones. A -1 stands for the one size left,
+so a size the original model refuses (a target that does not fit the data) may be accepted.
+
 Subgraphs (If, Loop, Scan bodies) are resolved the same way. Run it before
 `fold_constants`. Names and node identities are kept as `rlx.ir.rewrite` describes.
 """
