@@ -14,6 +14,7 @@ Reshape or Expand becomes static and the arithmetic feeding it dead.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,9 +36,8 @@ from rlx.ir.ops.shaping import (
 from rlx.ir.rewrite import constant_value
 from rlx.ir.shape import UNKNOWN, Dim, Shape
 from rlx.ir.symbolic import SymDim
-from rlx.record import dataclass
 
-__all__ = ["SymValue", "expand_target", "reshape_target", "symbolic_value"]
+__all__ = ["SymValue", "constant_of", "expand_target", "reshape_target", "symbolic_value"]
 
 MAX_ELEMENTS = 64
 """Longest integer vector followed (shapes, index lists)."""
