@@ -183,3 +183,27 @@ def test_the_export_keeps_the_inputs_symbolic(baked):
     dims = exported.graph.input[0].type.tensor_type.shape.dim
     assert any(d.dim_param for d in dims) and not any(
         n.op_type == "Shape" for n in exported.graph.node)
+
+
+def test_a_state_of_the_batch_size_reads_the_batch_off_the_input():
+    """A zero state `ConstantOfShape([batch, 16])` must stay dynamic, but its size needs no
+    Gather + Unsqueeze: one `Shape(x, start=0, end=1)` gives the batch as a vector."""
+    b = Builder()
+    size = b.op("Concat", b.vector(b.size("x", 0)), b.const([16]), axis=0)
+    zeros = b.op("ConstantOfShape", size, value=helper.make_tensor("v", TensorProto.FLOAT,
+                                                                  [1], [0.5]))
+    w = b.const(np.random.default_rng(2).standard_normal((8, 16)), np.float32)
+    out = b.op("Add", b.op("MatMul", "x", w), zeros)
+    model = b.model([("x", ["B", 8])], out, ["B", 16])
+    graph, bindings = import_onnx(model)
+    file, report = bake(graph, bindings, BakeOptions.from_profile(BakeProfile.FOLD))
+    shape_of = [n.op for n in file.graph.nodes() if type(n.op).__name__ == "ShapeOf"]
+    assert report.op_types_after.get("Gather", 0) == report.op_types_after.get("Unsqueeze", 0) \
+        == 0 and [(op.start, op.end) for op in shape_of] == [(0, 1)]
+    assert file.graph.node(file.graph.outputs[0]).tensor_shape.dims == ("B", 16)
+    oracle = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    ours = Session().compile(file.into_runtime_graph())
+    for batch in (1, 4):
+        feeds = {"x": np.random.default_rng(batch).standard_normal((batch, 8)).astype(np.float32)}
+        np.testing.assert_allclose(ours.run(feeds)[0], oracle.run(None, feeds)[0], rtol=1e-5,
+                                   atol=1e-5)

@@ -40,6 +40,7 @@ from rlx.ir.ops.reduce import CumSum, Reduce, TopK
 from rlx.ir.ops.shaping import (
     Expand,
     Fill,
+    Gather,
     Pad,
     Reshape,
     ShapeOf,
@@ -56,6 +57,7 @@ from rlx.kernels import KERNELS
 from rlx.passes.symbolic_values import (
     SymValue,
     constant_of,
+    dims_of,
     expand_target,
     reshape_target,
     symbolic_value,
@@ -98,7 +100,13 @@ def _resolve(rw: Rewriter, node: Node, known: dict[int, SymValue]) -> bool:
         rw.substitute_constant(node, value)
         log.debug("resolve_shapes: %s is the constant %s", node.label, value.tolist())
         return True
-    resolved = _map(rw, node, inputs, shapes, known)
+    sliced = _shape_slice(rw, op, inputs, symbolic)
+    if sliced is not None:
+        rw.substitute(node, sliced[0], sliced[1], node.shape)
+        log.debug("resolve_shapes: %s reads its dims off %s", node.label, sliced[0])
+        resolved = True
+    else:
+        resolved = _map(rw, node, inputs, shapes, known)
     if symbolic is not None:
         known[rw.id(node.id)] = symbolic
     return resolved
@@ -242,6 +250,24 @@ def _static_form(rw: Rewriter, op: Op, inputs: Sequence[int],
     except ShapeError:
         return None  # operands the op refuses: keep the dynamic form (it fails at run time)
     return new_op, (inputs[0],)
+
+
+def _shape_slice(rw: Rewriter, op: Op, inputs: Sequence[int], value: SymValue | None
+                 ) -> tuple[Op, tuple[int, ...]] | None:
+    """`ShapeOf(x, a, b)` for a Gather or Unsqueeze that picks x's dims a..b-1 out of a
+    `ShapeOf(x)`: one node for the Shape -> Gather -> Unsqueeze chains exporters write."""
+    if not isinstance(op, (Gather, Unsqueeze)) or value is None or value.scalar:
+        return None
+    source = rw.target.node(inputs[0])
+    while isinstance(source.op, (Gather, Unsqueeze)):
+        source = rw.target.node(source.inputs[0])
+    if not isinstance(source.op, ShapeOf):
+        return None
+    dims, n = dims_of(rw.target.node(source.inputs[0])), len(value.items)
+    for start in range(len(dims) - n + 1):
+        if dims[start:start + n] == value.items:
+            return ShapeOf(start, start + n), (source.inputs[0],)
+    return None
 
 
 def _symbolic_form(rw: Rewriter, node: Node, inputs: Sequence[int], known: dict[int, SymValue]

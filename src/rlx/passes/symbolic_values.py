@@ -37,7 +37,8 @@ from rlx.ir.rewrite import constant_value
 from rlx.ir.shape import UNKNOWN, Dim, Shape
 from rlx.ir.symbolic import SymDim
 
-__all__ = ["SymValue", "constant_of", "expand_target", "reshape_target", "symbolic_value"]
+__all__ = ["SymValue", "constant_of", "dims_of", "expand_target", "reshape_target",
+           "symbolic_value"]
 
 MAX_ELEMENTS = 64
 """Longest integer vector followed (shapes, index lists)."""
