@@ -32,6 +32,7 @@ from rlx.ir import (
     TopK,
     Unsqueeze,
 )
+from rlx.ir.rewrite import constant_value
 from rlx.passes.shape_resolution import resolve_shapes
 from tests.passes.common import assert_same_results, checked, ops_of, run
 
@@ -169,3 +170,20 @@ def test_nothing_to_resolve_returns_the_same_graph():
     g.set_outputs([g.add_node(Reshape((3, 2)), (x,))])
     new, count = checked(resolve_shapes, g)
     assert new is g and count == 0
+
+
+def test_dynamic_form_shape_arithmetic_is_followed_too():
+    """Slice and Unsqueeze taking their bounds and axes as inputs (so their lengths are not
+    known to inference): their values still are, and the static dims they pick fold."""
+    g = Graph("dynamic forms")
+    x = g.input("x", Shape(("batch", 3, 4)))
+    shape = g.add_node(ShapeOf(), (x,))
+    rest = g.add_node(Slice(), (shape, _i64(g, [1]), _i64(g, [3])))
+    lead = g.add_node(Unsqueeze(None), (g.add_node(Gather(0), (shape, _i64(g, 0))),
+                                        _i64(g, [0])))
+    picked = g.add_node(Gather(0), (g.add_node(Concat(0), (lead, rest)), _i64(g, [1, 2])))
+    g.set_outputs([picked])
+    new, _ = checked(resolve_shapes, g)
+    assert constant_value(new.node(new.outputs[0])).tolist() == [3, 4]
+    feeds = {"x": np.zeros((2, 3, 4), np.float32)}
+    np.testing.assert_array_equal(run(g, feeds)[0], [3, 4])

@@ -121,8 +121,8 @@ def _gather(op: Gather, values: list[SymValue]) -> SymValue | None:
 
 
 def _unsqueeze(op: Unsqueeze, values: list[SymValue]) -> SymValue | None:
-    x = values[0]
-    return SymValue(x.items) if x.scalar and op.axes is not None and len(op.axes) == 1 else None
+    x, *axes = values  # the dynamic form gives its axes as an input
+    return SymValue(x.items) if x.scalar and len(op.axes or axes[0].items) == 1 else None
 
 
 def _squeeze(op: Squeeze, values: list[SymValue]) -> SymValue | None:
@@ -143,10 +143,15 @@ def _concat(op: Concat, values: list[SymValue]) -> SymValue | None:
 
 
 def _slice(op: Slice, values: list[SymValue]) -> SymValue | None:
-    x = values[0]
-    if op.starts is None or op.ends is None or x.scalar:
+    x, *operands = values  # the dynamic form gives starts, ends, axes, steps as inputs
+    bounds = [v.ints for v in operands]
+    if x.scalar or None in bounds:
         return None
-    [(_, start, end, step)] = slice_plan(1, op.starts, op.ends, op.axes, op.steps) or \
+    starts, ends, axes, steps = (op.starts, op.ends, op.axes, op.steps) if not operands \
+        else (*bounds, None, None)[:4]
+    if starts is None or ends is None:
+        return None
+    [(_, start, end, step)] = slice_plan(1, starts, ends, axes, steps) or \
         [(0, 0, len(x.items), 1)]
     return SymValue(x.items[onnx_slice(start, end, step, len(x.items))])
 

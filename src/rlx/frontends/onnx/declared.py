@@ -3,7 +3,8 @@
 rlx infers every shape itself; a dim it cannot determine is UNKNOWN ("?"). A model's
 graph outputs often declare such a dim (`[1, 'seqlen']`), so each UNKNOWN dim of an output
 takes the declared one: a size, or a name that stays symbolic. A dim inference did find is
-never overridden, and nothing else in the graph changes.
+never overridden, and an output another node reads keeps its inferred shape: a declaration
+is the file's claim, so nothing is computed from it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ __all__ = ["with_declared_outputs"]
 def with_declared_outputs(graph: Graph, declared: Sequence[ValueInfoProto]) -> Graph:
     """`graph` with its outputs' UNKNOWN dims taken from `declared` (one per output)."""
     sharper: dict[int, Shape] = {}
+    users = graph.users()
     for node_id, value in zip(graph.outputs, declared):
+        if users[node_id]:
+            continue  # read inside the graph too: its readers' shapes rest on inference alone
         shape = graph.node(node_id).shape
         dims = _declared_dims(value)
         if isinstance(shape, Shape) and dims is not None and len(dims) == shape.rank:
