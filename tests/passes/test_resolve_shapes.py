@@ -187,3 +187,19 @@ def test_dynamic_form_shape_arithmetic_is_followed_too():
     assert constant_value(new.node(new.outputs[0])).tolist() == [3, 4]
     feeds = {"x": np.zeros((2, 3, 4), np.float32)}
     np.testing.assert_array_equal(run(g, feeds)[0], [3, 4])
+
+
+def test_an_expand_to_its_own_symbolic_dims_keeps_them_with_1s():
+    """Expand(x [batch, 1], [x.shape[0], 4]): the batch entry becomes 1 (broadcasting keeps
+    x's dim), so the Expand is static and the results equal at two batches."""
+    g = Graph("expand")
+    x = g.input("x", Shape(("batch", 1)))
+    batch = g.add_node(Gather(0), (g.add_node(ShapeOf(), (x,)), _i64(g, [0])))
+    y = g.add_node(Expand(None), (x, g.add_node(Concat(0), (batch, _i64(g, [4])))))
+    g.set_outputs([y])
+    new, _ = checked(resolve_shapes, g)
+    out = new.node(new.outputs[0])
+    assert out.op == Expand((1, 4)) and out.shape.dims == ("batch", 4)
+    for rows in (1, 3):
+        feeds = {"x": np.arange(rows, dtype=np.float32).reshape(rows, 1)}
+        np.testing.assert_array_equal(run(new, feeds)[0], np.broadcast_to(feeds["x"], (rows, 4)))
