@@ -90,6 +90,10 @@ def symbolic_value(op: Op, inputs: Sequence[Node], shape: Shape,
 def _value(node: Node, known: Mapping[int, SymValue]) -> SymValue | None:
     if node.id in known:
         return known[node.id]
+    shape = node.shape
+    if not isinstance(shape, Shape) or not shape.dtype.is_int or shape.rank > 1 \
+            or shape.numel is None or shape.numel > MAX_ELEMENTS:
+        return None  # checked before anything is read: a weight may be large
     array = constant_value(node)
     if array is None or array.dtype.kind not in "iu" or array.ndim > 1 \
             or array.size > MAX_ELEMENTS:
