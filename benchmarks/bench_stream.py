@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import rlx  # noqa: E402
 from rlx import BakeOptions, bake, write_rlx  # noqa: E402
-from rlx.frontends.onnx import import_onnx  # noqa: E402
+from rlx.onnx import import_onnx  # noqa: E402
 from tests.real_models import fetch, import_kwargs  # noqa: E402
 
 SR = np.array(16000, np.int64)

@@ -24,7 +24,7 @@ __all__ = ["main"]
 def _bake(folder: Path) -> tuple[Path, Path]:
     from rlx import BakeOptions, BakeProfile, bake
     from rlx.artifact import write_rlx
-    from rlx.frontends.onnx import import_onnx
+    from rlx.onnx import import_onnx
     from tests.int8_models import quantized, t5_decoder
 
     onnx_path = quantized(t5_decoder(), folder, "t5_int8")

@@ -116,7 +116,7 @@ def _ratio(name: str, folder: Path, seconds: float) -> str:
     import rlx
     from rlx import BakeOptions, bake
     from rlx.artifact import write_rlx
-    from rlx.frontends.onnx import import_onnx
+    from rlx.onnx import import_onnx
 
     model, shape = MODELS[name]()
     onnx.save(model, folder / f"{name}.onnx")

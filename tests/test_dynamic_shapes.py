@@ -10,7 +10,7 @@ import pytest
 
 from rlx import BakeOptions, BakeProfile, bake
 from rlx.errors import RlxError
-from rlx.frontends.onnx import import_onnx
+from rlx.onnx import import_onnx
 from rlx.runtime import Session
 from tests.real_models import fetch
 

@@ -34,7 +34,7 @@ def _imported_after(code: str) -> set[str]:
 
 
 HEAVY = {"onnx", "gguf", "rlx.baking.pipeline", "rlx.weights.load", "rlx.passes.constant_folding",
-         "rlx.frontends.onnx"}
+         "rlx.onnx"}
 
 
 def test_import_rlx_imports_nothing_heavy():

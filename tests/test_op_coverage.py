@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import rlx.frontends.onnx.importer
-from rlx.frontends.onnx.export_ops import HANDLERS
+import rlx.onnx.importer
 from rlx.ir.ops import OPS
 from rlx.kernels import has_kernel
+from rlx.onnx.export_ops import HANDLERS
 
 _SOURCE = "nothing to compute"
 
@@ -37,7 +37,7 @@ NOT_IMPORTED = {
     "DequantGather": "made by the bake's weight encoding from a Gather's packed table",
 }
 
-_ONNX_PACKAGE = Path(rlx.frontends.onnx.importer.__file__).parent
+_ONNX_PACKAGE = Path(rlx.onnx.importer.__file__).parent
 
 
 def _importer_names() -> dict[str, set[str]]:

@@ -14,7 +14,7 @@ import pytest
 
 from rlx import BakeOptions, BakeProfile, MemoryMode, bake
 from rlx.artifact import read_rlx, write_rlx
-from rlx.frontends.onnx import import_onnx
+from rlx.onnx import import_onnx
 from rlx.runtime import Session
 from tests.real_models import FEEDS, fetch, minilm_feeds, ppocr_feeds
 

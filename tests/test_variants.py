@@ -9,7 +9,7 @@ import pytest
 import rlx
 from rlx import BakeOptions, BakeProfile, bake, write_rlx
 from rlx.errors import UnsupportedOpError
-from rlx.frontends.onnx import import_onnx
+from rlx.onnx import import_onnx
 from tests.engines.conftest import require
 from tests.real_models import MODELS, fetch, import_kwargs
 from tests.variants import INTEGER, VARIANTS, compare, feeds_for, oracle, run_variant, variant_path

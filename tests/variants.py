@@ -235,7 +235,7 @@ def bake_and_load(model: str, variant: str, profile, tmp: Path):
     rows: those the size guard kept at full precision are marked `kept`)."""
     from rlx import bake
     from rlx.artifact import read_rlx, write_rlx
-    from rlx.frontends.onnx import import_onnx
+    from rlx.onnx import import_onnx
     from rlx.runtime import Session
 
     path = variant_path(model, variant)

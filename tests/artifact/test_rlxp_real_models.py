@@ -9,7 +9,7 @@ import pytest
 
 from rlx import BakeOptions, BakeProfile, bake
 from rlx.artifact import read_rlx, read_rlxp, write_rlx, write_rlxp
-from rlx.frontends.onnx import import_onnx
+from rlx.onnx import import_onnx
 from rlx.runtime import Session
 from tests.real_models import FEEDS, fetch, import_kwargs
 

@@ -128,7 +128,7 @@ def _load(kind: str, source: str, layers: int, dim: int):
     from rlx.weights import WeightBundle
 
     if kind == "onnx":
-        from rlx.frontends.onnx import import_onnx
+        from rlx.onnx import import_onnx
 
         g, bindings = import_onnx(source)
         return g, WeightBundle(dict(bindings))

@@ -21,7 +21,7 @@ from onnx import numpy_helper
 
 from rlx import BakeOptions, bake
 from rlx.artifact import read_rlx, write_rlx
-from rlx.frontends.onnx import import_onnx
+from rlx.onnx import import_onnx
 from rlx.runtime import Session
 from tests.real_models import FEEDS, fetch, import_kwargs
 

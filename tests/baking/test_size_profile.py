@@ -22,8 +22,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from rlx import BakeOptions, bake
 from rlx.codecs import Encoding
-from rlx.frontends.onnx import import_onnx
 from rlx.ir import Constant, DecodeWeight, DequantGather, DequantizeLinear, DequantMatMul, DType
+from rlx.onnx import import_onnx
 from rlx.runtime import Session
 
 Q8 = gguf.GGMLQuantizationType.Q8_0

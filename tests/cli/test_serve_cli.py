@@ -22,7 +22,7 @@ import pytest
 
 import rlx
 from rlx import BakeOptions, BakeProfile, bake, write_rlx
-from rlx.frontends.onnx import import_onnx
+from rlx.onnx import import_onnx
 from tests.cli.conftest import assert_error
 from tests.real_models import fetch, ppocr_feeds
 

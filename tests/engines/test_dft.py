@@ -16,8 +16,8 @@ from onnx.reference import ReferenceEvaluator
 import rlx
 from rlx import BakeOptions, bake
 from rlx.artifact import write_rlx
-from rlx.frontends.onnx import import_onnx
 from rlx.ir import DFT
+from rlx.onnx import import_onnx
 from tests.engines.conftest import ENGINES, require
 
 RNG = np.random.default_rng(8)

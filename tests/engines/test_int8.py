@@ -12,7 +12,7 @@ import pytest
 import rlx
 from rlx import BakeOptions, BakeProfile, bake
 from rlx.artifact import write_rlx
-from rlx.frontends.onnx import import_onnx
+from rlx.onnx import import_onnx
 from tests.int8_models import mlp, quantized
 
 

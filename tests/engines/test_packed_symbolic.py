@@ -22,8 +22,8 @@ from rlx import BakeOptions, bake
 from rlx.artifact import write_rlx
 from rlx.engines import auto
 from rlx.errors import ExportError
-from rlx.frontends.onnx import import_onnx
 from rlx.ir import DequantMatMul
+from rlx.onnx import import_onnx
 from tests.engines.conftest import ENGINES, require
 
 RNG = np.random.default_rng(5)

@@ -17,7 +17,7 @@ import pytest
 
 import rlx
 from rlx import BakeOptions, BakeProfile, MemoryMode, bake, relayout, write_rlx
-from rlx.frontends.onnx import import_onnx
+from rlx.onnx import import_onnx
 from tests.engines.conftest import ENGINES, require
 from tests.real_models import FEEDS, MODELS, fetch, import_kwargs
 

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 import rlx
 from rlx import BakeOptions, bake
 from rlx.artifact import write_rlx
-from rlx.frontends.onnx import import_onnx
+from rlx.onnx import import_onnx
 from tests.engines.conftest import ENGINES, require
 
 RNG = np.random.default_rng(3)

@@ -16,7 +16,7 @@ import pytest
 
 import rlx
 from rlx import BakeOptions, BakeProfile, bake, write_rlx
-from rlx.frontends.onnx import import_onnx
+from rlx.onnx import import_onnx
 from tests.engines.conftest import ENGINES, require
 from tests.real_models import fetch, import_kwargs
 

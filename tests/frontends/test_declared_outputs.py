@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from rlx.frontends.onnx import import_onnx
+from rlx.onnx import import_onnx
 
 
 def _model(outputs: list[tuple[str, list]]) -> bytes:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlx.frontends.onnx.fold import fold
 from rlx.ir import (
     Binary,
     BinaryOp,
@@ -24,6 +23,7 @@ from rlx.ir import (
     Shape,
 )
 from rlx.ir.ops.base import Op
+from rlx.onnx.fold import fold
 from rlx.runtime import Session
 
 

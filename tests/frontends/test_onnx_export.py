@@ -16,9 +16,9 @@ import rlx
 from rlx.artifact import read_rlx, write_rlx
 from rlx.codecs import Encoding
 from rlx.errors import ExportError
-from rlx.frontends.onnx.export import EXPORT_OPSET, ExportSummary, export_onnx
 from rlx.ir import DType, Graph, Shape
 from rlx.ir.ops.elementwise import Cast
+from rlx.onnx.export import EXPORT_OPSET, ExportSummary, export_onnx
 from tests.engines.conftest import write_mlp
 from tests.engines.test_model import _packed_file
 
@@ -95,8 +95,8 @@ def test_unexportable_ops_are_one_line_errors():
 
 
 def test_exporting_does_not_import_the_importer():
-    code = ("import sys\nfrom rlx.frontends.onnx import export_onnx\n"
-            "print('rlx.frontends.onnx.importer' in sys.modules, 'onnx' in sys.modules)")
+    code = ("import sys\nfrom rlx.onnx import export_onnx\n"
+            "print('rlx.onnx.importer' in sys.modules, 'onnx' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["False", "True"]

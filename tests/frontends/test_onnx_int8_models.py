@@ -14,7 +14,7 @@ import pytest
 
 from rlx import BakeOptions, BakeProfile, bake
 from rlx.artifact import read_rlx, write_rlx
-from rlx.frontends.onnx import export_onnx, import_onnx
+from rlx.onnx import export_onnx, import_onnx
 from rlx.runtime import Session
 from tests.int8_models import cnn, decoder_feeds, mlp, quantized, quantized_static, t5_decoder
 

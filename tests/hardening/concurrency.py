@@ -24,8 +24,8 @@ import numpy as np
 
 from rlx import BakeOptions, BakeProfile, RlxFile, bake
 from rlx.artifact import read_rlx, write_rlx
-from rlx.frontends.onnx import import_onnx
 from rlx.ir import Graph, Shape
+from rlx.onnx import import_onnx
 from rlx.runtime import Session
 from tests.hardening.harness import ROOT
 from tests.real_models import fetch

@@ -41,9 +41,9 @@ from rlx import BakeOptions, BakeProfile, bake
 from rlx.artifact import crypto, parse_rlx, read_rlx, read_rlxp
 from rlx.deferred import materialize
 from rlx.errors import IntegrityError, RlxError
-from rlx.frontends.onnx import import_onnx
 from rlx.ir.graph import Graph
 from rlx.ir.shape import Shape
+from rlx.onnx import import_onnx
 from rlx.runtime import Session
 from rlx.weights import load_weights
 from tests.hardening import mutate, seeds

@@ -33,9 +33,9 @@ from rlx import BakeOptions, BakeProfile, bake
 from rlx.artifact import open_artifact, parse_rlx, read_rlx, write_rlx
 from rlx.codecs import Encoding
 from rlx.errors import ArtifactError, ModelImportError, WeightError
-from rlx.frontends.onnx import import_onnx
 from rlx.ir import Graph, Shape
 from rlx.ir.ops.linalg import DequantMatMul
+from rlx.onnx import import_onnx
 from rlx.runtime import Session
 from rlx.weights import load_weights
 from tests.hardening import mutate, seeds
@@ -362,8 +362,8 @@ def test_a_nesting_of_nested_ifs_costs_work_linear_in_its_nodes(monkeypatch):
     each compiled subgraph rechecked its own subgraphs' kernels."""
     from onnx import ModelProto
 
-    from rlx.frontends.onnx import scope
-    from rlx.frontends.onnx.importer import _all_nodes
+    from rlx.onnx import scope
+    from rlx.onnx.importer import _all_nodes
 
     model = ModelProto.FromString(seeds.onnx_models()["control"])
     model = mutate.nest_subgraphs(mutate.nest_subgraphs(model, 8), 9, prefix="n")

@@ -24,7 +24,7 @@ from onnx import TensorProto, helper
 
 from rlx.artifact import crypto, parse_rlx, read_rlx
 from rlx.errors import ArtifactError, ModelImportError, WeightError
-from rlx.frontends.onnx import import_onnx
+from rlx.onnx import import_onnx
 from rlx.weights import load_weights
 from tests.hardening import mutate, seeds
 from tests.hardening.budgets import FAST, SMALL, refused

@@ -10,7 +10,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 from rlx import BakeOptions, BakeProfile, bake
 from rlx.artifact import parse_rlx, write_rlx
-from rlx.frontends.onnx import import_onnx, onnx_op_types
 from rlx.ir import (
     Activation,
     Binary,
@@ -29,6 +28,7 @@ from rlx.ir import (
 )
 from rlx.ir.naming import computing_nodes, node_title, op_type, op_type_counts
 from rlx.ir.rewrite import rewrite_nodes
+from rlx.onnx import import_onnx, onnx_op_types
 
 F32 = DType.F32
 

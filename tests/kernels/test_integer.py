@@ -126,7 +126,7 @@ def test_dynamic_quantize_linear_matches_onnxruntime(scale):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     want = ort.InferenceSession(model.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    from rlx.frontends.onnx import import_onnx
+    from rlx.onnx import import_onnx
 
     graph_ir, _ = import_onnx(model)
     got = Session().compile(graph_ir).run({"x": x})

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import rlx
 from rlx import BakeOptions, BakeProfile, bake, write_rlx
-from rlx.frontends.onnx import export_onnx, import_onnx
+from rlx.onnx import export_onnx, import_onnx
 from rlx.runtime import Session
 
 

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from rlx.errors import InputError
-from rlx.frontends.onnx import import_onnx
+from rlx.onnx import import_onnx
 from rlx.runtime import Session, conform_feed
 
 F = np.float32

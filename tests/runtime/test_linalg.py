@@ -9,9 +9,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from rlx.errors import ShapeError
-from rlx.frontends.onnx import import_onnx
 from rlx.ir.ops.linalg import Einsum, MatMul
 from rlx.kernels.linalg import stride_k
+from rlx.onnx import import_onnx
 from rlx.passes import specialize
 from rlx.runtime import Session
 from tests.support import build_op_graph, onnx_reference, run_op

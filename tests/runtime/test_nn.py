@@ -505,7 +505,7 @@ def test_pools_on_inputs_shorter_than_the_window_match_onnxruntime(kind, shape, 
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
-    from rlx.frontends.onnx import import_onnx
+    from rlx.onnx import import_onnx
 
     graph = helper.make_graph(
         [helper.make_node(kind, ["x"], ["y"], **attrs)], "g",

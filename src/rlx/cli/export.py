@@ -38,7 +38,7 @@ def add_commands(sub, common: argparse.ArgumentParser) -> None:
 
 def _export(args, ui: Ui) -> Outcome:
     from rlx.artifact import open_artifact
-    from rlx.frontends.onnx.export import ExportSummary, export_onnx
+    from rlx.onnx.export import ExportSummary, export_onnx
 
     refuse_overwriting(args, args.output, args.file)
     check_writable(args.output)

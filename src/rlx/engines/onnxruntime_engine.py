@@ -75,7 +75,7 @@ class _Placer:
         self.arrays: dict[str, np.ndarray] = {}  # every weight, by name
 
     def __call__(self, name: str, array: np.ndarray) -> Any:
-        from rlx.frontends.onnx.export import external_tensor
+        from rlx.onnx.export import external_tensor
 
         array = np.ascontiguousarray(array)
         self.arrays[name] = array
@@ -176,8 +176,8 @@ def saved_session(folder: Path, threads: int | None) -> ort.InferenceSession:
 
 def export_for_ort(file: RlxFile, graph: Graph) -> tuple[bytes, _Placer, Any]:
     """(serialised model, where its weights went, export summary). Imports onnx."""
-    from rlx.frontends.onnx.export import build_onnx, weight_names
-    from rlx.frontends.onnx.export_quant import PackedForm, nbits_supported
+    from rlx.onnx.export import build_onnx, weight_names
+    from rlx.onnx.export_quant import PackedForm, nbits_supported
 
     placer = _Placer(file.origin.buffer if file.origin is not None else None)
     packed = PackedForm.NBITS if nbits_supported(8, 32) else PackedForm.DEQUANTIZE

@@ -29,9 +29,9 @@ import openvino as ov
 
 from rlx.artifact.model import RlxFile
 from rlx.engines.mapping import writable_alias
-from rlx.frontends.onnx.export import build_onnx, weight_names
-from rlx.frontends.onnx.export_quant import PackedForm
 from rlx.ir.graph import Graph
+from rlx.onnx.export import build_onnx, weight_names
+from rlx.onnx.export_quant import PackedForm
 
 __all__ = ["OpenVinoRunner", "build", "core"]
 

@@ -1,14 +1,14 @@
 """Model frontends: read models written by other tools into an rlx `Graph` plus bindings.
 
 `load_model` reads any model input (ONNX, graph JSON, a bundle folder); `import_onnx` (the
-ONNX importer, `rlx.frontends.onnx`) is the only code in rlx that imports the `onnx`
+ONNX importer, `rlx.onnx`) is the only code in rlx that imports the `onnx`
 package. Names load on first use (`rlx._lazy`), so the other frontends stay light.
 """
 
 from rlx._lazy import lazy_exports
 
 _LAZY = {
-    "import_onnx": "rlx.frontends.onnx",
+    "import_onnx": "rlx.onnx",
     "LoadedModel": "rlx.frontends.load",
     "load_model": "rlx.frontends.load",
 }

@@ -53,7 +53,7 @@ def load_model(path: str | os.PathLike[str], *,
                                f"a graph JSON file or a bundle folder) with --weights {path}")
     if kind == ONNX_MODEL or path.suffix.lower() == ".onnx":  # the bytes say, or the name
         # imported here: onnx takes a good part of a second, which JSON input never needs
-        from rlx.frontends.onnx import import_onnx, onnx_op_types, read_model
+        from rlx.onnx import import_onnx, onnx_op_types, read_model
 
         proto = read_model(path)
         graph, bindings = import_onnx(proto, base_dir=path.resolve().parent,

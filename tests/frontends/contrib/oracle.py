@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import ValueInfoProto, helper, numpy_helper
 
-from rlx.frontends.onnx import import_onnx
+from rlx.onnx import import_onnx
 from rlx.runtime import Session
 
 MS = "com.microsoft"

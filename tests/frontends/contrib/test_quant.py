@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 
 from rlx import BakeOptions, BakeProfile, bake
-from rlx.frontends.onnx import import_onnx
+from rlx.onnx import import_onnx
 from rlx.runtime import Session
 from tests.frontends.contrib.oracle import Const, assert_same, one_node, run_both
 
@@ -319,7 +319,7 @@ def test_quantized_lstm_exports_for_each_engine(form, op_type):
     """For onnxruntime the op itself (W and R back in its layout); for OpenVINO, which runs
     no com.microsoft ops, an ONNX LSTM on the dequantised weights (within the quantisation
     error)."""
-    from rlx.frontends.onnx.export import build_onnx
+    from rlx.onnx.export import build_onnx
 
     dirs, hidden, size = 2, 8, 5
     g = np.random.default_rng(3)
@@ -385,7 +385,7 @@ def test_onnx_integer_products_are_bit_exact(w_type, op):
 
 def _exported_run(model, feeds) -> list[np.ndarray]:
     """rlx's import and bake of `model`, exported to ONNX and run by onnxruntime."""
-    from rlx.frontends.onnx.export import build_onnx
+    from rlx.onnx.export import build_onnx
 
     graph, bindings = import_onnx(model)
     runtime = bake(graph, bindings, BakeOptions.from_profile(BakeProfile.EXACT))[0]

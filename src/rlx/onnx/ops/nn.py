@@ -12,8 +12,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rlx.frontends.onnx.node import NodeContext
-from rlx.frontends.onnx.registry import converter
 from rlx.ir import (
     Activation,
     ArgMax,
@@ -40,6 +38,8 @@ from rlx.ir import (
     Softmax,
 )
 from rlx.ir.shape import normalize_axis
+from rlx.onnx.node import NodeContext
+from rlx.onnx.registry import converter
 
 __all__ = [
     "conv", "emit_conv", "conv_transpose", "max_pool", "average_pool", "lp_pool",

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rlx.frontends.onnx.node import NodeContext
+    from rlx.onnx.node import NodeContext
 
 __all__ = ["Outputs", "Converter", "CONVERTERS", "NEVER_EXPANDED", "converter"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rlx.frontends.onnx.emit import Builder, Emitter
 from rlx.ir import BinaryOp, CompareOp, DType, If, Shape
+from rlx.onnx.emit import Builder, Emitter
 
 __all__ = ["normalized_axis", "per_axis"]
 

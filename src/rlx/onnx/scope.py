@@ -19,11 +19,11 @@ import numpy as np
 from onnx import AttributeProto, GraphProto
 
 from rlx.errors import ModelImportError
-from rlx.frontends.onnx.emit import Emitter
 from rlx.ir import DType, Graph, Identity, Input, Param, Shape
+from rlx.onnx.emit import Emitter
 
 if TYPE_CHECKING:
-    from rlx.frontends.onnx.importer import Importer
+    from rlx.onnx.importer import Importer
 
 __all__ = ["Scope", "Subgraph", "finish_graph", "free_variables", "subgraph_attributes"]
 

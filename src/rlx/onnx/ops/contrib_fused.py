@@ -12,10 +12,6 @@ import math
 
 import numpy as np
 
-from rlx.frontends.onnx.node import NodeContext
-from rlx.frontends.onnx.ops.linalg import gemm
-from rlx.frontends.onnx.ops.nn import emit_conv
-from rlx.frontends.onnx.registry import MICROSOFT, converter
 from rlx.ir import (
     Activation,
     BinaryOp,
@@ -29,6 +25,10 @@ from rlx.ir import (
     Softmax,
 )
 from rlx.ir.shape import normalize_axis
+from rlx.onnx.node import NodeContext
+from rlx.onnx.ops.linalg import gemm
+from rlx.onnx.ops.nn import emit_conv
+from rlx.onnx.registry import MICROSOFT, converter
 
 __all__ = ["activate", "additive_mask", "attend", "rms_norm", "split_qkv"]
 

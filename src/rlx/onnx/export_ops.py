@@ -1,4 +1,4 @@
-"""One ONNX writer per rlx op type (`HANDLERS`), for `rlx.frontends.onnx.export`.
+"""One ONNX writer per rlx op type (`HANDLERS`), for `rlx.onnx.export`.
 
 Each handler gets a `_Call` (the rlx node, its input names, the output names to produce)
 and writes one ONNX node or a short chain of standard ones. Static operands (a Reshape's
@@ -16,8 +16,6 @@ from onnx import TensorProto
 
 from rlx.codecs import decode_rows
 from rlx.errors import ExportError
-from rlx.frontends.onnx import export_quant as quant
-from rlx.frontends.onnx.export_quant import PackedForm
 from rlx.ir.dtype import DType
 from rlx.ir.ops import control as ctl
 from rlx.ir.ops import elementwise as ew
@@ -27,6 +25,8 @@ from rlx.ir.ops import quant as quant_ops
 from rlx.ir.ops.elementwise import Activation as A
 from rlx.ir.ops.elementwise import BinaryOp as B
 from rlx.kernels.quant import dense_weight
+from rlx.onnx import export_quant as quant
+from rlx.onnx.export_quant import PackedForm
 
 __all__ = ["HANDLERS"]
 
@@ -163,7 +163,7 @@ for _type, _name in ((ew.Not, "Not"), (ew.Where, "Where"), (ew.Identity, "Identi
 def _cast(c) -> None:
     if c.op.bits:
         raise ExportError(f"{c.node.label}: a bit cast has no ONNX op before opset 26")
-    from rlx.frontends.onnx.export import onnx_dtype
+    from rlx.onnx.export import onnx_dtype
 
     c.final("Cast", c.x, to=onnx_dtype(c.op.to))
 
@@ -187,8 +187,8 @@ def _dft(c) -> None:
     """Products with float64 cosine/sine tables along the moved-last axis, as the importer
     lowers a DFT of run-time length (onnxruntime's own DFT is up to 2.4e-4 off the node
     suite's expected values, where these products are within float32 rounding)."""
-    from rlx.frontends.onnx.export import onnx_dtype
-    from rlx.frontends.onnx.ops.signal import Kind, dft_tables
+    from rlx.onnx.export import onnx_dtype
+    from rlx.onnx.ops.signal import Kind, dft_tables
 
     op, shape = c.op, c.shape(0)
     rank = shape.rank
@@ -258,7 +258,7 @@ def _dequant_matmul(c) -> None:
     if dtype.numpy == compute:
         c.final("MatMul", [x, weight])
         return
-    from rlx.frontends.onnx.export import onnx_dtype
+    from rlx.onnx.export import onnx_dtype
 
     wide = c.tmp("Cast", [x], to=onnx_dtype(np.dtype(compute)))
     c.final("Cast", [c.tmp("MatMul", [wide, weight])], to=onnx_dtype(dtype))
@@ -643,7 +643,7 @@ def _shape_of(c) -> None:
 def _fill(c) -> None:
     from onnx import helper
 
-    from rlx.frontends.onnx.export import onnx_dtype
+    from rlx.onnx.export import onnx_dtype
 
     op = c.op
     value = helper.make_tensor("value", onnx_dtype(op.dtype), [1],

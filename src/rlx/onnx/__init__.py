@@ -14,13 +14,13 @@ weights go), `export_ops` (one writer per rlx op), `export_quant` (packed weight
 from rlx._lazy import lazy_exports
 
 _LAZY = {
-    "import_onnx": "rlx.frontends.onnx.importer",
-    "MIN_OPSET": "rlx.frontends.onnx.importer",
-    "MAX_OPSET": "rlx.frontends.onnx.importer",
-    "onnx_op_types": "rlx.frontends.onnx.importer",
-    "read_model": "rlx.frontends.onnx.importer",
-    "export_onnx": "rlx.frontends.onnx.export",
-    "EXPORT_OPSET": "rlx.frontends.onnx.export",
+    "import_onnx": "rlx.onnx.importer",
+    "MIN_OPSET": "rlx.onnx.importer",
+    "MAX_OPSET": "rlx.onnx.importer",
+    "onnx_op_types": "rlx.onnx.importer",
+    "read_model": "rlx.onnx.importer",
+    "export_onnx": "rlx.onnx.export",
+    "EXPORT_OPSET": "rlx.onnx.export",
 }
 __all__ = [
     "EXPORT_OPSET", "MAX_OPSET", "MIN_OPSET", "export_onnx", "import_onnx", "onnx_op_types",

@@ -1,7 +1,7 @@
 """Control flow (If, Loop, Scan) and the recurrences (LSTM, GRU, RNN).
 
 Subgraphs become child graphs whose outer reads are explicit captured inputs (see
-`rlx.frontends.onnx.scope.Subgraph`). Loop-carried and Scan state values may change shape
+`rlx.onnx.scope.Subgraph`). Loop-carried and Scan state values may change shape
 from one iteration to the next; a body is converted with the initial shapes first and
 again with the dims that changed made unknown.
 """
@@ -13,9 +13,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from rlx.errors import ModelImportError
-from rlx.frontends.onnx.node import NodeContext
-from rlx.frontends.onnx.registry import converter
-from rlx.frontends.onnx.scope import Subgraph
 from rlx.ir import (
     GRU,
     LSTM,
@@ -31,6 +28,9 @@ from rlx.ir import (
     Shape,
 )
 from rlx.ir.shape import UNKNOWN
+from rlx.onnx.node import NodeContext
+from rlx.onnx.registry import converter
+from rlx.onnx.scope import Subgraph
 
 __all__ = ["if_", "loop", "scan", "lstm", "gru", "rnn", "optional_has_element"]
 

@@ -14,8 +14,8 @@ import onnx
 from onnx import AttributeProto, TensorProto, numpy_helper
 
 from rlx.errors import ModelImportError
-from rlx.frontends.onnx.external import ExternalData
 from rlx.ir import DType
+from rlx.onnx.external import ExternalData
 
 __all__ = ["DTYPES", "dtype_of", "onnx_type_name", "tensor_to_array", "decode_attribute"]
 

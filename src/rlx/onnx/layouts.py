@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from onnx import GraphProto, NodeProto
 
 from rlx.errors import UnsupportedOpError
-from rlx.frontends.onnx.scope import subgraph_attributes
+from rlx.onnx.scope import subgraph_attributes
 
 __all__ = ["NCHWC_DOMAIN", "refuse_layouts"]
 

@@ -7,11 +7,11 @@ before, they are an attribute. Empty or absent axes reduce everything, unless
 
 from __future__ import annotations
 
-from rlx.frontends.onnx.emit import Builder, Emitter
-from rlx.frontends.onnx.node import NodeContext
-from rlx.frontends.onnx.registry import converter
-from rlx.frontends.onnx.switch import normalized_axis, per_axis
 from rlx.ir import ArgMax, ArgMin, Concat, CumSum, DType, Reduce, ReduceOp, Scan, TopK
+from rlx.onnx.emit import Builder, Emitter
+from rlx.onnx.node import NodeContext
+from rlx.onnx.registry import converter
+from rlx.onnx.switch import normalized_axis, per_axis
 
 __all__ = ["reduce", "arg_max", "arg_min", "cumsum", "cumprod", "top_k"]
 

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlx.frontends.onnx.emit import Emitter
-from rlx.frontends.onnx.node import NodeContext
-from rlx.frontends.onnx.registry import converter
 from rlx.ir import (
     BinaryOp,
     Concat,
@@ -22,6 +19,9 @@ from rlx.ir import (
     ScatterElements,
     ScatterReduction,
 )
+from rlx.onnx.emit import Emitter
+from rlx.onnx.node import NodeContext
+from rlx.onnx.registry import converter
 
 __all__ = ["col2im"]
 

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlx.frontends.onnx.emit import Builder, Emitter
-from rlx.frontends.onnx.node import NodeContext
-from rlx.frontends.onnx.registry import converter
 from rlx.ir import (
     BinaryOp,
     CompareOp,
@@ -28,6 +25,9 @@ from rlx.ir import (
     Shape,
     TopK,
 )
+from rlx.onnx.emit import Builder, Emitter
+from rlx.onnx.node import NodeContext
+from rlx.onnx.registry import converter
 
 __all__ = ["non_max_suppression"]
 

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlx.frontends.onnx.emit import Emitter
-from rlx.frontends.onnx.node import NodeContext
-from rlx.frontends.onnx.registry import converter
 from rlx.ir import (
     CompareOp,
     Compress,
@@ -25,6 +22,9 @@ from rlx.ir import (
     ScatterElements,
     TopK,
 )
+from rlx.onnx.emit import Emitter
+from rlx.onnx.node import NodeContext
+from rlx.onnx.registry import converter
 
 __all__ = ["unique"]
 

@@ -14,9 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlx.frontends.onnx.emit import Emitter
-from rlx.frontends.onnx.node import NodeContext
-from rlx.frontends.onnx.registry import converter
 from rlx.ir import (
     Activation,
     BinaryOp,
@@ -28,6 +25,9 @@ from rlx.ir import (
     LogicalOp,
     ReduceOp,
 )
+from rlx.onnx.emit import Emitter
+from rlx.onnx.node import NodeContext
+from rlx.onnx.registry import converter
 
 __all__ = [
     "Taps", "interpolation_taps", "reflect", "gather_taps", "grid_sample", "roi_align",

@@ -16,18 +16,6 @@ import numpy as np
 
 from rlx.codecs.encodings import Encoding
 from rlx.codecs.mlx import AFFINE_GROUPS
-from rlx.frontends.onnx.node import NodeContext
-from rlx.frontends.onnx.ops.contrib_fused import attend
-from rlx.frontends.onnx.ops.control import recurrent, recurrent_lstm
-from rlx.frontends.onnx.ops.nn import _pool
-from rlx.frontends.onnx.ops.quant import (
-    dequantize,
-    dequantize_linear,
-    integer_matmul,
-    quantize,
-    quantize_linear,
-)
-from rlx.frontends.onnx.registry import MICROSOFT, converter
 from rlx.ir import (
     Activation,
     Clamp,
@@ -39,6 +27,18 @@ from rlx.ir import (
     QuantizedLSTM,
     ReduceOp,
 )
+from rlx.onnx.node import NodeContext
+from rlx.onnx.ops.contrib_fused import attend
+from rlx.onnx.ops.control import recurrent, recurrent_lstm
+from rlx.onnx.ops.nn import _pool
+from rlx.onnx.ops.quant import (
+    dequantize,
+    dequantize_linear,
+    integer_matmul,
+    quantize,
+    quantize_linear,
+)
+from rlx.onnx.registry import MICROSOFT, converter
 
 __all__ = ["requantize"]
 
@@ -351,7 +351,7 @@ def _unpack(packed: np.ndarray, bits: int) -> np.ndarray:
 def qattention(n: NodeContext):
     """Attention whose projection is quantised: inputs input (u8/i8), weight, bias (float),
     input_scale, weight_scale, mask_index, input_zero_point, weight_zero_point, past."""
-    from rlx.frontends.onnx.ops.contrib_fused import additive_mask, split_qkv
+    from rlx.onnx.ops.contrib_fused import additive_mask, split_qkv
 
     s = n.s
     if n.has(8):

@@ -27,12 +27,12 @@ from onnx import TensorProto, helper
 
 from rlx.codecs import Encoding
 from rlx.errors import ExportError
-from rlx.frontends.onnx.export_quant import PackedForm, nbits_supported
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.multi import TupleGet
 from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.shape import UNKNOWN, Shape
+from rlx.onnx.export_quant import PackedForm, nbits_supported
 from rlx.version import __version__
 
 __all__ = ["EXPORT_OPSET", "ExportSummary", "ExportResult", "WeightPlacer", "export_onnx",
@@ -120,7 +120,7 @@ def build_onnx(graph: Graph, *, placer: WeightPlacer = inline_tensor,
     """The ONNX model of a runnable rlx graph (every Constant with its bytes).
 
     `constant_names` names main-graph Constants by node id (the weight table's names)."""
-    from rlx.frontends.onnx import export_ops
+    from rlx.onnx import export_ops
 
     form = _default_packed() if packed is None else PackedForm(packed)
     builder = _Builder(form, placer, export_ops)

@@ -18,11 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlx.frontends.onnx.emit import Emitter
-from rlx.frontends.onnx.node import NodeContext
-from rlx.frontends.onnx.registry import converter
-from rlx.frontends.onnx.switch import normalized_axis, per_axis
-from rlx.frontends.onnx.tensors import dtype_of
 from rlx.ir import (
     DFT,
     Activation,
@@ -34,6 +29,11 @@ from rlx.ir import (
     Range,
     Slice,
 )
+from rlx.onnx.emit import Emitter
+from rlx.onnx.node import NodeContext
+from rlx.onnx.registry import converter
+from rlx.onnx.switch import normalized_axis, per_axis
+from rlx.onnx.tensors import dtype_of
 
 __all__ = ["Run", "Length", "Kind", "dft_tables", "transform_last", "dft", "dft_", "stft",
            "mel_weight_matrix"]

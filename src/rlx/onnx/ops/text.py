@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlx.frontends.onnx.node import NodeContext
-from rlx.frontends.onnx.registry import converter
 from rlx.ir import CompareOp, Concat, DType, ReduceOp
+from rlx.onnx.node import NodeContext
+from rlx.onnx.registry import converter
 
 __all__ = ["tf_idf_vectorizer"]
 

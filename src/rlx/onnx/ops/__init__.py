@@ -1,6 +1,6 @@
 """Converters, one module per op family; importing this package registers them all."""
 
-from rlx.frontends.onnx.ops import (  # noqa: F401
+from rlx.onnx.ops import (  # noqa: F401
     col2im,
     contrib_fused,
     contrib_quant,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rlx.frontends.onnx.node import NodeContext
-from rlx.frontends.onnx.registry import converter
 from rlx.ir import Einsum
+from rlx.onnx.node import NodeContext
+from rlx.onnx.registry import converter
 
 __all__ = ["matmul", "gemm", "einsum", "det"]
 

@@ -7,10 +7,10 @@ import functools
 
 import numpy as np
 
-from rlx.frontends.onnx.node import NodeContext
-from rlx.frontends.onnx.registry import converter
-from rlx.frontends.onnx.tensors import dtype_of
 from rlx.ir import Activation, BinaryOp, Cast, Clamp, CompareOp, DType, LogicalOp, PRelu
+from rlx.onnx.node import NodeContext
+from rlx.onnx.registry import converter
+from rlx.onnx.tensors import dtype_of
 
 __all__ = [
     "unary", "parametric", "gelu", "swish", "shrink", "is_inf", "binary", "pow_", "mod",

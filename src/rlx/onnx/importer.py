@@ -2,7 +2,7 @@
 
 The importer reads the protobuf (external data through a checked memory map), checks that
 every op is one rlx can convert (listing all that are not, at once), orders the nodes, and
-hands each node to its converter (`rlx.frontends.onnx.ops`). Ops without a converter that
+hands each node to its converter (`rlx.onnx.ops`). Ops without a converter that
 ONNX defines as a function of other ops are expanded through that function body, as are
 the model's own functions. Graph inputs, outputs and initializers keep their ONNX names.
 """
@@ -22,23 +22,23 @@ from google.protobuf.message import DecodeError
 from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TypeProto, helper
 
 from rlx.errors import GraphError, ModelImportError, UnsupportedOpError
-from rlx.frontends.onnx import ops  # noqa: F401  (registers the converters)
-from rlx.frontends.onnx.declared import with_declared_outputs
-from rlx.frontends.onnx.external import ExternalData
-from rlx.frontends.onnx.layouts import refuse_layouts
-from rlx.frontends.onnx.node import NodeContext, node_label, node_origin
-from rlx.frontends.onnx.registry import (
+from rlx.ir import Graph, Shape, verify
+from rlx.ir.graph import unique_name
+from rlx.ir.shape import UNKNOWN
+from rlx.onnx import ops  # noqa: F401  (registers the converters)
+from rlx.onnx.declared import with_declared_outputs
+from rlx.onnx.external import ExternalData
+from rlx.onnx.layouts import refuse_layouts
+from rlx.onnx.node import NodeContext, node_label, node_origin
+from rlx.onnx.registry import (
     CONVERTERS,
     DOMAIN_CONVERTERS,
     NEVER_EXPANDED,
     find_converter,
 )
-from rlx.frontends.onnx.scope import Scope, finish_graph, free_variables, subgraph_attributes
-from rlx.frontends.onnx.tensors import dtype_of, onnx_elem_type, sparse_to_array, tensor_to_array
-from rlx.frontends.onnx.validate import check_model_text, check_node, check_text
-from rlx.ir import Graph, Shape, verify
-from rlx.ir.graph import unique_name
-from rlx.ir.shape import UNKNOWN
+from rlx.onnx.scope import Scope, finish_graph, free_variables, subgraph_attributes
+from rlx.onnx.tensors import dtype_of, onnx_elem_type, sparse_to_array, tensor_to_array
+from rlx.onnx.validate import check_model_text, check_node, check_text
 from rlx.safeio import read_regular
 
 __all__ = ["import_onnx", "Importer", "MIN_OPSET", "MAX_OPSET", "onnx_op_types", "read_model"]

@@ -16,10 +16,6 @@ import math
 
 import numpy as np
 
-from rlx.frontends.onnx.node import NodeContext
-from rlx.frontends.onnx.ops.nn import emit_conv
-from rlx.frontends.onnx.registry import converter
-from rlx.frontends.onnx.tensors import dtype_of
 from rlx.ir import (
     QUANTIZED_TYPES,
     Activation,
@@ -30,6 +26,10 @@ from rlx.ir import (
     MatMulInteger,
     QuantizeLinear,
 )
+from rlx.onnx.node import NodeContext
+from rlx.onnx.ops.nn import emit_conv
+from rlx.onnx.registry import converter
+from rlx.onnx.tensors import dtype_of
 
 __all__ = [
     "quantize", "dequantize", "quantize_linear", "dequantize_linear", "qlinear_matmul",

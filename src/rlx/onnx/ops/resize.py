@@ -13,8 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from rlx.frontends.onnx.node import NodeContext
-from rlx.frontends.onnx.registry import converter
 from rlx.ir import (
     Activation,
     CoordinateMode,
@@ -26,6 +24,8 @@ from rlx.ir import (
     ResizeMode,
     ScatterElements,
 )
+from rlx.onnx.node import NodeContext
+from rlx.onnx.registry import converter
 
 __all__ = ["upsample", "resize"]
 

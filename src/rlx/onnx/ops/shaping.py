@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlx.frontends.onnx.node import NodeContext
-from rlx.frontends.onnx.registry import converter
-from rlx.frontends.onnx.tensors import dtype_of
 from rlx.ir import (
     BinaryOp,
     CompareOp,
@@ -38,6 +35,9 @@ from rlx.ir import (
     Trilu,
     Unsqueeze,
 )
+from rlx.onnx.node import NodeContext
+from rlx.onnx.registry import converter
+from rlx.onnx.tensors import dtype_of
 
 __all__ = [
     "constant", "reshape", "flatten", "transpose", "concat", "expand", "tile", "squeeze",

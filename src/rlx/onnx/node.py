@@ -14,10 +14,10 @@ from onnx import NodeProto
 
 from rlx.enums import parse_enum
 from rlx.errors import ModelImportError
-from rlx.frontends.onnx.tensors import decode_attribute
+from rlx.onnx.tensors import decode_attribute
 
 if TYPE_CHECKING:
-    from rlx.frontends.onnx.scope import Scope
+    from rlx.onnx.scope import Scope
 
 __all__ = ["NodeContext", "node_label", "node_origin"]
 

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rlx.frontends.onnx.fold import FOLD_LIMIT, fold
 from rlx.ir import (
     Activation,
     Binary,
@@ -46,6 +45,7 @@ from rlx.ir import (
 )
 from rlx.ir.ops.base import Op
 from rlx.ir.rewrite import constant_value
+from rlx.onnx.fold import FOLD_LIMIT, fold
 
 ShapeArg = Sequence[int] | int
 """A shape-like operand: static values, or the id of a 1-D i64 node holding them."""
