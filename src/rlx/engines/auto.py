@@ -219,6 +219,28 @@ def cached_choice(content: str, *, threads: int | None, precision: str,
     return cache.get(cache_key(content, engines, threads, precision), engines)
 
 
+def _warm_up(engines, build, feeds: dict, outputs: list[str], path: str):
+    """Build every engine and run it once (first-run allocations, lazy compiles): (every
+    runner that builds, those that also ran the feeds, why the others failed, seconds each
+    took to build and run once)."""
+    built: dict[str, Any] = {}  # every engine that builds (the unmeasured pick is one)
+    runners: dict[str, Any] = {}  # those that also ran the feeds: the timed candidates
+    failed: dict[str, str] = {}
+    warmed: dict[str, float] = {}
+    for name in engines:
+        try:
+            t = time.perf_counter()
+            runner = built[name] = build(name)
+            runner.run(dict(feeds), outputs)
+            runners[name] = runner
+            warmed[name] = time.perf_counter() - t
+            log.info("auto: %s built and run once in %.0f ms", name, warmed[name] * 1e3)
+        except Exception as err:  # noqa: BLE001 - an engine that fails is not a candidate
+            failed[name] = " ".join(str(err).split())[:200]
+            log.warning("auto: %s cannot take %s: %s", name, path, failed[name])
+    return built, runners, failed, warmed
+
+
 def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, precision: str,
            cache_dir: str | os.PathLike | None = None,
            example: Mapping[str, np.ndarray] | None = None, prepack: str = "mapped"):
@@ -244,24 +266,10 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
 
     check_feeds(graph.inputs(), feeds)
     outputs = [graph.node(o).name or f"out{o}" for o in graph.outputs]
-    built: dict[str, Any] = {}  # every engine that builds (the unmeasured pick is one)
-    runners: dict[str, Any] = {}  # those that also ran the feeds: the timed candidates
-    failed: dict[str, str] = {}
-    warmed: dict[str, float] = {}  # seconds to build and run once
     began = time.perf_counter()
     _tell("auto: measuring %s on %s: building each, then at most %.1f s of timing "
           "(once: the choice is cached)", ", ".join(engines), os.path.basename(path), BUDGET_S)
-    for name in engines:
-        try:
-            t = time.perf_counter()
-            runner = built[name] = build(name)
-            runner.run(dict(feeds), outputs)  # warm-up: first-run allocations, lazy compiles
-            runners[name] = runner
-            warmed[name] = time.perf_counter() - t
-            log.info("auto: %s built and run once in %.0f ms", name, warmed[name] * 1e3)
-        except Exception as err:  # noqa: BLE001 - an engine that fails is not a candidate
-            failed[name] = " ".join(str(err).split())[:200]
-            log.warning("auto: %s cannot take %s: %s", name, path, failed[name])
+    built, runners, failed, warmed = _warm_up(engines, build, feeds, outputs, path)
     quickest_first = {name: runners[name] for name in sorted(runners, key=warmed.__getitem__)}
     measured = ({name: ms * 1e3 for name, ms in _measure(quickest_first, feeds, outputs).items()}
                 if "numpy" not in failed else {})

@@ -190,6 +190,14 @@ def build_runner(engine: str, file: RlxFile, graph: Graph, path: str | None, *,
                                        prepack=prepack)
 
 
+def _check_options(engine: str, precision: str, prepack: str, threads: int | None) -> None:
+    check_engine(engine)
+    check_precision(precision)
+    check_prepack(prepack)
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise InputError(f"threads must be a positive integer or None, got {threads!r}")
+
+
 def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None = None,
          precision: str = "exact", password: str | bytes | None = None,
          cache_dir: str | os.PathLike | None = None,
@@ -216,11 +224,7 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     The file is opened, checked and mapped once; every engine and cache gets its bytes
     from that mapping, never from the path again (docs/reliability.md).
     """
-    check_engine(engine)
-    check_precision(precision)
-    check_prepack(prepack)
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise InputError(f"threads must be a positive integer or None, got {threads!r}")
+    _check_options(engine, precision, prepack, threads)
     source = os.fspath(path)
     # a signature to check needs the file; other engines never import the warm load (~15
     # ms: pathlib, hashlib)
