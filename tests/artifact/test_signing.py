@@ -315,22 +315,32 @@ def test_an_encrypted_file_is_signed_and_verified_without_its_password(signed, k
 
 
 # -- dir packages -----------------------------------------------------------------------------
-def test_dir_package_extra_missing_or_symlinked_members_are_refused(signed, keys):
+def _open_refused(path, keys, reason: str) -> SignatureError:
+    """`refused`, by the reader: `open_artifact` verifies the members it mapped."""
+    with pytest.raises(SignatureError) as err:
+        open_artifact(path, trusted_keys=keys)
+    assert err.value.reason == reason, err.value
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+    return err.value
+
+
+@pytest.mark.parametrize("check", [refused, _open_refused], ids=["verify", "open"])
+def test_dir_package_extra_missing_or_symlinked_members_are_refused(signed, keys, check):
     folder, trusted = signed["rlxp-dir"], [public(keys[0])]
     (folder / "notes.txt").write_text("unsigned")
-    assert "notes.txt is not covered" in str(refused(folder, trusted, "mismatch"))
+    assert "notes.txt is not covered" in str(check(folder, trusted, "mismatch"))
     (folder / "notes.txt").unlink()
     (io_json,) = (folder / "graph").glob("io.*.json")  # named by its content's digest
     saved = io_json.read_bytes()
     io_json.unlink()
-    assert f"graph/{io_json.name} is missing" in str(refused(folder, trusted, "mismatch"))
+    assert f"graph/{io_json.name} is missing" in str(check(folder, trusted, "mismatch"))
     io_json.write_bytes(saved[:-1] + b" ")
-    assert f"member graph/{io_json.name} differs" in str(refused(folder, trusted, "mismatch"))
+    assert f"member graph/{io_json.name} differs" in str(check(folder, trusted, "mismatch"))
     outside = folder.parent / "io.json"
     outside.write_bytes(saved)
     io_json.unlink()
     io_json.symlink_to(outside)
-    assert "not a regular file" in str(refused(folder, trusted, "mismatch"))
+    assert "not a regular file" in str(check(folder, trusted, "mismatch"))
     with pytest.raises(ArtifactError, match="not a regular file"):
         sign_artifact(folder, keys[0])
 

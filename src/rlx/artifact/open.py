@@ -15,9 +15,9 @@ from rlx.artifact.layout import ENCRYPTED_MAGIC, MAGIC
 from rlx.artifact.model import RlxFile
 from rlx.artifact.reader import read_mapped_rlx
 from rlx.artifact.sniff import foreign_hint
-from rlx.errors import ArtifactError
+from rlx.errors import ArtifactError, SignatureError
 from rlx.safeio.files import open_regular
-from rlx.safeio.mapping import map_with_file
+from rlx.safeio.mapping import map_fd, map_with_file
 
 FLAT_MAGIC = b"RLXPFLAT"  # rlx.artifact.rlxp.layout's, without importing the package reader
 
@@ -67,7 +67,9 @@ def open_artifact(path: str | os.PathLike, password: str | bytes | None = None, 
     A file is opened once and mapped once (`rlx.safeio.map_with_file`); the signature is
     checked over, and the reader validates, those mapped bytes, which are the ones the
     returned file's weights view (`RlxFile.origin`): a rename, swap or move of the path
-    at any moment changes nothing of what was checked or what runs."""
+    at any moment changes nothing of what was checked or what runs. A signed dir package
+    likewise: each member mapped once, the signature checked over, and the package read
+    from, those mappings."""
     source = os.fspath(path)
     if os.path.isdir(source):
         return _open_folder(source, password, verify, trusted_keys, signature)
@@ -89,18 +91,13 @@ def open_artifact(path: str | os.PathLike, password: str | bytes | None = None, 
                 raise _not_an_artifact(head, source)
     except OSError as err:
         raise ArtifactError(f"cannot read {source}: {err.strerror or err}") from None
-    if signed is not None and file.origin is not None:
-        file.origin = dataclasses.replace(file.origin,
-                                          key=f"{file.origin.key}+sig:{signed.digest}")
-    return file
+    return _with_signature(file, signed)
 
 
 def _mapped_package(view: memoryview, f, source: str, password, verify: str) -> RlxFile:
     if view[:4] == b"PK\x03\x04" and not _zip_with_toc(f):
         raise _not_an_artifact(bytes(view[:16]), source)  # an .npz, a DDUF bundle...
-    if password is not None:
-        raise ArtifactError(f"{source} is an .rlxp package, which is never encrypted; "
-                            "open it without a password")
+    _no_password(source, password)
     from rlx.artifact.rlxp.read import read_mapped_rlxp
 
     return read_mapped_rlxp(view, f, source, verify=verify).file
@@ -119,22 +116,66 @@ def _zip_with_toc(f) -> bool:
 
 def _open_folder(source: str, password, verify: str, trusted_keys, signature) -> RlxFile:
     """A dir package: its members are files of their own, each checked as it is read."""
-    signed = None
     if trusted_keys is not None:
-        from rlx.artifact.signing import verify_signature
-
-        signed = verify_signature(source, trusted_keys, signature=signature)
+        return _open_signed_folder(source, password, verify, trusted_keys, signature)
     kind = artifact_kind(source)
     if kind != "rlxp":
         raise ArtifactError(f"{source} is a folder without rlx.json, not an .rlxp package")
+    _no_password(source, password)
+    from rlx.artifact.rlxp.read import read_rlxp
+
+    return read_rlxp(source, verify=verify)
+
+
+def _open_signed_folder(source: str, password, verify: str, trusted_keys,
+                        signature) -> RlxFile:
+    """A signed dir package by the rule of a single file: every member mapped once, the
+    signature checked over those mappings, the package read from them and never again
+    from a path (a member renamed over, then back, changes nothing)."""
+    from rlx.artifact.rlxp.read import read_mapped_dir_rlxp
+    from rlx.artifact.signing import verify_members_of
+
+    members = _mapped_members(source)
+    signed = verify_members_of(source, members, trusted_keys, signature=signature)
+    if "rlx.json" not in members:
+        raise ArtifactError(f"{source} is a folder without rlx.json, not an .rlxp package")
+    _no_password(source, password)
+    return _with_signature(read_mapped_dir_rlxp(members, source, verify=verify).file, signed)
+
+
+def _mapped_members(source: str) -> dict[str, memoryview]:
+    """Every regular file under the folder by relative POSIX path, each opened (never
+    through a symlink) and mapped once; a member gone or replaced by a symlink meanwhile
+    is refused."""
+    from pathlib import Path  # only here: see artifact_kind
+
+    from rlx.artifact.signing.parts import dir_members
+
+    try:
+        paths = dir_members(Path(source), ArtifactError)
+    except ArtifactError as err:
+        raise SignatureError(str(err), "mismatch") from None
+    members = {}
+    for name, path in paths.items():
+        try:
+            fd = open_regular(path, ArtifactError, nofollow=True)
+            members[name] = memoryview(map_fd(fd, str(path), ArtifactError).buffer)  # leased
+        except ArtifactError as err:  # it changed between the listing and now
+            raise SignatureError(f"{source}: {err}", "changed") from None
+    return members
+
+
+def _no_password(source: str, password) -> None:
     if password is not None:
         raise ArtifactError(f"{source} is an .rlxp package, which is never encrypted; "
                             "open it without a password")
-    from rlx.artifact.rlxp.read import read_rlxp
 
-    file = read_rlxp(source, verify=verify)
-    if signed is not None:
-        signed.check_unchanged()  # the members read are the members verified
+
+def _with_signature(file: RlxFile, signed) -> RlxFile:
+    """Key the file's content by its signature too (engine caches: `RlxFile.origin`)."""
+    if signed is not None and file.origin is not None:
+        file.origin = dataclasses.replace(file.origin,
+                                          key=f"{file.origin.key}+sig:{signed.digest}")
     return file
 
 

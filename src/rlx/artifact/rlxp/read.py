@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, TypeGuard
@@ -39,7 +40,8 @@ from rlx.ir.shape import Shape
 from rlx.safeio import JsonLimits, load_json, map_file, map_with_file
 from rlx.stored_zip import check_crc, read_stored_zip
 
-__all__ = ["RlxpPackage", "read_mapped_rlxp", "read_rlxp", "read_rlxp_package", "is_rlxp"]
+__all__ = ["RlxpPackage", "read_mapped_dir_rlxp", "read_mapped_rlxp", "read_rlxp",
+           "read_rlxp_package", "is_rlxp"]
 
 ALIGN = 64
 _SIDECAR_ID = re.compile(r"[A-Za-z0-9_]{1,64}")
@@ -118,6 +120,15 @@ def read_mapped_rlxp(buf: memoryview, f, source: str, *, verify: str = "lazy") -
         raise ArtifactError(f"{source}: bad magic {head!r} (expected "
                             f"{L.FLAT_MAGIC.decode()} or a zip package)")
     return _Package(container, source).read(verify)
+
+
+def read_mapped_dir_rlxp(members: Mapping[str, memoryview], source: str, *,
+                         verify: str = "lazy") -> RlxpPackage:
+    """A dir package from its members as mapped once, by relative POSIX path
+    (`open_artifact`: the bytes a signature was checked over): no member is opened by path,
+    and one missing from `members` is missing from the package."""
+    _check_verify(verify)
+    return _Package(_DirContainer(Path(source), members), source).read(verify)
 
 
 def _check_verify(verify: str) -> None:
@@ -252,10 +263,12 @@ class _ZipContainer(_Container):
 
 
 class _DirContainer(_Container):
+    """Members mapped by path as they are used, or taken from `members` (mapped already)."""
+
     kind = "dir"
 
-    def __init__(self, folder: Path):
-        self.folder, self.source = folder, str(folder)
+    def __init__(self, folder: Path, members: Mapping[str, memoryview] | None = None):
+        self.folder, self.source, self.members = folder, str(folder), members
         self.tensor_area = memoryview(b"")
         self.toc_raw = bytes(self._map(L.MEMBERS["toc"]))
         self.toc = self.parse_json(self.toc_raw, "rlx.json")
@@ -263,11 +276,17 @@ class _DirContainer(_Container):
             self.fail("rlx.json is not a JSON object")
 
     def use_shard(self, name: str) -> None:
-        shard = self.folder / name
-        self.tensor_area = self._map(name) if shard.exists() else memoryview(b"")
+        present = (self.folder / name).exists() if self.members is None \
+            else name in self.members
+        self.tensor_area = self._map(name) if present else memoryview(b"")
 
     def _map(self, name: str) -> memoryview:
-        return memoryview(map_file(self.folder / name, ArtifactError).buffer)  # leased
+        if self.members is None:
+            return memoryview(map_file(self.folder / name, ArtifactError).buffer)  # leased
+        view = self.members.get(name)
+        if view is None:
+            self.fail(f"has no member {name}")
+        return view
 
     def region(self, row: Any, what: str) -> memoryview:
         name = row.get("member") if isinstance(row, dict) else None

@@ -16,11 +16,12 @@ from rlx.artifact.signing.sign import (
     read_signature,
     sign_artifact,
     signature_path,
+    verify_members_of,
     verify_signature,
     verify_signature_of,
 )
 
 __all__ = ["SignatureInfo", "generate_keypair", "key_id", "load_private_key",
            "load_public_key", "public_key_path", "read_signature", "save_keypair",
-           "sign_artifact", "signature_path", "verify_signature",
+           "sign_artifact", "signature_path", "verify_members_of", "verify_signature",
            "verify_signature_of"]

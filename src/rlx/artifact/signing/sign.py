@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +28,13 @@ from rlx.artifact.signing.keys import (
     load_private_key,
     load_public_keys,
 )
-from rlx.artifact.signing.layout import MAX_MESSAGE_BYTES, SIG_HEADER, SignatureFile, Statement
+from rlx.artifact.signing.layout import (
+    MAX_MESSAGE_BYTES,
+    SIG_HEADER,
+    Part,
+    SignatureFile,
+    Statement,
+)
 from rlx.artifact.signing.parts import (
     MAGICS,
     HashedFile,
@@ -41,7 +47,7 @@ from rlx.errors import ArtifactError, SignatureError
 from rlx.safeio import FileIdentity, read_regular
 
 __all__ = ["SignatureInfo", "read_signature", "sign_artifact", "signature_path",
-           "verify_signature", "verify_signature_of"]
+           "verify_members_of", "verify_signature", "verify_signature_of"]
 
 
 @dataclass(frozen=True)
@@ -147,7 +153,8 @@ def verify_signature(artifact: str | os.PathLike, trusted_keys: Iterable[PublicK
     PEM files) and that its bytes are the ones signed; `SignatureError` when not.
 
     This answers for the bytes hashed here; a reader that goes on to use the file must
-    verify the bytes it maps instead (`verify_signature_of`, as `open_artifact` does)."""
+    verify the bytes it maps instead (`verify_signature_of`, `verify_members_of`, as
+    `open_artifact` does)."""
     path = Path(artifact)
     if not path.exists():
         raise ArtifactError(f"{path} does not exist")
@@ -188,6 +195,26 @@ def verify_signature_of(artifact: str | os.PathLike, data: memoryview,
     _check_digests(path, statement, digests)
     head = bytes(data[:8])
     _check_kind(path, MAGICS.get(head) or MAGICS.get(head[:4], "unknown"), statement)
+    return _info(path, sig_path, statement, True, [])
+
+
+def verify_members_of(artifact: str | os.PathLike, members: Mapping[str, memoryview],
+                      trusted_keys: Iterable[PublicKeySource], *,
+                      signature: str | os.PathLike | None = None) -> SignatureInfo:
+    """`verify_signature` of a dir package's members as the caller holds them (each mapped
+    once, by relative POSIX path): they must be exactly the signed members, each hashing to
+    its signed SHA-256, so what the caller goes on to parse and run is what was signed,
+    whatever happens to the folder meanwhile. `artifact` only names the folder and finds
+    the signature beside it."""
+    path = Path(artifact)
+    sig_path, statement = _authenticated(path, trusted_keys, signature)
+    if statement.kind != "rlxp-dir":
+        raise _mismatch(path, f"the signature is for a {statement.kind} artifact, this is a "
+                              "folder")
+    signed = _signed_members(path, statement, members)
+    for name, data in sorted(members.items()):
+        _check_member_size(path, name, len(data), signed[name])
+        _check_member_digest(path, name, hashlib.sha256(data).digest(), signed[name])
     return _info(path, sig_path, statement, True, [])
 
 
@@ -261,23 +288,37 @@ def _check_dir(path: Path, statement: Statement) -> list[HashedFile]:
         members = dir_members(path, ArtifactError)
     except ArtifactError as err:
         raise SignatureError(str(err), "mismatch") from None
+    signed = _signed_members(path, statement, members)
+    hashed = []
+    for name, member in members.items():
+        part = signed[name]
+        _check_member_size(path, name, member.stat().st_size, part)
+        result = _hash(member, [part.length], f"{path}: {name}", member=True)
+        _check_member_digest(path, name, result.digests[0], part)
+        hashed.append(result)
+    return hashed
+
+
+def _signed_members(path: Path, statement: Statement, names: Iterable[str]) -> dict[str, Part]:
+    """The signed parts by member name, once `names` are exactly the signed members."""
     signed = {p.name: p for p in statement.parts}
-    extra, missing = sorted(set(members) - set(signed)), sorted(set(signed) - set(members))
+    names = set(names)
+    extra, missing = sorted(names - set(signed)), sorted(set(signed) - names)
     if missing:
         raise _mismatch(path, f"the signed member {missing[0]} is missing")
     if extra:
         raise _mismatch(path, f"{extra[0]} is not covered by the signature")
-    hashed = []
-    for name, member in members.items():
-        part = signed[name]
-        size = member.stat().st_size
-        if size != part.length:
-            raise _mismatch(path, f"member {name} is {size:,} bytes, {part.length:,} signed")
-        result = _hash(member, [part.length], f"{path}: {name}", member=True)
-        if result.digests[0] != part.sha256:
-            raise _mismatch(path, f"member {name} differs from the signed bytes")
-        hashed.append(result)
-    return hashed
+    return signed
+
+
+def _check_member_size(path: Path, name: str, size: int, part: Part) -> None:
+    if size != part.length:
+        raise _mismatch(path, f"member {name} is {size:,} bytes, {part.length:,} signed")
+
+
+def _check_member_digest(path: Path, name: str, digest: bytes, part: Part) -> None:
+    if digest != part.sha256:
+        raise _mismatch(path, f"member {name} differs from the signed bytes")
 
 
 def _info(path: Path, sig_path: Path, statement: Statement, verified: bool,
