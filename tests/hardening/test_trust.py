@@ -9,6 +9,7 @@ process, are in test_races.py.
 
 from __future__ import annotations
 
+import filecmp
 import json
 import os
 import shutil
@@ -65,6 +66,75 @@ def test_a_file_swapped_in_after_the_signature_check_is_never_run(pair, monkeypa
     except RlxError:
         return  # refused: within the contract
     assert_runs(model, signed.oracle)
+
+
+def _dir_package(folder, mlp) -> str:
+    from rlx.artifact import open_artifact, write_rlxp
+
+    write_rlxp(folder, open_artifact(mlp.path), "dir")
+    return os.fspath(folder)
+
+
+def _files(folder: str) -> set[str]:
+    return {os.path.relpath(os.path.join(root, name), folder)
+            for root, _, names in os.walk(folder) for name in names}
+
+
+def _swap_in(folder: str, other: str):
+    """Rename the foreign package's differing files into `folder` (its rlx.json over the
+    signed one, which is set aside): the paths it put there, and how to undo it (the
+    signed files come back with their own inodes and mtimes)."""
+    aside, added = [], []
+    for name in sorted(_files(other)):
+        source, target = os.path.join(other, name), os.path.join(folder, name)
+        if os.path.exists(target):
+            if filecmp.cmp(source, target, shallow=False):
+                continue
+            os.replace(target, target + ".aside")
+            aside.append(target)
+        shutil.copy(source, target)
+        added.append(target)
+
+    def restore() -> None:
+        for target in added:
+            os.unlink(target)
+        for target in aside:
+            os.replace(target + ".aside", target)
+
+    return set(added), restore
+
+
+def test_dir_package_members_swapped_in_after_the_signature_check_are_never_run(
+        tmp_path, monkeypatch):
+    """Once every member of a signed dir package was opened, a second process renames a
+    foreign package's files into the folder (consistent: its own checksums hold) and, once
+    they were opened, the signed ones back before any `stat`. Main hashed each member by
+    path for the signature, then mapped them by path again: it ran the foreign weights."""
+    key = generate_keypair()
+    signed = write_mlp(tmp_path / "signed.rlx", seed=0)
+    folder = _dir_package(tmp_path / "pkg", signed)
+    other = _dir_package(tmp_path / "other", write_mlp(tmp_path / "foreign.rlx", seed=1))
+    sign_artifact(folder, key)
+    members = {os.path.join(folder, name) for name in _files(folder)}
+    real_open, opened, swap = os.open, [], {"pending": set(), "restore": None}
+
+    def swapping_open(path, flags, *args, **kwargs):
+        name = os.fspath(path)
+        if name.startswith(folder + os.sep):
+            if swap["restore"] is None and members <= set(opened):
+                swap["pending"], swap["restore"] = _swap_in(folder, other)
+            opened.append(name)
+        fd = real_open(path, flags, *args, **kwargs)
+        if name in swap["pending"]:
+            swap["pending"].discard(name)
+            if not swap["pending"]:
+                swap["restore"]()
+        return fd
+
+    monkeypatch.setattr(os, "open", swapping_open)
+    model = rlx.load(folder, engine="numpy", trusted_keys=[key.public_key()])
+    assert_runs(model, signed.oracle)
+    assert sorted(opened) == sorted(members)  # each member opened once, for good
 
 
 # -- break 1: the prepacked model saved from the path, not from the checked bytes ----------
