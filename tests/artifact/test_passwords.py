@@ -66,3 +66,18 @@ def test_a_lone_surrogate_is_a_typed_error_everywhere(tmp_path, sealed):
 def test_bytes_like_passwords_still_open_the_file(sealed):
     for password in ("pw", b"pw", bytearray(b"pw"), memoryview(b"pw")):
         assert read_rlx(sealed, password=password).graph is not None
+
+
+@pytest.mark.parametrize("password", [*NOT_A_PASSWORD, SURROGATE],
+                         ids=lambda p: type(p).__name__)
+def test_a_plain_file_refuses_a_wrong_kind_of_password_too(tmp_path, password):
+    """A plain file needs no password, but one of the wrong kind is a caller's mistake
+    (it would fail on the encrypted copy of the same file): the same one-line error."""
+    plain = tmp_path / "plain.rlx"
+    write_rlx(plain, tiny_file())
+    for read in (lambda: read_rlx(plain, password=password),
+                 lambda: rlx.load(plain, engine="numpy", password=password)):
+        with pytest.raises(ArtifactError, match=r"plain\.rlx: password (must be str or "
+                                                r"bytes|is not valid Unicode)"):
+            read()
+    assert read_rlx(plain, password="unused").graph is not None  # a right kind: ignored

@@ -68,6 +68,10 @@ def read_mapped_rlx(view: memoryview, source: str, *, password: str | bytes | No
         elif len(head) < len(ENCRYPTED_MAGIC):
             raise ArtifactError(f"{source}: too short to be an .rlx file ({len(head)} bytes)")
         else:
+            if password is not None:  # not needed, but a wrong kind is a mistake to report
+                from rlx.artifact.crypto import password_bytes
+
+                password_bytes(password, f"{source}:")
             buffer = view
         file = parse_rlx(buffer, verify=verify, source=source)
         digest = bytes(memoryview(buffer)[_DIGEST]).hex()

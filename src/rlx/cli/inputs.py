@@ -17,6 +17,7 @@ import numpy as np
 from rlx.cli.formatting import one_line
 from rlx.cli.ui import CliError, UsageError
 from rlx.errors import RlxError
+from rlx.safeio import open_regular
 
 __all__ = ["load_array", "load_npz", "non_negative_float", "parsed", "positive_int",
            "refuse_overwriting"]
@@ -57,27 +58,38 @@ def positive_int(text: str) -> int:
 _NUMPY_MAGICS = (b"\x93NUMPY", b"PK\x03\x04")  # .npy, and the zip archive of an .npz
 
 
-def load_array(path: str) -> Any:
-    """np.load without pickles; a file numpy cannot read is a user error naming it. (For
-    any other file np.load would talk about pickles, hence the magic check first.)"""
-    with open(path, "rb") as f:
-        if not f.read(6).startswith(_NUMPY_MAGICS):
-            raise CliError(f"{path} is not a .npy or .npz file")
-    try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, EOFError, zipfile.BadZipFile) as err:
-        raise CliError(f"cannot read {path} as .npy/.npz: {one_line(err)}") from None
+def load_array(path: str) -> np.ndarray:
+    """One array from an `.npy` file (never pickles); anything else is a user error naming
+    it. The file is checked (a regular file: a device or a FIFO is refused before it is
+    read, `rlx.safeio.open_regular`) and read through that one descriptor."""
+    value = _load(path, lambda loaded: loaded)
+    if not isinstance(value, np.ndarray):
+        raise CliError(f"{path} is an .npz archive; expected one array (.npy)")
+    return value
 
 
 def load_npz(path: str) -> dict[str, np.ndarray]:
-    archive = load_array(path)
+    """The arrays of an `.npz` archive by name, checked and read as `load_array` reads."""
+    return _load(path, _members)
+
+
+def _members(archive: Any) -> dict[str, np.ndarray]:
     if isinstance(archive, np.ndarray):
-        raise CliError(f"{path} holds one array; expected an .npz archive of arrays by name")
-    with archive:
-        try:  # members are read here, lazily: a pickled one fails only now
-            return {name: archive[name] for name in archive.files}
-        except ValueError as err:
-            raise CliError(f"cannot read {path}: {one_line(err)}") from None
+        raise CliError("it holds one array; expected an .npz archive of arrays by name")
+    return {name: archive[name] for name in archive.files}  # read now: pickles fail here
+
+
+def _load(path: str, take: Callable[[Any], Any]) -> Any:
+    with os.fdopen(open_regular(path, CliError), "rb") as f:
+        if not f.read(6).startswith(_NUMPY_MAGICS):  # else np.load would talk of pickles
+            raise CliError(f"{path} is not a .npy or .npz file")
+        f.seek(0)
+        try:
+            return take(np.load(f, allow_pickle=False))
+        except (ValueError, EOFError, zipfile.BadZipFile) as err:
+            raise CliError(f"cannot read {path} as .npy/.npz: {one_line(err)}") from None
+        except CliError as err:
+            raise CliError(f"{path}: {err}") from None
 
 
 def refuse_overwriting(args: argparse.Namespace, output: str | None,

@@ -90,10 +90,7 @@ def _feeds(args) -> dict[str, np.ndarray]:
     for name, path in args.input or ():
         if name in feeds:
             raise CliError(f"input {name!r} is given twice")
-        value = load_array(path)
-        if not isinstance(value, np.ndarray):
-            raise CliError(f"--input {name}={path}: expected one array (.npy), got an archive")
-        feeds[name] = value
+        feeds[name] = load_array(path)
     return feeds
 
 
