@@ -84,7 +84,7 @@ LINEAR = frozenset({WeightRole.MATMUL, WeightRole.GATHER, WeightRole.CONV,
                     WeightRole.MATMUL_LEFT, WeightRole.RECURRENT})
 """Roles with a reduction axis for blocks to run along."""
 
-DECODED_WHOLE = LINEAR - {WeightRole.MATMUL, WeightRole.GATHER}
+DECODED_WHOLE = frozenset(role for role in LINEAR if not role.reads_rows)
 """Roles `DecodeWeight` decodes as a whole (DequantMatMul and DequantGather read rows)."""
 
 
