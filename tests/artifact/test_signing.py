@@ -415,10 +415,11 @@ def test_wrong_kinds_of_keys_are_refused(tmp_path, keys):
         load_private_key(pub)
     with pytest.raises(SigningKeyError, match="where a public key is wanted"):
         load_public_key(keys[0])
-    ec_pem = ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
+    # P-256 keys verify model-signing bundles (test_model_signing.py); other curves nothing
+    k1_pem = ec.generate_private_key(ec.SECP256K1()).public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    with pytest.raises(SigningKeyError, match="Ed25519"):
-        load_public_key(ec_pem)
+    with pytest.raises(SigningKeyError, match="ECDSA secp256k1; rlx verifies Ed25519"):
+        load_public_key(k1_pem)
     with pytest.raises(SigningKeyError, match="not a PEM public key"):
         load_public_key(b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")
     with pytest.raises(SigningKeyError, match="cannot read"):

@@ -15,9 +15,9 @@ from rlx.artifact.layout import ENCRYPTED_MAGIC, MAGIC
 from rlx.artifact.model import RlxFile
 from rlx.artifact.reader import read_mapped_rlx
 from rlx.artifact.sniff import foreign_hint
-from rlx.errors import ArtifactError, SignatureError
+from rlx.errors import ArtifactError
 from rlx.safeio.files import open_regular
-from rlx.safeio.mapping import map_fd, map_with_file
+from rlx.safeio.mapping import map_with_file
 
 FLAT_MAGIC = b"RLXPFLAT"  # rlx.artifact.rlxp.layout's, without importing the package reader
 
@@ -59,10 +59,12 @@ def open_artifact(path: str | os.PathLike, password: str | bytes | None = None, 
                   signature: str | os.PathLike | None = None) -> RlxFile:
     """Open any `.rlx` or `.rlxp` artifact; `password` only for encrypted `.rlx` files.
 
-    With `trusted_keys` (Ed25519 public keys: key objects, PEM bytes or PEM files) the
-    artifact must carry a valid signature by one of them (`signature`, default beside it:
-    `rlx.artifact.signing.signature_path`), checked before the artifact is parsed or
-    decrypted; otherwise `SignatureError`. Without, nothing about signatures is looked at.
+    With `trusted_keys` (public keys: key objects, PEM bytes or PEM files) the artifact must
+    carry a valid signature by one of them (`signature`, default beside it:
+    `rlx.artifact.signing.signature_path`): an rlx `.sig` by an Ed25519 key or a
+    model-signing bundle by an ECDSA key, told apart by the signature file's content. It is
+    checked before the artifact is parsed or decrypted; otherwise `SignatureError`.
+    Without, nothing about signatures is looked at.
 
     A file is opened once and mapped once (`rlx.safeio.map_with_file`); the signature is
     checked over, and the reader validates, those mapped bytes, which are the ones the
@@ -134,35 +136,14 @@ def _open_signed_folder(source: str, password, verify: str, trusted_keys,
     from a path (a member renamed over, then back, changes nothing)."""
     from rlx.artifact.rlxp.read import read_mapped_dir_rlxp
     from rlx.artifact.signing import verify_members_of
+    from rlx.artifact.signing.parts import map_members
 
-    members = _mapped_members(source)
+    members = map_members(source)
     signed = verify_members_of(source, members, trusted_keys, signature=signature)
     if "rlx.json" not in members:
         raise ArtifactError(f"{source} is a folder without rlx.json, not an .rlxp package")
     _no_password(source, password)
     return _with_signature(read_mapped_dir_rlxp(members, source, verify=verify).file, signed)
-
-
-def _mapped_members(source: str) -> dict[str, memoryview]:
-    """Every regular file under the folder by relative POSIX path, each opened (never
-    through a symlink) and mapped once; a member gone or replaced by a symlink meanwhile
-    is refused."""
-    from pathlib import Path  # only here: see artifact_kind
-
-    from rlx.artifact.signing.parts import dir_members
-
-    try:
-        paths = dir_members(Path(source), ArtifactError)
-    except ArtifactError as err:
-        raise SignatureError(str(err), "mismatch") from None
-    members = {}
-    for name, path in paths.items():
-        try:
-            fd = open_regular(path, ArtifactError, nofollow=True)
-            members[name] = memoryview(map_fd(fd, str(path), ArtifactError).buffer)  # leased
-        except ArtifactError as err:  # it changed between the listing and now
-            raise SignatureError(f"{source}: {err}", "changed") from None
-    return members
 
 
 def _no_password(source: str, password) -> None:

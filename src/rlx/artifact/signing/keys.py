@@ -1,9 +1,13 @@
-"""Ed25519 signing keys: generation, PEM files, and the key id a signature names.
+"""Signing keys: generation, PEM files, and the key id a signature names.
 
+Two kinds, one per signature format: Ed25519 signs rlx's own `.sig`; ECDSA on P-256, P-384
+or P-521 signs an OpenSSF model-signing bundle (the curves that tool accepts; it takes no
+Ed25519 key). A key of the other kind is refused in one line that names the right format.
 Private keys are PKCS#8 PEM (optionally encrypted with a password, `cryptography`'s best
 available scheme), public keys SubjectPublicKeyInfo PEM: the formats `openssl pkey` reads.
-The key id is the first 8 bytes of SHA-256 of the raw 32-byte public key, so a signature can
-say which key made it and a verifier holding several trusted keys picks the right one.
+The key id of an Ed25519 key is the first 8 bytes of SHA-256 of the raw 32-byte public key;
+of an ECDSA key, of its SubjectPublicKeyInfo PEM (model-signing's key hint, truncated): a
+signature says which key made it and a verifier holding several picks the right one.
 """
 
 from __future__ import annotations
@@ -14,25 +18,38 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from rlx.artifact.atomic import atomic_write
 from rlx.errors import RlxError, SigningKeyError
 from rlx.safeio import read_regular
 
-__all__ = ["KEY_ID_BYTES", "PrivateKeySource", "PublicKeySource", "generate_keypair", "key_id",
+__all__ = ["ECDSA_CURVES", "KEY_ID_BYTES", "PrivateKey", "PrivateKeySource", "PublicKey",
+           "PublicKeySource", "generate_keypair", "key_id", "key_label", "load_ecdsa_private_key",
            "load_private_key", "load_public_key", "load_public_keys", "public_key_path",
-           "raw_public_key", "save_keypair"]
+           "public_pem", "raw_public_key", "save_keypair"]
 
 KEY_ID_BYTES = 8
 _MAX_KEY_FILE = 64 << 10  # a PEM key is a few hundred bytes
 
-PublicKeySource = Ed25519PublicKey | bytes | bytearray | str | os.PathLike
-PrivateKeySource = Ed25519PrivateKey | bytes | bytearray | str | os.PathLike
+# model-signing's curves, by cryptography's name: what its key signer and verifier accept
+ECDSA_CURVES = {"secp256r1": "P-256", "secp384r1": "P-384", "secp521r1": "P-521"}
+_KINDS = "Ed25519 (rlx .sig) or ECDSA P-256/P-384/P-521 (model-signing bundles)"
+
+PublicKey = Ed25519PublicKey | ec.EllipticCurvePublicKey
+PrivateKey = Ed25519PrivateKey | ec.EllipticCurvePrivateKey
+PublicKeySource = PublicKey | bytes | bytearray | str | os.PathLike
+PrivateKeySource = PrivateKey | bytes | bytearray | str | os.PathLike
 
 
-def generate_keypair() -> Ed25519PrivateKey:
-    """A fresh private key (its public half is `.public_key()`)."""
+def generate_keypair(kind: str = "ed25519") -> PrivateKey:
+    """A fresh private key (its public half is `.public_key()`): "ed25519" for rlx's `.sig`,
+    "ecdsa-p256" for model-signing bundles."""
+    if kind == "ecdsa-p256":
+        return ec.generate_private_key(ec.SECP256R1())
+    if kind != "ed25519":
+        raise SigningKeyError(f"unknown key kind {kind!r}; expected ed25519 or ecdsa-p256")
     return Ed25519PrivateKey.generate()
 
 
@@ -40,10 +57,25 @@ def raw_public_key(key: Ed25519PublicKey) -> bytes:
     return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
-def key_id(key: Ed25519PublicKey | Ed25519PrivateKey) -> bytes:
-    """The 8-byte id of a key pair: SHA-256 of the raw public key, truncated."""
-    public = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
-    return hashlib.sha256(raw_public_key(public)).digest()[:KEY_ID_BYTES]
+def public_pem(key: PublicKey) -> bytes:
+    return key.public_bytes(serialization.Encoding.PEM,
+                            serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def key_id(key: PublicKey | PrivateKey) -> bytes:
+    """The 8-byte id of a key pair: SHA-256 of the raw public key (Ed25519) or of its PEM
+    (ECDSA), truncated."""
+    public = key.public_key() if isinstance(key, (Ed25519PrivateKey,
+                                                  ec.EllipticCurvePrivateKey)) else key
+    raw = raw_public_key(public) if isinstance(public, Ed25519PublicKey) else public_pem(public)
+    return hashlib.sha256(raw).digest()[:KEY_ID_BYTES]
+
+
+def key_label(key: object) -> str:
+    """"Ed25519", "ECDSA P-256", ...: how messages name a key's kind."""
+    if isinstance(key, (ec.EllipticCurvePublicKey, ec.EllipticCurvePrivateKey)):
+        return f"ECDSA {ECDSA_CURVES.get(key.curve.name, key.curve.name)}"
+    return type(key).__name__.removesuffix("PublicKey").removesuffix("PrivateKey")
 
 
 def public_key_path(path: str | os.PathLike) -> Path:
@@ -52,7 +84,7 @@ def public_key_path(path: str | os.PathLike) -> Path:
     return path.with_name(path.name + ".pub")
 
 
-def save_keypair(key: Ed25519PrivateKey, path: str | os.PathLike, *,
+def save_keypair(key: PrivateKey, path: str | os.PathLike, *,
                  password: str | bytes | None = None, overwrite: bool = False
                  ) -> tuple[Path, Path]:
     """Write the private key to `path` (mode 0600, encrypted when `password` is given) and
@@ -75,8 +107,7 @@ def save_keypair(key: Ed25519PrivateKey, path: str | os.PathLike, *,
     with atomic_write(private, mode=0o600) as out:
         out.write(pem)
     with atomic_write(public) as out:
-        out.write(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                serialization.PublicFormat.SubjectPublicKeyInfo))
+        out.write(public_pem(key.public_key()))
     return private, public
 
 
@@ -90,13 +121,14 @@ def _pem(source: bytes | bytearray | str | os.PathLike, what: str) -> tuple[byte
         raise SigningKeyError(f"{what}: {err}") from None
 
 
-def load_public_key(source: PublicKeySource) -> Ed25519PublicKey:
-    """A public key from a key object, SubjectPublicKeyInfo PEM bytes, or a PEM file."""
-    if isinstance(source, Ed25519PublicKey):
-        return source
-    if isinstance(source, Ed25519PrivateKey):
+def load_public_key(source: PublicKeySource) -> PublicKey:
+    """A public key from a key object, SubjectPublicKeyInfo PEM bytes, or a PEM file: Ed25519
+    (verifies `.sig` files) or ECDSA on a supported curve (verifies model-signing bundles)."""
+    if isinstance(source, (Ed25519PrivateKey, ec.EllipticCurvePrivateKey)):
         raise SigningKeyError("a private key was given where a public key is wanted; pass "
                               "key.public_key() (keys are trusted by their public half)")
+    if isinstance(source, (Ed25519PublicKey, ec.EllipticCurvePublicKey)):
+        return _supported(source, "the public key given")
     data, name = _pem(source, "public key")
     if b"PRIVATE KEY-----" in data:
         raise SigningKeyError(f"{name} is a private key; trust its public half (the .pub "
@@ -105,24 +137,46 @@ def load_public_key(source: PublicKeySource) -> Ed25519PublicKey:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError) as err:
         raise SigningKeyError(f"{name} is not a PEM public key ({_short(err)})") from None
-    if not isinstance(key, Ed25519PublicKey):
-        raise SigningKeyError(f"{name} is a {type(key).__name__.removesuffix('PublicKey')} "
-                              "key; rlx signatures use Ed25519")
-    return key
+    return _supported(key, name)
 
 
-def load_public_keys(sources: Iterable[PublicKeySource]) -> list[Ed25519PublicKey]:
-    if isinstance(sources, (str, bytes, bytearray, os.PathLike, Ed25519PublicKey)):
+def load_public_keys(sources: Iterable[PublicKeySource]) -> list[PublicKey]:
+    if isinstance(sources, (str, bytes, bytearray, os.PathLike, Ed25519PublicKey,
+                            ec.EllipticCurvePublicKey)):
         sources = [sources]  # one key where a list was meant: still means that key
     return [load_public_key(s) for s in sources]
 
 
 def load_private_key(source: PrivateKeySource,
                      password: str | bytes | None = None) -> Ed25519PrivateKey:
-    """A private key from a key object, PKCS#8 PEM bytes, or a PEM file (`password` when it
-    is encrypted)."""
-    if isinstance(source, Ed25519PrivateKey):
-        return source
+    """An Ed25519 private key, the kind rlx's `.sig` format signs with, from a key object,
+    PKCS#8 PEM bytes, or a PEM file (`password` when it is encrypted)."""
+    key, name = _private(source, password)
+    if not isinstance(key, Ed25519PrivateKey):
+        hint = " (sign with it in --format model-signing)" \
+            if isinstance(key, ec.EllipticCurvePrivateKey) else ""
+        raise SigningKeyError(f"{name} is an {key_label(key)} key; the rlx .sig format signs "
+                              f"with Ed25519{hint}")
+    return key
+
+
+def load_ecdsa_private_key(source: PrivateKeySource,
+                           password: str | bytes | None = None) -> ec.EllipticCurvePrivateKey:
+    """An ECDSA private key on a curve model-signing accepts, as `load_private_key` reads
+    one."""
+    key, name = _private(source, password)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise SigningKeyError(f"{name} is an {key_label(key)} key; model-signing bundles are "
+                              "signed with ECDSA P-256, P-384 or P-521 (rlx-bake keygen "
+                              "--format model-signing); Ed25519 signs the rlx .sig format")
+    _supported(key.public_key(), name)
+    return key
+
+
+def _private(source: PrivateKeySource, password: str | bytes | None) -> tuple[PrivateKey, str]:
+    """Any private key, and how to name it: the password's presence is checked first."""
+    if isinstance(source, (Ed25519PrivateKey, ec.EllipticCurvePrivateKey)):
+        return source, "the private key given"
     data, name = _pem(source, "private key")
     secret = password.encode("utf-8") if isinstance(password, str) else password
     encrypted = b"ENCRYPTED PRIVATE KEY-----" in data
@@ -141,10 +195,18 @@ def load_private_key(source: PrivateKeySource,
     except (ValueError, TypeError) as err:
         reason = "wrong password or corrupt key" if encrypted else _short(err)
         raise SigningKeyError(f"{name}: cannot load the private key ({reason})") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise SigningKeyError(f"{name} is a {type(key).__name__.removesuffix('PrivateKey')} "
-                              "key; rlx signatures use Ed25519")
-    return key
+    if not isinstance(key, (Ed25519PrivateKey, ec.EllipticCurvePrivateKey)):
+        raise SigningKeyError(f"{name} is a key of type {key_label(key)}; rlx signs with "
+                              f"{_KINDS}")
+    return key, name
+
+
+def _supported(key, name: str) -> PublicKey:
+    if isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name in ECDSA_CURVES:
+        return key
+    if isinstance(key, Ed25519PublicKey):
+        return key
+    raise SigningKeyError(f"{name} is a key of type {key_label(key)}; rlx verifies {_KINDS}")
 
 
 def _short(err: BaseException) -> str:

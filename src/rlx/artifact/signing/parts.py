@@ -30,11 +30,11 @@ from typing import NoReturn
 from rlx.artifact.header import FLAG_ZSTD_HEADER, unpack_region
 from rlx.artifact.layout import MAGIC, PREAMBLE, align
 from rlx.artifact.signing.layout import Part
-from rlx.errors import ArtifactError, RlxError
-from rlx.safeio import FileIdentity, open_regular
+from rlx.errors import ArtifactError, RlxError, SignatureError
+from rlx.safeio import FileIdentity, map_fd, open_regular
 
-__all__ = ["MAGICS", "Boundary", "HashedFile", "dir_members", "hash_file", "signed_parts",
-           "signing_kind", "tile"]
+__all__ = ["MAGICS", "Boundary", "HashedFile", "dir_members", "hash_file", "map_members",
+           "signed_parts", "signing_kind", "tile"]
 
 _BUFFER = 1 << 20
 MAGICS = {MAGIC: "rlx", b"RLXENC01": "rlx-encrypted", b"RLXPFLAT": "rlxp-flat",
@@ -187,6 +187,24 @@ def dir_members(folder: Path, error: type[RlxError]) -> dict[str, Path]:
                         from None
                 members[relative] = path
     return dict(sorted(members.items()))
+
+
+def map_members(folder: str | os.PathLike) -> dict[str, memoryview]:
+    """Every regular file of a dir package by relative POSIX path, each opened (never
+    through a symlink) and mapped once, for a signature to be checked over the bytes that
+    are then read; a member gone or replaced by a symlink meanwhile is refused."""
+    try:
+        paths = dir_members(Path(folder), ArtifactError)
+    except ArtifactError as err:
+        raise SignatureError(str(err), "mismatch") from None
+    members = {}
+    for name, path in paths.items():
+        try:
+            fd = open_regular(path, ArtifactError, nofollow=True)
+            members[name] = memoryview(map_fd(fd, str(path), ArtifactError).buffer)  # leased
+        except ArtifactError as err:  # it changed between the listing and now
+            raise SignatureError(f"{os.fspath(folder)}: {err}", "changed") from None
+    return members
 
 
 def signed_parts(path: Path, kind: str) -> tuple[list[Part], list[HashedFile]]:

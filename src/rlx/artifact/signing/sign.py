@@ -1,4 +1,6 @@
-"""`sign_artifact` and `verify_signature`: Ed25519 signatures kept beside the artifact.
+"""`sign_artifact` and `verify_signature`: signatures kept beside the artifact, in one of two
+formats told apart by the signature file's content: rlx's own `.sig` (Ed25519, the
+default, below) or an OpenSSF model-signing bundle (ECDSA: `bundle`, `bundle_sign`).
 
 The signature of `model.rlx` is `model.rlx.sig` (of a dir package `pkg/`, `pkg.sig`): a
 detached file, so the artifact's bytes never change and every reader, old or new, reads a
@@ -18,11 +20,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from rlx.artifact.atomic import atomic_write
 from rlx.artifact.layout import signature_path
+from rlx.artifact.signing.bundle import (
+    FILE,
+    Envelope,
+    Manifest,
+    authenticate,
+    check_members,
+    is_bundle,
+)
 from rlx.artifact.signing.keys import (
     PrivateKeySource,
+    PublicKey,
     PublicKeySource,
     key_id,
     load_private_key,
@@ -40,14 +52,17 @@ from rlx.artifact.signing.parts import (
     HashedFile,
     dir_members,
     hash_file,
+    map_members,
     signed_parts,
     signing_kind,
 )
 from rlx.errors import ArtifactError, SignatureError
-from rlx.safeio import FileIdentity, read_regular
+from rlx.safeio import FileIdentity, map_file, read_regular
 
-__all__ = ["SignatureInfo", "read_signature", "sign_artifact", "signature_path",
+__all__ = ["FORMATS", "SignatureInfo", "read_signature", "sign_artifact", "signature_path",
            "verify_members_of", "verify_signature", "verify_signature_of"]
+
+FORMATS = ("rlx", "model-signing")
 
 
 @dataclass(frozen=True)
@@ -64,6 +79,7 @@ class SignatureInfo:
     verified: bool
     files: tuple[HashedFile, ...] = field(default=(), repr=False, compare=False)
     digest: str = field(default="", repr=False, compare=False)  # SHA-256 of the statement
+    format: str = "rlx"  # or "model-signing"
 
     def check_unchanged(self) -> None:
         """Refuse when a verified file was replaced or written since it was hashed (best
@@ -81,28 +97,52 @@ class SignatureInfo:
 
 def sign_artifact(artifact: str | os.PathLike, key: PrivateKeySource, *,
                   password: str | bytes | None = None,
-                  signature: str | os.PathLike | None = None) -> SignatureInfo:
-    """Sign a `.rlx` (plain or encrypted) or `.rlxp` artifact with an Ed25519 private key
-    (a key object, PKCS#8 PEM bytes or a PEM file; `password` if the key is encrypted).
+                  signature: str | os.PathLike | None = None,
+                  format: str = "rlx") -> SignatureInfo:
+    """Sign a `.rlx` (plain or encrypted) or `.rlxp` artifact: `format="rlx"` with an
+    Ed25519 private key (a key object, PKCS#8 PEM bytes or a PEM file), `"model-signing"`
+    with an ECDSA P-256/P-384/P-521 key in a PEM file (needs `rlx[signing]`); `password` if
+    the key is encrypted.
 
     The artifact is validated first (every checksum of a plain file or package; the
     container of an encrypted one, which is signed as ciphertext and needs no password):
     a corrupt artifact is never signed. Writes `signature` (default: `signature_path`)
     atomically, replacing an earlier signature there."""
+    if format not in FORMATS:
+        raise ValueError(f"unknown signature format {format!r}; expected one of {FORMATS}")
     path = Path(artifact)
-    private = load_private_key(key, password)
+    private = load_private_key(key, password) if format == "rlx" else None
     kind = signing_kind(path)
     before = None if path.is_dir() else FileIdentity.of(os.stat(path))
     _validate(path, kind)
+    out = Path(signature) if signature is not None else signature_path(path)
+    if private is None:
+        return _sign_bundle(path, kind, key, password, before, out)
     parts, hashed = signed_parts(path, kind)
     if before is not None and hashed[0].identity != before:
         raise ArtifactError(f"{path} changed while it was being signed")
     statement = Statement(kind, key_id(private), tuple(parts))
     message = statement.message()
-    out = Path(signature) if signature is not None else signature_path(path)
     with atomic_write(out) as f:
         f.write(SignatureFile(statement.key_id, private.sign(message), message).to_bytes())
     return _info(path, out, statement, True, hashed)
+
+
+def _sign_bundle(path: Path, kind: str, key: PrivateKeySource, password: str | bytes | None,
+                 before: FileIdentity | None, out: Path) -> SignatureInfo:
+    """`sign_artifact` in the model-signing format, by the `model_signing` package."""
+    from rlx.artifact.signing.bundle_sign import bundle_of
+
+    data, private = bundle_of(path, key, password)
+    if before is not None and FileIdentity.of(os.stat(path)) != before:
+        raise ArtifactError(f"{path} changed while it was being signed")
+    manifest = Manifest.parse(Envelope.parse(data, str(out)).payload, str(out))
+    with atomic_write(out) as f:
+        f.write(data)
+    size = sum(m.stat().st_size for m in dir_members(path, ArtifactError).values()) \
+        if kind == "rlxp-dir" else os.stat(path).st_size
+    return SignatureInfo(path, out, kind, key_id(private).hex(), len(manifest.resources),
+                         size, True, (), manifest.digest, "model-signing")
 
 
 def _validate(path: Path, kind: str) -> None:
@@ -120,8 +160,9 @@ def _validate(path: Path, kind: str) -> None:
         read_rlxp(path, verify="full")
 
 
-def _read_signature_file(artifact: Path, signature: str | os.PathLike | None
-                         ) -> tuple[Path, SignatureFile]:
+def _signature_bytes(artifact: Path, signature: str | os.PathLike | None
+                     ) -> tuple[Path, bytes]:
+    """The signature file of `artifact` (`signature`, default beside it) and its bytes."""
     sig_path = Path(signature) if signature is not None else signature_path(artifact)
     if not os.path.lexists(sig_path):
         raise SignatureError(f"{artifact} is not signed (no signature file {sig_path})",
@@ -130,7 +171,7 @@ def _read_signature_file(artifact: Path, signature: str | os.PathLike | None
         data = read_regular(sig_path, ArtifactError, limit=SIG_HEADER.size + MAX_MESSAGE_BYTES)
     except ArtifactError as err:
         raise SignatureError(f"{artifact}: {err}", "malformed") from None
-    return sig_path, SignatureFile.parse(data, str(sig_path))
+    return sig_path, data
 
 
 def read_signature(artifact: str | os.PathLike,
@@ -139,11 +180,18 @@ def read_signature(artifact: str | os.PathLike,
     nothing but its layout; None when there is no signature file."""
     path = Path(artifact)
     try:
-        sig_path, sig = _read_signature_file(path, signature)
+        sig_path, data = _signature_bytes(path, signature)
     except SignatureError as err:
         if err.reason == "unsigned":
             return None
         raise
+    if is_bundle(data):
+        envelope = Envelope.parse(data, str(sig_path))
+        manifest = Manifest.parse(envelope.payload, str(sig_path))
+        kind = "rlxp-dir" if manifest.paths != {FILE} else signing_kind(path)
+        return SignatureInfo(path, sig_path, kind, envelope.key_id, len(manifest.resources),
+                             0, False, (), manifest.digest, "model-signing")
+    sig = SignatureFile.parse(data, str(sig_path))
     return _info(path, sig_path, Statement.parse(sig.message, str(sig_path)), False, [])
 
 
@@ -158,7 +206,13 @@ def verify_signature(artifact: str | os.PathLike, trusted_keys: Iterable[PublicK
     path = Path(artifact)
     if not path.exists():
         raise ArtifactError(f"{path} does not exist")
-    sig_path, statement = _authenticated(path, trusted_keys, signature)
+    keys, sig_path, data = _keys_and_signature(path, trusted_keys, signature)
+    if is_bundle(data):
+        envelope, manifest = _authenticated_bundle(path, keys, sig_path, data)
+        members = map_members(path) if path.is_dir() else \
+            {FILE: memoryview(map_file(path, ArtifactError).buffer)}
+        return _bundle_info(path, sig_path, envelope, manifest, members)
+    statement = _authenticated(path, keys, sig_path, data)
     folder = statement.kind == "rlxp-dir"
     if folder != path.is_dir():
         raise _mismatch(path, f"the signature is for a {statement.kind} artifact, this is a "
@@ -183,7 +237,11 @@ def verify_signature_of(artifact: str | os.PathLike, data: memoryview,
     whatever happens to `artifact`'s path meanwhile. `artifact` only names the file and
     finds the signature beside it."""
     path = Path(artifact)
-    sig_path, statement = _authenticated(path, trusted_keys, signature)
+    keys, sig_path, signed = _keys_and_signature(path, trusted_keys, signature)
+    if is_bundle(signed):
+        envelope, manifest = _authenticated_bundle(path, keys, sig_path, signed)
+        return _bundle_info(path, sig_path, envelope, manifest, {FILE: data})
+    statement = _authenticated(path, keys, sig_path, signed)
     if statement.kind == "rlxp-dir":
         raise _mismatch(path, f"the signature is for a {statement.kind} artifact, this is a "
                               "file")
@@ -207,7 +265,11 @@ def verify_members_of(artifact: str | os.PathLike, members: Mapping[str, memoryv
     whatever happens to the folder meanwhile. `artifact` only names the folder and finds
     the signature beside it."""
     path = Path(artifact)
-    sig_path, statement = _authenticated(path, trusted_keys, signature)
+    keys, sig_path, signed_bytes = _keys_and_signature(path, trusted_keys, signature)
+    if is_bundle(signed_bytes):
+        envelope, manifest = _authenticated_bundle(path, keys, sig_path, signed_bytes)
+        return _bundle_info(path, sig_path, envelope, manifest, members)
+    statement = _authenticated(path, keys, sig_path, signed_bytes)
     if statement.kind != "rlxp-dir":
         raise _mismatch(path, f"the signature is for a {statement.kind} artifact, this is a "
                               "folder")
@@ -218,18 +280,29 @@ def verify_members_of(artifact: str | os.PathLike, members: Mapping[str, memoryv
     return _info(path, sig_path, statement, True, [])
 
 
-def _authenticated(path: Path, trusted_keys: Iterable[PublicKeySource],
-                   signature: str | os.PathLike | None) -> tuple[Path, Statement]:
-    """The signature file beside `path`, its key trusted and its signature valid: the
-    statement of what it covers."""
+def _keys_and_signature(path: Path, trusted_keys: Iterable[PublicKeySource],
+                        signature: str | os.PathLike | None
+                        ) -> tuple[list[PublicKey], Path, bytes]:
+    """The trusted keys (every key file checked first), and the signature file's path and
+    bytes."""
     keys = load_public_keys(trusted_keys)
-    sig_path, sig = _read_signature_file(path, signature)
+    return (keys, *_signature_bytes(path, signature))
+
+
+def _authenticated(path: Path, keys: list[PublicKey], sig_path: Path, data: bytes
+                   ) -> Statement:
+    """The statement of what an rlx `.sig` file covers, its key trusted and its signature
+    valid."""
+    sig = SignatureFile.parse(data, str(sig_path))
+    ed25519 = [k for k in keys if isinstance(k, Ed25519PublicKey)]
     signer = sig.key_id.hex()
-    candidates = [k for k in keys if key_id(k) == sig.key_id]
+    candidates = [k for k in ed25519 if key_id(k) == sig.key_id]
     if not candidates:
-        trusted = ", ".join(key_id(k).hex() for k in keys) or "none"
+        trusted = ", ".join(key_id(k).hex() for k in ed25519) or "none"
+        why = "; an ECDSA key verifies model-signing bundles only, an rlx .sig needs the " \
+              "signer's Ed25519 public key" if len(ed25519) < len(keys) else ""
         raise SignatureError(f"{path}: signed by key {signer}, which is not trusted (trusted "
-                             f"keys: {trusted})", "untrusted")
+                             f"keys: {trusted}){why}", "untrusted")
     if not any(_valid(k, sig) for k in candidates):
         raise SignatureError(f"{path}: the signature in {sig_path} is not valid for key "
                              f"{signer} (the signature or the signed message was altered)",
@@ -238,7 +311,28 @@ def _authenticated(path: Path, trusted_keys: Iterable[PublicKeySource],
     if statement.key_id != sig.key_id:
         raise SignatureError(f"{sig_path}: the signed message names key "
                              f"{statement.key_id.hex()}, the header {signer}", "malformed")
-    return sig_path, statement
+    return statement
+
+
+def _authenticated_bundle(path: Path, keys: list[PublicKey], sig_path: Path, data: bytes
+                          ) -> tuple[Envelope, Manifest]:
+    """A model-signing bundle, its key trusted and its signature valid, and what it covers."""
+    envelope = Envelope.parse(data, str(sig_path))
+    return envelope, authenticate(envelope, keys, path, str(sig_path))
+
+
+def _bundle_info(path: Path, sig_path: Path, envelope: Envelope, manifest: Manifest,
+                 members: Mapping[str, memoryview]) -> SignatureInfo:
+    """`members` checked against an authenticated bundle's manifest (`bundle.check_members`)."""
+    size = check_members(path, manifest, members)
+    kind = "rlxp-dir"
+    if FILE in members:
+        head = bytes(members[FILE][:8])
+        kind = MAGICS.get(head) or MAGICS.get(head[:4], "")
+        if not kind:
+            raise ArtifactError(f"{path} is not an rlx artifact (bad magic {head!r})")
+    return SignatureInfo(path, sig_path, kind, envelope.key_id, len(manifest.resources), size,
+                         True, (), manifest.digest, "model-signing")
 
 
 def _check_kind(path: Path, kind: str, statement: Statement) -> None:
