@@ -153,3 +153,49 @@ def test_help_has_examples(cli):
         assert result.code == 0 and "examples:" in result.out and "exit codes" in result.out
     assert "--trusted-key" in cli("run", "--help").out
     assert "verify-signature" in cli("--help").out
+
+
+# -- the model-signing format ---------------------------------------------------------------
+def test_model_signing_keygen_sign_verify_run_and_inspect(cli, files, tmp_path):
+    """An ECDSA key from keygen signs a bundle that verify-signature, run and inspect check
+    (model_signing's own verifier: tests/artifact/test_model_signing.py)."""
+    made = cli("keygen", "-o", tmp_path / "ms", "--format", "model-signing", "--json").json()
+    pem = (tmp_path / "ms.pub").read_bytes()
+    assert made["key_type"] == "ECDSA P-256" and b"BEGIN PUBLIC KEY" in pem
+    assert made["key_id"] == hashlib.sha256(pem).hexdigest()[:16]  # model-signing's hint
+    model = tmp_path / "m.rlx"
+    shutil.copy(files.rlx, model)
+    signed = cli("sign", model, "--key", tmp_path / "ms", "--format", "model-signing")
+    assert signed.code == 0 and "(model-signing format)" in signed.out, signed.err
+    bundle = (tmp_path / "m.rlx.sig").read_text()
+    assert bundle.startswith('{"mediaType":"application/vnd.dev.sigstore.bundle.v0.3+json"')
+    ok = cli("verify-signature", model, "--pubkey", tmp_path / "ms.pub", "--json")
+    assert ok.code == 0 and (ok.json()["format"], ok.json()["key_id"]) == ("model-signing",
+                                                                           made["key_id"])
+    out = tmp_path / "out.npz"
+    assert cli("run", model, "--input", f"x={files.x_npy}", "--trusted-key", tmp_path / "ms.pub",
+               "--output", out, "-q").code == 0
+    np.testing.assert_allclose(np.load(out)["logits"], files.expected(), rtol=1e-4, atol=1e-4)
+    shown = cli("inspect", model, "--trusted-key", tmp_path / "ms.pub", "--json").json()
+    assert shown["signature"]["valid"] and shown["signature"]["format"] == "model-signing"
+
+
+def test_model_signing_refuses_the_wrong_kind_of_key_in_one_line(cli, files, tmp_path):
+    assert cli("keygen", "-o", tmp_path / "ed", "-q").code == 0
+    assert cli("keygen", "-o", tmp_path / "ms", "--format", "model-signing", "-q").code == 0
+    model = tmp_path / "m.rlx"
+    shutil.copy(files.rlx, model)
+    assert_error(cli("sign", model, "--key", tmp_path / "ed", "--format", "model-signing"),
+                 "is an Ed25519 key; model-signing bundles are signed with ECDSA")
+    assert_error(cli("sign", model, "--key", tmp_path / "ms"),
+                 "is an ECDSA P-256 key; the rlx .sig format signs with Ed25519")
+    assert cli("sign", model, "--key", tmp_path / "ms", "--format", "model-signing",
+               "-q").code == 0
+    wrong = cli("verify-signature", model, "--pubkey", tmp_path / "ed.pub")
+    assert wrong.code == 1 and len(wrong.out.strip().splitlines()) == 1
+    assert "FAILED: " in wrong.out and "Ed25519 key verifies rlx .sig files only" in wrong.out
+    data = bytearray(model.read_bytes())
+    data[100] ^= 1
+    model.write_bytes(data)
+    changed = cli("verify-signature", model, "--pubkey", tmp_path / "ms.pub", "--json")
+    assert changed.code == 1 and changed.json()["reason"] == "mismatch"

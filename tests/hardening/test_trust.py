@@ -20,22 +20,34 @@ import pytest
 import rlx
 from rlx.artifact import RlxFile, write_rlx
 from rlx.artifact.model import RlxIo
-from rlx.artifact.signing import generate_keypair, sign_artifact
+from rlx.artifact.signing import generate_keypair, save_keypair, sign_artifact
 from rlx.errors import ArtifactError, RlxError
 from tests.engines.conftest import feeds, mlp_graph, require, write_mlp
 
 PREPACKS = ["mapped", "heap", "off"]
 
 
-@pytest.fixture
-def pair(tmp_path):
+# each signature format: rlx's .sig (Ed25519) and a model-signing bundle (ECDSA)
+KEY_KINDS = {"rlx": "ed25519", "model-signing": "ecdsa-p256"}
+
+
+def signed_by(path, folder, fmt: str):
+    """Sign `path` in format `fmt` with a new key (a PEM file, as model-signing wants): its
+    public key."""
+    key = generate_keypair(KEY_KINDS[fmt])
+    private, _ = save_keypair(key, folder / f"{fmt}.key", overwrite=True)
+    sign_artifact(path, private, format=fmt)
+    return key.public_key()
+
+
+@pytest.fixture(params=KEY_KINDS)
+def pair(tmp_path, request):
     """A signed model at `model.rlx` and an unsigned one of the same size beside it."""
-    key = generate_keypair()
     signed = write_mlp(tmp_path / "model.rlx", seed=0)
     foreign = write_mlp(tmp_path / "foreign.rlx", seed=1)
-    sign_artifact(signed.path, key)
+    public = signed_by(signed.path, tmp_path, request.param)
     assert signed.path.stat().st_size == foreign.path.stat().st_size
-    return signed, foreign, key.public_key()
+    return signed, foreign, public
 
 
 def assert_runs(model, oracle) -> None:
@@ -104,17 +116,17 @@ def _swap_in(folder: str, other: str):
     return set(added), restore
 
 
+@pytest.mark.parametrize("fmt", KEY_KINDS)
 def test_dir_package_members_swapped_in_after_the_signature_check_are_never_run(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, fmt):
     """Once every member of a signed dir package was opened, a second process renames a
     foreign package's files into the folder (consistent: its own checksums hold) and, once
     they were opened, the signed ones back before any `stat`. Main hashed each member by
     path for the signature, then mapped them by path again: it ran the foreign weights."""
-    key = generate_keypair()
     signed = write_mlp(tmp_path / "signed.rlx", seed=0)
     folder = _dir_package(tmp_path / "pkg", signed)
     other = _dir_package(tmp_path / "other", write_mlp(tmp_path / "foreign.rlx", seed=1))
-    sign_artifact(folder, key)
+    public = signed_by(folder, tmp_path, fmt)
     members = {os.path.join(folder, name) for name in _files(folder)}
     real_open, opened, swap = os.open, [], {"pending": set(), "restore": None}
 
@@ -132,7 +144,7 @@ def test_dir_package_members_swapped_in_after_the_signature_check_are_never_run(
         return fd
 
     monkeypatch.setattr(os, "open", swapping_open)
-    model = rlx.load(folder, engine="numpy", trusted_keys=[key.public_key()])
+    model = rlx.load(folder, engine="numpy", trusted_keys=[public])
     assert_runs(model, signed.oracle)
     assert sorted(opened) == sorted(members)  # each member opened once, for good
 
