@@ -262,3 +262,26 @@ def _flip(path: Path, offset: int) -> None:
     data = bytearray(path.read_bytes())
     data[offset] ^= 0x01
     path.write_bytes(bytes(data))
+
+
+def test_a_bundle_without_a_key_hint_is_tried_with_every_trusted_key(artifacts, keys):
+    path, (private, public) = artifacts["rlx"], keys["p256"]
+    sign_artifact(path, private, format="model-signing")
+    bundle = json.loads(signature_path(path).read_text())
+    del bundle["verificationMaterial"]["publicKey"]["hint"]  # as before model-signing 1.0
+    signature_path(path).write_text(json.dumps(bundle))
+    package_verifies(path, public)
+    assert verify_signature(path, [keys["other"][1], public]).key_id == "unnamed"
+    refused(path, keys["other"][1], "invalid", "is not valid for key unnamed")
+
+
+def test_without_the_package_bundles_verify_and_signing_names_the_extra(
+        artifacts, keys, model, monkeypatch):
+    path, (private, public) = artifacts["rlxp-zip"], keys["p256"]
+    package_signs(path, private)
+    for name in [m for m in sys.modules if m.split(".")[0] == "model_signing"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "model_signing", None)  # as if not installed
+    runs_like_the_model(path, "rlxp-zip", model, public)
+    with pytest.raises(SigningKeyError, match=r"pip install 'rlx\[signing\]'"):
+        sign_artifact(path, private, format="model-signing")

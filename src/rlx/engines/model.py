@@ -214,9 +214,10 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     AMX/AVX512-BF16 CPUs; the others have none, so fast equals exact there). `password`
     opens an encrypted file.
     `example`: feeds auto measures with (default: zeros of the declared shapes).
-    `trusted_keys`: Ed25519 public keys (key objects, PEM bytes or PEM files); when given,
-    the file must carry a valid signature by one of them (`signature`, default the `.sig`
-    file beside it), checked before it is parsed or decrypted, or `SignatureError` is
+    `trusted_keys`: public keys (key objects, PEM bytes or PEM files: Ed25519 for rlx's
+    `.sig`, ECDSA for a model-signing bundle); when given, the file must carry a valid
+    signature by one of them (`signature`, default the `.sig` file beside it, either
+    format), checked before it is parsed or decrypted, or `SignatureError` is
     raised (docs/format.md, "Signatures"). None (the default) checks no signature.
     `prepack`: how onnxruntime prepacks weights (docs/engines.md): "mapped" (saved once
     to `cache_dir`, then mapped from there), "heap" (onnxruntime's own copies) or "off".

@@ -44,7 +44,7 @@ def deployment(path: str | os.PathLike, *, engine: str = "auto", threads: int = 
     threads=threads)` (the weights stay in the file's shared page cache) and reserves
     `threads` CPUs. Up to `max_batch_size` requests arriving within `batch_wait_timeout_s`
     of each other run as one model call when the model has a symbolic batch dim.
-    `trusted_keys` (Ed25519 public keys, as `rlx.load` takes them): the file must carry a
+    `trusted_keys` (public keys, as `rlx.load` takes them): the file must carry a
     valid signature by one of them, checked here and by every replica as it loads.
     A request body must arrive within `body_timeout_s` (408 after).
     Run it with `serve.run(app)`.
