@@ -285,3 +285,25 @@ def test_without_the_package_bundles_verify_and_signing_names_the_extra(
     runs_like_the_model(path, "rlxp-zip", model, public)
     with pytest.raises(SigningKeyError, match=r"pip install 'rlx\[signing\]'"):
         sign_artifact(path, private, format="model-signing")
+
+
+def test_every_byte_of_a_bundle_flipped_is_refused_typed_or_vouches_for_the_same(
+        artifacts, keys):
+    """A bundle's unsigned fields (its tlog list, a signature's keyid) may change freely;
+    anything else changed is a `SignatureError`, and nothing ever makes other content pass."""
+    path, (private, public) = artifacts["rlx"], keys["p256"]
+    signed = sign_artifact(path, private, format="model-signing")
+    original = signature_path(path).read_bytes()
+    passed = 0
+    for at in range(len(original)):
+        flipped = bytearray(original)
+        flipped[at] ^= 0x04
+        signature_path(path).write_bytes(bytes(flipped))
+        try:
+            info = verify_signature(path, [public])
+        except SignatureError as err:
+            assert "\n" not in str(err) and err.reason in SignatureError.REASONS
+            continue
+        assert info.digest == signed.digest  # the same statement, so the same bytes
+        passed += 1
+    assert passed < len(original) // 10, passed

@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -31,7 +30,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from rlx.artifact.signing.keys import PublicKey, public_pem
-from rlx.errors import SignatureError
+from rlx.errors import ArtifactError, SignatureError
+from rlx.safeio import load_json
 
 __all__ = ["FILE", "MEDIA_TYPE", "Envelope", "Manifest", "Resource", "authenticate",
            "check_members", "is_bundle", "key_hint"]
@@ -223,15 +223,17 @@ def _resource(entry: Any, sharded: bool, where: str) -> Resource:
     if sharded:
         path, _, span = name.partition(":")
         first, _, last = span.partition(":")
-        if not (first.isdigit() and last.isdigit()) or int(first) >= int(last):
+        if not all(n.isascii() and n.isdigit() for n in (first, last)) \
+                or int(first) >= int(last):
             _malformed(where, f"shard {name[:80]!r} is not PATH:START:END")
         name, start, end = path, int(first), int(last)
         algorithm = algorithm.partition("-sharded-")[0]
     if algorithm not in _HASHES:
         _malformed(where, f"hash {algorithm[:40]!r} of {name[:80]!r}; rlx checks "
                           f"{' and '.join(_HASHES)}")
+    digest = entry.get("digest")
     try:
-        digest = bytes.fromhex(str(entry.get("digest")))
+        digest = bytes.fromhex(digest if isinstance(digest, str) else "-")
     except ValueError:
         _malformed(where, f"the digest of {name[:80]!r} is not hex")
     return Resource(str(PurePosixPath(name)), algorithm, digest, start, end)
@@ -248,9 +250,9 @@ def _valid(key: ec.EllipticCurvePublicKey, envelope: Envelope) -> bool:
 
 def _json(data: bytes, where: str, what: str) -> Any:
     try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError) as err:
-        _malformed(where, f"the {what} is not JSON ({str(err)[:80]})")
+        return load_json(data, ArtifactError, f"the {what}")  # bounded: depth, size, UTF-8
+    except ArtifactError as err:
+        _malformed(where, str(err))
 
 
 def _object(value: Any, where: str, what: str) -> dict:
@@ -261,9 +263,11 @@ def _object(value: Any, where: str, what: str) -> dict:
 
 def _base64(value: Any, where: str, what: str) -> bytes:
     try:
-        return base64.b64decode(str(value), validate=True)
+        if isinstance(value, str):
+            return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
-        _malformed(where, f"the {what} is not base64")
+        pass
+    _malformed(where, f"the {what} is not a base64 string")
 
 
 def _malformed(where: str, what: str) -> NoReturn:
