@@ -307,3 +307,13 @@ def test_every_byte_of_a_bundle_flipped_is_refused_typed_or_vouches_for_the_same
         assert info.digest == signed.digest  # the same statement, so the same bytes
         passed += 1
     assert passed < len(original) // 10, passed
+
+
+def test_a_bundle_of_a_file_does_not_pass_for_a_folder_nor_the_reverse(artifacts, keys):
+    (private, public), tmp = keys["p256"], artifacts["rlx"].parent
+    for signed, other in (("rlxp-flat", "rlxp-dir"), ("rlxp-dir", "rlxp-flat")):
+        bundle = tmp / f"{signed}.bundle"
+        sign_artifact(artifacts[signed], private, signature=bundle, format="model-signing")
+        with pytest.raises(SignatureError, match="the signature is for a") as err:
+            verify_signature(artifacts[other], [public], signature=bundle)
+        assert err.value.reason == "mismatch"
