@@ -9,8 +9,8 @@ reads /proc/self/status (RssAnon) and /proc/self/smaps_rollup before `rlx.load`,
 and after a first run. The weights live in the file's page cache: file-backed, shared
 between the workers, so each one's proportional share of the artifact's pages (Pss, read
 from /proc/self/smaps once every worker has run) falls as 1/N. Target: anonymous growth at
-load <= 5% of the weight bytes with the numpy engine; the other engines are measured and
-reported as they are.
+load <= 2% of the weight bytes with the numpy engine (issue 35); the other engines are
+measured and reported as they are.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import ROOT, WORK, mib, save_results  # noqa: E402
 
-TARGET = 0.05  # anonymous growth at load / weight bytes, numpy engine
+TARGET = 0.02  # anonymous growth at load / weight bytes, numpy engine
 ENGINES = ("numpy", "onnxruntime", "openvino")
 SYNTHETIC = {"k": 2048, "hidden": 4096, "n": 2048}  # 64 MiB of f32 weights
 

@@ -85,7 +85,7 @@ def test_a_missing_column_is_rlxs_error_naming_it(cluster, mlp):
 
 
 def test_two_workers_share_the_weights_with_the_numpy_engine(cluster, tmp_path):
-    """Each worker's anonymous memory grows by <= 5% of the weight bytes at load (and the
+    """Each worker's anonymous memory grows by <= 2% of the weight bytes at load (and the
     first run); the weights' file pages are shared: each worker's share is about half."""
     big = write_mlp(tmp_path / "big.rlx", k=2048, hidden=4096, n=2048)  # 64 MiB of f32
     warm = write_mlp(tmp_path / "warm.rlx", k=64, hidden=8, n=8)

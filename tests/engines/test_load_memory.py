@@ -1,0 +1,72 @@
+"""Anonymous memory a numpy-engine load adds: the weights stay in the file's map, so a load
+grows the heap by its graph and plans only, <= 2% of the weight bytes for a model over 10
+MiB in every memory mode, plain or packed (issue 35). Measured in a fresh process after a
+warm-up load of a tiny model, so that rlx's imports (a fixed cost per process, not per
+model: docs/engines.md) are paid before the count starts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rlx import BakeOptions, MemoryMode, bake, write_rlx
+from rlx.models import mlp_graph
+
+LIMIT = 0.02  # of the weight bytes one copy of the weights takes in the file
+SIZES = {"n_in": 1024, "hidden": 4096, "n_out": 1024}  # 32 MiB of f32 weights
+
+_PROBE = """
+import json, sys, rlx
+from rlx.engines.mapping import anon_rss_bytes
+small, big = sys.argv[1:3]
+rlx.load(small, engine="numpy")  # rlx's imports and the engine's first-load costs
+before = anon_rss_bytes()
+model = rlx.load(big, engine="numpy")
+meta = model.file.meta
+print(json.dumps({"growth": anon_rss_bytes() - before,
+                  "weights": max(meta.constant_bytes, meta.weight_bytes)}))
+"""
+
+
+def _weights(rng: np.random.Generator, n_in: int, hidden: int, n_out: int) -> dict:
+    def normal(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape, np.float32) / np.float32(np.sqrt(shape[0]))
+
+    return {"w1": normal(n_in, hidden), "b1": normal(hidden), "w2": normal(hidden, n_out),
+            "b2": normal(n_out)}
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory) -> dict[str, str]:
+    """profile-mode -> path, and "small" -> a tiny model of the same ops."""
+    folder = tmp_path_factory.mktemp("load_memory")
+    rng = np.random.default_rng(0)
+    paths = {}
+    small = {"n_in": 64, "hidden": 8, "n_out": 8}
+    file, _ = bake(mlp_graph(**small), _weights(rng, **small), BakeOptions.from_profile("exact"))
+    write_rlx(folder / "small.rlx", file)
+    paths["small"] = str(folder / "small.rlx")
+    weights = _weights(rng, **SIZES)
+    for profile in ("exact", "size"):  # plain f32, and packed (q8) weights
+        file, _ = bake(mlp_graph(**SIZES), weights, BakeOptions.from_profile(profile))
+        for mode in MemoryMode:
+            path = folder / f"{profile}-{mode.value}.rlx"
+            write_rlx(path, file.relayout(mode))
+            paths[f"{profile}-{mode.value}"] = str(path)
+    return paths
+
+
+@pytest.mark.parametrize("mode", [m.value for m in MemoryMode])
+@pytest.mark.parametrize("profile", ["exact", "size"])
+def test_a_numpy_load_grows_the_heap_by_at_most_two_percent_of_the_weights(
+        artifacts, profile, mode):
+    out = subprocess.run([sys.executable, "-c", _PROBE, artifacts["small"],
+                          artifacts[f"{profile}-{mode}"]],
+                         capture_output=True, text=True, check=True).stdout
+    measured = json.loads(out.strip().splitlines()[-1])
+    assert measured["weights"] > 8 << 20, measured  # q8 packs the 32 MiB into ~8.5 MiB
+    assert measured["growth"] <= LIMIT * measured["weights"], measured
