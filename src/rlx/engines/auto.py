@@ -80,12 +80,14 @@ PREFERENCE = ("onnxruntime", "openvino", "numpy")
 _CACHE_FILE = "engines.json"
 
 
-def cache_key(content: str, engines: list[str], threads: int | None, precision: str) -> str:
-    """The engines.json key of a file's validated `content` (`RlxFile.origin.key`)."""
+def cache_key(content: str, engines: list[str], threads: int | None, precision: str,
+              memory: str = "private") -> str:
+    """The engines.json key of a file's validated `content` (`RlxFile.origin.key`); the
+    "shared" memory hint is a choice of its own (the private one's keys are as before)."""
     machine = machine_id()
     versions = ",".join(f"{k}={v}" for k, v in sorted(engine_fingerprints(engines).items()))
     parts = [content, machine, versions, f"rlx={__version__}", f"threads={threads}",
-             precision]
+             precision, *(["memory=shared"] if memory == "shared" else [])]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
@@ -210,13 +212,14 @@ def _build(name: str, file: RlxFile, graph: Graph, path: str, threads: int | Non
 
 
 def cached_choice(content: str, *, threads: int | None, precision: str,
-                  cache_dir: str | os.PathLike | None = None) -> dict[str, Any] | None:
+                  cache_dir: str | os.PathLike | None = None,
+                  memory: str = "private") -> dict[str, Any] | None:
     """The cache entry of auto's choice for the validated `content` (`RlxFile.origin.key`),
     machine, threads and precision (its "engine" one that is installed), or None when it
     has not chosen or the entry is damaged."""
     engines = available_engines()
     cache = _Cache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
-    return cache.get(cache_key(content, engines, threads, precision), engines)
+    return cache.get(cache_key(content, engines, threads, precision, memory), engines)
 
 
 def _warm_up(engines, build, feeds: dict, outputs: list[str], path: str):
@@ -243,12 +246,15 @@ def _warm_up(engines, build, feeds: dict, outputs: list[str], path: str):
 
 def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, precision: str,
            cache_dir: str | os.PathLike | None = None,
-           example: Mapping[str, np.ndarray] | None = None, prepack: str = "mapped"):
+           example: Mapping[str, np.ndarray] | None = None, prepack: str = "mapped",
+           memory: str = "private"):
     """The runner of the engine auto picks (measuring and caching on a cold cache; a file
-    with no validated content key, made in memory, is measured and not cached)."""
+    with no validated content key, made in memory, is measured and not cached); with
+    `memory="shared"`, among the engines that copy no more than `SHARED_LIMIT` of the
+    weights into each worker (`rlx.engines.sharing`)."""
     engines = available_engines()
     cache = _Cache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
-    key = cache_key(file.origin.key, engines, threads, precision) \
+    key = cache_key(file.origin.key, engines, threads, precision, memory) \
         if file.origin is not None else None
     entry = cache.get(key, engines) if key is not None else None
 
@@ -270,6 +276,8 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
     _tell("auto: measuring %s on %s: building each, then at most %.1f s of timing "
           "(once: the choice is cached)", ", ".join(engines), os.path.basename(path), BUDGET_S)
     built, runners, failed, warmed = _warm_up(engines, build, feeds, outputs, path)
+    if memory == "shared":
+        _leave_out_copies(built, runners, graph)
     quickest_first = {name: runners[name] for name in sorted(runners, key=warmed.__getitem__)}
     measured = ({name: ms * 1e3 for name, ms in _measure(quickest_first, feeds, outputs).items()}
                 if "numpy" not in failed else {})
@@ -286,8 +294,20 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
         cache.put(key, {"engine": pick, "how": how, "measured_ms": measured,
                         "failed": failed, "versions": engine_versions(engines),
                         "path": os.path.abspath(path), "precision": precision,
-                        "threads": threads})
+                        "threads": threads, "memory": memory})
     return runner
+
+
+def _leave_out_copies(built: dict[str, Any], runners: dict[str, Any], graph: Graph) -> None:
+    """memory="shared": drop the engines that would copy the weights into every worker
+    (never numpy, which reads them from the map, so one candidate is always left)."""
+    from rlx.engines.sharing import copies_weights
+
+    for name in [n for n, runner in built.items() if copies_weights(runner, graph)]:
+        log.info("auto: memory='shared' leaves out %s (it holds %.1f MiB of the weights in "
+                 "each worker)", name, built[name].private_weight_bytes / 2**20)
+        built.pop(name)
+        runners.pop(name, None)
 
 
 def _fastest(measured: Mapping[str, float]) -> str:

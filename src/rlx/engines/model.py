@@ -25,6 +25,7 @@ from rlx.engines.calls import RunArgument, RunArguments
 from rlx.engines.registry import (
     WARM_ENGINES,
     check_engine,
+    check_memory,
     check_precision,
     check_prepack,
     engine_module,
@@ -190,10 +191,12 @@ def build_runner(engine: str, file: RlxFile, graph: Graph, path: str | None, *,
                                        prepack=prepack)
 
 
-def _check_options(engine: str, precision: str, prepack: str, threads: int | None) -> None:
+def _check_options(engine: str, precision: str, prepack: str, threads: int | None,
+                   memory: str) -> None:
     check_engine(engine)
     check_precision(precision)
     check_prepack(prepack)
+    check_memory(memory)
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InputError(f"threads must be a positive integer or None, got {threads!r}")
 
@@ -202,7 +205,8 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
          precision: str = "exact", password: str | bytes | None = None,
          cache_dir: str | os.PathLike | None = None,
          example: Mapping[str, Any] | None = None, trusted_keys: Iterable | None = None,
-         signature: str | os.PathLike | None = None, prepack: str = "mapped") -> Model:
+         signature: str | os.PathLike | None = None, prepack: str = "mapped",
+         memory: str = "private") -> Model:
     """Open a `.rlx` file or `.rlxp` package and prepare it on `engine`.
 
     `engine`: "auto" (the fastest installed engine for this model and machine, measured
@@ -221,11 +225,14 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     raised (docs/format.md, "Signatures"). None (the default) checks no signature.
     `prepack`: how onnxruntime prepacks weights (docs/engines.md): "mapped" (saved once
     to `cache_dir`, then mapped from there), "heap" (onnxruntime's own copies) or "off".
+    `memory`: "shared" when several worker processes load this file: auto then leaves out
+    engines that copy the weights into each worker (OpenVINO on Conv models), and a named
+    engine that does is logged (`rlx.engines.sharing`); "private" (the default) weighs speed.
 
     The file is opened, checked and mapped once; every engine and cache gets its bytes
     from that mapping, never from the path again (docs/reliability.md).
     """
-    _check_options(engine, precision, prepack, threads)
+    _check_options(engine, precision, prepack, threads, memory)
     source = os.fspath(path)
     # a signature to check needs the file; other engines never import the warm load (~15
     # ms: pathlib, hashlib)
@@ -234,7 +241,7 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
         from rlx.engines.warm import load_warm
 
         model = load_warm(source, engine, threads=threads, precision=precision,
-                          cache_dir=cache_dir)
+                          cache_dir=cache_dir, memory=memory)
         if model is not None:
             return model
     from rlx.artifact.open import open_artifact
@@ -249,10 +256,15 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
         from rlx.engines import auto
 
         runner = auto.choose(file, graph, source, threads=threads, precision=precision,
-                             cache_dir=cache_dir, example=example, prepack=prepack)
+                             cache_dir=cache_dir, example=example, prepack=prepack,
+                             memory=memory)
     else:
         runner = build_runner(engine, file, graph, source, threads=threads,
                               precision=precision, cache_dir=cache_dir, prepack=prepack)
+        if memory == "shared":
+            from rlx.engines.sharing import warn_if_copied
+
+            warn_if_copied(runner, graph, source)
     log.info("%s: running on %s (%s precision)", source, runner.name, runner.precision)
     return Model(runner, graph.inputs(), graph_outputs(graph), name=graph.name, path=source,
                  file=file)

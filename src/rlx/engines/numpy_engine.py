@@ -18,6 +18,7 @@ __all__ = ["NumpyRunner", "build"]
 
 class NumpyRunner:
     name = "numpy"
+    private_weight_bytes = 0  # kernels read the weights from the artifact's map
 
     def __init__(self, graph: Graph, threads: int | None, precision: str):
         start = time.perf_counter()

@@ -226,6 +226,16 @@ class OrtRunner:
         runner.cached = folder
         return runner
 
+    @property
+    def private_weight_bytes(self) -> int:
+        """Weight bytes this process holds a copy of (auto's `memory="shared"`): the
+        weights handed over as copies, and with heap prepacking (at most) every mapped one;
+        the saved prepacked model and the artifact are mapped, shared by every worker."""
+        copied = sum(a.nbytes for a in self.in_memory.values())
+        if self.prepack == "heap":
+            copied += sum(length for _, length in self.mapped.values())
+        return copied
+
     def _start(self, file: RlxFile | None, prepack: str) -> None:
         self.precision = "exact"  # onnxruntime's CPU kernels run the graph's dtypes
         self.file = file

@@ -65,11 +65,20 @@ def _serve_from_map(param: ov.Node, shape: tuple[int, ...]) -> None:
     param.set_partial_shape(ov.PartialShape([-1] * len(shape)))
 
 
+def _read_in_place(param: ov.Node) -> bool:
+    """Every consumer is a Gather reading the weight as its table, which the CPU plugin
+    uses where it lies (docs/engines.md); a Constant with other consumers is copied."""
+    users = param.output(0).get_target_inputs()
+    return bool(users) and all(u.get_node().get_type_name() == "Gather" and u.get_index() == 0
+                               for u in users)
+
+
 def _bind_weights(model: ov.Model, arrays: dict[str, np.ndarray],
-                  served: dict[str, np.ndarray]) -> list[np.ndarray]:
+                  served: dict[str, np.ndarray]) -> tuple[list[np.ndarray], int]:
     """Replace the weight Parameters by shared-memory Constants, except MatMul weights,
-    which go into `served` to be set on each request; the aliases to keep alive."""
-    keep = []
+    which go into `served` to be set on each request; the aliases to keep alive, and the
+    bytes of the Constants the plugin copies into this process's memory at compile."""
+    keep, copied = [], 0
     for param in list(model.get_parameters()):
         name = param.get_friendly_name()
         if name not in arrays:
@@ -80,12 +89,14 @@ def _bind_weights(model: ov.Model, arrays: dict[str, np.ndarray],
             _serve_from_map(param, alias.shape)
             served[name] = alias
             continue
+        if not _read_in_place(param):
+            copied += alias.nbytes
         const = ov.op.Constant(alias, shared_memory=True)
         const.set_friendly_name(name)
         param.output(0).replace(const.output(0))
         model.remove_parameter(param)
     model.validate_nodes_and_infer_types()
-    return keep
+    return keep, copied
 
 
 class OpenVinoRunner:
@@ -100,7 +111,8 @@ class OpenVinoRunner:
         self.arrays = result.inputs_bound
         model = core().read_model(result.model.SerializeToString())
         self.served: dict[str, np.ndarray] = {}
-        self._keep = _bind_weights(model, self.arrays, self.served)
+        # private_weight_bytes: what each worker process holds apart (auto's memory="shared")
+        self._keep, self.private_weight_bytes = _bind_weights(model, self.arrays, self.served)
         self.model = model
         config: dict[str, str] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
         if precision == "exact":

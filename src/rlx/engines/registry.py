@@ -9,14 +9,17 @@ from typing import Any
 from rlx.errors import EngineError
 
 __all__ = ["ENGINES", "PRECISIONS", "PREPACK_MODES", "ENGINE_NAMES", "WARM_ENGINES",
-           "available_engines", "engine_module", "engine_versions", "engine_fingerprints",
-           "check_precision", "check_prepack"]
+           "MEMORY_HINTS", "available_engines", "engine_module", "engine_versions",
+           "engine_fingerprints", "check_precision", "check_prepack", "check_memory"]
 
 ENGINE_NAMES = ("numpy", "onnxruntime", "openvino")
 ENGINES = ("auto", *ENGINE_NAMES)
 PRECISIONS = ("exact", "fast")
 PREPACK_MODES = ("mapped", "heap", "off")
 """How the onnxruntime engine prepacks weights (`rlx.load(prepack=...)`, docs/engines.md)."""
+MEMORY_HINTS = ("private", "shared")
+"""`rlx.load(memory=...)`: "shared" when several worker processes load one file, so that
+auto leaves out engines that would hold a copy of the weights in each (docs/engines.md)."""
 WARM_ENGINES = ("auto", "onnxruntime")
 """The engines a load may run on onnxruntime's saved model, from the header alone
 (`rlx.engines.warm`)."""
@@ -43,6 +46,12 @@ def check_prepack(prepack: str) -> None:
     if prepack not in PREPACK_MODES:
         raise EngineError(f"unknown prepack mode {prepack!r}; expected one of "
                           f"{', '.join(PREPACK_MODES)}")
+
+
+def check_memory(memory: str) -> None:
+    if memory not in MEMORY_HINTS:
+        raise EngineError(f"unknown memory hint {memory!r}; expected one of "
+                          f"{', '.join(MEMORY_HINTS)}")
 
 
 def is_installed(name: str) -> bool:

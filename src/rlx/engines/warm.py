@@ -54,7 +54,7 @@ def _fail(message: str, error: type = _Refused):
 
 
 def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
-              cache_dir: str | os.PathLike | None) -> Model | None:
+              cache_dir: str | os.PathLike | None, memory: str = "private") -> Model | None:
     """The model on onnxruntime's saved copy, from the header alone, or None (see the
     module doc) for `rlx.load` to load it in full."""
     if engine not in registry.WARM_ENGINES or not registry.is_installed("onnxruntime"):
@@ -68,7 +68,8 @@ def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
         if engine == "auto":
             from rlx.engines.auto import cached_choice
 
-            entry = cached_choice(key, threads=threads, precision=precision, cache_dir=folder)
+            entry = cached_choice(key, threads=threads, precision=precision, cache_dir=folder,
+                                  memory=memory)
             if entry is None or entry["engine"] != "onnxruntime":
                 return None
         saved = saved_folder(folder, key, "onnxruntime")
