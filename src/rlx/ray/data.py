@@ -27,12 +27,15 @@ __all__ = ["Predictor"]
 
 
 class Predictor:
-    """Loads `path` once per actor (`rlx.load(path, engine=..., threads=...)`), then maps
-    batches: `predictor({column: array}) -> {column: array}`."""
+    """Loads `path` once per actor (`rlx.load(path, engine=..., threads=...)`, with
+    `memory="shared"`: actors are workers mapping one file, so auto never picks an engine
+    that copies the weights into each), then maps batches:
+    `predictor({column: array}) -> {column: array}`."""
 
     def __init__(self, path: str | os.PathLike, *, engine: str = "auto",
                  threads: int | None = None, precision: str = "exact"):
-        self.model = load(path, engine=engine, threads=threads, precision=precision)
+        self.model = load(path, engine=engine, threads=threads, precision=precision,
+                          memory="shared")
         self._inputs = self.model.inputs
         self._outputs = [spec.name for spec in self.model.outputs]
         self._whole = batch_dim(self._inputs) is not None

@@ -55,7 +55,9 @@ class RlxReplica:
     def __init__(self, path: str, engine: str, threads: int, max_batch_size: int,
                  batch_wait_timeout_s: float, body_timeout_s: float,
                  trusted_keys: list[bytes] | None):
-        self._model = load(path, engine=engine, threads=threads, trusted_keys=trusted_keys)
+        # replicas are workers mapping one file: auto weighs the copies each would hold
+        self._model = load(path, engine=engine, threads=threads, trusted_keys=trusted_keys,
+                           memory="shared")
         self._body_timeout_s = body_timeout_s
         self._about = describe(path, self._model.engine, self._model.inputs,
                                self._model.outputs)

@@ -41,7 +41,8 @@ def deployment(path: str | os.PathLike, *, engine: str = "auto", threads: int = 
     """A Ray Serve application answering `POST /predict` and `GET /health` for `path`.
 
     Each of `num_replicas` replicas loads the file with `rlx.load(path, engine=engine,
-    threads=threads)` (the weights stay in the file's shared page cache) and reserves
+    threads=threads, memory="shared")` (the weights stay in the file's shared page cache,
+    and auto leaves out engines that would copy them into each replica) and reserves
     `threads` CPUs. Up to `max_batch_size` requests arriving within `batch_wait_timeout_s`
     of each other run as one model call when the model has a symbolic batch dim.
     `trusted_keys` (public keys, as `rlx.load` takes them): the file must carry a
