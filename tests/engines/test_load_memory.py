@@ -13,9 +13,12 @@ import sys
 import numpy as np
 import pytest
 
-from rlx import BakeOptions, MemoryMode, bake, write_rlx
+from rlx import BakeOptions, MemoryMode, RlxFile, bake, write_rlx
+from rlx.ir import DType, Graph, Shape
+from rlx.ir.ops.elementwise import Binary, BinaryOp
 from rlx.models import mlp_graph
 
+RNG = np.random.default_rng(0)
 LIMIT = 0.02  # of the weight bytes one copy of the weights takes in the file
 SIZES = {"n_in": 1024, "hidden": 4096, "n_out": 1024}  # 32 MiB of f32 weights
 
@@ -70,3 +73,23 @@ def test_a_numpy_load_grows_the_heap_by_at_most_two_percent_of_the_weights(
     measured = json.loads(out.strip().splitlines()[-1])
     assert measured["weights"] > 8 << 20, measured  # q8 packs the 32 MiB into ~8.5 MiB
     assert measured["growth"] <= LIMIT * measured["weights"], measured
+
+
+def test_a_load_costs_under_two_kib_a_node(tmp_path):
+    """What a load keeps grows with the nodes, not the weights: a chain of 2,000 Adds (4,001
+    nodes, 0.5 MiB of constants) grows the heap by < 2 KiB a node (each node's header JSON
+    freed as it is built; 2.2 KiB when the whole parsed header was held to the end)."""
+    g = Graph("chain")
+    y = g.input("x", Shape((1, 64), DType.F32))
+    for i in range(2000):
+        y = g.add_node(Binary(BinaryOp.ADD), [y, g.constant(np.full((1, 64), i, np.float32))])
+    g.set_outputs([y])
+    write_rlx(tmp_path / "chain.rlx", RlxFile.from_baked(g, []))
+    small = tmp_path / "small.rlx"
+    file, _ = bake(mlp_graph(n_in=8, hidden=8, n_out=8), _weights(RNG, 8, 8, 8),
+                   BakeOptions.from_profile("exact"))
+    write_rlx(small, file)
+    out = subprocess.run([sys.executable, "-c", _PROBE, str(small), str(tmp_path / "chain.rlx")],
+                         capture_output=True, text=True, check=True).stdout
+    growth = json.loads(out.strip().splitlines()[-1])["growth"]
+    assert growth < 2048 * (2 * 2000 + 1), growth

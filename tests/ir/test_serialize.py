@@ -20,7 +20,7 @@ from rlx.ir import (
     verify,
 )
 from rlx.ir.ops.base import OPS
-from rlx.ir.serialize import op_from_json, op_to_json
+from rlx.ir.serialize import graph_from_dict, graph_to_dict, op_from_json, op_to_json
 
 
 def _branch(name: str, kind) -> Graph:
@@ -122,6 +122,20 @@ def test_whole_graph_round_trip_keeps_text_and_bytes():
     verify(back)
     assert format_graph(back) == format_graph(g)
     assert bytes(back.find("w").op.data) == bytes(g.find("w").op.data)
+
+
+def test_a_consuming_read_empties_the_node_list_and_builds_the_same_graph():
+    """Readers of a parsed header pass consume=True: each node's JSON is freed as its node
+    is built (the load's resident peak: tests/engines/test_load_memory.py)."""
+    g = Graph("m")
+    x = g.input("x", Shape(["batch", 4]))
+    w = g.constant(np.eye(4, 3, dtype=np.float32))
+    g.set_outputs([g.unary(ops.Activation.RELU, g.matmul(x, w))])
+    body = json.loads(json.dumps(graph_to_dict(g)))
+    kept = graph_from_dict(body)
+    assert None not in body["nodes"] and format_graph(kept) == format_graph(g)
+    consumed = graph_from_dict(body, consume=True)
+    assert body["nodes"] == [None] * len(g) and format_graph(consumed) == format_graph(g)
 
 
 @pytest.mark.parametrize("entry, message", [

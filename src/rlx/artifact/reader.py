@@ -311,10 +311,11 @@ def check_declared_io(meta: RlxMeta, graph: Graph, fail: Callable[[str], NoRetur
 
 def checked_graph(body: Any, decode: Callable[[Any, Shape], np.ndarray],
                   fail: Callable[[str], NoReturn]) -> Graph:
-    """The verified graph of a header's `graph` body; every way it can be malformed goes to
-    `fail` (shared by the `.rlx` and `.rlxp` readers)."""
+    """The verified graph of a freshly parsed header's `graph` body, whose node list it
+    empties as it reads it; every way it can be malformed goes to `fail` (shared by the
+    `.rlx` and `.rlxp` readers)."""
     try:
-        graph = graph_from_dict(body, decode)
+        graph = graph_from_dict(body, decode, consume=True)
         verify_graph(graph)
     except ArtifactError:
         raise

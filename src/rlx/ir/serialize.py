@@ -250,11 +250,19 @@ def op_from_json(entry: dict, shape, decode: ConstantDecoder) -> Op:
         raise GraphError(f"{name}: {err}") from None
 
 
-def graph_from_dict(body: Any, decode_constant: ConstantDecoder = _base64_decode) -> Graph:
+def graph_from_dict(body: Any, decode_constant: ConstantDecoder = _base64_decode, *,
+                    consume: bool = False) -> Graph:
+    """The graph a JSON body describes. `consume`: empty the body's node list as it is read,
+    for a reader whose parsed header is dropped after: each node's JSON is freed as its node
+    is built and its memory reused, rather than both held at once (the allocator keeps the
+    peak resident: 0.4 MiB of a 413-node model's load, issue 35)."""
     if not isinstance(body, dict):
         raise GraphError("graph must be a JSON object")
     graph = Graph(str(body.get("name", "graph")))
-    for position, entry in enumerate(_list(body.get("nodes"), "graph nodes")):
+    nodes = _list(body.get("nodes"), "graph nodes")
+    for position, entry in enumerate(nodes):
+        if consume:
+            nodes[position] = None
         if not isinstance(entry, dict):
             raise GraphError(f"node {position} must be an object")
         shape = shape_from_json(entry.get("shape"))
