@@ -7,6 +7,7 @@ model: docs/engines.md) are paid before the count starts."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -93,3 +94,30 @@ def test_a_load_costs_under_two_kib_a_node(tmp_path):
                          capture_output=True, text=True, check=True).stdout
     growth = json.loads(out.strip().splitlines()[-1])["growth"]
     assert growth < 2048 * (2 * 2000 + 1), growth
+
+
+_FROM_IMPORT = """
+import json, sys
+import numpy
+from rlx.engines.mapping import anon_rss_bytes
+before = anon_rss_bytes()
+import rlx
+rlx.load(sys.argv[1], engine="numpy")
+print(json.dumps({"growth": anon_rss_bytes() - before}))
+"""
+IMPORT_BUDGET = 3_500_000  # bytes: rlx's imports on the load path, 3.0 MiB (~80 modules)
+
+
+def test_import_and_load_stay_within_a_byte_budget(artifacts, tmp_path):
+    """`import rlx` + a numpy load is a fixed cost per process (the modules' code and
+    classes) plus the load's 2%: <= 3.5 MB + 2% of the weights, measured as an installed
+    rlx runs, with its bytecode cached (compiling the sources at every start costs 2.8 MiB
+    more, and is what the 6.3 MiB measured on 2026-12-04 was)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    command = [sys.executable, "-X", f"pycache_prefix={tmp_path / 'pyc'}", "-c", _FROM_IMPORT,
+               artifacts["exact-compact"]]
+    subprocess.run(command, env=env, capture_output=True, check=True)  # writes the .pyc files
+    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+    growth = json.loads(out.strip().splitlines()[-1])["growth"]
+    weights = sum(4 * n for n in (1024 * 4096, 4096, 4096 * 1024, 1024))
+    assert growth <= IMPORT_BUDGET + LIMIT * weights, growth
