@@ -72,6 +72,11 @@ class Runner(Protocol):
     name: str
     precision: str
 
+    @property
+    def private_weight_bytes(self) -> int:
+        """Weight bytes the engine copied into this process (`rlx.engines.sharing`)."""
+        ...
+
     def run(self, feeds: dict[str, np.ndarray], outputs: Sequence[str]) -> list[np.ndarray]: ...
 
 
@@ -252,22 +257,31 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
         raise InputError(f"{source} holds weights only (a package written with --no-graph): "
                          "there is no graph to run")
     graph = file.into_runtime_graph()
-    if engine == "auto":
-        from rlx.engines import auto
-
-        runner = auto.choose(file, graph, source, threads=threads, precision=precision,
-                             cache_dir=cache_dir, example=example, prepack=prepack,
-                             memory=memory)
-    else:
-        runner = build_runner(engine, file, graph, source, threads=threads,
-                              precision=precision, cache_dir=cache_dir, prepack=prepack)
-        if memory == "shared":
-            from rlx.engines.sharing import warn_if_copied
-
-            warn_if_copied(runner, graph, source)
+    runner = _runner(engine, file, graph, source, threads=threads, precision=precision,
+                     cache_dir=cache_dir, example=example, prepack=prepack, memory=memory)
     log.info("%s: running on %s (%s precision)", source, runner.name, runner.precision)
     return Model(runner, graph.inputs(), graph_outputs(graph), name=graph.name, path=source,
                  file=file)
+
+
+def _runner(engine: str, file: RlxFile, graph: Graph, source: str, *, threads: int | None,
+            precision: str, cache_dir: str | os.PathLike | None,
+            example: Mapping[str, Any] | None, prepack: str, memory: str) -> Runner:
+    """auto's pick, or the named engine's runner (warned about when it copies the weights
+    into a worker that was said to share them)."""
+    if engine == "auto":
+        from rlx.engines import auto
+
+        return auto.choose(file, graph, source, threads=threads, precision=precision,
+                           cache_dir=cache_dir, example=example, prepack=prepack,
+                           memory=memory)
+    runner = build_runner(engine, file, graph, source, threads=threads, precision=precision,
+                          cache_dir=cache_dir, prepack=prepack)
+    if memory == "shared":
+        from rlx.engines.sharing import warn_if_copied
+
+        warn_if_copied(runner, graph, source)
+    return runner
 
 
 def graph_outputs(graph: Graph) -> list[IoSpec]:

@@ -11,12 +11,13 @@ asked for by name is loaded but warned about. Measurements: docs/engines.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rlx.ir.ops.sources import Constant
 from rlx.logs import Logger
 
 if TYPE_CHECKING:
+    from rlx.engines.model import Runner
     from rlx.ir.graph import Graph
 
 __all__ = ["SHARED_LIMIT", "weight_bytes", "copies_weights", "warn_if_copied"]
@@ -31,12 +32,12 @@ def weight_bytes(graph: Graph) -> int:
     return sum(n.op.nbytes for n in graph.nodes() if isinstance(n.op, Constant))
 
 
-def copies_weights(runner: Any, graph: Graph) -> bool:
+def copies_weights(runner: Runner, graph: Graph) -> bool:
     """The runner holds a private copy of over `SHARED_LIMIT` of the graph's weights."""
     return runner.private_weight_bytes > SHARED_LIMIT * weight_bytes(graph)
 
 
-def warn_if_copied(runner: Any, graph: Graph, path: str) -> None:
+def warn_if_copied(runner: Runner, graph: Graph, path: str) -> None:
     """For an engine chosen by name under `memory="shared"`: say what each worker copies."""
     if copies_weights(runner, graph):
         log.warning("%s: memory='shared' but %s holds %.1f MiB of the %.1f MiB of weights in "
