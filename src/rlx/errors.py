@@ -10,7 +10,7 @@ __all__ = [
     "RlxError", "GraphError", "ShapeError", "UnsupportedOpError", "InputError", "KernelError",
     "BakeError", "BindingError", "WeightError", "ModelImportError", "ArtifactError",
     "IntegrityError", "EncryptedFileError", "DecryptError", "SignatureError", "SigningKeyError",
-    "ServeError", "StreamThreadError",
+    "ServeError", "StreamThreadError", "SelfTestError",
 ]
 
 
@@ -114,3 +114,9 @@ class StreamThreadError(RlxError):
 
 class ServeError(RlxError):
     """Serving cannot start: Ray is not installed, a replica failed, the port is taken."""
+
+
+class SelfTestError(RlxError):
+    """A file's bundled self-test failed on an engine (an output beyond its stored
+    tolerance: names the file, engine, output, error and tolerance), or the file has no
+    self-test to run."""

@@ -24,6 +24,7 @@ from rlx.artifact.memory import (
     strip_graph_weight_bytes,
     strip_table_weight_bytes,
 )
+from rlx.artifact.self_test import SelfTest, SelfTestSection
 from rlx.artifact.weight_row import LAYOUTS, RlxWeight
 from rlx.errors import ArtifactError
 from rlx.ir.graph import Graph
@@ -98,6 +99,9 @@ class RlxFile:
     weights: list[RlxWeight] = field(default_factory=list)
     integrity_check: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     origin: ArtifactOrigin | None = field(default=None, repr=False, compare=False)
+    # the bundled self-test (rlx.artifact.self_test): as built, or as read (decoded on use)
+    self_test: SelfTest | SelfTestSection | None = field(default=None, repr=False,
+                                                          compare=False)
 
     def check_integrity(self) -> None:
         check, self.integrity_check = self.integrity_check, None
@@ -204,7 +208,8 @@ class RlxFile:
                 note = row.note.replace(METADATA_ONLY, "").strip()
                 row = row.replace(data=constant.data, note=note)
             rows.append(row)
-        whole = RlxFile(dataclasses.replace(self.meta), self.graph.replace_ops(ops), rows)
+        whole = RlxFile(dataclasses.replace(self.meta), self.graph.replace_ops(ops), rows,
+                        self_test=self.self_test)
         whole.apply_memory_mode(mode)
         return whole
 

@@ -19,6 +19,7 @@ from rlx.artifact.header import io_fields, read_header
 from rlx.artifact.layout import ALIGN, ENCRYPTED_MAGIC, PREAMBLE, align, checksum
 from rlx.artifact.memory import MemoryMode
 from rlx.artifact.model import ArtifactOrigin, RlxFile, RlxIo, RlxMeta, RlxWeight, io_of
+from rlx.artifact.self_test import SelfTestSection
 from rlx.codecs import encoded_nbytes
 from rlx.errors import ArtifactError, EncryptedFileError, IntegrityError, RlxError
 from rlx.ir.dtype import DType
@@ -102,6 +103,7 @@ class _Blob:
     length: int
     digest: str
     used_by: str = ""
+    lazy: bool = False  # checked by its user when used (the self-test), not with the weights
 
 
 class _Reader:
@@ -120,10 +122,11 @@ class _Reader:
         self._blob_table(header.get("blobs"), data_start, digests)
         graph = self._graph(header.get("graph"))
         weights = self._weights(header.get("weights"), graph)
+        self_test = self._self_test(header.get("self_test"))
         unused = [i for i, b in enumerate(self.blobs) if not b.used_by]
         if unused:
             self.fail(f"blob {unused[0]} is not referenced by any constant or weight")
-        file = RlxFile(self._meta(header.get("meta")), graph, weights)
+        file = RlxFile(self._meta(header.get("meta")), graph, weights, self_test=self_test)
         check_declared_io(file.meta, graph, self.fail, "inputs" in header["meta"])
         if verify == "full":
             self.check_blobs()
@@ -183,6 +186,21 @@ class _Reader:
     def _weights(self, rows: Any, graph: Graph) -> list[RlxWeight]:
         return weight_rows(rows, graph, self._take_blob, self.fail, "header 'weights'")
 
+    def _self_test(self, body: Any) -> SelfTestSection | None:
+        """The self-test's blob, claimed here and left lazy: neither its checksum nor its
+        description is checked until the test is asked for (`SelfTestSection.load`)."""
+        if body is None:
+            return None
+        nbytes = _field(body, "bytes", int)
+        if nbytes is None or not isinstance(body.get("blob"), int):
+            self.fail("header 'self_test' needs its blob and its bytes")
+        index = body["blob"]
+        self._take_blob(body, nbytes, "the self-test")
+        blob = self.blobs[index]
+        blob.lazy = True
+        return SelfTestSection(body, self.buf[blob.offset:blob.offset + blob.length],
+                               blob.digest, self.source)
+
     def _meta(self, body: Any) -> RlxMeta:
         if not isinstance(body, dict):
             self.fail("header 'meta' must be an object")
@@ -214,6 +232,8 @@ class _Reader:
     # -- integrity -------------------------------------------------------------------------
     def check_blobs(self) -> None:
         for i, blob in enumerate(self.blobs):
+            if blob.lazy:
+                continue
             data = self.buf[blob.offset:blob.offset + blob.length]
             if checksum(data) != blob.digest:
                 self.fail(f"checksum mismatch in blob {i} ({blob.used_by}): the file is corrupt",

@@ -30,6 +30,7 @@ from rlx.artifact.layout import (
     header_digest,
 )
 from rlx.artifact.model import RlxFile
+from rlx.artifact.self_test import SelfTestSection, encode_self_test
 from rlx.deferred import CHUNK_BYTES, Deferred, Payload
 from rlx.ir.graph import Node
 from rlx.ir.ops.sources import Constant
@@ -97,6 +98,11 @@ def _layout(file: RlxFile) -> _Layout:
         })
     header = {"format": "rlx", "schema": SCHEMA_VERSION, "writer": f"rlx {__version__}",
               "meta": file.meta.to_json(), "graph": graph, "weights": weights}
+    if file.self_test is not None:  # the last blob: a reader not asked never reaches it
+        test = file.self_test
+        description, payload = encode_self_test(
+            test.load() if isinstance(test, SelfTestSection) else test)
+        header["self_test"] = {**description, **blob_ref(payload)}
     end = 0
     for data in blobs:
         end = align(end) + int(data.nbytes)

@@ -79,6 +79,9 @@ class BakeOptions:
     calibration: Sequence[Mapping[str, np.ndarray]] | None = None
     min_cosine: float | None = None
     max_abs_error: float | None = None
+    # the bundled self-test (rlx.baking.self_test): True (on the calibration feeds, else one
+    # seeded sample) or the feed sets to store; False stores none
+    self_test: bool | Sequence[Mapping[str, np.ndarray]] = False
 
     @classmethod
     def from_profile(cls, profile: BakeProfile | str) -> BakeOptions:

@@ -36,6 +36,7 @@ from rlx.artifact.model import RlxFile, RlxWeight
 from rlx.baking.encoding import EncodedWeights, encode_weights
 from rlx.baking.guard import AccuracyReport
 from rlx.baking.options import BakeOptions
+from rlx.baking.self_test import build_self_test
 from rlx.codecs import Encoding
 from rlx.deferred import Deferred, Payload, defer
 from rlx.ir.dtype import DType
@@ -159,6 +160,11 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
         assert isinstance(encoded, EncodedWeights)  # what encode_weights returns
         report.accuracy = encoded.accuracy
 
+    if opts.self_test is not False:
+        exact = outcomes["keep_exact_graph"][0]
+        assert isinstance(exact, ExactGraph)  # what the step returns
+        test = build_self_test(exact.graph, g, _self_test_feeds(opts),
+                               _bound_bytes(g), report.accuracy)
     rows = _weight_table(g, bundle, opts, stats, report)
     file = RlxFile.from_baked(
         g, rows, params_baked=report.params_baked,
@@ -166,6 +172,8 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
         ternary_packed=stats.ternary_packed, quant_packed=stats.quant_packed,
         profile=opts.profile.value,
     )
+    if opts.self_test is not False:
+        file.self_test = test
     dropped = report.memory.folded_bindings_dropped
     report.memory = file.apply_memory_mode(opts.memory)
     report.memory.constants_deduped = counts["dedupe_identical_constants"]
@@ -214,11 +222,37 @@ def bake_steps(opts: BakeOptions, bundle: WeightBundle) -> list[Step]:
         (fold, Step("fold_constants", _fold)),
         (fold and dce, Step("eliminate_dead_code", _dce)),
         (opts.unfold, Step("hoist_subgraph_weights", passes.hoist_subgraph_weights)),
+        # the graph the guard calls exact: the self-test's reference
+        (opts.self_test is not False, Step("keep_exact_graph", _keep_exact)),
         (opts.ternary or opts.quant, Step("encode_weights", functools.partial(
             encode_weights, opts=opts))),
         (opts.dedupe_constants, Step("dedupe_identical_constants", _dedupe)),
     ]
     return [step for enabled, step in table if enabled]
+
+
+@dataclass(frozen=True)
+class ExactGraph:
+    """The graph before the weight encodings (an `Outcome` of no rewrites)."""
+
+    graph: Graph
+    count: int = 0
+
+
+def _keep_exact(g: Graph) -> tuple[Graph, ExactGraph]:
+    return g, ExactGraph(g)
+
+
+def _self_test_feeds(opts: BakeOptions) -> list[Mapping[str, np.ndarray]] | None:
+    """The feeds the self-test stores: those given, else the calibration feeds, else None
+    (one seeded sample)."""
+    if opts.self_test is True:
+        return list(opts.calibration) if opts.calibration else None
+    return list(opts.self_test) if opts.self_test else None
+
+
+def _bound_bytes(g: Graph) -> int:
+    return sum(n.op.nbytes for n in g.nodes() if isinstance(n.op, Constant))
 
 
 def _op_types(graph: Graph) -> dict[str, int]:

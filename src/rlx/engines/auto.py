@@ -65,7 +65,7 @@ if TYPE_CHECKING:  # a warm load (rlx.engines.warm) imports no graph IR
     from rlx.artifact.model import RlxFile
     from rlx.ir.graph import Graph
 
-__all__ = ["choose", "cache_key", "cached_choice", "example_feeds", "RUNS", "BUDGET_S",
+__all__ = ["JsonCache", "choose", "cache_key", "cached_choice", "example_feeds", "RUNS", "BUDGET_S",
            "TURN_S", "LEAD_IN", "MIN_ROUNDS", "TIE", "PREFERENCE"]
 
 log = Logger("rlx.engines")
@@ -99,10 +99,14 @@ class _Unreadable(RlxError):
     """engines.json cannot be read as rlx writes it (never seen by callers)."""
 
 
-class _Cache:
-    def __init__(self, folder: Path):
+class JsonCache:
+    """A JSON object of entries by key in the cache folder (`name`, engines.json for auto's
+    choices), read within bounds and written atomically; `who` names its user in logs."""
+
+    def __init__(self, folder: Path, name: str = _CACHE_FILE, who: str = "auto"):
         self.folder = folder
-        self.file = folder / _CACHE_FILE
+        self.file = folder / name
+        self.who = who
 
     def read(self) -> dict[str, Any]:
         """The entries, or {} when the file is missing, unreadable or not rlx's (logged)."""
@@ -112,10 +116,10 @@ class _Cache:
             data = load_json(read_regular(self.file, _Unreadable, limit=_MAX_CACHE_BYTES),
                              _Unreadable, str(self.file), JsonLimits(max_depth=8))
         except RlxError as err:
-            log.warning("auto: ignoring the engine cache: %s", err)
+            log.warning("%s: ignoring the cache: %s", self.who, err)
             return {}
         if not isinstance(data, dict):
-            log.warning("auto: ignoring the engine cache %s: not an object", self.file)
+            log.warning("%s: ignoring the cache %s: not an object", self.who, self.file)
             return {}
         return data
 
@@ -141,7 +145,7 @@ class _Cache:
             data[key] = entry
             _atomic(self.file, json.dumps(data, indent=1, sort_keys=True).encode())
         except OSError as err:
-            log.warning("auto: cannot write the engine cache %s: %s", self.file, err)
+            log.warning("%s: cannot write the cache %s: %s", self.who, self.file, err)
 
 
 def _atomic(path: Path, data: bytes) -> None:
@@ -218,7 +222,7 @@ def cached_choice(content: str, *, threads: int | None, precision: str,
     machine, threads and precision (its "engine" one that is installed), or None when it
     has not chosen or the entry is damaged."""
     engines = available_engines()
-    cache = _Cache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
+    cache = JsonCache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
     return cache.get(cache_key(content, engines, threads, precision, memory), engines)
 
 
@@ -253,7 +257,7 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
     `memory="shared"`, among the engines that copy no more than `SHARED_LIMIT` of the
     weights into each worker (`rlx.engines.sharing`)."""
     engines = available_engines()
-    cache = _Cache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
+    cache = JsonCache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
     key = cache_key(file.origin.key, engines, threads, precision, memory) \
         if file.origin is not None else None
     entry = cache.get(key, engines) if key is not None else None

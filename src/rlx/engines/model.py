@@ -211,7 +211,7 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
          cache_dir: str | os.PathLike | None = None,
          example: Mapping[str, Any] | None = None, trusted_keys: Iterable | None = None,
          signature: str | os.PathLike | None = None, prepack: str = "mapped",
-         memory: str = "private") -> Model:
+         memory: str = "private", self_test: bool = False) -> Model:
     """Open a `.rlx` file or `.rlxp` package and prepare it on `engine`.
 
     `engine`: "auto" (the fastest installed engine for this model and machine, measured
@@ -233,6 +233,9 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     `memory`: "shared" when several worker processes load this file: auto then leaves out
     engines that copy the weights into each worker (OpenVINO on Conv models), and a named
     engine that does is logged (`rlx.engines.sharing`); "private" (the default) weighs speed.
+    `self_test`: run the file's bundled self-test on the engine once (a pass is cached in
+    `cache_dir` per file content and engine) and raise `SelfTestError` on a miss or when the
+    file has none (`rlx.engines.self_check`); it skips the header-only warm load.
 
     The file is opened, checked and mapped once; every engine and cache gets its bytes
     from that mapping, never from the path again (docs/reliability.md).
@@ -242,7 +245,7 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     # a signature to check needs the file; other engines never import the warm load (~15
     # ms: pathlib, hashlib)
     if engine in WARM_ENGINES and trusted_keys is None and signature is None \
-            and prepack == "mapped":
+            and prepack == "mapped" and not self_test:
         from rlx.engines.warm import load_warm
 
         model = load_warm(source, engine, threads=threads, precision=precision,
@@ -260,8 +263,14 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     runner = _runner(engine, file, graph, source, threads=threads, precision=precision,
                      cache_dir=cache_dir, example=example, prepack=prepack, memory=memory)
     log.info("%s: running on %s (%s precision)", source, runner.name, runner.precision)
-    return Model(runner, graph.inputs(), graph_outputs(graph), name=graph.name, path=source,
-                 file=file)
+    model = Model(runner, graph.inputs(), graph_outputs(graph), name=graph.name, path=source,
+                  file=file)
+    if self_test:
+        from rlx.engines.self_check import check_at_load
+
+        check_at_load(model, file, source, threads=threads, precision=precision,
+                      cache_dir=cache_dir)
+    return model
 
 
 def _runner(engine: str, file: RlxFile, graph: Graph, source: str, *, threads: int | None,

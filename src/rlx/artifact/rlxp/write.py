@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -35,6 +36,8 @@ from rlx.ir.serialize import graph_to_dict
 from rlx.ir.shape import Shape
 from rlx.stored_zip import write_stored_zip
 from rlx.version import __version__
+
+log = logging.getLogger(__name__)
 
 __all__ = ["RlxpOptions", "write_rlxp", "encode_rlxp"]
 
@@ -107,6 +110,9 @@ def write_rlxp(path: str | os.PathLike, file: RlxFile, container: str | None = N
     if kind not in L.CONTAINERS:
         raise ArtifactError(f"unknown container {kind!r}; expected flat, zip or dir")
     sidecar_tier = opts.sidecar_tier or ("cold" if kind == "flat" else "hot")
+    if file.self_test is not None:  # sidecars are read at every open: it would not be lazy
+        log.warning("%s: the bundled self-test is not kept (packages have no self-test "
+                    "section; write an .rlx to keep it)", os.fspath(path))
     encoded = encode_rlxp(file, opts, sidecar_tier)
     if kind == "dir":
         _write_dir(Path(path), encoded)
