@@ -150,8 +150,9 @@ def _decode(body: dict[str, Any], view: memoryview, fail: Fail) -> SelfTest:
     if any(set(s) != set(inputs[0]) for s in inputs) or any(len(o) != len(names)
                                                            for o in outputs):
         fail("self_test: every sample needs the same inputs and every output")
+    note = body.get("note")
     return SelfTest(inputs, [[o[n] for n in names] for o in outputs], tolerances,
-                    body.get("note") if isinstance(body.get("note"), str) else "")
+                    note if isinstance(note, str) else "")
 
 
 def _count(value: Any) -> int:
@@ -165,7 +166,7 @@ def _tolerance(row: Any, fail: Fail) -> OutputTolerance:
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
             and v >= 0 for v in numbers):
         fail("self_test outputs need a name and finite atol, deviation, allowance >= 0")
-    return OutputTolerance(row["name"], *map(float, numbers))
+    return OutputTolerance(row["name"], *(float(v) for v in numbers if v is not None))
 
 
 def _tensor(row: Any, view: memoryview, fail: Fail, where: str
@@ -175,8 +176,9 @@ def _tensor(row: Any, view: memoryview, fail: Fail, where: str
             or not isinstance(row.get("name"), str) or not isinstance(row.get("shape"), list):
         fail(f"{where}: needs a role, a name and a shape")
     sample, offset = row.get("sample"), row.get("offset")
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-               for v in (sample, offset, *row["shape"])) or offset % ALIGN:
+    if not isinstance(sample, int) or not isinstance(offset, int) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            for v in (sample, offset, *row["shape"])) or offset % ALIGN:
         fail(f"{where}: sample, offset and dims must be integers >= 0, the offset aligned")
     try:
         dtype = DType(row.get("dtype")).numpy

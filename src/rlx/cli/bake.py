@@ -22,6 +22,7 @@ from rlx.cli.bake_args import (
 from rlx.cli.contents import by_encoding, row_info
 from rlx.cli.formatting import fmt_bytes
 from rlx.cli.inputs import refuse_overwriting
+from rlx.cli.self_test import render_self_test, self_test_data
 from rlx.cli.ui import CliError, Outcome, Ui, password_from
 from rlx.ir.naming import COMPUTING_NODES
 from rlx.weights.overlay import some_names
@@ -95,14 +96,17 @@ def bake_command(args, ui: Ui) -> Outcome:
                             "after": _total(report.op_types_after)},
         "op_types": _op_table(model.onnx_op_types, report.op_types_before,
                               report.op_types_after),
+        "self_test": self_test_data(file.self_test),
     }
     return Outcome(data, _render_bake)
 
 
 def _options_data(opts: BakeOptions) -> dict[str, Any]:
     """The options as JSON-ready data; the calibration feeds as their count."""
-    data = dataclasses.asdict(dataclasses.replace(opts, calibration=None))
+    data = dataclasses.asdict(dataclasses.replace(opts, calibration=None, self_test=False))
     data["calibration"] = len(opts.calibration) if opts.calibration else 0
+    data["self_test"] = opts.self_test if isinstance(opts.self_test, bool) \
+        else len(opts.self_test)
     return data
 
 
@@ -198,6 +202,8 @@ def _render_bake(d: dict, ui: Ui) -> None:
                  [(e["encoding"], e["tensors"], fmt_bytes(e["bytes"]))
                   for e in d["by_encoding"]], numeric=("tensors", "bytes"))
     _render_accuracy(report["accuracy"], ui)
+    if d["self_test"]:
+        render_self_test(d["self_test"], ui)
     ui.pairs(None, [("file", d["output"] + (" (encrypted)" if d["encrypted"] else "")),
                     ("file size", f"{fmt_bytes(d['file_bytes'])} bytes (graph constants "
                                   f"{fmt_bytes(report['constant_bytes'])}, weight table "

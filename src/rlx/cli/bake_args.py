@@ -77,6 +77,10 @@ def add_bake_arguments(p, package: bool = False) -> None:
                        help="least cosine of every output to the exact one (default 0.9995)")
     guard.add_argument("--max-abs-error", type=float, metavar="E",
                        help="largest abs error of any output element (default: none)")
+    p.add_argument("--self-test", nargs="*", metavar="FEEDS.npz",
+                   help="store a self-test in the .rlx: these inputs (default: the "
+                        "--calibrate feeds, else one seeded sample), the exact graph's outputs "
+                        "and their tolerances; rlx-bake verify FILE runs it")
     switches = p.add_argument_group("switches (change the profile's settings)")
     for s in SWITCHES:
         switches.add_argument(f"--{s.on}", f"--{s.off}", dest=s.option, action=_Toggle,
@@ -135,6 +139,8 @@ def bake_options(args: argparse.Namespace) -> BakeOptions:
                            if getattr(args, s.option) is not None})
     if (args.min_cosine is not None or args.max_abs_error is not None) and not args.calibrate:
         raise CliError("--min-cosine and --max-abs-error need --calibrate FEEDS.npz")
+    if getattr(args, "self_test", None) is not None:
+        opts = opts.replace(self_test=[load_npz(path) for path in args.self_test] or True)
     if args.calibrate:
         opts = opts.replace(calibration=[load_npz(path) for path in args.calibrate],
                             min_cosine=args.min_cosine, max_abs_error=args.max_abs_error)
@@ -172,6 +178,9 @@ def artifact_output(args: argparse.Namespace) -> str:
     fmt = artifact_format(args.output, args.format, container=args.container,
                           packaged=bool(args.tier or args.tensor_tier), encrypted=encrypted)
     check_artifact_output(args.output, fmt, args.container)
+    if fmt == "rlxp" and getattr(args, "self_test", None) is not None:
+        raise CliError("--self-test is stored in .rlx files only (an .rlxp package has no "
+                       "self-test section); bake to .rlx")
     return fmt
 
 

@@ -14,8 +14,10 @@ from rlx.artifact.crypto import is_encrypted, read_encryption_info
 from rlx.artifact.layout import SCHEMA_VERSION
 from rlx.artifact.output import artifact_size
 from rlx.artifact.rlxp import is_rlxp
+from rlx.artifact.self_test import SelfTestSection
 from rlx.cli.contents import by_encoding, encryption_info, row_info
 from rlx.cli.formatting import fmt_bytes, fmt_shape
+from rlx.cli.self_test import render_self_test, self_test_data
 from rlx.cli.sign import add_trusted_key_option, signature_status, trusted_keys
 from rlx.cli.ui import CliError, Outcome, Ui, add_password_options, password_from
 from rlx.errors import IntegrityError
@@ -75,6 +77,8 @@ def _inspect(args, ui: Ui) -> Outcome:
     with ui.step("verifying checksums"):
         try:
             file.check_integrity()
+            if isinstance(file.self_test, SelfTestSection):
+                file.self_test.load()  # inspect checks every checksum: the test's too
             checksums: dict[str, Any] = {"ok": True, "error": None}
         except IntegrityError as err:
             checksums = {"ok": False, "error": str(err)}
@@ -90,6 +94,7 @@ def _inspect(args, ui: Ui) -> Outcome:
                             "count": sum(op_type_counts(file.graph).values())},
         "ops": dict(sorted(op_type_counts(file.graph).items(), key=lambda kv: (-kv[1], kv[0]))),
         "checksums": checksums,
+        "self_test": self_test_data(file.self_test),
         "graph_text": format_graph(file.graph).splitlines() if args.graph else None,
     })
     return Outcome(data, _render_inspect, 0 if checksums["ok"] and signature_ok else 1)
@@ -130,6 +135,7 @@ def _render_inspect(d: dict, ui: Ui) -> None:
         ("needs materialize", "yes" if mem["needs_materialize"] else "no"),
         ("checksums", "OK" if d["checksums"]["ok"] else f"FAILED: {d['checksums']['error']}"),
         ("signature", _signature_text(d["signature"])),
+        ("self-test", _self_test_text(d["self_test"])),
     ])
     ui.table("inputs and outputs", ("", "name", "shape", "dtype"),
              [(kind, io["name"], fmt_shape(io["shape"]), io["dtype"])
@@ -140,12 +146,20 @@ def _render_inspect(d: dict, ui: Ui) -> None:
     ui.table("computing nodes by op type", ("op type", "count"), d["ops"].items(),
              numeric=("count",))
     ui.line(f"({d['computing_nodes']['counted']})")
+    if d["self_test"]:
+        render_self_test(d["self_test"], ui)
     if pkg:
         _render_package(pkg, ui)
     if d["graph_text"]:
         ui.line("")
         for line in d["graph_text"]:
             ui.line(line)
+
+
+def _self_test_text(t: dict | None) -> str:
+    if t is None:
+        return "none (bake with --self-test to bundle one)"
+    return f"{t['samples']} sample(s), {fmt_bytes(t['bytes'])} bytes; rlx-bake verify FILE runs it"
 
 
 def _signature_text(s: dict) -> str:

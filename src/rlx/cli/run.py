@@ -36,9 +36,10 @@ REPEAT = 10
 one-time costs (page faults on the mapped weights, plans, the allocator's first growth)."""
 
 
-def add_engine_options(parser) -> None:
+def add_engine_options(parser, also: tuple[str, ...] = ()) -> None:
+    """--engine (one of `ENGINES`, or of `also`) and --precision."""
     group = parser.add_argument_group("engine")
-    group.add_argument("--engine", choices=ENGINES, default="numpy",
+    group.add_argument("--engine", choices=(*ENGINES, *also), default="numpy",
                        help="what runs the model: numpy (rlx's reference runtime, the "
                             "default), onnxruntime, openvino, or auto (the fastest installed, "
                             "measured once per model and machine and cached; -v shows it)")

@@ -15,7 +15,8 @@ import numpy as np
 from rlx.cli.formatting import fmt_shape, one_line
 from rlx.cli.inputs import load_npz, non_negative_float
 from rlx.cli.run import add_engine_options, load_for_run, num, summary
-from rlx.cli.sign import add_trusted_key_option
+from rlx.cli.self_test import verify_bundled
+from rlx.cli.sign import add_trusted_key_option, trusted_keys
 from rlx.cli.ui import CliError, Outcome, Ui, add_password_options, password_from
 from rlx.ir import DType, Shape
 
@@ -26,7 +27,8 @@ _FORMATTER = argparse.RawDescriptionHelpFormatter
 
 def add_commands(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("verify", parents=[common], formatter_class=_FORMATTER,
-                       help="compare a .rlx file's outputs with onnxruntime on the ONNX model",
+                       help="compare a .rlx file's outputs with onnxruntime on the ONNX model "
+                            "(or run its bundled self-test)",
                        description="Run the .rlx file and the ONNX model (with onnxruntime) on "
                                    "the same inputs and compare each output. An output passes "
                                    "when every element is within atol + rtol * |reference| or, "
@@ -36,14 +38,19 @@ def add_commands(sub, common: argparse.ArgumentParser) -> None:
                                    "code on an error. Without --inputs, inputs are random "
                                    "(seeded) from the declared shapes: symbolic dims are 1, "
                                    "floats standard normal, integers in 0..3, booleans fair "
-                                   "coins.",
+                                   "coins. Without --onnx, the file's bundled self-test "
+                                   "(bake --self-test) runs instead: its stored inputs, "
+                                   "reference outputs and tolerances.",
                        epilog="examples:\n  rlx-bake verify model.rlx --onnx model.onnx\n"
                               "  rlx-bake verify small.rlx --onnx model.onnx --rtol 0.05 "
                               "--atol 0.01\n"
                               "  rlx-bake verify small.rlx --onnx model.onnx --inputs x.npz "
-                              "--min-cosine 0.999")
+                              "--min-cosine 0.999\n"
+                              "  rlx-bake verify model.rlx --engine all")
     p.add_argument("file", help="a .rlx file")
-    p.add_argument("--onnx", required=True, metavar="MODEL.onnx", help="the reference model")
+    p.add_argument("--onnx", metavar="MODEL.onnx",
+                   help="the reference model (default: the file's bundled self-test, on "
+                        "--engine, or on every installed engine with --engine all)")
     p.add_argument("--inputs", metavar="FILE.npz", help="inputs by name (default: random)")
     p.add_argument("--rtol", type=non_negative_float, help="relative tolerance, >= 0 (1e-4)")
     p.add_argument("--atol", type=non_negative_float, help="absolute tolerance, >= 0 (1e-5)")
@@ -51,7 +58,7 @@ def add_commands(sub, common: argparse.ArgumentParser) -> None:
                    help="pass an output on its cosine to the reference (>= C) instead")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (0)")
     add_password_options(p.add_argument_group("encrypted files"))
-    add_engine_options(p)
+    add_engine_options(p, also=("all",))
     add_trusted_key_option(p)
     p.set_defaults(run=_verify)
 
@@ -151,6 +158,17 @@ def _argmax_agreement(ours: np.ndarray, ref: np.ndarray) -> float | None:
 
 
 def _verify(args, ui: Ui) -> Outcome:
+    if args.onnx is None:
+        given = [o for o, v in (("--inputs", args.inputs), ("--rtol", args.rtol),
+                                ("--atol", args.atol), ("--min-cosine", args.min_cosine))
+                 if v is not None]
+        if given:
+            raise CliError(f"{', '.join(given)} apply with --onnx; the bundled self-test "
+                           "uses its stored inputs and tolerances")
+        with ui.step("running the bundled self-test"):
+            return verify_bundled(args, password_from(args, ui), trusted_keys(args))
+    if args.engine == "all":
+        raise CliError("--engine all runs the bundled self-test; with --onnx name one engine")
     ort = _onnxruntime()  # first: fail before any work when it is missing
     password = password_from(args, ui)
     model, _ = load_for_run(args.file, password, args, ui)
