@@ -16,6 +16,7 @@ validated content) is tested at every load.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,6 @@ from rlx.engines.auto import JsonCache, cache_key
 from rlx.engines.fingerprint import default_cache_dir
 from rlx.errors import SelfTestError
 from rlx.logs import Logger
-from rlx.record import dataclass
 
 if TYPE_CHECKING:
     from rlx.artifact.model import RlxFile
