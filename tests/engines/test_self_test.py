@@ -138,3 +138,20 @@ def test_real_models_pass_on_every_engine(tmp_path, name, profile):
         require(engine)
         assert rlx.load(path, engine=engine, self_test=True,
                         cache_dir=tmp_path / engine).engine == engine
+
+
+def test_the_warm_load_stands_once_the_content_passed_on_onnxruntime(tested, tmp_path,
+                                                                      monkeypatch):
+    """The header-only load (no file opened) is taken with self_test=True only after this
+    content passed on onnxruntime: before that the full load runs the test."""
+    cache = tmp_path / "cache"
+    rlx.load(tested, engine="onnxruntime", cache_dir=cache)  # saves the prepacked copy
+    seen: list[str] = []
+    _perturbing(monkeypatch, "onnxruntime", seen)
+    with pytest.raises(SelfTestError):  # saved copy, but no pass yet: tested in full
+        rlx.load(tested, engine="onnxruntime", self_test=True, cache_dir=cache)
+    monkeypatch.undo()
+    full = rlx.load(tested, engine="onnxruntime", self_test=True, cache_dir=cache)
+    assert full._file is not None
+    warm = rlx.load(tested, engine="onnxruntime", self_test=True, cache_dir=cache)
+    assert warm._file is None  # the header alone, the pass from the cache

@@ -235,7 +235,8 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     engine that does is logged (`rlx.engines.sharing`); "private" (the default) weighs speed.
     `self_test`: run the file's bundled self-test on the engine once (a pass is cached in
     `cache_dir` per file content and engine) and raise `SelfTestError` on a miss or when the
-    file has none (`rlx.engines.self_check`); it skips the header-only warm load.
+    file has none (`rlx.engines.self_check`); the header-only warm load stands only once
+    this content passed on onnxruntime.
 
     The file is opened, checked and mapped once; every engine and cache gets its bytes
     from that mapping, never from the path again (docs/reliability.md).
@@ -245,11 +246,11 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     # a signature to check needs the file; other engines never import the warm load (~15
     # ms: pathlib, hashlib)
     if engine in WARM_ENGINES and trusted_keys is None and signature is None \
-            and prepack == "mapped" and not self_test:
+            and prepack == "mapped":
         from rlx.engines.warm import load_warm
 
         model = load_warm(source, engine, threads=threads, precision=precision,
-                          cache_dir=cache_dir, memory=memory)
+                          cache_dir=cache_dir, memory=memory, self_test=self_test)
         if model is not None:
             return model
     from rlx.artifact.open import open_artifact

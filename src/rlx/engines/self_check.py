@@ -10,7 +10,9 @@ under the key auto's choice uses (`rlx.engines.auto.cache_key`: the file's valid
 content, `RlxFile.origin.key`, never its path (DESIGN.md 2b); the machine; the engine's
 install; rlx's version; threads; precision), with only the engine that ran in it. A miss is
 never cached: it is raised (`SelfTestError`) at every load. A file made in memory (no
-validated content) is tested at every load.
+validated content) is tested at every load. A cached pass on onnxruntime lets the
+header-only warm load (`rlx.engines.warm`) stand: the file's content is the one that
+passed.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ if TYPE_CHECKING:
     from rlx.artifact.model import RlxFile
     from rlx.engines.model import Model
 
-__all__ = ["CACHE_FILE", "OutputCheck", "check_at_load", "run_self_test", "stored_test"]
+__all__ = ["CACHE_FILE", "OutputCheck", "check_at_load", "passed_before", "run_self_test",
+           "stored_test"]
 
 log = Logger("rlx.engines")
 
@@ -97,14 +100,10 @@ def check_at_load(model: Model, file: RlxFile, source: str, *, threads: int | No
     key = None
     if file.origin is not None:
         key = cache_key(file.origin.key, [model.engine], threads, precision)
-    cache = JsonCache(Path(cache_dir) if cache_dir is not None else default_cache_dir(),
-                      CACHE_FILE, "self-test")
-    if key is not None:
-        entry = cache.read().get(key)
-        if isinstance(entry, dict) and entry.get("passed") is True \
-                and entry.get("engine") == model.engine:
-            log.info("%s: self-test passed on %s before (cached)", source, model.engine)
-            return
+    cache = _cache(cache_dir)
+    if key is not None and _passed(cache, key, model.engine):
+        log.info("%s: self-test passed on %s before (cached)", source, model.engine)
+        return
     checks = run_self_test(model, stored_test(file, source))
     if not all(c.ok for c in checks):
         raise SelfTestError(miss_message(source, model.engine, checks))
@@ -112,6 +111,25 @@ def check_at_load(model: Model, file: RlxFile, source: str, *, threads: int | No
     if key is not None:
         cache.put(key, {"passed": True, "engine": model.engine, "precision": precision,
                         "max_abs": {c.name: c.max_abs for c in checks}})
+
+
+def passed_before(content: str, engine: str, *, threads: int | None, precision: str,
+                  cache_dir: str | os.PathLike | None) -> bool:
+    """Whether the file of validated `content` (`RlxFile.origin.key`) passed its self-test
+    on `engine` here before (what lets a warm load skip it: `rlx.engines.warm`)."""
+    return _passed(_cache(cache_dir), cache_key(content, [engine], threads, precision),
+                   engine)
+
+
+def _cache(cache_dir: str | os.PathLike | None) -> JsonCache:
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return JsonCache(folder, CACHE_FILE, "self-test")
+
+
+def _passed(cache: JsonCache, key: str, engine: str) -> bool:
+    entry = cache.read().get(key)
+    return isinstance(entry, dict) and entry.get("passed") is True \
+        and entry.get("engine") == engine
 
 
 def _max_abs(out: np.ndarray, ref: np.ndarray) -> float:

@@ -54,9 +54,11 @@ def _fail(message: str, error: type = _Refused):
 
 
 def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
-              cache_dir: str | os.PathLike | None, memory: str = "private") -> Model | None:
+              cache_dir: str | os.PathLike | None, memory: str = "private",
+              self_test: bool = False) -> Model | None:
     """The model on onnxruntime's saved copy, from the header alone, or None (see the
-    module doc) for `rlx.load` to load it in full."""
+    module doc) for `rlx.load` to load it in full. `self_test`: only when this content's
+    self-test passed on onnxruntime before (`rlx.engines.self_check`)."""
     if engine not in registry.WARM_ENGINES or not registry.is_installed("onnxruntime"):
         return None
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -71,6 +73,12 @@ def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
             entry = cached_choice(key, threads=threads, precision=precision, cache_dir=folder,
                                   memory=memory)
             if entry is None or entry["engine"] != "onnxruntime":
+                return None
+        if self_test:
+            from rlx.engines.self_check import passed_before
+
+            if not passed_before(key, "onnxruntime", threads=threads, precision=precision,
+                                 cache_dir=folder):
                 return None
         saved = saved_folder(folder, key, "onnxruntime")
         problem = check_saved(saved, key)
