@@ -233,10 +233,9 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     `memory`: "shared" when several worker processes load this file: auto then leaves out
     engines that copy the weights into each worker (OpenVINO on Conv models), and a named
     engine that does is logged (`rlx.engines.sharing`); "private" (the default) weighs speed.
-    `self_test`: run the file's bundled self-test on the engine once (a pass is cached in
-    `cache_dir` per file content and engine) and raise `SelfTestError` on a miss or when the
-    file has none (`rlx.engines.self_check`); the header-only warm load stands only once
-    this content passed on onnxruntime.
+    `self_test`: run the file's bundled self-test once per content and engine (a pass is
+    cached in `cache_dir`), `SelfTestError` on a miss or when there is none
+    (`rlx.engines.self_check`; the warm load stands once it passed on onnxruntime).
 
     The file is opened, checked and mapped once; every engine and cache gets its bytes
     from that mapping, never from the path again (docs/reliability.md).
@@ -266,11 +265,17 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     log.info("%s: running on %s (%s precision)", source, runner.name, runner.precision)
     model = Model(runner, graph.inputs(), graph_outputs(graph), name=graph.name, path=source,
                   file=file)
-    if self_test:
-        from rlx.engines.self_check import check_at_load
+    return _self_tested(model, threads, precision, cache_dir) if self_test else model
 
-        check_at_load(model, file, source, threads=threads, precision=precision,
-                      cache_dir=cache_dir)
+
+def _self_tested(model: Model, threads: int | None, precision: str,
+                 cache_dir: str | os.PathLike | None) -> Model:
+    """`model` once its file's self-test passed on its engine (or passed before)."""
+    from rlx.engines.self_check import check_at_load
+
+    assert model.path is not None  # loaded from a file
+    check_at_load(model, model.file, model.path, threads=threads, precision=precision,
+                  cache_dir=cache_dir)
     return model
 
 
