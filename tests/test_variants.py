@@ -47,9 +47,8 @@ def test_variants_are_cached():
 @pytest.mark.parametrize("variant", ["dynamic-tensor", "dynamic-channel"])
 @pytest.mark.parametrize("engine", ["onnxruntime", "openvino"])
 def test_conv_integer_variant_runs_on_engine(tmp_path, engine, variant):
-    """silero-vad's ConvInteger nodes (exported as exact float32 Convs: onnxruntime has no
-    float64 Conv) run through the engine, matching onnxruntime on the variant and the
-    numpy engine by the quantised tolerance."""
+    """silero-vad's ConvInteger nodes (exported as ConvInteger) run through the engine,
+    matching onnxruntime on the variant and the numpy engine by the quantised tolerance."""
     require(engine)
     path = variant_path("silero-vad", variant)
     graph, bindings = import_onnx(path, **import_kwargs(fetch("silero-vad")))

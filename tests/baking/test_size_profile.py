@@ -22,7 +22,15 @@ from onnx import TensorProto, helper, numpy_helper
 
 from rlx import BakeOptions, bake
 from rlx.codecs import Encoding
-from rlx.ir import Constant, DecodeWeight, DequantGather, DequantizeLinear, DequantMatMul, DType
+from rlx.ir import (
+    Constant,
+    ConvInteger,
+    DecodeWeight,
+    DequantGather,
+    DequantizeLinear,
+    DequantMatMul,
+    DType,
+)
 from rlx.onnx import import_onnx
 from rlx.runtime import Session
 
@@ -332,8 +340,11 @@ def test_integer_op_weights_stay_exact(tmp_path):
     feeds = {"x": RNG.integers(0, 256, (1, 8, 7, 7)).astype(np.uint8)}
     out, file, report = _bake_and_run(model, feeds, tmp_path)
     np.testing.assert_array_equal(out, _ort(model, feeds))
-    (stored,) = _dequantized_codes(file)
-    assert np.array_equal(stored, w) and not report.accuracy.tensors
+    (conv,) = [n for n in file.graph.nodes() if isinstance(n.op, ConvInteger)]
+    weight = file.graph.node(conv.inputs[1])
+    assert isinstance(weight.op, Constant) and weight.tensor_shape.dtype is DType.I8
+    assert np.array_equal(weight.op.array(weight.tensor_shape), w)
+    assert not report.accuracy.tensors
 
 
 def test_int8_quantised_matmul_weight_keeps_its_codes(tmp_path):

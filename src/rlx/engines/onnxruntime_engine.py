@@ -207,7 +207,8 @@ class OrtRunner:
             if session is not None:
                 self.session = session
                 return
-            self.prepack = "off"
+            if self.prepack == "mapped":
+                self.prepack = "off"
         model_bytes, placer = self._export(file, graph)
         so = session_options(threads)
         self.bound, self.files = placer.bind(so)
@@ -253,7 +254,8 @@ class OrtRunner:
                     cache_dir: str | os.PathLike | None) -> ort.InferenceSession | None:
         """A session over the cached prepacked model, made first if missing, damaged or
         foreign (logged); None where the file may not be cached (no content key, or
-        encrypted) or the cache cannot be written."""
+        encrypted), the cache cannot be written, or onnxruntime cannot read back the model
+        it saved (then `prepack` becomes "heap")."""
         origin = file.origin
         if origin is None or origin.encrypted:
             return None
@@ -274,8 +276,12 @@ class OrtRunner:
             try:
                 session = saved_session(folder, threads)
             except Exception as err:  # noqa: BLE001 - a damaged cache entry is rebuilt
-                if attempt:
-                    raise
+                if attempt:  # onnxruntime 1.32 saves QLinearConv weights it cannot read back
+                    log.warning("onnxruntime: its own saved model %s does not load (%s); "
+                                "prepacking in memory", folder, " ".join(str(err).split())[:200])
+                    _discard(folder)
+                    self.prepack = "heap"
+                    return None
                 log.warning("onnxruntime: the cached model %s does not load (%s); "
                             "rebuilding it", folder, " ".join(str(err).split())[:200])
                 _discard(folder)

@@ -8,6 +8,7 @@ from rlx.kernels import (  # noqa: F401  (imported for their registrations)
     multi,
     nn,
     packed,
+    qlinear,
     quant,
     reduce,
     shaping,

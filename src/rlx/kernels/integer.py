@@ -22,7 +22,8 @@ from rlx.ir.ops.quant import DequantizeLinear, DynamicQuantizeLinear, MatMulInte
 from rlx.kernels.quant import kept
 from rlx.kernels.registry import kernel
 
-__all__ = ["EXACT_FLOAT32", "exact_terms", "integer_product"]
+__all__ = ["EXACT_FLOAT32", "exact_terms", "integer_product", "widest", "centred",
+           "centred_weight"]
 
 EXACT_FLOAT32 = 1 << 24
 """Every integer of magnitude up to this is a float32."""
@@ -52,36 +53,39 @@ def integer_product(a: np.ndarray, b: np.ndarray, bound_a: int, bound_b: int) ->
     return out if lead is None else out.reshape(*lead, out.shape[-1])
 
 
-def _widest(dtype: np.dtype, zero: np.ndarray) -> int:
+def widest(dtype: np.dtype, zero: np.ndarray) -> int:
     """The largest |x - zero| an x of `dtype` can have."""
     info = np.iinfo(dtype)
     z = zero.astype(np.int64)
     return int(max(z.max() - info.min, info.max - z.min()))
 
 
-def _centred(x: np.ndarray, zero: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+def centred(x: np.ndarray, zero: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """x - zero in float32, the zero point reshaped to `shape` to broadcast against x."""
     return x.astype(np.float32) - zero.astype(np.float32).reshape(shape)
 
 
-def _centred_weight(b: np.ndarray, zero: np.ndarray) -> tuple[np.ndarray, int]:
-    """b - zero in float32 and the largest |value| in it; kept for a constant b."""
+def centred_weight(b: np.ndarray, zero: np.ndarray,
+                   shape: tuple[int, ...]) -> tuple[np.ndarray, int]:
+    """b - zero (reshaped to `shape`) in float32 and the largest |value| in it; kept for a
+    constant b."""
     def make() -> np.ndarray:
-        return _centred(b, zero, zero.shape)
+        return centred(b, zero, shape)
 
-    centred = kept((b, zero), ("centred",), b.size * 4, make)
-    if centred is None:
-        return make(), _widest(b.dtype, zero)
+    values = kept((b, zero), ("centred",), b.size * 4, make)
+    if values is None:
+        return make(), widest(b.dtype, zero)
     bound = kept((b, zero), ("bound",), 8,
-                 lambda: np.asarray(np.abs(centred).max(initial=0), np.int64))
-    return centred, _widest(b.dtype, zero) if bound is None else int(bound)
+                 lambda: np.asarray(np.abs(values).max(initial=0), np.int64))
+    return values, widest(b.dtype, zero) if bound is None else int(bound)
 
 
 @kernel(MatMulInteger)
 def matmul_integer(node, a, b, a_zero, b_zero):
     row_zero = (-1, 1) if a_zero.ndim == 1 and a_zero.size > 1 else a_zero.shape
-    centred_b, bound_b = _centred_weight(b, b_zero)
-    return integer_product(_centred(a, a_zero, row_zero), centred_b,
-                           _widest(a.dtype, a_zero), bound_b)
+    centred_b, bound_b = centred_weight(b, b_zero, b_zero.shape)
+    return integer_product(centred(a, a_zero, row_zero), centred_b,
+                           widest(a.dtype, a_zero), bound_b)
 
 
 def _broadcast_parameter(param: np.ndarray, x_shape: tuple[int, ...], axis: int,

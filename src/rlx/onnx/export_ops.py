@@ -326,10 +326,20 @@ def _quantize_linear(c) -> None:
     c.final(type(c.op).__name__, c.x, **_linear_attrs(c))
 
 
-@handles(quant_ops.MatMulInteger, quant_ops.DynamicQuantizeLinear)
+@handles(quant_ops.MatMulInteger, quant_ops.DynamicQuantizeLinear, quant_ops.QLinearMatMul)
 def _integer_op(c) -> None:
     """The ONNX op of the same name and inputs (DynamicQuantizeLinear's three outputs)."""
     c.final(type(c.op).__name__, c.x)
+
+
+@handles(quant_ops.ConvInteger, quant_ops.QLinearConv)
+def _integer_conv(c) -> None:
+    """The ONNX op of the same name, inputs and window: onnxruntime runs its int8 kernel."""
+    op = c.op
+    if op.same is not None and any(d > 1 for d in op.dilations):
+        raise ExportError(f"{c.node.label}: onnxruntime takes no dilation with auto_pad "
+                          f"{op.same.value}, and {type(op).__name__} cannot be padded first")
+    c.final(type(op).__name__, c.x, group=op.groups, **_window_attrs(op))
 
 
 # -- nn ----------------------------------------------------------------------------------------

@@ -38,7 +38,13 @@ from rlx.ir.ops.nn import (
     PRelu,
     Softmax,
 )
-from rlx.ir.ops.quant import DequantizeLinear, DynamicQuantizeLinear, QuantizeLinear
+from rlx.ir.ops.quant import (
+    DequantizeLinear,
+    DynamicQuantizeLinear,
+    QLinearConv,
+    QLinearMatMul,
+    QuantizeLinear,
+)
 from rlx.ir.ops.reduce import Reduce
 from rlx.ir.ops.shaping import (
     Concat,
@@ -137,8 +143,9 @@ def all_finite(values: np.ndarray) -> bool:
 _CARRY = (Unary, Binary, Clamp, Cast, Identity, Where, Reduce, GlobalPool, Pool, Softmax,
           LayerNorm, BatchNormInference, InstanceNorm, PRelu, Reshape, Transpose, Concat,
           Expand, Flatten, Squeeze, Unsqueeze, Slice, DequantizeLinear)
-_ROUNDING = (QuantizeLinear, DynamicQuantizeLinear)
-"""The quantisers rlx keeps as ops; others are spelled out with a Round."""
+_ROUNDING = (QuantizeLinear, DynamicQuantizeLinear, QLinearConv, QLinearMatMul)
+"""The quantisers rlx keeps as ops (their scales stay as written); others are spelled out
+with a Round."""
 
 
 def reaching_a_rounding(graph: Graph) -> set[int]:

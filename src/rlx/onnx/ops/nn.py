@@ -42,7 +42,7 @@ from rlx.onnx.node import NodeContext
 from rlx.onnx.registry import converter
 
 __all__ = [
-    "conv", "emit_conv", "conv_transpose", "max_pool", "average_pool", "lp_pool",
+    "conv", "emit_conv", "conv_geometry", "conv_transpose", "max_pool", "average_pool", "lp_pool",
     "global_average_pool", "global_max_pool", "global_lp_pool", "max_unpool", "batch_norm",
     "instance_norm", "layer_norm", "lp_normalization", "lrn", "softmax", "log_softmax",
     "hardmax",
@@ -105,9 +105,15 @@ def conv(n: NodeContext) -> int:
 
 def emit_conv(n: NodeContext, x: int, w: int, b: int | None) -> int:
     """A Conv over x, w (and bias b) with the window attributes of node `n`."""
-    strides, pads, dilations, same = _window(n, x, _kernel(n, w))
-    op = Conv(strides, pads, dilations, n.attr("group", 1), same)
+    op = Conv(*conv_geometry(n, x, w))
     return n.s.emit(op, x, w) if b is None else n.s.emit(op, x, w, b)
+
+
+def conv_geometry(n: NodeContext, x: int, w: int) -> tuple:
+    """(strides, pads, dilations, groups, same) of a convolution node `n` of x by w: the
+    fields of Conv and of the integer convolutions alike."""
+    strides, pads, dilations, same = _window(n, x, _kernel(n, w))
+    return strides, pads, dilations, n.attr("group", 1), same
 
 
 @converter("ConvTranspose")

@@ -1,7 +1,7 @@
 """Quantisation ops: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear and
 MatMulInteger become rlx's integer ops (`rlx.ir.ops.quant`), so 8-bit weights stay 8-bit;
-QLinearMatMul, QLinearConv and ConvInteger are built on them (an integer product, or a
-Conv of centred operands, then requantisation in IR arithmetic).
+ConvInteger, QLinearMatMul and QLinearConv too, each as the rlx op of its name (its
+requantisation is onnxruntime's float32 arithmetic).
 
 Scales and zero points are per tensor, per axis (1-D along `axis`) or blocked (`block_size`
 along `axis`). Rounding is half to even and results saturate to the integer type's range,
@@ -11,8 +11,7 @@ DequantizeLinear) are spelled out in arithmetic, which widens nothing.
 
 from __future__ import annotations
 
-import functools
-import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -20,14 +19,17 @@ from rlx.ir import (
     QUANTIZED_TYPES,
     Activation,
     Clamp,
+    ConvInteger,
     DequantizeLinear,
     DType,
     DynamicQuantizeLinear,
     MatMulInteger,
+    QLinearConv,
+    QLinearMatMul,
     QuantizeLinear,
 )
 from rlx.onnx.node import NodeContext
-from rlx.onnx.ops.nn import emit_conv
+from rlx.onnx.ops.nn import conv_geometry
 from rlx.onnx.registry import converter
 from rlx.onnx.tensors import dtype_of
 
@@ -137,82 +139,69 @@ def integer_matmul(n: NodeContext, a: int, b: int, a_zero: int | None,
     """MatMulInteger of a and b (8-bit) less their zero points (absent: 0; per tensor,
     per row of a, per column of b), in int32; 1-D operands as numpy.matmul takes them."""
     s = n.s
-    zeros = [s.scalar(0, s.dtype(x)) if z is None else
-             s.reshape(z, ()) if s.shape(z).dims in ((1,), (1, 1)) else z
+    zeros = [s.scalar(0, s.dtype(x)) if z is None else _per_tensor(s, z)
              for x, z in ((a, a_zero), (b, b_zero))]
+    return _matmul_of_vectors(s, a, b, lambda a2, b2: s.emit(MatMulInteger(), a2, b2, *zeros))
+
+
+def _matmul_of_vectors(s, a: int, b: int, emit: Callable[[int, int], int]) -> int:
+    """emit(a, b) of operands of rank >= 2, 1-D ones made matrices before and their
+    axis dropped after, as numpy.matmul does."""
     vector_a, vector_b = s.rank(a) == 1, s.rank(b) == 1
     if vector_a:
         a = s.unsqueeze(a, [0])
     if vector_b:
         b = s.unsqueeze(b, [1])
-    y = s.emit(MatMulInteger(), a, b, *zeros)
+    y = emit(a, b)
     if vector_b:
         y = s.squeeze(y, [-1])
     return s.squeeze(y, [-2 if not vector_b else -1]) if vector_a else y
 
 
-def _integer_operand(n: NodeContext, index: int, zero_index: int, axis: int,
-                     dtype: DType) -> int:
-    """Input `index` minus its zero point (per tensor or along `axis`), in float `dtype`:
-    a DequantizeLinear of scale 1, so a constant 8-bit operand stays 8-bit in the file."""
+def _per_tensor(s, param: int) -> int:
+    """A one-element [1] or [1, 1] parameter as the scalar it is."""
+    return s.reshape(param, ()) if s.shape(param).dims in ((1,), (1, 1)) else param
+
+
+def _per_column(n: NodeContext, index: int) -> int:
+    """A weight's scale or zero point: a scalar, or 1-D per column / output channel (a
+    [1, ..., 1, N] one is read as [N])."""
     s = n.s
-    x = n.input(index)
-    zero = _zero_point(n, zero_index, s.dtype(x))
-    if s.shape(zero).dims == (1,):
-        zero = s.reshape(zero, ())
-    dims = s.shape(zero).dims
-    if not all(isinstance(d, int) for d in dims):
-        raise n.fail(f"zero point {index} has a run-time shape {s.shape(zero)}")
-    ones = s.const(np.ones(tuple(int(d) for d in dims), dtype.numpy))
-    return s.emit(DequantizeLinear(axis % s.rank(x)), x, ones, zero)
+    param = _per_tensor(s, n.input(index))
+    dims = s.shape(param).dims
+    if len(dims) <= 1:
+        return param
+    if not all(d == 1 for d in dims[:-1]):
+        raise n.fail(f"input {index}: a parameter of shape {list(dims)} is not per tensor "
+                     "or per column")
+    return s.reshape(param, [-1])
 
 
-def _requantize(n: NodeContext, acc: int, scales: list[int], y_scale: int,
-                y_zero: int | None, out: DType) -> int:
-    """round(acc * prod(scales) / y_scale) + y_zero, saturated to `out` (float64 like
-    ONNX's reference; the scale ratio itself in the scales' type)."""
+def _qlinear_inputs(n: NodeContext, x: int, w: int) -> list[int]:
+    """x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero of a QLinear node, absent
+    zero points as zeros of their operand's type."""
     s = n.s
-    ratio = scales[0]
-    for other in scales[1:]:
-        ratio = s.mul(ratio, other)
-    ratio = s.div(ratio, y_scale)
-    y = s.mul(s.cast(acc, DType.F64), s.cast(ratio, DType.F64))
-    if y_zero is not None:
-        y = s.add(y, s.cast(y_zero, DType.F64))
-    info = np.iinfo(out.numpy)
-    y = s.emit(Clamp(float(info.min), float(info.max)), s.unary(Activation.ROUND, y))
-    return s.cast(y, out)
-
-
-def _scalar_or_vector(s, param: int, rank: int, axis: int) -> int:
-    """A per-tensor or per-channel parameter shaped to broadcast along `axis`."""
-    if s.rank(param) == 1 and s.shape(param).dims[0] != 1:
-        return s.reshape(param, [-1 if i == axis % rank else 1 for i in range(rank)])
-    return s.reshape(param, ()) if s.rank(param) else param
+    y_type = s.dtype(n.input(x))
+    return [n.input(x), _per_tensor(s, n.input(x + 1)),
+            _per_tensor(s, _zero_point(n, x + 2, s.dtype(n.input(x)))),
+            n.input(w), _per_column(n, w + 1),
+            _per_column(n, w + 2) if n.has(w + 2) else _zero_point(n, w + 2,
+                                                                   s.dtype(n.input(w))),
+            _per_tensor(s, n.input(6)), _per_tensor(s, _zero_point(n, 7, y_type))]
 
 
 @converter("QLinearMatMul")
 def qlinear_matmul(n: NodeContext) -> int:
     s = n.s
-    ra, rb = s.rank(n.input(0)), s.rank(n.input(3))
-    acc = integer_matmul(n, n.input(0), n.input(3), n.input(2), n.input(5))
-    scales = [_scalar_or_vector(s, n.input(1), ra, ra - 2),
-              _scalar_or_vector(s, n.input(4), rb, rb - 1)]
-    out = s.dtype(n.input(7)) if n.has(7) else s.dtype(n.input(0))
-    return _requantize(n, acc, scales, n.input(6), n.optional(7), out)
+    a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = _qlinear_inputs(n, 0, 3)
+    return _matmul_of_vectors(s, a, b, lambda a2, b2: s.emit(
+        QLinearMatMul(), a2, a_scale, a_zero, b2, b_scale, b_zero, y_scale, y_zero))
 
 
 @converter("QLinearConv")
 def qlinear_conv(n: NodeContext) -> int:
-    s = n.s
-    acc = s.cast(_integer_conv(n, (0, 2), (3, 5)), DType.F64)
-    rank = s.rank(acc)
-    if n.has(8):
-        acc = s.add(acc, _scalar_or_vector(s, s.cast(n.input(8), DType.F64), rank, 1))
-    scales = [_scalar_or_vector(s, n.input(1), rank, 1),
-              _scalar_or_vector(s, n.input(4), rank, 1)]
-    out = s.dtype(n.input(7)) if n.has(7) else s.dtype(n.input(0))
-    return _requantize(n, acc, scales, n.input(6), n.optional(7), out)
+    inputs = _qlinear_inputs(n, 0, 3) + ([n.input(8)] if n.has(8) else [])
+    return n.s.emit(QLinearConv(*conv_geometry(n, n.input(0), n.input(3))), *inputs)
 
 
 @converter("MatMulInteger")
@@ -222,60 +211,8 @@ def matmul_integer(n: NodeContext) -> int:
 
 @converter("ConvInteger")
 def conv_integer(n: NodeContext) -> int:
-    return n.s.cast(_integer_conv(n, (0, 2), (1, 3)), DType.I32)
-
-
-def _integer_conv(n: NodeContext, x: tuple[int, int], w: tuple[int, int]) -> int:
-    """The exact Conv of (x - x_zero) and (w - w_zero) ((input, zero point) indices), in
-    float64. Computed as float32 Convs over slices of the input channels, each short enough
-    that its partial sums are integers within 2^24: exact in any summation order, so every
-    engine's float32 Conv gives it (onnxruntime has no float64 Conv); the slices' results
-    are added in float64. Where no slice can be (see `_channels_per_slice`), one float64
-    Conv."""
     s = n.s
-    per_slice = _channels_per_slice(n, x, w)
-    if per_slice is None:
-        return emit_conv(n, _integer_operand(n, x[0], x[1], 1, DType.F64),
-                         _integer_operand(n, w[0], w[1], 0, DType.F64), None)
-    xs = _integer_operand(n, x[0], x[1], 1, DType.F32)
-    ws = _integer_operand(n, w[0], w[1], 0, DType.F32)
-    channels = int(s.shape(ws).dims[1])
-    if per_slice == channels:
-        return s.cast(emit_conv(n, xs, ws, None), DType.F64)
-    parts = [s.cast(emit_conv(n, s.slice(xs, [start], [stop], [1]),
-                              s.slice(ws, [start], [stop], [1]), None), DType.F64)
-             for start in range(0, channels, per_slice)
-             for stop in [min(start + per_slice, channels)]]
-    return functools.reduce(s.add, parts)
-
-
-def _channels_per_slice(n: NodeContext, x: tuple[int, int], w: tuple[int, int]) -> int | None:
-    """The most input channels whose products sum within 2^24; None for a weight of
-    run-time shape, or a grouped Conv that would need slicing (its groups' channels)."""
-    dims = n.s.shape(n.input(w[0])).dims
-    if not all(isinstance(d, int) for d in dims):
-        return None
-    channels, window = int(dims[1]), math.prod(int(d) for d in dims[2:])
-    bound = window * _difference_bound(n, *x) * _difference_bound(n, *w)
-    per_slice = channels if bound == 0 else min(channels, int(2 ** 24 // bound))
-    if per_slice == 0 or (per_slice < channels and n.attr("group", 1) != 1):
-        return None
-    return per_slice
-
-
-def _difference_bound(n: NodeContext, index: int, zero_index: int) -> float:
-    """The largest |input - zero point| the two can hold: from their values where known
-    at import, else from their integer types' ranges."""
-    lo, hi = _value_range(n, index)
-    if n.has(zero_index):
-        zero_lo, zero_hi = _value_range(n, zero_index)
-        lo, hi = lo - zero_hi, hi - zero_lo
-    return max(-lo, hi)
-
-
-def _value_range(n: NodeContext, index: int) -> tuple[float, float]:
-    value = n.static(index)
-    if value is not None and value.size:
-        return float(value.min()), float(value.max())
-    info = np.iinfo(n.s.dtype(n.input(index)).numpy)
-    return float(info.min), float(info.max)
+    x, w = n.input(0), n.input(1)
+    zeros = [_per_tensor(s, _zero_point(n, 2, s.dtype(x))),
+             _per_column(n, 3) if n.has(3) else _zero_point(n, 3, s.dtype(w))]
+    return s.emit(ConvInteger(*conv_geometry(n, x, w)), x, w, *zeros)
