@@ -1,14 +1,19 @@
-"""An int8 T5-style decoder through rlx and plain onnxruntime: file size and p50 latency.
+"""int8 models through rlx and plain onnxruntime: file size and p50 latency.
 
-`python -m benchmarks.int8_ratio FOLDER [--seq 8 ...]` builds the synthetic decoder of
-`tests.int8_models` (d_model 512, 32k-word output layer, quantised by onnxruntime's
-`quantize_dynamic` to MatMulInteger + DynamicQuantizeLinear), bakes it with the exact
-profile into FOLDER, prints the `.rlx` / ONNX bytes, then runs plain onnxruntime, plain
+`python -m benchmarks.int8_ratio FOLDER [--model t5] [--seq 8 ...]` builds a synthetic
+model of `tests.int8_models`: `t5`, the T5-style decoder (d_model 512, 32k-word output
+layer, quantised by onnxruntime's `quantize_dynamic` to MatMulInteger +
+DynamicQuantizeLinear; --seq is its sequence length), or the small CNN quantised three ways
+(--seq is its batch): `cnn-dynamic` (ConvInteger, `quantize_dynamic`), `cnn-qoperator`
+(QLinearConv / QLinearMatMul) and `cnn-qdq` (QDQ pairs, `quantize_static`). It bakes it
+with the exact profile into FOLDER, prints the `.rlx` / ONNX bytes, then runs plain
+onnxruntime, plain
 OpenVINO (on the ONNX file, rlx's exact settings) and rlx's numpy, onnxruntime and OpenVINO
-engines in turns (three calls each) at one thread for a few seconds per sequence length,
+engines in turns (three calls each) at --threads threads (1) for a few seconds per size,
 and prints each p50 and its ratio to onnxruntime's, with the largest output difference
-from it. The clock is the thread's CPU time (another process taking the core does not
-count), except for OpenVINO, which runs its requests on a thread of its own: wall time.
+from it. The clock is the thread's CPU time at one thread (another process taking the core
+does not count), wall time at more (their work runs on other threads too), and always wall
+time for OpenVINO, which runs its requests on a thread of its own.
 """
 
 from __future__ import annotations
@@ -18,43 +23,77 @@ import statistics
 import time
 from pathlib import Path
 
-__all__ = ["main"]
+__all__ = ["MODELS", "main"]
+
+MODELS = ("t5", "cnn-dynamic", "cnn-qoperator", "cnn-qdq")
 
 
-def _bake(folder: Path) -> tuple[Path, Path]:
+def _onnx(folder: Path, model: str) -> Path:
+    from onnx import save
+
+    from tests.int8_models import cnn, quantized, quantized_static, t5_decoder
+
+    if model == "t5":
+        return quantized(t5_decoder(), folder, "t5_int8")
+    if model == "cnn-dynamic":
+        from onnxruntime.quantization import quantize_dynamic
+
+        source, target = folder / "cnn.f32.onnx", folder / "cnn_dynamic.onnx"
+        save(cnn(), source)
+        quantize_dynamic(source, target, op_types_to_quantize=["Conv", "MatMul"])
+        return target
+    calibration = [_feeds(model, 1, seed) for seed in range(4)]
+    return quantized_static(cnn(), folder, model.replace("-", "_"), calibration,
+                            qdq=model == "cnn-qdq")
+
+
+def _feeds(model: str, size: int, seed: int = 9) -> dict:
+    """The decoder's feeds at sequence length `size`, or a CNN's batch of `size` images."""
+    import numpy as np
+
+    from tests.int8_models import decoder_feeds
+
+    if model == "t5":
+        return decoder_feeds(size)
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((size, 3, 16, 16)).astype(np.float32)}
+
+
+def _bake(folder: Path, model: str) -> tuple[Path, Path]:
     from rlx import BakeOptions, BakeProfile, bake
     from rlx.artifact import write_rlx
     from rlx.onnx import import_onnx
-    from tests.int8_models import quantized, t5_decoder
 
-    onnx_path = quantized(t5_decoder(), folder, "t5_int8")
+    onnx_path = _onnx(folder, model)
     graph, bindings = import_onnx(onnx_path)
     file, _ = bake(graph, bindings, BakeOptions.from_profile(BakeProfile.EXACT))
-    rlx_path = folder / "t5_int8.rlx"
+    rlx_path = onnx_path.with_suffix(".rlx")
     write_rlx(rlx_path, file)
     return onnx_path, rlx_path
 
 
-def _runners(onnx_path: Path, rlx_path: Path) -> dict:
+def _runners(onnx_path: Path, rlx_path: Path, threads: int) -> dict:
     import onnxruntime as ort
 
     import rlx
 
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads, opts.inter_op_num_threads = 1, 1
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
     plain = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
-    engines = {name: rlx.load(rlx_path, engine=name, threads=1)
-               for name in ("numpy", "onnxruntime", "openvino")}
+    runners = {"ort": lambda feeds: plain.run(None, feeds)[0]}
     import openvino as ov
 
     config = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0",
-              "INFERENCE_NUM_THREADS": "1", "PERFORMANCE_HINT": "LATENCY"}
-    compiled = ov.Core().compile_model(str(onnx_path), "CPU", config)
-    request = compiled.create_infer_request()
-    runners = {"ort": lambda feeds: plain.run(None, feeds)[0],
-               "openvino": lambda feeds: request.infer(feeds)[compiled.outputs[0]]}
-    runners.update({f"rlx[{name}]": (lambda feeds, m=model: m.run(feeds)[0])
-                    for name, model in engines.items()})
+              "INFERENCE_NUM_THREADS": str(threads), "PERFORMANCE_HINT": "LATENCY"}
+    try:  # OpenVINO has no com.microsoft ops (a QOperator model's QLinear pooling)
+        compiled = ov.Core().compile_model(str(onnx_path), "CPU", config)
+        request = compiled.create_infer_request()
+        runners["openvino"] = lambda feeds: request.infer(feeds)[compiled.outputs[0]]
+    except RuntimeError as err:
+        print(f"plain openvino cannot run {onnx_path.name}: {' '.join(str(err).split())[-90:]}")
+    for name in ("numpy", "onnxruntime", "openvino"):
+        model = rlx.load(rlx_path, engine=name, threads=threads)
+        runners[f"rlx[{name}]"] = lambda feeds, m=model: m.run(feeds)[0]
     return runners
 
 
@@ -62,29 +101,30 @@ def main(argv: list[str] | None = None) -> None:
     import numpy as np
     from threadpoolctl import threadpool_limits
 
-    from tests.int8_models import decoder_feeds
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("folder", type=Path)
+    p.add_argument("--model", choices=MODELS, default="t5")
     p.add_argument("--seq", type=int, nargs="+", default=[8])
     p.add_argument("--seconds", type=float, default=6.0)
+    p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     args.folder.mkdir(parents=True, exist_ok=True)
-    onnx_path, rlx_path = _bake(args.folder)
+    onnx_path, rlx_path = _bake(args.folder, args.model)
     size = rlx_path.stat().st_size / onnx_path.stat().st_size
     print(f"exact .rlx {rlx_path.stat().st_size:,} B / ONNX {onnx_path.stat().st_size:,} B"
           f" = {size:.3f}")
-    runners = _runners(onnx_path, rlx_path)
+    runners = _runners(onnx_path, rlx_path, args.threads)
     for seq in args.seq:
-        feeds = decoder_feeds(seq)
-        with threadpool_limits(1):
+        feeds = _feeds(args.model, seq)
+        with threadpool_limits(args.threads):
             want = runners["ort"](feeds)
             diffs = {k: float(np.abs(run(feeds) - want).max()) for k, run in runners.items()}
             times: dict[str, list[float]] = {k: [] for k in runners}
             end = time.perf_counter() + args.seconds
             while time.perf_counter() < end:
                 for key, run in runners.items():
-                    clock = time.perf_counter if "openvino" in key else time.thread_time
+                    clock = time.perf_counter if "openvino" in key or args.threads > 1 \
+                        else time.thread_time
                     for _ in range(3):
                         start = clock()
                         run(feeds)
