@@ -36,6 +36,24 @@ def test_integer_product_is_exact_past_the_bound(k):
         assert not np.array_equal(np.matmul(a, b).astype(np.int64), exact)
 
 
+@pytest.mark.parametrize("nonzero, gemms", [(258, 1), (259, 8)])
+def test_sparse_rows_take_one_gemm_over_k(monkeypatch, nonzero, gemms):
+    """K = 2048 (past the 258-term chunk at A = B = 255), every row with `nonzero` entries
+    of 255: a row sum of |a| of 258 * 255 times B = 255 is within 2^24, one GEMM over all
+    of K; one entry more is not, eight chunks. Both are exact."""
+    rng = np.random.default_rng(nonzero)
+    a = np.zeros((3, 2048), np.float32)
+    for row in a:
+        row[rng.choice(2048, nonzero, replace=False)] = 255.0
+    b = np.where(rng.random((2048, 5)) < 0.9, 255.0, 253.0).astype(np.float32)
+    calls = []
+    matmul = np.matmul
+    monkeypatch.setattr(np, "matmul", lambda *args: calls.append(1) or matmul(*args))
+    got = integer_product(a, b, 255, 255)
+    exact = a.astype(np.int64) @ b.astype(np.int64)
+    assert np.array_equal(got, exact) and len(calls) == gemms
+
+
 def test_integer_product_broadcasts_batches():
     rng = np.random.default_rng(1)
     a = rng.integers(-255, 256, (2, 3, 4, 700)).astype(np.float32)

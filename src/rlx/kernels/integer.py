@@ -9,9 +9,16 @@ float32 holds every integer up to 2^24 exactly, so a product over k <= 2^24 / (A
 is exact. K is cut into such chunks (258 terms when A = B = 255, the widest 8-bit
 difference; 518 for uint8 activations against symmetric int8 weights, A = 255, B = 127),
 and their exact partial sums are added in int64, then wrapped to int32 as onnxruntime's
-accumulator would. A is read off the zero points and the operand's type (no pass over the
-activations); B is measured once on a constant weight, whose centred float32 copy is kept
-(`rlx.kernels.quant.kept`) instead of being made on every call.
+accumulator would. A is read off the zero points and the operand's type; B is measured once
+on a constant weight, whose centred float32 copy is kept (`rlx.kernels.quant.kept`) instead
+of being made on every call.
+
+A tighter bound decides first, for a K past the chunk: every partial sum of row m's product
+with a column is at most sum_k |a[m, k]| * B in magnitude, whatever the order, so one
+float32 GEMM over the whole of K is exact when the largest row sum of |a| times B is within
+2^24 (the row sums taken in float64, one pass over the activations, which are M x K where
+the weight is K x N). Quantised ReLU outputs are mostly zero, so a feed-forward network's
+down projection (K = 4 d_model) is typically one GEMM, not four.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from rlx.ir.ops.quant import DequantizeLinear, DynamicQuantizeLinear, MatMulInte
 from rlx.kernels.quant import kept
 from rlx.kernels.registry import kernel
 
-__all__ = ["EXACT_FLOAT32", "exact_terms", "integer_product", "widest", "centred",
+__all__ = ["EXACT_FLOAT32", "exact_terms", "row_bound", "integer_product", "widest", "centred",
            "centred_weight"]
 
 EXACT_FLOAT32 = 1 << 24
@@ -35,6 +42,11 @@ def exact_terms(bound_a: int, bound_b: int) -> int:
     return EXACT_FLOAT32 // largest if largest else EXACT_FLOAT32
 
 
+def row_bound(a: np.ndarray) -> float:
+    """The largest sum of |a| along the last axis (float64: exact for any 8-bit row)."""
+    return float(np.abs(a).sum(axis=-1, dtype=np.float64).max(initial=0.0))
+
+
 def integer_product(a: np.ndarray, b: np.ndarray, bound_a: int, bound_b: int) -> np.ndarray:
     """a @ b (float32 arrays of integers bounded as said), exactly, as int32."""
     k = a.shape[-1]
@@ -42,6 +54,8 @@ def integer_product(a: np.ndarray, b: np.ndarray, bound_a: int, bound_b: int) ->
     if a.ndim > 2 and b.ndim == 2:  # one GEMM over every row
         lead, a = a.shape[:-1], a.reshape(-1, k)
     step = exact_terms(bound_a, bound_b)
+    if k > step and row_bound(a) * bound_b <= EXACT_FLOAT32:
+        step = k
     if k <= step:
         out = np.matmul(a, b).astype(np.int32)
     else:
@@ -110,8 +124,11 @@ def _quantized(x: np.ndarray, scale, zero, dtype: np.dtype) -> np.ndarray:
     """saturate(round_half_even(x / scale) + zero) in `dtype`, in float32."""
     info = np.iinfo(dtype)
     with np.errstate(divide="ignore", invalid="ignore"):
-        y = np.rint(x.astype(np.float32) / scale) + zero
-    return np.clip(y, info.min, info.max).astype(dtype)
+        y = np.asarray(np.divide(x.astype(np.float32, copy=False), scale, dtype=np.float32))
+    np.rint(y, out=y)  # one buffer for every step after the division (rank 0 too)
+    y += zero
+    np.clip(y, info.min, info.max, out=y)
+    return y.astype(dtype)
 
 
 @kernel(QuantizeLinear)
