@@ -20,7 +20,7 @@ import functools
 import statistics
 import time
 
-__all__ = ["main"]
+__all__ = ["main", "turn"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -55,13 +55,13 @@ def main(argv: list[str] | None = None) -> None:
             end = time.perf_counter() + args.seconds
             while time.perf_counter() < end:
                 for key, run in runs.items():
-                    times[key] += _turn(run, clock, args.turn if args.threads > 1 else None)
+                    times[key] += turn(run, clock, args.turn if args.threads > 1 else None)
         r, o = (statistics.median(times[k]) * 1e3 for k in ("rlx", "ort"))
         print(f"{name:18s} threads={args.threads} rlx {r:8.2f} ms  onnxruntime {o:8.2f} ms  "
               f"ratio {r / o:5.2f}", flush=True)
 
 
-def _turn(run, clock, seconds: float | None) -> list[float]:
+def turn(run, clock, seconds: float | None) -> list[float]:
     """One runtime's turn: three timed calls; or, given `seconds`, two untimed calls (while
     the other runtime's threads stop spinning), then timed calls until the turn is over."""
     def timed() -> float:

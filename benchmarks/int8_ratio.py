@@ -7,18 +7,19 @@ DynamicQuantizeLinear; --seq is its sequence length), or the small CNN quantised
 (--seq is its batch): `cnn-dynamic` (ConvInteger, `quantize_dynamic`), `cnn-qoperator`
 (QLinearConv / QLinearMatMul) and `cnn-qdq` (QDQ pairs, `quantize_static`). It bakes it
 with the exact profile into FOLDER, prints the `.rlx` / ONNX bytes, then runs plain
-onnxruntime, plain
-OpenVINO (on the ONNX file, rlx's exact settings) and rlx's numpy, onnxruntime and OpenVINO
-engines in turns (three calls each) at --threads threads (1) for a few seconds per size,
-and prints each p50 and its ratio to onnxruntime's, with the largest output difference
-from it. The clock is the thread's CPU time at one thread (another process taking the core
-does not count), wall time at more (their work runs on other threads too), and always wall
-time for OpenVINO, which runs its requests on a thread of its own.
+onnxruntime, plain OpenVINO (on the ONNX file, rlx's exact settings) and rlx's numpy,
+onnxruntime and OpenVINO engines in turns at --threads threads (1) for a few seconds per
+size, and prints each p50 and its ratio to onnxruntime's, with the largest output
+difference from it. At one thread a turn is three calls and the clock the thread's CPU time
+(another process taking the core does not count); with more, a turn is `--turn` seconds
+after two untimed calls (`benchmarks.ab_ratio` says why) on the wall clock. OpenVINO runs
+its requests on a thread of its own: always wall time.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from pathlib import Path
@@ -101,12 +102,16 @@ def main(argv: list[str] | None = None) -> None:
     import numpy as np
     from threadpoolctl import threadpool_limits
 
+    from benchmarks.ab_ratio import turn
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("folder", type=Path)
     p.add_argument("--model", choices=MODELS, default="t5")
     p.add_argument("--seq", type=int, nargs="+", default=[8])
     p.add_argument("--seconds", type=float, default=6.0)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--turn", type=float, default=0.5,
+                   help="seconds each runtime runs in turn, with more than one thread")
     args = p.parse_args(argv)
     args.folder.mkdir(parents=True, exist_ok=True)
     onnx_path, rlx_path = _bake(args.folder, args.model)
@@ -125,10 +130,8 @@ def main(argv: list[str] | None = None) -> None:
                 for key, run in runners.items():
                     clock = time.perf_counter if "openvino" in key or args.threads > 1 \
                         else time.thread_time
-                    for _ in range(3):
-                        start = clock()
-                        run(feeds)
-                        times[key].append(clock() - start)
+                    times[key] += turn(functools.partial(run, feeds), clock,
+                                       args.turn if args.threads > 1 else None)
         base = statistics.median(times["ort"])
         for key, values in times.items():
             p50 = statistics.median(values)
