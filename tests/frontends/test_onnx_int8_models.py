@@ -17,6 +17,7 @@ from rlx import BakeOptions, BakeProfile, bake
 from rlx.artifact import read_rlx, write_rlx
 from rlx.onnx import export_onnx, import_onnx
 from rlx.runtime import Session
+from tests.engines.conftest import require
 from tests.int8_models import cnn, decoder_feeds, mlp, quantized, quantized_static, t5_decoder
 
 SIZE_RATIO = 1.05
@@ -128,6 +129,14 @@ def test_qoperator_cnn_is_bit_exact_and_exports_its_integer_ops(tmp_path):
     for _ in range(2):
         model = rlx.load(rlx_path, engine="onnxruntime", cache_dir=tmp_path / "cache")
         assert np.array_equal(model.run(feeds)[0], want)
+    _check_openvino(rlx_path, feeds, want)
+
+
+def _check_openvino(rlx_path: Path, feeds, want: np.ndarray) -> None:
+    """OpenVINO runs the exported integer ops too (its own arithmetic: float tolerance)."""
+    require("openvino")
+    got = rlx.load(rlx_path, engine="openvino", threads=1).run(feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
 
 
 def test_dynamic_cnn_exports_conv_integer(tmp_path):
@@ -149,3 +158,4 @@ def test_dynamic_cnn_exports_conv_integer(tmp_path):
     assert ops["ConvInteger"] == 3 and not ops["Conv"]
     assert np.array_equal(_ort(exported, feeds)[0], want)
     np.testing.assert_allclose(_run(rlx_path, feeds)[0], want, rtol=0, atol=1e-4)
+    _check_openvino(rlx_path, feeds, want)

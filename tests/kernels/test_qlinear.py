@@ -141,3 +141,57 @@ def test_qlinear_matmul_matches_onnxruntime(b_type, per_column):
              "bz": np.full(shape, 128 if b_type is U8 else 0, b_type),
              "ys": np.float32(0.8), "yz": U8(128)}
     _check("QLinearMatMul", {"a": a}, inits)
+
+
+def test_qlinear_conv_same_upper_at_two_sizes():
+    """auto_pad SAME_UPPER with stride 2 over a symbolic size: the pads are worked out at
+    run time, on numpy and in the export (which keeps auto_pad)."""
+    rng = np.random.default_rng(6)
+    w = rng.integers(-127, 128, (4, 3, 3, 3), dtype=I8)
+    inits = {"xs": np.float32(0.02), "xz": U8(128), "w": w, "ws": np.float32(0.003),
+             "wz": I8(0), "ys": np.float32(0.05), "yz": U8(100)}
+    node = helper.make_node("QLinearConv", ["x", *inits], ["y"], auto_pad="SAME_UPPER",
+                            strides=[2, 2])
+    graph = helper.make_graph(
+        [node], "same", [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(
+            np.dtype(U8)), [1, 3, "h", "w"])],
+        [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(np.dtype(U8)),
+                                       None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    file, _ = bake(*import_onnx(model), BakeOptions.from_profile(BakeProfile.EXACT))
+    compiled = Session().compile(file.into_runtime_graph())
+    exported = export_onnx(file)
+    for h, w_ in ((7, 9), (10, 6)):
+        feeds = {"x": rng.integers(0, 256, (1, 3, h, w_), dtype=U8)}
+        want = _ort(model, feeds)
+        assert want.shape == (1, 4, -(-h // 2), -(-w_ // 2))
+        assert np.array_equal(compiled.run(feeds)[0], want)
+        assert np.array_equal(_ort(exported, feeds), want)
+
+
+def test_conv_integer_per_channel_weight_zero_points_match_int64():
+    """ONNX lets ConvInteger's w_zero be per output channel (onnxruntime refuses it): the
+    numpy engine against the convolution in int64."""
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 256, (2, 5, 6, 6), dtype=U8)
+    w = rng.integers(0, 256, (3, 5, 3, 3), dtype=U8)
+    x_zero, w_zero = U8(9), np.array([0, 128, 255], U8)
+    model = _model("ConvInteger", {"x": x}, {"w": w, "xz": x_zero, "wz": w_zero})
+    file, _ = bake(*import_onnx(model), BakeOptions.from_profile(BakeProfile.EXACT))
+    got = Session().compile(file.into_runtime_graph()).run({"x": x})[0]
+    xc = x.astype(np.int64) - int(x_zero)
+    wc = w.astype(np.int64) - w_zero.astype(np.int64).reshape(-1, 1, 1, 1)
+    windows = np.lib.stride_tricks.sliding_window_view(xc, (3, 3), axis=(2, 3))
+    want = np.einsum("ncpqij,mcij->nmpq", windows, wc)
+    assert got.dtype == np.int32 and np.array_equal(got, want)
+
+
+def test_qlinear_matmul_of_a_vector():
+    """A 1-D a: a matrix of one row for the product, its axis dropped after (numpy.matmul)."""
+    rng = np.random.default_rng(8)
+    a = rng.integers(0, 256, 64, dtype=U8)
+    b = rng.integers(-127, 128, (64, 6), dtype=I8)
+    inits = {"as": np.float32(0.03), "az": U8(128), "b": b, "bs": np.float32(0.01),
+             "bz": I8(0), "ys": np.float32(0.2), "yz": U8(128)}
+    _check("QLinearMatMul", {"a": a}, inits)
