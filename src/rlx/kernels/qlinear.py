@@ -46,7 +46,7 @@ class _FloatConvNode:
 class _ExactConv:
     """conv(x, w) of centred float32 operands, exactly, as int32 (see the module doc).
     Holds one float Conv step per channel slice (each keeps its weight layout) and the
-    slices of the last weight it saw."""
+    slices of the last weight it saw; concurrent runs at worst redo that work."""
 
     def __init__(self, conv: Conv):
         self.conv = conv
@@ -64,11 +64,12 @@ class _ExactConv:
     def _weights(self, w: np.ndarray, kind: str, cut: int) -> tuple[np.ndarray, ...]:
         """w's slices of `cut` channels (kind "f32") or its float64 copy ("f64"), made
         once per weight array."""
-        if self.weights[0] is not w or self.weights[1] != (kind, cut):
+        cached = self.weights  # read once: a concurrent run may replace it
+        if cached[0] is not w or cached[1] != (kind, cut):
             parts = (w.astype(np.float64),) if kind == "f64" else tuple(
                 w[:, start:start + cut] for start in range(0, w.shape[1], cut))
-            self.weights = (w, (kind, cut), parts)
-        return self.weights[2]
+            cached = self.weights = (w, (kind, cut), parts)
+        return cached[2]
 
     def __call__(self, x: np.ndarray, w: np.ndarray, bound_x: int, bound_w: int) -> np.ndarray:
         window = math.prod(w.shape[2:])
