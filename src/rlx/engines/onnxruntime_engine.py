@@ -210,11 +210,28 @@ class OrtRunner:
             if self.prepack == "mapped":
                 self.prepack = "off"
         model_bytes, placer = self._export(file, graph)
-        so = session_options(threads)
-        self.bound, self.files = placer.bind(so)
-        if self.prepack == "off":
-            so.add_session_config_entry("session.disable_prepacking", "1")
-        self.session = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+        self.session = self._session(model_bytes, placer, threads)
+
+    def _session(self, model_bytes: bytes, placer: _Placer,
+                 threads: int | None) -> ort.InferenceSession:
+        """A session with the weights bound in place or, where onnxruntime refuses that
+        (logged), given as in-memory files, onnxruntime copying those not in the mapping:
+        its layout optimiser reads an initializer it transposes from the stub's file, not
+        from the value bound to it (onnxruntime 1.32, QLinearConv graphs)."""
+        for in_place in (True, False):
+            so = session_options(threads)
+            self.bound, self.files = placer.bind(so, in_place=in_place)
+            if self.prepack == "off":
+                so.add_session_config_entry("session.disable_prepacking", "1")
+            try:
+                return ort.InferenceSession(model_bytes, so,
+                                            providers=["CPUExecutionProvider"])
+            except Exception as err:  # noqa: BLE001 - the second way raises it again
+                if not in_place:
+                    raise
+                log.warning("onnxruntime: the weights bound in place fail (%s); giving "
+                            "them as in-memory files", " ".join(str(err).split())[:200])
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     @classmethod
     def from_saved(cls, folder: Path, threads: int | None) -> OrtRunner:
@@ -261,7 +278,7 @@ class OrtRunner:
             return None
         folder = saved_folder(Path(cache_dir) if cache_dir is not None
                               else default_cache_dir(), origin.key, "onnxruntime")
-        for attempt in range(2):
+        for _ in range(2):
             problem = check_saved(folder, origin.key)
             if problem is not None:
                 if problem != "missing":
@@ -276,7 +293,8 @@ class OrtRunner:
             try:
                 session = saved_session(folder, threads)
             except Exception as err:  # noqa: BLE001 - a damaged cache entry is rebuilt
-                if attempt:  # onnxruntime 1.32 saves QLinearConv weights it cannot read back
+                if problem is not None:  # just made: onnxruntime 1.32 saves QLinearConv
+                    # weights it cannot read back
                     log.warning("onnxruntime: its own saved model %s does not load (%s); "
                                 "prepacking in memory", folder, " ".join(str(err).split())[:200])
                     _discard(folder)
