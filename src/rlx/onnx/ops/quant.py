@@ -194,8 +194,22 @@ def _qlinear_inputs(n: NodeContext, x: int, w: int) -> list[int]:
 def qlinear_matmul(n: NodeContext) -> int:
     s = n.s
     a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = _qlinear_inputs(n, 0, 3)
+    if any(s.dtype(p) is not DType.F32 for p in (a_scale, b_scale, y_scale)):
+        # opset 21's float16 / bfloat16 scales, which onnxruntime has no kernel for: ONNX's
+        # reference arithmetic (the ratio in the scales' type, the product in float64)
+        acc = integer_matmul(n, a, b, a_zero, b_zero)
+        return _requantize(s, acc, s.div(s.mul(a_scale, b_scale), y_scale), y_zero)
     return _matmul_of_vectors(s, a, b, lambda a2, b2: s.emit(
         QLinearMatMul(), a2, a_scale, a_zero, b2, b_scale, b_zero, y_scale, y_zero))
+
+
+def _requantize(s, acc: int, ratio: int, y_zero: int) -> int:
+    """saturate(round(acc * ratio) + y_zero) in float64, in y_zero's type."""
+    y = s.add(s.mul(s.cast(acc, DType.F64), s.cast(ratio, DType.F64)),
+              s.cast(y_zero, DType.F64))
+    info = np.iinfo(s.dtype(y_zero).numpy)
+    y = s.emit(Clamp(float(info.min), float(info.max)), s.unary(Activation.ROUND, y))
+    return s.cast(y, s.dtype(y_zero))
 
 
 @converter("QLinearConv")
