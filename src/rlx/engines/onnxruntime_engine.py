@@ -125,6 +125,15 @@ class _Placer:
         return list(copies.values()), buffers
 
 
+def _saved_unreadably(graph: Graph) -> bool:
+    """Whether onnxruntime would save a prepacked model of `graph` that it cannot read back
+    (1.32: a QLinearConv's prepacked weights), so that prepacking in memory saves a wasted
+    build (captcha-crnn's QOperator variant: 6.4 s a load, 3.0 s in memory)."""
+    from rlx.ir.ops.quant import QLinearConv
+
+    return any(isinstance(node.op, QLinearConv) for node in graph.nodes())
+
+
 _PLACEHOLDERS: list[str] = []  # this process's folder of empty placeholder files
 
 
@@ -202,6 +211,8 @@ class OrtRunner:
                  cache_dir: str | os.PathLike | None = None, prepack: str = "mapped"):
         check_prepack(prepack)
         self._start(file, prepack)
+        if self.prepack == "mapped" and _saved_unreadably(graph):
+            self.prepack = "heap"
         if self.prepack == "mapped":
             session = self._from_cache(file, graph, threads, cache_dir)
             if session is not None:
