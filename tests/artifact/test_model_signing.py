@@ -20,8 +20,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ec
 
 import rlx
-from rlx import BakeOptions, bake
-from rlx.artifact import open_artifact, write_rlx, write_rlxp
+from rlx.artifact import open_artifact
 from rlx.artifact.signing import (
     generate_keypair,
     key_id,
@@ -33,18 +32,13 @@ from rlx.artifact.signing import (
     verify_signature,
 )
 from rlx.errors import SignatureError, SigningKeyError
+from tests.artifact.kinds import KINDS, PASSWORD, small_model, write_every_kind
 from tests.baking.models import mlp_forward
-from tests.hardening import seeds
-
-KINDS = {"rlx": "m.rlx", "rlx-encrypted": "e.rlx", "rlxp-flat": "m.rlxp",
-         "rlxp-zip": "m.rlxp.zip", "rlxp-dir": "pkg"}
-PASSWORD = "pw"
 
 
 @pytest.fixture(scope="module")
 def model():
-    graph, weights = seeds._mlp()
-    return bake(graph, weights, BakeOptions())[0], weights
+    return small_model()
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +56,7 @@ def keys(tmp_path_factory):
 @pytest.fixture
 def artifacts(tmp_path, model):
     """The same model as every kind of artifact, unsigned."""
-    file = model[0]
-    write_rlx(tmp_path / KINDS["rlx"], file)
-    write_rlx(tmp_path / KINDS["rlx-encrypted"], file, password=PASSWORD, kdf=seeds.FAST_KDF,
-              chunk_size=seeds.ENC_CHUNK)
-    for kind, container in (("rlxp-flat", "flat"), ("rlxp-zip", "zip"), ("rlxp-dir", "dir")):
-        write_rlxp(tmp_path / KINDS[kind], file, container)
-    return {kind: tmp_path / name for kind, name in KINDS.items()}
+    return write_every_kind(tmp_path, model[0])
 
 
 def package_verifies(path: Path, public: Path, signature: Path | None = None) -> None:

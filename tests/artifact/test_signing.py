@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 import rlx
 from rlx import BakeOptions, bake
-from rlx.artifact import crypto, open_artifact, write_rlx, write_rlxp
+from rlx.artifact import crypto, open_artifact, write_rlx
 from rlx.artifact.signing import (
     generate_keypair,
     key_id,
@@ -36,18 +36,14 @@ from rlx.artifact.signing import (
     verify_signature,
 )
 from rlx.errors import ArtifactError, IntegrityError, SignatureError, SigningKeyError
+from tests.artifact.kinds import KINDS, PASSWORD, small_model, write_every_kind
 from tests.baking.models import mlp_forward
 from tests.hardening import flips, mutate, seeds
-
-KINDS = {"rlx": "m.rlx", "rlx-encrypted": "e.rlx", "rlxp-flat": "m.rlxp",
-         "rlxp-zip": "m.rlxp.zip", "rlxp-dir": "pkg"}
-PASSWORD = "pw"
 
 
 @pytest.fixture(scope="module")
 def model():
-    graph, weights = seeds._mlp()
-    return bake(graph, weights, BakeOptions())[0], weights
+    return small_model()
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +54,7 @@ def keys():
 @pytest.fixture
 def signed(tmp_path, model, keys):
     """Every kind of artifact of the same model, each signed with the first key."""
-    file = model[0]
-    write_rlx(tmp_path / KINDS["rlx"], file)
-    write_rlx(tmp_path / KINDS["rlx-encrypted"], file, password=PASSWORD, kdf=seeds.FAST_KDF,
-              chunk_size=seeds.ENC_CHUNK)
-    for kind, container in (("rlxp-flat", "flat"), ("rlxp-zip", "zip"), ("rlxp-dir", "dir")):
-        write_rlxp(tmp_path / KINDS[kind], file, container)
-    paths = {kind: tmp_path / name for kind, name in KINDS.items()}
+    paths = write_every_kind(tmp_path, model[0])
     for path in paths.values():
         sign_artifact(path, keys[0])
     return paths
