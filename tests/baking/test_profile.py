@@ -9,26 +9,44 @@ from rlx.errors import BakeError
 
 
 @pytest.mark.parametrize("text, profile", [
-    ("merge", BakeProfile.MERGE), ("none", BakeProfile.MERGE), ("RAW", BakeProfile.MERGE),
-    ("cleanup", BakeProfile.FOLD), (" lossless ", BakeProfile.EXACT),
-    ("default", BakeProfile.EXACT), ("compute", BakeProfile.EXACT),
-    ("compact", BakeProfile.SIZE), ("quant", BakeProfile.SIZE), ("size", BakeProfile.SIZE),
+    ("merge", BakeProfile.MERGE), ("RAW", BakeProfile.MERGE), ("fold", BakeProfile.FOLD),
+    (" lossless ", BakeProfile.EXACT), ("size", BakeProfile.SIZE),
 ])
-def test_parse_aliases(text, profile):
+def test_parse_names_and_aliases_quietly(text, profile, caplog):
     assert BakeProfile.parse(text) is profile
+    assert not caplog.records
+
+
+@pytest.mark.parametrize("old, profile", [
+    ("none", BakeProfile.MERGE), ("cleanup", BakeProfile.FOLD), ("default", BakeProfile.EXACT),
+    ("compute", BakeProfile.EXACT), ("Compact", BakeProfile.SIZE), ("quant", BakeProfile.SIZE),
+])
+def test_old_names_still_parse_and_warn_with_the_new_name(old, profile, caplog):
+    assert BakeProfile.parse(old) is profile
+    [record] = caplog.records
+    assert record.levelname == "WARNING"
+    assert record.getMessage() == (f"bake profile {old.lower()!r} is an old name: "
+                                   f"use {profile.value!r}")
 
 
 def test_unknown_profile_lists_the_accepted_names():
     with pytest.raises(BakeError, match="unknown bake profile 'bogus'; expected one of "
-                                        "merge, fold, exact, size, none, raw, cleanup"):
+                                        "merge, fold, exact, size, raw, lossless"):
         BakeProfile.parse("bogus")
 
 
-def test_all_names_lists_canonical_names_then_aliases():
+def test_no_profile_name_is_a_memory_mode_name():
     names = BakeProfile.all_names()
     assert names[:4] == ["merge", "fold", "exact", "size"]
-    assert set(names[4:]) == {"none", "raw", "cleanup", "lossless", "default", "compute",
-                              "compact", "quant"}
+    assert not [n for n in names if _is_memory_mode(n)]
+
+
+def _is_memory_mode(name: str) -> bool:
+    try:
+        MemoryMode.parse(name)
+    except BakeError:
+        return False
+    return True
 
 
 def test_size_enables_quant():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from onnx import numpy_helper
 from safetensors.numpy import save_file
 
 from rlx.artifact import read_rlx
@@ -34,7 +35,8 @@ def test_bake_json_summary(cli, files, tmp_path):
     assert d["command"] == "bake" and d["output"] == str(out)
     assert d["file_bytes"] == out.stat().st_size and not d["encrypted"]
     report = d["report"]
-    assert report["nodes_before"] == 10 and report["params_baked"] == 4
+    assert d["computing_nodes"]["before"] == 5  # 2 MatMul, 2 Add, 1 Relu
+    assert report["params_baked"] == 4
     assert report["optimize"]["ternary_packed"] == 1 and report["optimize"]["quant_packed"] == 1
     encodings = {e["encoding"]: e for e in d["by_encoding"]}
     assert encodings["gguf_tq2_0"]["bytes"] == 196 * 66  # 784 * 64 values in 256-blocks
@@ -169,3 +171,49 @@ def test_missing_password_variable(cli, files, tmp_path, monkeypatch):
 def test_output_is_required(cli, files):
     assert_error(cli("bake", files.graph_json), r"the following arguments are required: "
                                                 r"-o/--output", code=2)
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.mark.parametrize("min_cosine, some_kept", [("0.99", False), ("0.9999999999", True)])
+def test_calibrated_size_bake_reports_in_plain_words(cli, files, tmp_path, min_cosine,
+                                                     some_kept):
+    """After calibrating, no advice to calibrate; one cosine column per measurement (the
+    first try's beside the stored one only when the guard changed something); the weight
+    bytes in the source's and the file's terms, a ratio only when it says something."""
+    import onnxruntime as ort
+
+    feeds, out = tmp_path / "feeds.npz", tmp_path / "m.rlx"
+    np.savez(feeds, x=files.x)
+    argv = ("bake", files.onnx, "-o", out, "--profile", "size", "--calibrate", feeds,
+            "--min-cosine", min_cosine)
+    d = cli(*argv, "--json").json()
+    text = cli(*argv).out
+    for jargon in ("--calibrate", "folded bindings", "bytes saved", "IR nodes"):
+        assert jargon not in text
+    [header] = [t for t in text.splitlines() if t.strip().startswith("output ")]
+    columns = ["cosine, all encoded", "max abs, all encoded", "cosine, as stored",
+               "max abs, as stored"] if some_kept else ["cosine", "max abs"]
+    assert [c.strip() for c in header.split("  ") if c.strip()] == ["output", *columns]
+    assert any(r["kept"] for r in d["report"]["accuracy"]["tensors"]) is some_kept
+    expected = ort.InferenceSession(str(files.onnx)).run(None, {"x": files.x})[0]
+    [row] = [t for t in text.splitlines() if t.strip().startswith("logits ")]
+    assert abs(float(row.split()[-2]) - _cosine(run_file(out, files.x), expected)) < 2e-6
+    source = sum(numpy_helper.to_array(i).nbytes for i in onnx.load(files.onnx).graph.initializer)
+    [weights] = [t for t in text.splitlines() if t.strip().startswith("weight bytes ")]
+    stored = d["weights_out_bytes"]
+    assert weights.split("weight bytes", 1)[1].strip() == (
+        f"{source:,} in the source -> {stored:,} in the file ({source / stored:.1f}x smaller)")
+
+
+def test_an_old_profile_name_still_bakes_and_says_its_new_name(cli, files, tmp_path):
+    result = cli("bake", files.onnx, "-o", tmp_path / "m.rlx", "--profile", "compact",
+                 "--json")
+    assert result.code == 0 and result.json()["options"]["profile"] == "size"
+    warnings = [t for t in result.err.splitlines() if "compact" in t]
+    assert warnings == ["warning: bake profile 'compact' is an old name: use 'size'"]
+    usage = cli("bake", "--help").out
+    assert "compact" not in usage.split("--profile", 1)[1].split("--memory", 1)[0]

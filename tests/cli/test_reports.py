@@ -82,8 +82,10 @@ def test_inspect_graph_and_slowest_nodes_use_onnx_names(cli, files, tmp_path):
     cli("bake", files.onnx, "-o", out)
     names = _origins(onnx.load(files.onnx))  # the MLP's nodes are unnamed: their outputs
     d = cli("inspect", out, "--graph", "--json").json()
-    assert d["graph_text"] == format_graph(read_rlx(out).graph).splitlines()
+    file = read_rlx(out)
+    assert len(d["graph_text"]) == len(format_graph(file.graph).splitlines())
     text = cli("inspect", out, "--graph").out
+    assert d["graph_text"] == text.strip().splitlines()[-len(d["graph_text"]):]
     for name in names:
         assert f"from {name}" in text or f"# {name}" in text
     np.save(tmp_path / "x.npy", files.x)
@@ -91,6 +93,66 @@ def test_inspect_graph_and_slowest_nodes_use_onnx_names(cli, files, tmp_path):
                   "--top", "5", "--json").json()["profile"]
     assert {r["node"] for r in profile["slowest"]} <= names
     assert all(r["ir_node"].startswith("%") for r in profile["slowest"])
+
+
+def test_inspect_graph_says_which_table_row_holds_a_stripped_constant(cli, files, tmp_path):
+    out = tmp_path / "m.rlx"
+    cli("bake", files.onnx, "-o", out, "--memory", "compact")
+    file = read_rlx(out)
+    stripped = {w.node_id: w for w in file.weights
+                if w.node_id is not None and file.graph.node(w.node_id).op.is_stripped}
+    assert stripped  # the compact mode keeps the weight bytes in the table only
+    lines = cli("inspect", out, "--graph").out.splitlines()
+    for node_id, w in stripped.items():
+        [line] = [t for t in lines if t.strip().startswith(f"%{node_id}: ")]
+        dims = ", ".join(str(d) for d in w.shape)
+        assert f"= -> weight '{w.name}' [{dims}] {w.encoding}" in line
+    assert not [t for t in lines if "stripped" in t]
+
+
+def _if_model() -> onnx.ModelProto:
+    """y = Relu(If(c, x + 1, x * 2)): two of its four computing nodes are in subgraphs."""
+    one = numpy_helper.from_array(np.ones(4, np.float32), "one")
+    two = numpy_helper.from_array(np.full(4, 2, np.float32), "two")
+
+    def branch(op, const, name):
+        return helper.make_graph(
+            [helper.make_node(op, ["x", const.name], [f"{name}_y"], name=f"/{name}")], name,
+            [], [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [4])])
+
+    nodes = [helper.make_node("If", ["c"], ["t"], name="/if",
+                              then_branch=branch("Add", one, "then"),
+                              else_branch=branch("Mul", two, "else")),
+             helper.make_node("Relu", ["t"], ["y"], name="/relu")]
+    graph = helper.make_graph(
+        nodes, "branches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+                            helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [one, two])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_one_node_count_in_text_and_json_subgraphs_included(cli, tmp_path):
+    """The bake's, inspect's and the ONNX file's counts are one count (computing nodes,
+    subgraph nodes included on both sides); the IR's total is in no report."""
+    path, out = tmp_path / "if.onnx", tmp_path / "if.rlx"
+    model = _if_model()
+    onnx.save(model, path)
+    expected = sum(_onnx_counts(model).values())
+    assert expected == 4
+    d = cli("bake", path, "-o", out, "--json").json()
+    assert "nodes_before" not in d["report"] and "nodes_after" not in d["report"]
+    nodes = d["computing_nodes"]
+    assert (nodes["onnx"], nodes["before"]) == (expected, expected)
+    assert nodes["after"] == sum(r["after"] for r in d["op_types"])
+    shown = cli("inspect", out, "--json").json()
+    assert "nodes" not in shown["meta"]
+    assert shown["computing_nodes"]["count"] == nodes["after"]
+    text = cli("bake", path, "-o", out).out
+    [line] = [t for t in text.splitlines() if t.strip().startswith("computing nodes  ")]
+    assert line.endswith(f"ONNX file {expected}, imported {expected} -> baked {nodes['after']}")
+    [inspected] = [t for t in cli("inspect", out).out.splitlines()
+                   if t.strip().startswith("computing nodes  ")]
+    assert inspected.split()[-1] == str(nodes["after"])
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -15,6 +16,8 @@ from rlx.errors import BakeError
 
 __all__ = ["BakeProfile", "BakeOptions"]
 
+log = logging.getLogger(__name__)
+
 
 class BakeProfile(enum.Enum):
     MERGE = "merge"
@@ -24,13 +27,17 @@ class BakeProfile(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> BakeProfile:
+        old = text.strip().lower()
+        if old in _RENAMED:
+            log.warning("bake profile %r is an old name: use %r", old, _RENAMED[old].value)
+            return _RENAMED[old]
         return parse_enum(cls, text, lambda t: BakeError(
             f"unknown bake profile {t!r}; expected one of {', '.join(cls.all_names())}"),
             _ALIASES)
 
     @classmethod
     def all_names(cls) -> list[str]:
-        """Canonical names first, then aliases."""
+        """Canonical names first, then aliases (the old names still accepted are not listed)."""
         return [p.value for p in cls] + [a for p in cls for a in _ALIASES[p]]
 
     @property
@@ -44,18 +51,22 @@ class BakeProfile(enum.Enum):
         return self.value
 
 
-_ALIASES = {
-    BakeProfile.MERGE: ("none", "raw"),
-    BakeProfile.FOLD: ("cleanup",),
-    BakeProfile.EXACT: ("lossless", "default", "compute"),
-    BakeProfile.SIZE: ("compact", "quant"),
+_ALIASES: dict[BakeProfile, tuple[str, ...]] = {
+    BakeProfile.MERGE: ("raw",),
+    BakeProfile.FOLD: (),
+    BakeProfile.EXACT: ("lossless",),
+    BakeProfile.SIZE: (),
 }
+# old names, accepted with a warning naming the new one ("compact" is also a memory mode)
+_RENAMED = {"none": BakeProfile.MERGE, "cleanup": BakeProfile.FOLD,
+            "default": BakeProfile.EXACT, "compute": BakeProfile.EXACT,
+            "compact": BakeProfile.SIZE, "quant": BakeProfile.SIZE}
 _DESCRIPTIONS = {
     BakeProfile.MERGE: "package only: weights bound as constants, graph otherwise untouched",
     BakeProfile.FOLD: "fold weight-only math and clean up, keep dense matmuls",
     BakeProfile.EXACT: "lossless: skip zero matmuls, pack exact-ternary weights (TQ2_0), clean up",
     BakeProfile.SIZE: "exact + Q8_0 on matmul/conv/gather weights, f16 on other large "
-                      "floats (lossy: check with --calibrate)",
+                      "floats (lossy)",
 }
 
 

@@ -115,9 +115,8 @@ class OptimizeStats:
 
 @dataclass
 class BakeReport:
-    nodes_before: int = 0  # every IR node of the top graph (inputs and constants too)
-    nodes_after: int = 0
-    # computing nodes (rlx.ir.naming.COMPUTING_NODES) by ONNX op type, before and after
+    # computing nodes (rlx.ir.naming.COMPUTING_NODES) by ONNX op type, before and after:
+    # the one node count of every report (nodes_before / nodes_after are their totals)
     op_types_before: dict[str, int] = field(default_factory=dict)
     op_types_after: dict[str, int] = field(default_factory=dict)
     params_baked: int = 0  # params turned into constants (whether or not later folded)
@@ -132,6 +131,14 @@ class BakeReport:
     # every weight the encoding stage stored encoded or kept, with its measured accuracy
     accuracy: AccuracyReport = field(default_factory=AccuracyReport)
 
+    @property
+    def nodes_before(self) -> int:
+        return sum(self.op_types_before.values())
+
+    @property
+    def nodes_after(self) -> int:
+        return sum(self.op_types_after.values())
+
 
 def bake(graph: Graph, bindings: Mapping[str, np.ndarray],
          opts: BakeOptions | None = None) -> tuple[RlxFile, BakeReport]:
@@ -144,7 +151,7 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     """Bake `graph` with a loaded `WeightBundle` (dense tensors and packed rows)."""
     opts = opts or BakeOptions()
     verify(graph)
-    report = BakeReport(nodes_before=len(graph), op_types_before=_op_types(graph))
+    report = BakeReport(op_types_before=_op_types(graph))
     param_names = {n.source_name for n in graph.params()}
     report.unused_bindings = sorted(
         (set(bundle.tensors) | {w.name for w in bundle.packed}) - param_names
@@ -178,7 +185,6 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     report.memory = file.apply_memory_mode(opts.memory)
     report.memory.constants_deduped = counts["dedupe_identical_constants"]
     report.memory.folded_bindings_dropped = dropped
-    report.nodes_after = file.meta.nodes
     report.op_types_after = _op_types(file.graph)
     report.params_remaining = file.meta.params_remaining
     report.constant_bytes = file.meta.constant_bytes
@@ -187,7 +193,7 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     for w in file.weights:
         report.bytes_by_encoding[w.encoding] = report.bytes_by_encoding.get(w.encoding, 0) \
             + w.nbytes
-    log.info("baked %r: %d -> %d nodes, %d weights, %d bytes", graph.name,
+    log.info("baked %r: %d -> %d computing nodes, %d weights, %d bytes", graph.name,
              report.nodes_before, report.nodes_after, report.weight_count, report.weight_bytes)
     return file, report
 

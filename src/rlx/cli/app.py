@@ -19,7 +19,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from rlx.cli import bake, demo, export, inspect, run, serve, sign, tensors, transform, verify
 from rlx.cli.formatting import one_line
@@ -143,17 +143,22 @@ def with_default_command(argv: list[str], commands: set[str]) -> list[str]:
 
 
 @contextlib.contextmanager
-def _logging(quiet: bool, verbose: bool) -> Iterator[None]:
+def _logging() -> Iterator[Callable[[bool, bool], None]]:
     """Route rlx's logs to the current stderr for this call only (main may run many times
-    in one process, as the tests do)."""
+    in one process, as the tests do); warnings from the start (parsing an option can warn),
+    the level of -q / -v once they are known, set by the function this yields."""
     logger = logging.getLogger("rlx")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_LevelFormatter())
     old_level = logger.level
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO if verbose else logging.ERROR if quiet else logging.WARNING)
+    logger.setLevel(logging.WARNING)
+
+    def set_level(quiet: bool, verbose: bool) -> None:
+        logger.setLevel(logging.INFO if verbose else logging.ERROR if quiet else logging.WARNING)
+
     try:
-        yield
+        yield set_level
     finally:
         logger.removeHandler(handler)
         logger.setLevel(old_level)
@@ -171,29 +176,34 @@ def main(argv: Sequence[str] | None = None) -> int:
                         if isinstance(a, argparse._SubParsersAction)).choices)
     argv = with_default_command(list(sys.argv[1:] if argv is None else argv), commands)
     parser.argv = argv  # type: ignore[attr-defined]  # for the "did you mean" of options
-    try:
-        args = parser.parse_args(argv)
-    except UsageError as err:
-        ui = Ui(as_json="--json" in argv)
-        return ui.fail(f"{err} (see '{err.prog} --help')", EXIT_USAGE, "usage")
-    except SystemExit as done:  # --help, --version
-        return done.code if isinstance(done.code, int) else 0
-    ui = Ui(as_json=args.json, quiet=args.quiet)
-    with _logging(args.quiet, args.verbose):
+    with _logging() as set_level:
         try:
-            return ui.finish(args.run(args, ui))
-        except UsageError as err:  # options that clash, found once their values are known
+            args = parser.parse_args(argv)
+        except UsageError as err:
+            ui = Ui(as_json="--json" in argv)
             return ui.fail(f"{err} (see '{err.prog} --help')", EXIT_USAGE, "usage")
-        except RlxError as err:
-            return ui.fail(str(err), EXIT_ERROR, error=err)
-        except BrokenPipeError:  # `rlx-bake inspect x.rlx --graph | head`: not an error
-            _silence_stdout()
-            return EXIT_BROKEN_PIPE
-        except OSError as err:
-            where = f"{err.filename}: " if err.filename else ""
-            return ui.fail(f"{where}{err.strerror or err}", EXIT_ERROR, error=err)
-        except KeyboardInterrupt:
-            return ui.fail("interrupted", 130, "interrupted")
+        except SystemExit as done:  # --help, --version
+            return done.code if isinstance(done.code, int) else 0
+        set_level(args.quiet, args.verbose)
+        return _run(args, Ui(as_json=args.json, quiet=args.quiet))
+
+
+def _run(args: argparse.Namespace, ui: Ui) -> int:
+    """The command, its outcome drawn; errors as one line and their exit code."""
+    try:
+        return ui.finish(args.run(args, ui))
+    except UsageError as err:  # options that clash, found once their values are known
+        return ui.fail(f"{err} (see '{err.prog} --help')", EXIT_USAGE, "usage")
+    except RlxError as err:
+        return ui.fail(str(err), EXIT_ERROR, error=err)
+    except BrokenPipeError:  # `rlx-bake inspect x.rlx --graph | head`: not an error
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except OSError as err:
+        where = f"{err.filename}: " if err.filename else ""
+        return ui.fail(f"{where}{err.strerror or err}", EXIT_ERROR, error=err)
+    except KeyboardInterrupt:
+        return ui.fail("interrupted", 130, "interrupted")
 
 
 def _safe_streams() -> None:

@@ -167,8 +167,6 @@ def _render_bake(d: dict, ui: Ui) -> None:
         settings.append(("weights", f"{w['path']}: {w['dense']} dense + {w['packed']} packed"
                                     + (f" (f32-first {w['verdict']})" if w["verdict"] else "")))
     ui.pairs(f"baked {d['input']} -> {d['output']}", settings)
-    saved = d["weights_in_bytes"] - d["weights_out_bytes"]
-    ratio = d["weights_in_bytes"] / d["weights_out_bytes"] if d["weights_out_bytes"] else None
     steps = [
         ("computing nodes", _node_counts(d["computing_nodes"])),
         ("params baked", report["params_baked"]),
@@ -185,13 +183,12 @@ def _render_bake(d: dict, ui: Ui) -> None:
         ("op chains fused (HardSwish, GELU, conv bias)", stats["fused"]),
         ("BatchNorms folded", stats["batchnorms_folded"]),
         ("subgraph weights moved to the table", stats["weights_hoisted"]),
-        ("dead IR nodes removed (constants included)", stats["dead_removed"]),
+        ("unused nodes removed (constants included)", stats["dead_removed"]),
         ("constants folded", stats["constants_folded"]),
-        ("constants deduped", memory["constants_deduped"]),
-        ("folded bindings dropped", memory["folded_bindings_dropped"]),
-        ("weight bytes in -> out", f"{fmt_bytes(d['weights_in_bytes'])} -> "
-                                   f"{fmt_bytes(d['weights_out_bytes'])}"),
-        ("bytes saved", f"{fmt_bytes(saved)}" + (f" ({ratio:.1f}x smaller)" if ratio else "")),
+        ("identical constants merged", memory["constants_deduped"]),
+        *((("source weights folded into others (not stored)",
+            memory["folded_bindings_dropped"]),) if memory["folded_bindings_dropped"] else ()),
+        ("weight bytes", _size_change(d["weights_in_bytes"], d["weights_out_bytes"])),
     ]
     if report["unused_bindings"]:
         steps.append(("bindings matching no param", ", ".join(report["unused_bindings"])))
@@ -210,6 +207,17 @@ def _render_bake(d: dict, ui: Ui) -> None:
                                   f"{fmt_bytes(report['weight_bytes'])})")])
 
 
+def _size_change(before: int, after: int) -> str:
+    """`in -> out` and how much smaller in words: a ratio only when it says something."""
+    change = f"{fmt_bytes(before)} in the source -> {fmt_bytes(after)} in the file"
+    if after and before >= 1.1 * after:
+        return f"{change} ({before / after:.1f}x smaller)"
+    if before == after:
+        return f"{change} (the same)"
+    more, word = (before - after, "smaller") if before > after else (after - before, "larger")
+    return f"{change} ({fmt_bytes(more)} bytes {word})"
+
+
 def _render_accuracy(acc: dict, ui: Ui) -> None:
     """The encoded weights, each with its measured contribution, and the guard's verdict."""
     rows = acc["tensors"]
@@ -224,7 +232,8 @@ def _render_accuracy(acc: dict, ui: Ui) -> None:
              [(r["name"], r["role"], "f32" if r["kept"] else r["encoding"],
                f"{r['f32_bytes']:,}", f"{r['f32_bytes'] if r['kept'] else r['packed_bytes']:,}",
                f"{r['rel_error']:.2g}",
-               *((f"{r['cosine']:.6f}", f"{r['max_abs']:.3g}") if measured else ()),
+               *((_number(r["cosine"], ".6f"), _number(r["max_abs"], ".3g"))
+                 if measured else ()),
                r["reason"]) for r in rows],
              numeric=("f32 bytes", "stored bytes", "own rel err", "cosine alone",
                       "max abs alone"))
@@ -232,11 +241,27 @@ def _render_accuracy(acc: dict, ui: Ui) -> None:
         return
     target = f"cosine >= {acc['min_cosine']:g}" + (
         f", max abs <= {acc['max_abs_error']:g}" if acc["max_abs_error"] is not None else "")
-    ui.table(f"accuracy on the calibration inputs ({target})",
-             ("output", "cosine, all encoded", "max abs, all encoded", "cosine", "max abs"),
-             [(p["name"], f"{p['cosine']:.6f}", f"{p['max_abs']:.3g}", f"{f['cosine']:.6f}",
-               f"{f['max_abs']:.3g}") for p, f in zip(acc["proposed"], acc["final"])],
-             numeric=("cosine, all encoded", "max abs, all encoded", "cosine", "max abs"))
     kept = sum(r["kept"] for r in rows)
+    _render_outputs(acc, target, ui, first_try=kept > 0)
     ui.line(f"accuracy guard: {'targets met' if acc['met'] else 'TARGETS MISSED'}; {kept} "
             f"weight(s) kept at f32; {acc['runs']} graph runs")
+
+
+def _number(value: float | None, spec: str) -> str:
+    """A measurement, blank when there is none (a lossless encoding is not measured)."""
+    return "" if value is None else format(value, spec)
+
+
+def _render_outputs(acc: dict, target: str, ui: Ui, first_try: bool) -> None:
+    """Each output's cosine and max abs error as stored; beside those of the first try
+    (every weight encoded) only when the guard kept some weights at f32 (else they are
+    the same numbers)."""
+    tries = [("all encoded", acc["proposed"])] if first_try else []
+    tries.append(("as stored", acc["final"]))
+    columns = [f"{m}, {label}" if first_try else m
+               for label, _ in tries for m in ("cosine", "max abs")]
+    rows = [(out["name"], *(cell for _, results in tries for cell in (
+        f"{results[i]['cosine']:.6f}", f"{results[i]['max_abs']:.3g}")))
+        for i, out in enumerate(acc["final"])]
+    ui.table(f"accuracy on the calibration inputs ({target})", ("output", *columns), rows,
+             numeric=columns)

@@ -10,20 +10,22 @@ from rlx import RlxFile, RlxWeight
 from rlx.artifact.crypto import ENC_MAGIC, EncryptionInfo
 from rlx.ir import Constant, Graph
 
-__all__ = ["by_encoding", "encryption_info", "row_info"]
+__all__ = ["by_encoding", "encryption_info", "linked_constant", "row_info"]
 
-def _linked_constant(graph: Graph, row: RlxWeight):
+
+def linked_constant(graph: Graph, row: RlxWeight) -> Constant | None:
+    """The op of the graph's Constant node the table row is linked to, if any."""
     if row.node_id is not None and 0 <= row.node_id < len(graph):
-        node = graph.node(row.node_id)
-        if isinstance(node.op, Constant):
-            return node
+        op = graph.node(row.node_id).op
+        if isinstance(op, Constant):
+            return op
     return None
 
 
 def row_info(file: RlxFile, row: RlxWeight) -> dict[str, Any]:
     """One table row; `bytes` is its encoded size wherever the bytes live (table or graph)."""
-    node = _linked_constant(file.graph, row)
-    graph_bytes = node.op.nbytes if node is not None else 0
+    constant = linked_constant(file.graph, row)
+    graph_bytes = constant.nbytes if constant is not None else 0
     return {"name": row.name, "encoding": row.encoding, "shape": list(row.shape),
             "layout": row.layout, "bytes": row.nbytes or graph_bytes,
             "in_table": row.nbytes > 0, "in_graph": graph_bytes > 0, "note": row.note}

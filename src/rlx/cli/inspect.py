@@ -8,14 +8,14 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from rlx import MemoryMode
+from rlx import MemoryMode, RlxFile
 from rlx.artifact import read_rlx, read_rlxp_package
 from rlx.artifact.crypto import is_encrypted, read_encryption_info
 from rlx.artifact.layout import SCHEMA_VERSION
 from rlx.artifact.output import artifact_size
 from rlx.artifact.rlxp import is_rlxp
 from rlx.artifact.self_test import SelfTestSection
-from rlx.cli.contents import by_encoding, encryption_info, row_info
+from rlx.cli.contents import by_encoding, encryption_info, linked_constant, row_info
 from rlx.cli.formatting import fmt_bytes, fmt_shape
 from rlx.cli.self_test import render_self_test, self_test_data
 from rlx.cli.sign import add_trusted_key_option, signature_status, trusted_keys
@@ -83,8 +83,10 @@ def _inspect(args, ui: Ui) -> Outcome:
         except IntegrityError as err:
             checksums = {"ok": False, "error": str(err)}
     rows = [row_info(file, w) for w in file.weights]
+    meta = dataclasses.asdict(file.meta)
+    del meta["nodes"]  # the header's count of IR nodes: reports count computing nodes only
     data.update({
-        "locked": False, "schema": SCHEMA_VERSION, "meta": dataclasses.asdict(file.meta),
+        "locked": False, "schema": SCHEMA_VERSION, "meta": meta,
         "weights": rows, "by_encoding": by_encoding(rows),
         "memory": {"mode": file.meta.memory_mode,
                    "table_bytes": sum(w.nbytes for w in file.weights),
@@ -95,9 +97,19 @@ def _inspect(args, ui: Ui) -> Outcome:
         "ops": dict(sorted(op_type_counts(file.graph).items(), key=lambda kv: (-kv[1], kv[0]))),
         "checksums": checksums,
         "self_test": self_test_data(file.self_test),
-        "graph_text": format_graph(file.graph).splitlines() if args.graph else None,
+        "graph_text": format_graph(file.graph, bodies=_table_rows(file)).splitlines()
+        if args.graph else None,
     })
     return Outcome(data, _render_inspect, 0 if checksums["ok"] and signature_ok else 1)
+
+
+def _table_rows(file: RlxFile) -> dict[int, str]:
+    """Where each stripped constant's bytes are: the weight table row that holds them (a
+    bare `Constant(<0 bytes, stripped>)` reads as lost)."""
+    return {w.node_id: f"-> weight {w.name!r} {fmt_shape(w.shape)} {w.encoding}"
+            for w in file.weights
+            if w.node_id is not None and (c := linked_constant(file.graph, w)) is not None
+            and c.is_stripped}
 
 
 def _render_locked(d: dict, ui: Ui) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.sources import Constant
 from rlx.ir.serialize import enum_text
@@ -9,9 +11,13 @@ from rlx.ir.serialize import enum_text
 __all__ = ["format_node", "format_graph"]
 
 
-def format_node(node: Node) -> str:
+def format_node(node: Node, body: str | None = None) -> str:
+    """`node` on one line; `body`, when given, stands in for its op (a reader's words for
+    it: a stripped constant's weight table row, say)."""
     op = node.op
-    if isinstance(op, Constant):
+    if body is not None:
+        pass
+    elif isinstance(op, Constant):
         body = f"Constant(<{op.nbytes} bytes{', stripped' if op.is_stripped else ''}>)"
     else:
         attrs = ", ".join(f"{k}={_render(v)}" for k, v in op.attrs().items() if v is not None)
@@ -25,10 +31,14 @@ def format_node(node: Node) -> str:
         f"%{node.id}: {shape} = {body}{name}"
 
 
-def format_graph(graph: Graph, indent: str = "") -> str:
+def format_graph(graph: Graph, indent: str = "",
+                 bodies: Mapping[int, str] | None = None) -> str:
+    """The graph, subgraphs indented under their node; `bodies` replaces the op text of
+    some top-graph nodes by id (see `format_node`)."""
+    bodies = bodies or {}
     lines = [f"{indent}graph {graph.name!r} {{"]
     for node in graph.nodes():
-        lines.append(f"{indent}  {format_node(node)}")
+        lines.append(f"{indent}  {format_node(node, bodies.get(node.id))}")
         for sub in node.op.subgraphs():
             lines.append(format_graph(sub, indent + "    "))
     outs = ", ".join(f"%{o}" for o in graph.outputs)
