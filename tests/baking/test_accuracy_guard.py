@@ -110,3 +110,48 @@ def test_cli_min_cosine_needs_calibrate(tmp_path, capsys):
 
     assert main(["bake", "x.onnx", "-o", str(tmp_path / "m.rlx"), "--min-cosine", "0.9"]) != 0
     assert "--calibrate" in capsys.readouterr().err
+
+
+def _progress_records(run) -> list[logging.LogRecord]:
+    """The counted records `run()` sends to the progress logger (what a terminal draws)."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            if hasattr(record, "progress"):
+                records.append(record)
+
+    logger, handler = logging.getLogger("rlx.progress"), Keep(logging.DEBUG)
+    old = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        run()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+    return records
+
+
+def test_calibration_is_one_counted_phase_and_encodes_each_weight_once_in_progress():
+    """The guard's runs are one kind of record, counted 0..n-1 of n (the exact graph, each
+    weight alone, everything encoded, one more per weight kept); the per-weight encoding
+    records are the final encoding's only, one per weight stored encoded."""
+    g, weights = _model(np.random.default_rng(0))
+    opts = BakeOptions.from_profile("size").replace(calibration=[_feeds(0)], min_cosine=0.9995)
+    result = {}
+    records = _progress_records(lambda: result.update(report=bake(g, weights, opts)[1]))
+    report = result["report"]
+    by_kind: dict[str, list[tuple[int, int]]] = {}
+    for r in records:
+        by_kind.setdefault(r.msg, []).append(r.progress)
+    [calibration] = [k for k in by_kind if k.startswith("measuring accuracy")]
+    kept = sum(t.kept for t in report.accuracy.tensors)
+    lossy = len(report.accuracy.tensors)  # the toy's weights are all lossy candidates
+    assert kept >= 1 and report.accuracy.runs == 1 + lossy + 1 + kept
+    assert [done for done, _ in by_kind[calibration]] == list(range(report.accuracy.runs))
+    assert all(done < total for done, total in by_kind[calibration])
+    encoded = sum(report.optimize.encoded.values())
+    assert by_kind["encoding %s as %s"] == [(i, encoded) for i in range(encoded)]
+    passes = by_kind["pass %d of %d: %s"]
+    assert passes == [(i, len(passes)) for i in range(len(passes))]

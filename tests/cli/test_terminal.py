@@ -81,9 +81,21 @@ def test_bake_on_a_terminal_shows_progress_and_colour(long_named, tmp_path):
     assert code == 0, out.decode(errors="replace")
     assert ANSI.search(out)  # styles: bold headers and titles
     text = ANSI.sub(b"", out).decode()
-    for step in ("pass 1 of", "specialize", "encode_weights", "as gguf_q8_0 (1 of 2 tensors)",
-                 "bytes written"):
+    for step in ("pass 1 of", "specialize", "encode_weights", "as gguf_q8_0", "bytes written"):
         assert step in text, step
+    # the counted work has a bar with its percentage and the time left (h:mm:ss)
+    assert re.search(r"pass \d+ of \d+: \w+ .*\d+% .*\d:\d\d:\d\d", text), text[-2000:]
+
+
+def test_calibration_is_one_progress_line_on_a_terminal(long_named, tmp_path):
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, x=np.random.default_rng(0).standard_normal((32, 784)).astype(np.float32))
+    code, out = in_pty(["bake", long_named, "-o", tmp_path / "m.rlx", "--profile", "size",
+                        "--calibrate", feeds], columns=400)
+    assert code == 0, out.decode(errors="replace")
+    text = ANSI.sub(b"", out).decode()
+    assert "measuring accuracy on the calibration inputs: every weight encoded" in text
+    assert "(1 of 1 tensors)" not in text  # no per-weight "encoding" line while measuring
 
 
 def test_bake_piped_has_no_progress_colour_or_trailing_spaces(long_named, tmp_path):

@@ -202,7 +202,8 @@ def _write_streaming(out, file: RlxFile) -> None:
             digest.update(piece)
             out.write(piece)
             done += len(piece)
-            progress.debug("%s of %s bytes written", f"{done:,}", f"{total:,}")
+            progress.debug("%s of %s bytes written", f"{done:,}", f"{total:,}",
+                           extra={"progress": (done, total)})
         digests.append(digest.hexdigest())
         cursor += data.nbytes
     flags, header = layout.header_region(digests)

@@ -32,6 +32,7 @@ __all__ = ["OutputAccuracy", "TensorAccuracy", "AccuracyReport", "guard_encoding
            "compare_outputs", "DEFAULT_MIN_COSINE"]
 
 log = logging.getLogger(__name__)
+progress = logging.getLogger("rlx.progress")  # what a terminal shows while it runs
 
 DEFAULT_MIN_COSINE = 0.9995
 Feeds = Mapping[str, np.ndarray]
@@ -109,18 +110,30 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 class _Runner:
-    def __init__(self, graph: Graph, feeds: Sequence[Feeds]):
-        self.graph, self.feeds = graph, list(feeds)
+    """Runs the exact graph once, then encoded versions of it, on the calibration feeds;
+    each run is one step of one progress line (`planned` runs: the total, until the guard
+    needs more)."""
+
+    def __init__(self, graph: Graph, feeds: Sequence[Feeds], planned: int):
+        self.graph, self.feeds, self.planned = graph, list(feeds), planned
+        self.runs = 0
+        self._progress("the exact graph")
         compiled = Session().compile(graph)
         self.names = compiled.output_names
         self.refs = [compiled.run(f) for f in self.feeds]
         self.runs = 1
 
-    def measure(self, choices: Sequence[WeightChoice]) -> list[OutputAccuracy]:
-        encoded, _ = apply_weight_encodings(self.graph, list(choices))
+    def measure(self, choices: Sequence[WeightChoice], what: str) -> list[OutputAccuracy]:
+        self._progress(what)
+        encoded, _ = apply_weight_encodings(self.graph, list(choices), quiet=True)
         compiled = Session().compile(encoded)
         self.runs += 1
         return compare_outputs(self.names, self.refs, [compiled.run(f) for f in self.feeds])
+
+    def _progress(self, what: str) -> None:
+        total = max(self.planned, self.runs + 1)
+        progress.debug("measuring accuracy on the calibration inputs: %s", what,
+                       extra={"progress": (self.runs, total)})
 
 
 def _misses(acc: list[OutputAccuracy], min_cosine: float, max_abs: float | None) -> float:
@@ -137,17 +150,17 @@ def guard_encodings(graph: Graph, choices: Sequence[WeightChoice], feeds: Sequen
     """The choices that keep every output within the targets on `feeds`, and the report."""
     min_cos = DEFAULT_MIN_COSINE if min_cosine is None else float(min_cosine)
     report = AccuracyReport(True, len(feeds), min_cos, max_abs_error)
-    runner = _Runner(graph, feeds)
+    runner = _Runner(graph, feeds, planned=len(choices) + 2)
     rows = {c.node_id: TensorAccuracy.of(c) for c in choices}
     score: dict[int, float] = {}
     for c in choices:
-        alone = runner.measure([c])
+        alone = runner.measure([c], f"{c.name} alone")
         row = rows[c.node_id]
         row.cosine = min(a.cosine for a in alone)
         row.max_abs = max(a.max_abs for a in alone)
         score[c.node_id] = _misses(alone, min_cos, max_abs_error)
     kept = list(choices)
-    acc = runner.measure(kept)
+    acc = runner.measure(kept, "every weight encoded")
     report.proposed = acc
     while kept and _misses(acc, min_cos, max_abs_error) > 1:
         worst = max(kept, key=lambda c: (score[c.node_id], c.node_id))
@@ -158,7 +171,7 @@ def guard_encodings(graph: Graph, choices: Sequence[WeightChoice], feeds: Sequen
                       f"{row.max_abs:.3g}); with it encoded the worst output cosine was "
                       f"{min(a.cosine for a in acc):.6f}")
         log.info("guard: %s kept at f32: %s", worst.name, row.reason)
-        acc = runner.measure(kept) if kept else [
+        acc = runner.measure(kept, f"{worst.name} kept at f32") if kept else [
             type(a)(a.name, 1.0, 0.0) for a in acc]
     report.final = acc
     report.met = _misses(acc, min_cos, max_abs_error) <= 1

@@ -25,9 +25,16 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
-from rich.live import Live
-from rich.progress import track
-from rich.spinner import Spinner
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TaskProgressColumn,
+    TextColumn,
+    TimeRemainingColumn,
+    track,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -48,7 +55,9 @@ EXIT_ERROR = 3  # an RlxError (or an OS error on a path the user gave)
 PLAIN_WIDTH = 1_000_000  # a file or pipe: tables as wide as their content, nothing folded
 PROGRESS_LOGGER = "rlx.progress"
 """Long work (passes, packing, writing) logs what it is doing here at DEBUG; the command
-line shows the latest message beside its spinner, on a terminal only."""
+line shows it under its spinner, on a terminal only. A record whose `progress` attribute
+(`extra={"progress": (done, total)}`) counts its work gets a bar with percentage and time
+left; records of one message template are one bar."""
 
 _SHORT_CELL = 16  # a column whose cells are all this short never wraps
 _STYLES = {"OK": "bold green", "yes": "green", "NO": "bold red", "FAILED": "bold red"}
@@ -112,20 +121,17 @@ class Ui:
     @contextlib.contextmanager
     def step(self, text: str) -> Iterator[Callable[[str], None]]:
         """A spinner while a long step runs; yields a function that changes its text. What
-        the library logs on `PROGRESS_LOGGER` meanwhile (which pass, tensors packed, bytes
-        written) shows after the text."""
+        the library logs on `PROGRESS_LOGGER` meanwhile shows too (see there)."""
         if not self.interactive:
             yield lambda _: None
             return
-        spinner = Spinner("dots", Text(text), style="green")
-        with Live(spinner, console=self.err, transient=True, refresh_per_second=12.5) as live:
-
-            def show(new: str) -> None:  # drawn now: a fast step's message is seen too
-                spinner.update(text=Text(new))
-                live.refresh()
-
-            with _progress_to(lambda detail: show(f"{text}: {detail}")):
-                yield show
+        columns = (SpinnerColumn(style="green"), TextColumn("{task.description}", markup=False),
+                   BarColumn(), TaskProgressColumn(), TimeRemainingColumn())
+        with Progress(*columns, console=self.err, transient=True,
+                      refresh_per_second=12.5) as bars:
+            lines = _ProgressLines(bars, text)
+            with _progress_to(lines.record):
+                yield lines.show
 
     def track(self, items: Sequence, text: str) -> Iterable:
         """A progress bar over `items` (several repeats, say), when interactive."""
@@ -193,17 +199,50 @@ def _console(stream) -> Console:
                    soft_wrap=False)
 
 
+class _ProgressLines:
+    """A step's lines while it runs: its own (its text, then what the library says it is
+    doing), and a bar per kind of counted work (message template): the first kind (a
+    bake's passes) and below it the latest other one (weights encoded, calibration runs,
+    bytes written), so each phase is one line however many records it sends."""
+
+    def __init__(self, bars: Progress, text: str):
+        self.bars, self.text = bars, text
+        self.own = bars.add_task(text, total=None)
+        self.kinds: dict[str, TaskID] = {}
+
+    def show(self, text: str) -> None:  # drawn now: a fast step's message is seen too
+        self.bars.update(self.own, description=text)
+        self.bars.refresh()
+
+    def record(self, record: logging.LogRecord) -> None:
+        message = one_line(record.getMessage())
+        counts = getattr(record, "progress", None)
+        if counts is None:
+            self.show(f"{self.text}: {message}")
+            return
+        done, total = counts
+        kind = str(record.msg)
+        task = self.kinds.get(kind)
+        if task is None:
+            task = self.kinds[kind] = self.bars.add_task(message, total=total)
+        first = next(iter(self.kinds.values()))
+        for other in self.kinds.values():
+            self.bars.update(other, visible=other in (first, task))
+        self.bars.update(task, description=message, completed=done, total=total)
+        self.bars.refresh()
+
+
 class _ProgressHandler(logging.Handler):
-    def __init__(self, show: Callable[[str], None]):
+    def __init__(self, show: Callable[[logging.LogRecord], None]):
         super().__init__(logging.DEBUG)
         self.show = show
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.show(one_line(record.getMessage()))
+        self.show(record)
 
 
 @contextlib.contextmanager
-def _progress_to(show: Callable[[str], None]) -> Iterator[None]:
+def _progress_to(show: Callable[[logging.LogRecord], None]) -> Iterator[None]:
     """Send `PROGRESS_LOGGER`'s messages to `show` while the block runs (only there: the
     logger is silent, and never reaches the -v log, otherwise)."""
     logger = logging.getLogger(PROGRESS_LOGGER)

@@ -95,7 +95,8 @@ def run_pipeline(steps: Iterable[Step], graph: Graph, *,
     previous: str | None = None
     steps = list(steps)
     for number, step in enumerate(steps, 1):
-        progress.debug("pass %d of %d: %s", number, len(steps), step.name)
+        progress.debug("pass %d of %d: %s", number, len(steps), step.name,
+                       extra={"progress": (number - 1, len(steps))})
         try:
             graph, result = step.run(graph)
             if verify:

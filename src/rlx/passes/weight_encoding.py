@@ -343,9 +343,10 @@ def _rel_error(values: np.ndarray, encoding: Encoding, rows: int, perm: tuple[in
     return float(np.linalg.norm(decoded - values)) / norm if norm else 0.0
 
 
-def apply_weight_encodings(graph: Graph, choices: tuple[WeightChoice, ...] | list[WeightChoice]
-                           ) -> tuple[Graph, int]:
-    """The graph with each chosen constant stored encoded; (graph, constants encoded)."""
+def apply_weight_encodings(graph: Graph, choices: tuple[WeightChoice, ...] | list[WeightChoice],
+                           *, quiet: bool = False) -> tuple[Graph, int]:
+    """The graph with each chosen constant stored encoded; (graph, constants encoded).
+    `quiet`: no progress records (the accuracy guard encodes a weight at a time, often)."""
     by_id = {c.node_id: c for c in choices}
     if not by_id:
         return graph, 0
@@ -355,8 +356,9 @@ def apply_weight_encodings(graph: Graph, choices: tuple[WeightChoice, ...] | lis
     for node in graph.nodes():
         choice = by_id.get(node.id)
         if choice is not None:
-            progress.debug("encoding %s as %s (%d of %d tensors)", choice.name,
-                           choice.encoding, len(packed) + 1, len(by_id))
+            if not quiet:
+                progress.debug("encoding %s as %s", choice.name, choice.encoding,
+                               extra={"progress": (len(packed), len(by_id))})
             packed[node.id] = _emit(rw, node, choice, node.id in kept)
             continue
         weight = _rewritten_weight(node, by_id)
