@@ -227,6 +227,11 @@ def test_input_shape_errors(cli, flatten_onnx, files, tmp_path):
                  r"names no symbolic dim of the graph inputs: bacth \(declared: batch\)")
     assert_error(cli("bake", flatten_onnx, "-o", out, "--input-shapes", "x:3,4"),
                  r"does not fit the declared shape")
+    # a name the model lacks: its real inputs listed (the flatten model has one, x)
+    assert_error(cli("bake", flatten_onnx, "-o", out, "--input-shapes", "X:3,4,8"),
+                 r"input_shapes names no graph input: X \(the model's inputs: x\)$")
+    json_error = cli("bake", flatten_onnx, "-o", out, "--input-shapes", "X:3,4,8", "--json")
+    assert json_error.json()["error"]["message"].endswith("(the model's inputs: x)")
     assert_error(cli("bake", flatten_onnx, "-o", out, "--input-shapes", "x=3"),
                  r"expected NAME:D,D", code=2)
     assert_error(cli("bake", "--input-shapes", "x:3,4,8", flatten_onnx, "-o", out),

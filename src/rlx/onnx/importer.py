@@ -172,9 +172,12 @@ class Importer:
             names.add(value.name)
         initialized = {t.name for t in graph.initializer} | \
             {t.values.name for t in graph.sparse_initializer}
-        unknown = sorted(set(self.input_shapes) - ({v.name for v in graph.input} - initialized))
+        real = [v.name for v in graph.input if v.name not in initialized]
+        unknown = sorted(set(self.input_shapes) - set(real))
         if unknown:
-            raise ModelImportError(f"input_shapes names no graph input: {', '.join(unknown)}")
+            raise ModelImportError(
+                f"input_shapes names no graph input: {', '.join(unknown)} (the model's "
+                f"inputs: {', '.join(real) or 'none'})")
         used_symbols: set[str] = set()
         for value in graph.input:
             if value.name not in initialized:  # an initialized input is a Param (IR >= 4)
