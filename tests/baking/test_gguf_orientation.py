@@ -11,6 +11,7 @@ import pytest
 from gguf.quants import dequantize, quantize
 
 from rlx import BakeOptions, bake_bundle
+from rlx.deferred import materialize
 from rlx.ir import BinaryOp, DType, Gather, Graph, Shape
 from rlx.runtime import Session
 from rlx.weights import load_weights
@@ -64,7 +65,8 @@ def test_f32_and_packed_policies_bake_the_same_model(tmp_path, w_type):
     v64 = decoded(v_nk, Q.Q8_0).astype(np.float64).T
     want = feeds["x"] @ v64 @ w64 + embed[feeds["ids"]].astype(np.float64) @ w64
     outs = {}
-    for policy, profile in [("f32", "exact"), ("packed", "fold"), ("f32", "fold")]:
+    for policy, profile in [("f32", "exact"), ("packed", "fold"), ("f32", "fold"),
+                            ("packed", "exact")]:
         opts = BakeOptions.from_profile(profile)
         bundle = load_weights(path, policy, opts)
         file, _ = bake_bundle(_graph(), bundle, opts)
@@ -72,3 +74,30 @@ def test_f32_and_packed_policies_bake_the_same_model(tmp_path, w_type):
         np.testing.assert_allclose(outs[policy, profile], want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(outs["f32", "exact"], outs["packed", "fold"], rtol=1e-5,
                                atol=1e-5)
+
+
+def test_an_explicit_packed_policy_keeps_packs_under_the_exact_profile(tmp_path):
+    """`--weights-policy packed` with the exact profile: the Q8_0 pack is stored as it came
+    (its bytes, not re-encoded from f32), and the ternary packing still takes the dense,
+    exactly ternary weight."""
+    rng = np.random.default_rng(1)
+    w_nk = rng.standard_normal((N, K)).astype(np.float32)
+    v_nk = rng.integers(-1, 2, (K, K)).astype(np.float32)  # exactly ternary, dense f32
+    embed = rng.standard_normal((V, K)).astype(np.float32)
+    path = tmp_path / "model.gguf"
+    _write(path, {"w": (Q.Q8_0, w_nk), "v": (Q.F32, v_nk), "embed": (Q.F32, embed)})
+    opts = BakeOptions.from_profile("exact")
+    file, _ = bake_bundle(_graph(), load_weights(path, "packed", opts), opts)
+    by_encoding = {}
+    for row in file.weights:
+        by_encoding.setdefault(row.encoding, []).append(row)
+    [w_row] = by_encoding["gguf_q8_0"]
+    assert materialize(w_row.data).tobytes() == quantize(w_nk, Q.Q8_0).tobytes()
+    assert len(by_encoding["gguf_tq2_0"]) == 1  # v, packed from its dense f32 values
+    feeds = {"x": rng.standard_normal((3, K)).astype(np.float32),
+             "ids": np.array([1, 2, 3], np.int64)}
+    w64 = dequantize(quantize(w_nk, Q.Q8_0), Q.Q8_0).astype(np.float64).T
+    want = (feeds["x"] @ v_nk.T.astype(np.float64)) @ w64 + \
+        embed[feeds["ids"]].astype(np.float64) @ w64
+    (got,) = Session().compile(file.into_runtime_graph()).run(feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -217,3 +217,28 @@ def test_an_old_profile_name_still_bakes_and_says_its_new_name(cli, files, tmp_p
     assert warnings == ["warning: bake profile 'compact' is an old name: use 'size'"]
     usage = cli("bake", "--help").out
     assert "compact" not in usage.split("--profile", 1)[1].split("--memory", 1)[0]
+
+
+def test_an_explicit_packed_policy_is_honoured_under_the_exact_profile(cli, files, tmp_path):
+    """A Q8_0 pack in a GGUF file stays packed with --weights-policy packed (the exact
+    profile's ternary packing needs f32 for the dense weights only); auto decodes it."""
+    import gguf
+    from gguf.quants import quantize
+
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    path, w2_nk = tmp_path / "w.gguf", files.weights["w2"].T.copy()  # GGUF stores [N, K]
+    writer = gguf.GGUFWriter(str(path), "test")
+    writer.add_tensor("w2", quantize(w2_nk, q8), raw_dtype=q8)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    out = tmp_path / "m.rlx"  # w2 only: the numbers are checked in tests/baking
+    d = cli("bake", files.graph_json, "-w", path, "--weights-policy", "packed", "-o", out,
+            "--json").json()
+    assert d["weights"]["verdict"].startswith("NO-GO: weights-policy=packed")
+    assert {e["encoding"]: e["tensors"] for e in d["by_encoding"]}.get("gguf_q8_0") == 1
+    auto = cli("bake", files.graph_json, "-w", path, "--weights-policy", "auto", "-o",
+               tmp_path / "a.rlx", "--json").json()
+    assert auto["weights"]["verdict"].startswith("GO: bake ternary/quant rewrites")
+    assert "gguf_q8_0" not in {e["encoding"] for e in auto["by_encoding"]}

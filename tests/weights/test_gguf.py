@@ -109,10 +109,13 @@ def test_no_go_keeps_packs_as_raw_blocks(model, policy):
 
 @pytest.mark.parametrize("profile_opts", [SimpleNamespace(ternary=True, quant=False),
                                           SimpleNamespace(ternary=False, quant=True)])
-def test_rewrites_force_decoding_even_when_keeping_packs(model, profile_opts):
-    bundle = load_weights(model, "packed", profile_opts)
+def test_rewrites_decode_packs_under_auto_but_an_explicit_packed_keeps_them(model,
+                                                                             profile_opts):
+    bundle = load_weights(model, "auto", profile_opts)
     assert bundle.verdict.go and bundle.packed == []
     assert bundle.tensors["q8"].dtype == np.float32
+    kept = load_weights(model, "packed", profile_opts)
+    assert not kept.verdict.go and sorted(w.name for w in kept.packed) == sorted(PACKS)
 
 
 @pytest.mark.parametrize("scheme, name", [(Encoding.GGUF_Q8_0, "q8"),

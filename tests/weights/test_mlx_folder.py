@@ -112,6 +112,18 @@ def test_no_go_keeps_packs_and_matches_quantized_matmul(tmp_path, mode, bits, gr
                                           ours)
 
 
+@pytest.mark.parametrize("profile", [BakeProfile.EXACT, BakeProfile.SIZE])
+def test_an_explicit_packed_policy_keeps_mlx_packs_under_any_profile(tmp_path, profile):
+    folder, info = mlx_folder(tmp_path, "affine", 4, 64)
+    opts = BakeOptions.from_profile(profile)
+    file, _ = bake_bundle(mlp(True), load_weights(folder, "packed", opts), opts)
+    assert {w.name: w.encoding for w in file.weights}["l1.weight"] == "mlx_affine/4/64"
+    x = np.random.default_rng(3).standard_normal((2, K)).astype(np.float32)
+    # size stores the dense f32 bias as f16 (its rounding: ~1e-3 relative)
+    tol = 1e-4 if profile is BakeProfile.EXACT else 2e-2
+    np.testing.assert_allclose(run(file, x), oracle(info, x), rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize(("mode", "bits", "group"), SCHEMES[:1] + SCHEMES[-2:])
 def test_go_dequantizes_like_mlx(tmp_path, mode, bits, group):
     folder, info = mlx_folder(tmp_path, mode, bits, group)
@@ -129,9 +141,11 @@ def test_go_dequantizes_like_mlx(tmp_path, mode, bits, group):
 def test_policy_rules_and_the_safetensors_path(tmp_path):
     folder, _ = mlx_folder(tmp_path, "affine", 4, 64, mx.bfloat16)
     assert not load_weights(folder, "packed").verdict.go
-    # the quant passes need f32 weights: GO whatever the policy (reference rule 1)
+    # the quant passes need f32 weights: auto decodes for them (reference rule 1); an
+    # explicit packed keeps the packs (the passes take the dense weights only)
     size = BakeOptions.from_profile(BakeProfile.SIZE)
     assert load_weights(folder, "auto", size).verdict.go
+    assert not load_weights(folder, "packed", size).verdict.go
     via_file = load_weights(folder / "model.safetensors", "auto")
     assert {w.name for w in via_file.packed} >= {"l1.weight", "l1.scales", "l1.biases"}
     assert via_file.tensors["l1.bias"].dtype.name == "bfloat16"  # dense keeps its dtype

@@ -45,19 +45,22 @@ def test_default_and_str():
 
 
 @pytest.mark.parametrize("policy, info, opts, go, reason", [
-    # 1. ternary/quant rewrites need f32 weights, whatever the policy
-    (P.KEEP_PACKED, PACKS, SimpleNamespace(ternary=True, quant=False), True,
-     "bake ternary/quant rewrites need f32 MatMul weights"),
+    # 1. an explicit packed is honoured (the rewrites take the dense weights)
+    (P.KEEP_PACKED, PACKS, SimpleNamespace(ternary=True, quant=False), False,
+     "weights-policy=packed: source has packs/half"),
+    (P.KEEP_PACKED, PACKS, SimpleNamespace(ternary=True, quant=True), False,
+     "weights-policy=packed: source has packs/half"),
+    # 2. otherwise ternary/quant rewrites need f32 weights
     (P.AUTO, PACKS, SimpleNamespace(ternary=False, quant=True), True,
      "bake ternary/quant rewrites need f32 MatMul weights"),
-    # 2. f32-first always decodes
+    # 3. f32-first always decodes
     (P.F32_FIRST, PACKS, NO_REWRITES, True, "weights-policy=f32 (explicit)"),
     (P.F32_FIRST, PLAIN, None, True, "weights-policy=f32 (explicit)"),
-    # 3. keep-packed keeps packs or half, else falls back
+    # 4. keep-packed keeps packs or half, else falls back
     (P.KEEP_PACKED, PACKS, NO_REWRITES, False, "weights-policy=packed: source has packs/half"),
     (P.KEEP_PACKED, HALF, NO_REWRITES, False, "weights-policy=packed: source has packs/half"),
     (P.KEEP_PACKED, PLAIN, None, True, "weights-policy=packed but no packs/half"),
-    # 4. auto keeps packs only
+    # 5. auto keeps packs only
     (P.AUTO, PACKS, NO_REWRITES, False, "auto: source has packs"),
     (P.AUTO, HALF, NO_REWRITES, True, "auto: no beneficial packs — decode to f32"),
     (P.AUTO, PLAIN, None, True, "auto: no beneficial packs — decode to f32"),
@@ -73,11 +76,13 @@ def test_verdict_rules(policy, info, opts, go, reason):
     assert verdict.reason.startswith(reason)
 
 
-def test_verdict_ternary_forces_f32():
-    """Reference test: exact profile + keep-packed + packs -> GO."""
+def test_verdict_ternary_forces_f32_under_auto_only():
+    """The reference's test had exact profile + keep-packed + packs -> GO (the explicit
+    policy silently overridden); here auto decodes for the rewrites, packed keeps packs."""
     opts = BakeOptions.from_profile("exact")
     assert opts.ternary
-    assert f32_first_verdict(P.KEEP_PACKED, PACKS, opts).go
+    assert f32_first_verdict(P.AUTO, PACKS, opts).go
+    assert not f32_first_verdict(P.KEEP_PACKED, PACKS, opts).go
 
 
 def test_verdict_auto_keeps_packs():

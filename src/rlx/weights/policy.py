@@ -91,21 +91,22 @@ class F32FirstVerdict:
 
 def f32_first_verdict(policy: WeightLoadPolicy, info: WeightSourceInfo,
                       opts: Any = None) -> F32FirstVerdict:
-    """The reference's rules, first match wins.
+    """The reference's rules, first match wins, but for an explicit `packed`, honoured first.
 
     `opts` is anything with boolean `ternary` and `quant` attributes (a `BakeOptions`);
     None means no rewrites. The ternary/quant passes repack dense f32 MatMul weights, so
-    they need every weight decoded whatever the policy.
+    `auto` decodes every weight for them; the reference did so for an explicit `packed`
+    too, silently. Here `packed` keeps the packs and the rewrites take the dense weights.
     """
+    if policy is WeightLoadPolicy.KEEP_PACKED:
+        if info.has_packs or info.has_native_half:
+            return F32FirstVerdict(False, "weights-policy=packed: source has packs/half — "
+                                          "keep source encoding")
+        return F32FirstVerdict(True, "weights-policy=packed but no packs/half — fall back to f32")
     if getattr(opts, "ternary", False) or getattr(opts, "quant", False):
         return F32FirstVerdict(True, "bake ternary/quant rewrites need f32 MatMul weights")
     if policy is WeightLoadPolicy.F32_FIRST:
         return F32FirstVerdict(True, "weights-policy=f32 (explicit)")
-    if policy is WeightLoadPolicy.KEEP_PACKED:
-        if info.has_packs or info.has_native_half:
-            return F32FirstVerdict(
-                False, "weights-policy=packed: source has packs/half — keep source encoding")
-        return F32FirstVerdict(True, "weights-policy=packed but no packs/half — fall back to f32")
     if info.has_packs:
         return F32FirstVerdict(False, "auto: source has packs — keep them packed")
     if info.has_native_half and info.path_kind is WeightPathKind.DDUF:
