@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import gguf
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 from safetensors.numpy import load_file, save_file
 
 from rlx.cli import main
 from tests.cli.conftest import assert_error
+from tests.cli.test_bake import run_file
 
 
 @pytest.mark.parametrize("profile", ["exact", "size"])
@@ -200,3 +203,46 @@ def test_bake_refuses_to_write_over_its_weights(cli, files, tmp_path):
     assert_error(cli("bake", files.graph_json, "-w", weights, "-o", weights), "is the input",
                  code=2)
     assert weights.read_bytes() == files.npz.read_bytes()
+
+
+def _gemm_model(b: np.ndarray, c: np.ndarray) -> onnx.ModelProto:
+    """y = Gemm(x, B, C, transB=1): the bake folds B's transpose into a weight of its own."""
+    node = helper.make_node("Gemm", ["x", "B", "C"], ["y"], transB=1, name="/fc/Gemm")
+    graph = helper.make_graph(
+        [node], "fc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 48])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 40])],
+        [numpy_helper.from_array(b, "B"), numpy_helper.from_array(c, "C")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_folded_weight_written_by_tensors_names_its_param_when_baked_again(cli, tmp_path):
+    """tensors -> bake --weights: a weight the bake folded (Gemm's B transposed) comes out
+    under a made-up name; baking with it says which param it is, transposed (a warning
+    when other tensors match, the error when none does), and bound under that name, in
+    that layout, it is what runs (checked against onnxruntime)."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(0)
+    b, c = (rng.standard_normal(s).astype(np.float32) for s in ((40, 48), (40,)))
+    src, baked, written = tmp_path / "fc.onnx", tmp_path / "fc.rlx", tmp_path / "w.safetensors"
+    onnx.save(_gemm_model(b, c), src)
+    assert cli("bake", src, "-o", baked).code == 0
+    assert cli("tensors", baked, "-o", written).code == 0
+    [folded] = [n for n in load_file(written) if n not in ("B", "C")]
+    assert "C" in load_file(written)  # the bias, under its own name: it matches
+    again = cli("bake", src, "--weights", written, "-o", tmp_path / "again.rlx", "--json")
+    assert again.json()["report"]["unused_bindings_likely"] == {folded: "param 'B' transposed"}
+    assert f"{folded} (likely param 'B' transposed)" in again.err
+    alone = tmp_path / "alone.safetensors"
+    assert cli("tensors", baked, "-o", alone, "--names", folded).code == 0
+    assert_error(cli("bake", src, "--weights", alone, "-o", tmp_path / "no.rlx"),
+                 rf"matches none of the graph's params .*; {folded} is likely param 'B' "
+                 r"transposed\)$")
+    new = rng.standard_normal((48, 40)).astype(np.float32)  # the folded layout: B.T
+    save_file({"B": np.ascontiguousarray(new.T)}, tmp_path / "fixed.safetensors")
+    fixed = tmp_path / "fixed.rlx"
+    assert cli("bake", src, "--weights", tmp_path / "fixed.safetensors", "-o", fixed).code == 0
+    x = rng.standard_normal((2, 48)).astype(np.float32)
+    want = ort.InferenceSession(_gemm_model(new.T.copy(), c).SerializeToString()).run(
+        None, {"x": x})[0]
+    np.testing.assert_allclose(run_file(fixed, x), want, rtol=1e-5, atol=1e-5)

@@ -107,7 +107,8 @@ def _weights(model: LoadedModel, path: str | os.PathLike | None,
     if chosen is None:
         return WeightBundle(dict(model.bindings), source=model.source), None
     loaded = load_weights(chosen, policy, opts)
-    params = {n.source_name for n in model.graph.params()}
+    params = {n.source_name: tuple(int(d) for d in n.tensor_shape.dims)
+              for n in model.graph.params()}
     bundle = overlay_weights(model.bindings, loaded, params, source=str(chosen))
     used = WeightsUsed(str(chosen), len(loaded.tensors), len(loaded.packed),
                        str(loaded.verdict) if loaded.verdict else None)

@@ -48,6 +48,7 @@ from rlx.passes.pipeline import Outcome, Step
 from rlx.passes.weight_encoding import EncodingPlan
 from rlx.passes.weight_roles import WeightRole
 from rlx.weights.bundle import WeightBundle
+from rlx.weights.matching import likely_params
 
 __all__ = ["BakeReport", "OptimizeStats", "bake", "bake_bundle", "bake_steps"]
 
@@ -122,6 +123,8 @@ class BakeReport:
     params_baked: int = 0  # params turned into constants (whether or not later folded)
     params_remaining: list[str] = field(default_factory=list)
     unused_bindings: list[str] = field(default_factory=list)  # bindings matching no param
+    # the param an unused binding is likely a baked form of ("param 'fc.w' transposed")
+    unused_bindings_likely: dict[str, str] = field(default_factory=dict)
     constant_bytes: int = 0  # Constant payload bytes left in the graph
     weight_count: int = 0
     weight_bytes: int = 0
@@ -152,12 +155,7 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     opts = opts or BakeOptions()
     verify(graph)
     report = BakeReport(op_types_before=_op_types(graph))
-    param_names = {n.source_name for n in graph.params()}
-    report.unused_bindings = sorted(
-        (set(bundle.tensors) | {w.name for w in bundle.packed}) - param_names
-        - passes.mlx_companions(bundle.packed))
-    if report.unused_bindings:
-        log.warning("bindings matching no param: %s", ", ".join(report.unused_bindings))
+    _check_bindings(graph, bundle, report)
 
     g, counts, outcomes = passes.run_pipeline(bake_steps(opts, bundle), graph)
     verify(g)
@@ -196,6 +194,24 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     log.info("baked %r: %d -> %d computing nodes, %d weights, %d bytes", graph.name,
              report.nodes_before, report.nodes_after, report.weight_count, report.weight_bytes)
     return file, report
+
+
+def _check_bindings(graph: Graph, bundle: WeightBundle, report: BakeReport) -> None:
+    """Note (and warn of) the bindings no param is named by, with the param each is likely
+    a baked form of (weights written by `rlx-bake tensors` under a baked graph's names)."""
+    params = {n.source_name: tuple(int(d) for d in n.tensor_shape.dims)
+              for n in graph.params()}
+    report.unused_bindings = sorted(
+        (set(bundle.tensors) | {w.name for w in bundle.packed}) - set(params)
+        - passes.mlx_companions(bundle.packed))
+    report.unused_bindings_likely = likely_params(report.unused_bindings, bundle.tensors,
+                                                  params)
+    likely = report.unused_bindings_likely
+    if report.unused_bindings:
+        log.warning("bindings matching no param (left out of the bake): %s%s", ", ".join(
+            name + (f" (likely {likely[name]})" if name in likely else "")
+            for name in report.unused_bindings),
+            "; to bind one, name it after its param, in the param's layout" if likely else "")
 
 
 def bake_steps(opts: BakeOptions, bundle: WeightBundle) -> list[Step]:

@@ -191,7 +191,10 @@ def _render_bake(d: dict, ui: Ui) -> None:
         ("weight bytes", _size_change(d["weights_in_bytes"], d["weights_out_bytes"])),
     ]
     if report["unused_bindings"]:
-        steps.append(("bindings matching no param", ", ".join(report["unused_bindings"])))
+        likely = report["unused_bindings_likely"]
+        steps.append(("bindings matching no param", ", ".join(
+            name + (f" (likely {likely[name]})" if name in likely else "")
+            for name in report["unused_bindings"])))
     ui.pairs("what each step did", steps)
     _render_op_table(d, ui)
     if d["by_encoding"]:

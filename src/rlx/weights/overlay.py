@@ -9,6 +9,7 @@ from typing import Any
 
 from rlx.errors import WeightError
 from rlx.weights.bundle import WeightBundle
+from rlx.weights.matching import likely_params
 
 __all__ = ["overlay_weights"]
 
@@ -16,13 +17,18 @@ __all__ = ["overlay_weights"]
 def overlay_weights(own: Mapping[str, Any], loaded: WeightBundle, params: Collection[str],
                     source: str | None = None) -> WeightBundle:
     """`own` (the model's bindings) overlaid with `loaded` (from `load_weights`), for a graph
-    whose params are named `params`; `WeightError` when `loaded` names none of them.
+    whose params are named `params` (a mapping to their shapes: the error then says which
+    param a tensor likely is); `WeightError` when `loaded` names none of them.
     `source`: the weights path to name (default `loaded.source`)."""
     source = loaded.source if source is None else source
     names = set(loaded.tensors) | {w.name for w in loaded.packed}
     if not names & set(params):
+        likely = likely_params(names, {**own, **loaded.tensors}, params) \
+            if isinstance(params, Mapping) else {}
+        hints = "".join(f"; {name} is likely {hint}" for name, hint in sorted(likely.items()))
         raise WeightError(f"weights file {source} matches none of the graph's params "
-                          f"(weights: {some_names(names)}; params: {some_names(set(params))})")
+                          f"(weights: {some_names(names)}; params: {some_names(set(params))}"
+                          f"{hints})")
     packed = {w.name for w in loaded.packed}
     tensors = {k: v for k, v in {**own, **loaded.tensors}.items() if k not in packed}
     return WeightBundle(tensors, list(loaded.packed), source, bt=loaded.bt)
