@@ -215,3 +215,86 @@ def test_verify_min_cosine_mismatches_and_argmax(cli, files, tmp_path):
     strict = cli("verify", files.rlx, "--onnx", files.onnx, "--inputs", feeds,
                  "--min-cosine", "1.5", "--json").json()
     assert not strict["ok"] and strict["outputs"][0]["cosine"] == pytest.approx(1, abs=1e-6)
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def test_verify_of_a_size_file_says_why_it_differs_and_the_min_cosine_it_meets(cli, files,
+                                                                              tmp_path):
+    """The default tolerance fails on a file baked lossy: verify names the profile and the
+    rounded weights, and suggests --min-cosine C with C the measured worst cosine rounded
+    down; that C then passes."""
+    import onnxruntime as ort
+
+    from rlx import load
+    from rlx.artifact import read_rlx
+
+    small, feeds = tmp_path / "small.rlx", tmp_path / "feeds.npz"
+    assert cli("bake", files.onnx, "-o", small, "--profile", "size").code == 0
+    np.savez(feeds, x=files.x)
+    result = cli("verify", small, "--onnx", files.onnx, "--inputs", feeds, "--json")
+    assert result.code == 1
+    d = result.json()
+    rounded: dict[str, int] = {}
+    for w in read_rlx(small).weights:
+        if w.encoding in ("f16", "gguf_q8_0"):
+            rounded[w.encoding] = rounded.get(w.encoding, 0) + 1
+    assert rounded and d["baked"] == {"profile": "size", "rounded_weights": rounded,
+                                      "source_quantized_ops": {}}
+    cosine = _cosine(load(small).run({"x": files.x})[0],
+                     ort.InferenceSession(str(files.onnx)).run(None, {"x": files.x})[0])
+    advice = d["advice"]
+    assert advice.startswith("the outputs are lossy by design (") and "profile size" in advice
+    least = advice.rsplit("--min-cosine ", 1)[1]
+    decimals = len(least.split(".")[1])
+    assert float(least) <= cosine < float(least) + 10 ** -decimals
+    text = cli("verify", small, "--onnx", files.onnx, "--inputs", feeds).out
+    assert text.splitlines()[-1] == f"note: {advice}"
+    passed = cli("verify", small, "--onnx", files.onnx, "--inputs", feeds, "--min-cosine",
+                 least, "--json")
+    assert passed.code == 0 and passed.json()["advice"] is None
+    exact = cli("verify", files.rlx, "--onnx", files.onnx, "--json").json()
+    assert exact["ok"] and exact["advice"] is None and exact["baked"]["rounded_weights"] == {}
+
+
+def test_verify_names_the_quantising_ops_of_the_source_model(cli, tmp_path):
+    from tests.int8_models import mlp, quantized
+
+    path = quantized(mlp((64, 96, 32)), tmp_path, "q")
+    baked = tmp_path / "q.rlx"
+    assert cli("bake", path, "-o", baked).code == 0
+    d = cli("verify", baked, "--onnx", path, "--json").json()
+    ops: dict[str, int] = {}
+    for node in onnx.load(path).graph.node:
+        if node.op_type in ("DynamicQuantizeLinear", "MatMulInteger"):
+            ops[node.op_type] = ops.get(node.op_type, 0) + 1
+    assert ops and d["baked"]["source_quantized_ops"] == ops
+    if not d["ok"]:
+        assert d["advice"].startswith("the outputs are quantised at run time (")
+
+
+def test_verify_argmax_agreement_for_thousands_of_classes(cli, tmp_path):
+    """An OCR head's 8,210 classes: argmax agreement is measured whatever the class count
+    (it was blank above 1,000)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 8210)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["scores"])], "head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 16])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [3, 8210])],
+        [numpy_helper.from_array(w, "w")])
+    path, baked, feeds = tmp_path / "head.onnx", tmp_path / "head.rlx", tmp_path / "x.npz"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert cli("bake", path, "-o", baked).code == 0
+    x = rng.standard_normal((3, 16)).astype(np.float32)
+    np.savez(feeds, x=x)
+    (out,) = cli("verify", baked, "--onnx", path, "--inputs", feeds, "--json").json()["outputs"]
+    ref = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    ours = x.astype(np.float64) @ w.astype(np.float64)
+    assert out["argmax_agree"] == float(np.mean(ours.argmax(-1) == ref.argmax(-1)))

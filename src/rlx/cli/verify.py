@@ -1,6 +1,7 @@
 """`rlx-bake verify`: a `.rlx` file's outputs (through `rlx.load`, on any engine) against
 onnxruntime's on the ONNX model, output by output: max errors, cosine, elements out of
-tolerance and argmax agreement."""
+tolerance and argmax agreement; and how the file was baked, so that a lossy file failing
+the default (exact) tolerance is told so, with the `--min-cosine` it meets."""
 
 from __future__ import annotations
 
@@ -12,13 +13,16 @@ from typing import Any
 
 import numpy as np
 
+from rlx.artifact import open_artifact
 from rlx.cli.formatting import fmt_shape, one_line
 from rlx.cli.inputs import load_npz, non_negative_float
 from rlx.cli.run import add_engine_options, load_for_run, num, summary
 from rlx.cli.self_test import verify_bundled
 from rlx.cli.sign import add_trusted_key_option, trusted_keys
 from rlx.cli.ui import CliError, Outcome, Ui, add_password_options, password_from
+from rlx.errors import RlxError
 from rlx.ir import DType, Shape
+from rlx.onnx import onnx_op_types, read_model
 
 __all__ = ["add_commands"]
 
@@ -110,7 +114,56 @@ def _reference_outputs(ort, path: str, feeds: Mapping[str, np.ndarray]) -> tuple
 
 
 _RTOL, _ATOL = 1e-4, 1e-5
-_MAX_CLASSES = 1000  # a last axis of 2..this many floats reads as class scores
+# encodings that round an f32 weight when the bake stores it so (TQ2_0 packs only exact
+# ternaries, q8_f32 only weights already on an int8 grid)
+_ROUNDING = ("f16", "bf16", "gguf_q8_0")
+
+
+def _how_baked(model, path: str, password, onnx_path: str) -> dict[str, Any]:
+    """The file's profile, its weights stored with rounding (by encoding) and the ONNX
+    model's quantising ops (by op type): why the two can differ beyond float error."""
+    try:
+        file = model.file
+    except RlxError:  # an encrypted file is opened with its password
+        file = open_artifact(path, password)
+    rounded: dict[str, int] = {}
+    for w in file.weights:
+        if w.dtype == "f32" and w.encoding in _ROUNDING:
+            rounded[w.encoding] = rounded.get(w.encoding, 0) + 1
+    ops = onnx_op_types(read_model(onnx_path))
+    quantizing = {op: n for op, n in sorted(ops.items()) if _quantizes(op)}
+    return {"profile": file.meta.profile or None, "rounded_weights": rounded,
+            "source_quantized_ops": quantizing}
+
+
+def _quantizes(op: str) -> bool:
+    """ONNX (and contrib) ops that compute on quantised values: their rounding is the
+    runtime's own (QuantizeLinear, DynamicQuantizeLinear, MatMulInteger, QLinearConv,
+    MatMulNBits ...)."""
+    name = op.rpartition(".")[2]
+    return "Quantize" in name or "Integer" in name or name.startswith("QLinear") \
+        or name.endswith("NBits")
+
+
+def _advice(rows: list[dict], baked: dict[str, Any], elementwise: bool) -> str | None:
+    """When the elementwise check failed on a file meant to differ (rounded weights, or a
+    quantising source model): why, the worst cosine measured, and the --min-cosine that
+    checks the file as intended (the cosine rounded down one digit past its nines)."""
+    why = [f"{n} weight(s) stored as {e}" for e, n in baked["rounded_weights"].items()]
+    why += [f"{op} x{n}" for op, n in baked["source_quantized_ops"].items()]
+    cosines = [r["cosine"] for r in rows if r["cosine"] is not None]
+    if not elementwise or all(r["ok"] for r in rows) or not why or not cosines:
+        return None
+    worst = min(cosines)
+    digits = max(int(-np.floor(np.log10(max(1 - worst, 1e-12)))), 2)
+    kind = "lossy by design" if baked["rounded_weights"] else "quantised at run time"
+    text = (f"the outputs are {kind} ({', '.join(why)}; profile "
+            f"{baked['profile'] or '?'}), so the default tolerance (float error only) does "
+            f"not apply; worst output cosine {worst:.{digits + 2}f}")
+    if worst < 0.99:
+        return text + ": more than rounding apart"
+    least = np.floor(worst * 10**digits) / 10**digits
+    return text + f": check it with --min-cosine {least:.{digits}f}"
 
 
 def _compare(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float,
@@ -147,8 +200,9 @@ def _compare(ours: np.ndarray, ref: np.ndarray, rtol: float, atol: float,
 
 def _argmax_agreement(ours: np.ndarray, ref: np.ndarray) -> float | None:
     """Share of rows (all axes but the last) whose largest entry is the same one, for
-    float outputs that look like class scores (rank >= 2, 2..1000 on the last axis)."""
-    if ref.ndim < 2 or not 2 <= ref.shape[-1] <= _MAX_CLASSES or ref.dtype.kind != "f":
+    float outputs that can be class scores (rank >= 2, 2 or more on the last axis: an OCR
+    head has thousands)."""
+    if ref.ndim < 2 or ref.shape[-1] < 2 or ref.dtype.kind != "f":
         return None
     rows = ref.reshape(-1, ref.shape[-1])
     if not rows.shape[0]:
@@ -188,7 +242,9 @@ def _verify(args, ui: Ui) -> Outcome:
             for name, ref_name, o, r in zip([spec.name for spec in model.outputs],
                                             ref_names, ours, refs)]
     ok = all(r["ok"] for r in rows)
+    baked = _how_baked(model, args.file, password, args.onnx)
     data = {"command": "verify", "file": args.file, "onnx": args.onnx, "ok": ok,
+            "baked": baked, "advice": _advice(rows, baked, elementwise),
             "rtol": rtol, "atol": atol, "min_cosine": args.min_cosine,
             "elementwise": elementwise,
             "inputs": args.inputs or f"random (seed {args.seed})",
@@ -211,9 +267,11 @@ def _render_verify(d: dict, ui: Ui) -> None:
         checks.append(f"every element within atol {d['atol']:g} + rtol {d['rtol']:g} * "
                       "|reference|")
     if d["min_cosine"] is not None:
-        checks.append(f"cosine >= {d['min_cosine']:g}")
+        checks.append(f"cosine >= {d['min_cosine']}")  # as given: 0.9999997 is not 1
     ui.line(f"{verdict}: {' and '.join(checks)} (max rel err is relative to the largest "
             "|reference| value; out of tol counts elements outside atol + rtol * |reference|)")
+    if d["advice"]:
+        ui.line(f"note: {d['advice']}")
 
 
 def _mismatch(r: dict) -> str:
