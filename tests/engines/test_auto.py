@@ -28,9 +28,9 @@ def test_measures_once_then_reads_the_cache(tmp_path, monkeypatch, caplog):
     timed: list[str] = []
     real = auto._measure
 
-    def counting(runners, feeds_, outputs):
+    def counting(runners, feeds_, outputs, **options):
         timed.extend(runners)
-        return real(runners, feeds_, outputs)
+        return real(runners, feeds_, outputs, **options)
 
     monkeypatch.setattr(auto, "_measure", counting)
     with caplog.at_level(logging.INFO, logger="rlx.engines"):
@@ -151,8 +151,8 @@ def test_auto_says_it_measures_how_long_and_what_it_chose_on_a_terminal(tmp_path
     model = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
     lines = terminal.getvalue().splitlines()
     assert len(lines) == 2
-    assert lines[0].startswith("rlx: auto: measuring ") and f"at most {auto.BUDGET_S:.1f} s" \
-        in lines[0]
+    assert lines[0].startswith("rlx: auto: measuring ") and \
+        f"at most {auto.COLD_BUDGET_S:.1f} s beyond building the first" in lines[0]
     assert lines[1].startswith(f"rlx: auto: chose {model.engine}, fastest (")
     terminal.truncate(0)
     rlx.load(mlp.path, cache_dir=tmp_path / "cache")  # cached: nothing to wait for
@@ -175,7 +175,7 @@ def test_key_follows_the_artifact_and_options(tmp_path):
 def test_exact_never_picks_bf16(tmp_path, monkeypatch):
     """Even when OpenVINO measures fastest, precision="exact" gets it in f32."""
     mlp = write_mlp(tmp_path / "mlp.rlx")
-    monkeypatch.setattr(auto, "_measure", lambda runners, f, o: {
+    monkeypatch.setattr(auto, "_measure", lambda runners, f, o, **_: {
         name: 0.001 if name == "openvino" else 1.0 for name in runners})
     model = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
     assert (model.engine, model.precision) == ("openvino", "exact")
@@ -302,3 +302,50 @@ def test_auto_runs_add_nothing_to_the_chosen_engines(tmp_path):
         direct = rlx.load(mlp.path, engine=chosen.engine, cache_dir=tmp_path / "cache")
         assert type(chosen.runner) is type(direct.runner)
         assert _calls_per_run(chosen, feeds()) == _calls_per_run(direct, feeds())
+
+
+class _Free:
+    def run(self, feeds_, outputs):
+        return []
+
+
+def _warm_up(build_seconds: dict[str, float]) -> tuple[auto._WarmUp, list[str]]:
+    """`_warm_up` over builds that cost `build_seconds` on a fake clock; the build order."""
+    clock, order = [0.0], []
+
+    def build(name):
+        order.append(name)
+        clock[0] += build_seconds[name]
+        return _Free()
+
+    done = auto._warm_up(list(build_seconds), build, {}, [], "m.rlx", clock=lambda: clock[0])
+    return done, order
+
+
+def test_the_cold_budget_leaves_out_a_build_it_cannot_afford():
+    """The preferred engine is built first (its build, imports and all, is what loading it
+    costs anyway); another only when the later builds so far plus the quickest of them
+    leave MIN_TIMING_S of COLD_BUDGET_S."""
+    later = (auto.COLD_BUDGET_S - auto.MIN_TIMING_S) / 2 + 0.1  # two of them do not fit
+    done, order = _warm_up({"numpy": later, "onnxruntime": 3.0, "openvino": later})
+    assert order == ["onnxruntime", "openvino"] and done.skipped == ["numpy"]
+    assert done.extra == pytest.approx(later)
+    cheap = (auto.COLD_BUDGET_S - auto.MIN_TIMING_S) / 4
+    done, order = _warm_up({"numpy": cheap, "onnxruntime": 3.0, "openvino": cheap})
+    assert order == ["onnxruntime", "openvino", "numpy"] and done.skipped == []
+
+
+def test_the_timing_gets_what_the_builds_left(monkeypatch):
+    budgets = []
+    monkeypatch.setattr(auto, "_measure", lambda runners, f, o, **options: (
+        budgets.append(options["budget"]) or {n: 1.0 for n in runners}))
+    for spent, budget in [(0.2, auto.BUDGET_S), (1.2, auto.COLD_BUDGET_S - 1.2),
+                          (1.9, auto.MIN_TIMING_S)]:
+        w = auto._WarmUp(runners={"onnxruntime": _Free(), "openvino": _Free()},
+                         warmed={"onnxruntime": 1.0, "openvino": 1.0},
+                         later={"openvino": spent})
+        auto._pick(w, {}, [])
+        assert budgets.pop() == pytest.approx(budget)
+    one = auto._WarmUp(runners={"onnxruntime": _Free()}, skipped=["openvino"])
+    assert auto._pick(one, {}, []) == (
+        "onnxruntime", "the only candidate left within the time bound", {})

@@ -40,7 +40,7 @@ def test_a_warm_load_reads_the_header_alone(tmp_path, engine, monkeypatch):
     if engine == "auto":  # make onnxruntime auto's cached choice, whatever is fastest here
         from rlx.engines import auto
 
-        monkeypatch.setattr(auto, "_measure", lambda runners, f, o: {
+        monkeypatch.setattr(auto, "_measure", lambda runners, f, o, **_: {
             name: 0.001 if name == "onnxruntime" else 1.0 for name in runners})
         assert rlx.load(mlp.path, cache_dir=cache).engine == "onnxruntime"
     cold = _probe(mlp.path, engine, cache)  # saves the prepacked copy if not yet there
