@@ -24,6 +24,7 @@ from rlx.artifact.memory import (
     strip_graph_weight_bytes,
     strip_table_weight_bytes,
 )
+from rlx.artifact.precision import PrecisionPlan
 from rlx.artifact.self_test import SelfTest, SelfTestSection
 from rlx.artifact.weight_row import LAYOUTS, RlxWeight
 from rlx.errors import ArtifactError
@@ -77,6 +78,8 @@ class RlxMeta:
     quant_packed: int = 0
     profile: str = ""
     memory_mode: str = "duplex"
+    # a fast bake's precision plan (`rlx.artifact.precision.PrecisionPlan.to_json`), or {}
+    precision_plan: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The header's `meta` object (dims as lists, as JSON has them)."""
@@ -132,6 +135,13 @@ class RlxFile:
             n.op.nbytes for n in self.graph.nodes() if isinstance(n.op, Constant))
         self.meta.weight_count = len(self.weights)
         self.meta.weight_bytes = sum(w.nbytes for w in self.weights)
+
+    @property
+    def precision_plan(self) -> PrecisionPlan | None:
+        """The plan a fast bake stored (already checked by the reader), or None."""
+        if not self.meta.precision_plan:
+            return None
+        return PrecisionPlan.from_json(self.meta.precision_plan, _refuse)
 
     def weight(self, name: str) -> RlxWeight | None:
         return next((w for w in self.weights if w.name == name), None)
@@ -235,6 +245,10 @@ ensure_runtime_ready = RlxFile.ensure_runtime_ready
 into_runtime_graph = RlxFile.into_runtime_graph
 relayout = RlxFile.relayout
 apply_memory_mode = RlxFile.apply_memory_mode
+
+
+def _refuse(message: str) -> None:
+    raise ArtifactError(message)
 
 
 def io_of(name: str, shape: Shape) -> RlxIo:

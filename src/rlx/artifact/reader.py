@@ -19,6 +19,7 @@ from rlx.artifact.header import io_fields, read_header
 from rlx.artifact.layout import ALIGN, ENCRYPTED_MAGIC, PREAMBLE, align, checksum
 from rlx.artifact.memory import MemoryMode
 from rlx.artifact.model import ArtifactOrigin, RlxFile, RlxIo, RlxMeta, RlxWeight, io_of
+from rlx.artifact.precision import PrecisionPlan
 from rlx.artifact.self_test import SelfTestSection
 from rlx.codecs import encoded_nbytes
 from rlx.errors import ArtifactError, EncryptedFileError, IntegrityError, RlxError
@@ -211,6 +212,8 @@ class _Reader:
             value = body[f.name]
             if f.name in ("inputs", "outputs"):
                 value = [self._io(v) for v in (value if isinstance(value, list) else [None])]
+            elif f.name == "precision_plan":
+                PrecisionPlan.from_json(value, self.fail)
             elif f.name == "params_remaining":
                 if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                     self.fail("meta.params_remaining must be a list of names")

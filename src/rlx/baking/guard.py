@@ -29,22 +29,27 @@ from rlx.passes.weight_encoding import WeightChoice, apply_weight_encodings
 from rlx.runtime.session import Session
 
 __all__ = ["OutputAccuracy", "TensorAccuracy", "AccuracyReport", "guard_encodings",
-           "compare_outputs", "DEFAULT_MIN_COSINE"]
+           "compare_outputs", "DEFAULT_MIN_COSINE", "MIN_ARGMAX_AGREEMENT", "OutputRunner",
+           "misses"]
 
 log = logging.getLogger(__name__)
 progress = logging.getLogger("rlx.progress")  # what a terminal shows while it runs
 
 DEFAULT_MIN_COSINE = 0.9995
+MIN_ARGMAX_AGREEMENT = 0.99
+"""The share of positions whose argmax must agree on a class-score output."""
 Feeds = Mapping[str, np.ndarray]
 
 
 @dataclass
 class OutputAccuracy:
-    """One output: worst cosine and largest abs error over the calibration feeds."""
+    """One output: worst cosine and largest abs error over the calibration feeds, and on a
+    class-score output the share of positions whose argmax (last axis) agrees."""
 
     name: str
     cosine: float
     max_abs: float
+    argmax: float | None = None
 
 
 @dataclass
@@ -83,17 +88,23 @@ class AccuracyReport:
 
 
 def compare_outputs(names: Sequence[str], refs: Sequence[Sequence[np.ndarray]],
-                    outs: Sequence[Sequence[np.ndarray]]) -> list[OutputAccuracy]:
-    """Per output: min cosine and max abs error over the feeds (refs[i][j]: feed i, out j)."""
+                    outs: Sequence[Sequence[np.ndarray]],
+                    class_scores: Sequence[str] = ()) -> list[OutputAccuracy]:
+    """Per output: min cosine and max abs error over the feeds (refs[i][j]: feed i, out j),
+    and argmax agreement over every position of the outputs named in `class_scores`."""
     result = []
     for j, name in enumerate(names):
-        cosines, errors = [], []
+        cosines, errors, same, positions = [], [], 0, 0
         for ref, out in zip(refs, outs, strict=True):
-            a = np.asarray(ref[j], np.float64).ravel()
-            b = np.asarray(out[j], np.float64).ravel()
-            cosines.append(cosine(a, b))
+            a = np.asarray(ref[j], np.float64)
+            b = np.asarray(out[j], np.float64)
+            cosines.append(cosine(a.ravel(), b.ravel()))
             errors.append(float(np.max(np.abs(a - b))) if a.size else 0.0)
-        result.append(OutputAccuracy(name, min(cosines), max(errors)))
+            if name in class_scores and a.ndim and a.size:
+                agree = np.argmax(a, axis=-1) == np.argmax(b, axis=-1)
+                same, positions = same + int(agree.sum()), positions + agree.size
+        argmax = same / positions if positions else None
+        result.append(OutputAccuracy(name, min(cosines), max(errors), argmax))
     return result
 
 
@@ -109,26 +120,34 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return value if np.isfinite(value) else 0.0
 
 
-class _Runner:
-    """Runs the exact graph once, then encoded versions of it, on the calibration feeds;
-    each run is one step of one progress line (`planned` runs: the total, until the guard
-    needs more)."""
+class OutputRunner:
+    """Runs variants of one graph on the feeds with the numpy runtime and compares their
+    outputs with the graph's own (`refs`, computed once unless given); each run is one step
+    of one progress line (`planned` runs: the total, until the guard needs more)."""
 
-    def __init__(self, graph: Graph, feeds: Sequence[Feeds], planned: int):
-        self.graph, self.feeds, self.planned = graph, list(feeds), planned
+    def __init__(self, graph: Graph, feeds: Sequence[Feeds],
+                 refs: Sequence[Sequence[np.ndarray]] | None = None,
+                 class_scores: Sequence[str] = (), planned: int = 0):
+        self.graph, self.feeds, self.class_scores = graph, list(feeds), tuple(class_scores)
+        self.planned = planned
         self.runs = 0
-        self._progress("the exact graph")
+        if refs is None:
+            self._progress("the exact graph")
         compiled = Session().compile(graph)
         self.names = compiled.output_names
-        self.refs = [compiled.run(f) for f in self.feeds]
-        self.runs = 1
+        self.refs = list(refs) if refs is not None else [compiled.run(f) for f in self.feeds]
+        self.runs = 0 if refs is not None else 1
 
     def measure(self, choices: Sequence[WeightChoice], what: str) -> list[OutputAccuracy]:
-        self._progress(what)
         encoded, _ = apply_weight_encodings(self.graph, list(choices), quiet=True)
-        compiled = Session().compile(encoded)
+        return self.measure_graph(encoded, what)
+
+    def measure_graph(self, graph: Graph, what: str) -> list[OutputAccuracy]:
+        self._progress(what)
+        compiled = Session().compile(graph)
         self.runs += 1
-        return compare_outputs(self.names, self.refs, [compiled.run(f) for f in self.feeds])
+        return compare_outputs(self.names, self.refs, [compiled.run(f) for f in self.feeds],
+                               self.class_scores)
 
     def _progress(self, what: str) -> None:
         total = max(self.planned, self.runs + 1)
@@ -136,11 +155,15 @@ class _Runner:
                        extra={"progress": (self.runs, total)})
 
 
-def _misses(acc: list[OutputAccuracy], min_cosine: float, max_abs: float | None) -> float:
-    """How far past the targets the worst output is (<= 1 when every target holds)."""
+def misses(acc: list[OutputAccuracy], min_cosine: float, max_abs: float | None = None
+           ) -> float:
+    """How far past the targets the worst output is (<= 1 when every target holds); an
+    argmax agreement under `MIN_ARGMAX_AGREEMENT` counts as missing by 2."""
     worst = max((1 - a.cosine) / max(1 - min_cosine, 1e-12) for a in acc)
     if max_abs is not None:
         worst = max(worst, max(a.max_abs / max(max_abs, 1e-30) for a in acc))
+    if any(a.argmax is not None and a.argmax < MIN_ARGMAX_AGREEMENT for a in acc):
+        worst = max(worst, 2.0)
     return worst
 
 
@@ -150,7 +173,7 @@ def guard_encodings(graph: Graph, choices: Sequence[WeightChoice], feeds: Sequen
     """The choices that keep every output within the targets on `feeds`, and the report."""
     min_cos = DEFAULT_MIN_COSINE if min_cosine is None else float(min_cosine)
     report = AccuracyReport(True, len(feeds), min_cos, max_abs_error)
-    runner = _Runner(graph, feeds, planned=len(choices) + 2)
+    runner = OutputRunner(graph, feeds, planned=len(choices) + 2)
     rows = {c.node_id: TensorAccuracy.of(c) for c in choices}
     score: dict[int, float] = {}
     for c in choices:
@@ -158,11 +181,11 @@ def guard_encodings(graph: Graph, choices: Sequence[WeightChoice], feeds: Sequen
         row = rows[c.node_id]
         row.cosine = min(a.cosine for a in alone)
         row.max_abs = max(a.max_abs for a in alone)
-        score[c.node_id] = _misses(alone, min_cos, max_abs_error)
+        score[c.node_id] = misses(alone, min_cos, max_abs_error)
     kept = list(choices)
     acc = runner.measure(kept, "every weight encoded")
     report.proposed = acc
-    while kept and _misses(acc, min_cos, max_abs_error) > 1:
+    while kept and misses(acc, min_cos, max_abs_error) > 1:
         worst = max(kept, key=lambda c: (score[c.node_id], c.node_id))
         kept.remove(worst)
         row = rows[worst.node_id]
@@ -174,7 +197,7 @@ def guard_encodings(graph: Graph, choices: Sequence[WeightChoice], feeds: Sequen
         acc = runner.measure(kept, f"{worst.name} kept at f32") if kept else [
             type(a)(a.name, 1.0, 0.0) for a in acc]
     report.final = acc
-    report.met = _misses(acc, min_cos, max_abs_error) <= 1
+    report.met = misses(acc, min_cos, max_abs_error) <= 1
     report.tensors = [rows[c.node_id] for c in choices]
     report.runs = runner.runs
     return kept, report

@@ -24,6 +24,7 @@ class BakeProfile(enum.Enum):
     FOLD = "fold"
     EXACT = "exact"
     SIZE = "size"
+    FAST = "fast"
 
     @classmethod
     def parse(cls, text: str) -> BakeProfile:
@@ -56,6 +57,7 @@ _ALIASES: dict[BakeProfile, tuple[str, ...]] = {
     BakeProfile.FOLD: (),
     BakeProfile.EXACT: ("lossless",),
     BakeProfile.SIZE: (),
+    BakeProfile.FAST: (),
 }
 # old names, accepted with a warning naming the new one ("compact" is also a memory mode)
 _RENAMED = {"none": BakeProfile.MERGE, "cleanup": BakeProfile.FOLD,
@@ -67,6 +69,8 @@ _DESCRIPTIONS = {
     BakeProfile.EXACT: "lossless: skip zero matmuls, pack exact-ternary weights (TQ2_0), clean up",
     BakeProfile.SIZE: "exact + Q8_0 on matmul/conv/gather weights, f16 on other large "
                       "floats (lossy)",
+    BakeProfile.FAST: "exact + a precision plan checked on --calibrate feeds: int8 (QDQ) "
+                      "where every output keeps --min-cosine (default 0.999), f32 elsewhere",
 }
 
 
@@ -81,12 +85,14 @@ class BakeOptions:
     skip_zero: bool = True
     ternary: bool = True
     quant: bool = False
+    precision_plan: bool = False  # the fast profile's int8 plan (rlx.baking.fast)
     unfold: bool = True
     memory: MemoryMode = MemoryMode.COMPACT
     dedupe_constants: bool = True
     keep_folded_bindings: bool = False
     # the accuracy guard of the lossy encodings (rlx.baking.guard): feeds to measure on,
-    # and the targets every output must meet on them (cosine default 0.9995 when calibrating)
+    # and the targets every output must meet on them (cosine default 0.9995 when calibrating,
+    # 0.999 for the fast profile's precision plan)
     calibration: Sequence[Mapping[str, np.ndarray]] | None = None
     min_cosine: float | None = None
     max_abs_error: float | None = None
@@ -118,4 +124,6 @@ _TABLE = {
     BakeProfile.FOLD: _row(True, False, False, False, MemoryMode.COMPACT, True, False),
     BakeProfile.EXACT: _row(True, True, True, False, MemoryMode.COMPACT, True, False),
     BakeProfile.SIZE: _row(True, True, True, True, MemoryMode.COMPACT, True, False),
+    BakeProfile.FAST: {**_row(True, True, True, False, MemoryMode.COMPACT, True, False),
+                       "precision_plan": True},
 }

@@ -33,7 +33,9 @@ import numpy as np
 from rlx import passes
 from rlx.artifact.memory import MemoryStats
 from rlx.artifact.model import RlxFile, RlxWeight
+from rlx.artifact.precision import PrecisionPlan
 from rlx.baking.encoding import EncodedWeights, encode_weights
+from rlx.baking.fast import FastPlan, plan_precision
 from rlx.baking.guard import AccuracyReport
 from rlx.baking.options import BakeOptions
 from rlx.baking.self_test import build_self_test
@@ -133,6 +135,7 @@ class BakeReport:
     memory: MemoryStats = field(default_factory=MemoryStats)
     # every weight the encoding stage stored encoded or kept, with its measured accuracy
     accuracy: AccuracyReport = field(default_factory=AccuracyReport)
+    precision: PrecisionPlan | None = None  # the fast profile's plan, as stored in the file
 
     @property
     def nodes_before(self) -> int:
@@ -164,6 +167,9 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     for encoded in outcomes.get("encode_weights", []):
         assert isinstance(encoded, EncodedWeights)  # what encode_weights returns
         report.accuracy = encoded.accuracy
+    for planned in outcomes.get("plan_precision", []):
+        assert isinstance(planned, FastPlan)  # what plan_precision returns
+        report.precision = planned.plan
 
     if opts.self_test is not False:
         exact = outcomes["keep_exact_graph"][0]
@@ -176,6 +182,7 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
         skipped_zero_matmuls=stats.skipped_zero_matmuls,
         ternary_packed=stats.ternary_packed, quant_packed=stats.quant_packed,
         profile=opts.profile.value,
+        precision_plan=report.precision.to_json() if report.precision is not None else {},
     )
     if opts.self_test is not False:
         file.self_test = test
@@ -248,6 +255,9 @@ def bake_steps(opts: BakeOptions, bundle: WeightBundle) -> list[Step]:
         (opts.self_test is not False, Step("keep_exact_graph", _keep_exact)),
         (opts.ternary or opts.quant, Step("encode_weights", functools.partial(
             encode_weights, opts=opts))),
+        # the fast profile's int8 plan, measured on the finished graph (rlx.baking.fast)
+        (opts.precision_plan, Step("plan_precision", functools.partial(
+            _plan_precision, opts=opts))),
         (opts.dedupe_constants, Step("dedupe_identical_constants", _dedupe)),
     ]
     return [step for enabled, step in table if enabled]
@@ -275,6 +285,10 @@ def _self_test_feeds(opts: BakeOptions) -> list[Mapping[str, np.ndarray]] | None
 
 def _bound_bytes(g: Graph) -> int:
     return sum(n.op.nbytes for n in g.nodes() if isinstance(n.op, Constant))
+
+
+def _plan_precision(graph: Graph, opts: BakeOptions) -> tuple[Graph, FastPlan]:
+    return plan_precision(graph, opts.calibration, opts.min_cosine)
 
 
 def _op_types(graph: Graph) -> dict[str, int]:

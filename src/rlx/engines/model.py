@@ -130,7 +130,9 @@ class Model:
 
     @property
     def precision(self) -> str:
-        """"exact" (f32 as the graph says) or "fast" (the engine's default, bf16 on AMX)."""
+        """"exact" (f32 as the graph says), "fast" (the engine's default: bf16 on AMX /
+        AVX512-BF16 CPUs), or for a file baked with the fast profile what runs of its
+        precision plan, e.g. "fast: int8, f32" (`rlx.artifact.precision`)."""
         return self._runner.precision
 
     @property
@@ -253,13 +255,14 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
         if model is not None:
             return model
     from rlx.artifact.open import open_artifact
+    from rlx.artifact.precision import runnable_graph
 
     file = open_artifact(source, password=password,  # .rlx, encrypted .rlx or .rlxp
                          trusted_keys=trusted_keys, signature=signature)
     if not len(file.graph):
         raise InputError(f"{source} holds weights only (a package written with --no-graph): "
                          "there is no graph to run")
-    graph = file.into_runtime_graph()
+    graph = runnable_graph(file.into_runtime_graph(), file.precision_plan, precision)
     runner = _runner(engine, file, graph, source, threads=threads, precision=precision,
                      cache_dir=cache_dir, example=example, prepack=prepack, memory=memory)
     log.info("%s: running on %s (%s precision)", source, runner.name, runner.precision)

@@ -20,11 +20,11 @@ class NumpyRunner:
     name = "numpy"
     private_weight_bytes = 0  # kernels read the weights from the artifact's map
 
-    def __init__(self, graph: Graph, threads: int | None, precision: str):
+    def __init__(self, graph: Graph, threads: int | None, precision: str = "exact"):
         start = time.perf_counter()
         self.compiled = CompiledGraph(graph)
         self.compile_seconds = time.perf_counter() - start  # `rlx-bake run` reports it
-        self.precision = "exact"  # numpy has no faster precision: "fast" runs exact
+        self.precision = precision
         self.threads = threads
         self._pools: list = []  # the thread pools (BLAS, OpenMP) a run sets to `threads`
         if threads is not None:
@@ -54,5 +54,9 @@ class NumpyRunner:
 def build(file: RlxFile, graph: Graph, path: str | None, *, threads: int | None,
           precision: str, cache_dir: str | os.PathLike | None = None,
           prepack: str = "mapped") -> NumpyRunner:
-    """`cache_dir` and `prepack` are unused: this engine keeps nothing on disk."""
-    return NumpyRunner(graph, threads, precision)
+    """`cache_dir` and `prepack` are unused: this engine keeps nothing on disk. numpy has
+    no faster precision of its own: "fast" runs exact, except a fast file's plan, whose
+    numerics it computes (QDQ op by op)."""
+    plan = file.precision_plan
+    label = plan.label(bf16=False) if plan is not None and precision == "fast" else "exact"
+    return NumpyRunner(graph, threads, label)

@@ -206,11 +206,17 @@ class OrtRunner:
     prepack: str
     cached: Path | None  # the prepacked model this session maps
     session: ort.InferenceSession
+    variant: tuple[str, ...] = ()  # which of a file's models the saved cache holds
 
     def __init__(self, file: RlxFile, graph: Graph, threads: int | None,
-                 cache_dir: str | os.PathLike | None = None, prepack: str = "mapped"):
+                 cache_dir: str | os.PathLike | None = None, prepack: str = "mapped",
+                 precision: str = "exact", variant: tuple[str, ...] = ()):
+        """`variant` tells apart the models of one file in the saved cache (the exact
+        graph of a fast file beside its plan's)."""
         check_prepack(prepack)
         self._start(file, prepack)
+        self.precision = precision
+        self.variant = variant
         if self.prepack == "mapped" and _saved_unreadably(graph):
             self.prepack = "heap"
         if self.prepack == "mapped":
@@ -288,7 +294,8 @@ class OrtRunner:
         if origin is None or origin.encrypted:
             return None
         folder = saved_folder(Path(cache_dir) if cache_dir is not None
-                              else default_cache_dir(), origin.key, "onnxruntime")
+                              else default_cache_dir(), origin.key, "onnxruntime",
+                              *self.variant)
         for _ in range(2):
             problem = check_saved(folder, origin.key)
             if problem is not None:
@@ -365,5 +372,12 @@ def _discard(folder: Path) -> None:
 def build(file: RlxFile, graph: Graph, path: str | None, *, threads: int | None,
           precision: str, cache_dir: str | os.PathLike | None = None,
           prepack: str = "mapped") -> OrtRunner:
-    """`path` only names the file: the weights come from `file`, never from disk."""
-    return OrtRunner(file, graph, threads, cache_dir, prepack)
+    """`path` only names the file: the weights come from `file`, never from disk. A fast
+    file's plan runs as QDQ (onnxruntime's int8 kernels); its exact graph is another model,
+    saved beside the plan's in the cache."""
+    plan = file.precision_plan
+    if plan is None:
+        return OrtRunner(file, graph, threads, cache_dir, prepack)
+    if precision == "exact":
+        return OrtRunner(file, graph, threads, cache_dir, prepack, variant=("exact",))
+    return OrtRunner(file, graph, threads, cache_dir, prepack, plan.label(bf16=False))

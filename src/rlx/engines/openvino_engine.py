@@ -14,8 +14,10 @@ plugin executes compressed.
 `precision="exact"` sets INFERENCE_PRECISION_HINT to f32 and turns off the dynamic
 quantization of activations the plugin applies to compressed (int8) weights on CPUs with
 AMX or VNNI (an 0.3 error on a product of unit normals); `"fast"` keeps the plugin's
-defaults (bf16 on AMX / AVX512-BF16 CPUs, f32 elsewhere). Each thread gets its own infer
-request, so one Model may run from many threads.
+defaults (bf16 on AMX / AVX512-BF16 CPUs, f32 elsewhere), except on a file baked with the
+fast profile: its checked plan runs, int8 through the QDQ nodes (the plugin's
+low-precision transformations) and f32 elsewhere, as the plan was measured. Each thread
+gets its own infer request, so one Model may run from many threads.
 """
 
 from __future__ import annotations
@@ -115,7 +117,10 @@ class OpenVinoRunner:
         self._keep, self.private_weight_bytes = _bind_weights(model, self.arrays, self.served)
         self.model = model
         config: dict[str, str] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
-        if precision == "exact":
+        plan = file.precision_plan
+        if plan is not None and precision == "fast":
+            self.precision = plan.label(bf16=False)
+        if precision == "exact" or plan is not None:
             config["INFERENCE_PRECISION_HINT"] = "f32"
             config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = "0"
         if threads is not None:

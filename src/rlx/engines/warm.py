@@ -30,6 +30,7 @@ from pathlib import Path
 
 from rlx.artifact.header import io_fields, read_header
 from rlx.artifact.layout import MAGIC, PREAMBLE
+from rlx.artifact.precision import PrecisionPlan
 from rlx.engines import registry
 from rlx.engines.fingerprint import default_cache_dir
 from rlx.engines.model import FeedInput, IoSpec, Model
@@ -66,7 +67,9 @@ def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
         declared = _declared(path)
         if declared is None:  # not a plain .rlx: left to the full load, unhashed
             return None
-        key, name, inputs, outputs = declared
+        key, name, inputs, outputs, plan = declared
+        if plan is not None and precision == "exact":  # the saved model is the plan's
+            return None
         if engine == "auto":
             from rlx.engines.auto import cached_choice
 
@@ -88,6 +91,8 @@ def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
         from rlx.engines.onnxruntime_engine import OrtRunner
 
         runner = OrtRunner.from_saved(saved, threads)
+        if plan is not None:
+            runner.precision = plan.label(bf16=False)
     except (OSError, RlxError) as err:  # the full load says what is wrong, if anything
         log.debug("%s: no warm load (%s)", path, err)
         return None
@@ -99,8 +104,10 @@ def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
     return Model(runner, inputs, outputs, name=name, path=path)
 
 
-def _declared(path: str) -> tuple[str, str, list[FeedInput], list[IoSpec]] | None:
-    """(content key, the graph's name, inputs, outputs) as the header declares them,
+def _declared(path: str) -> tuple[str, str, list[FeedInput], list[IoSpec],
+                                  PrecisionPlan | None] | None:
+    """(content key, the graph's name, inputs, outputs, precision plan) as the header
+    declares them,
     read through one descriptor; None when the file is no plain `.rlx` (a FIFO or a
     device is never blocked on)."""
     if os.path.isdir(path):
@@ -131,7 +138,9 @@ def _declared(path: str) -> tuple[str, str, list[FeedInput], list[IoSpec]] | Non
         specs[kind] = [_shape(*io_fields(entry, _fail)) for entry in entries]
     inputs = [FeedInput(k, name, shape) for k, (name, shape) in enumerate(specs["inputs"])]
     outputs = [IoSpec(name, shape.dims, shape.dtype.numpy) for name, shape in specs["outputs"]]
-    return f"rlx:{head[24:40].hex()}", meta["name"], inputs, outputs
+    plan = PrecisionPlan.from_json(meta["precision_plan"], _fail) \
+        if meta.get("precision_plan") else None
+    return f"rlx:{head[24:40].hex()}", meta["name"], inputs, outputs, plan
 
 
 def _shape(name: str, dims: tuple, dtype: str) -> tuple[str, Shape]:

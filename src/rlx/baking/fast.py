@@ -1,0 +1,126 @@
+"""The fast profile's bake step: a precision plan checked on calibration feeds.
+
+Every int8 candidate (`rlx.baking.int8`) is ranked by its own measured error
+(`rlx.baking.sensitivity.local_errors`). The plan keeps the k most sensitive candidates f32
+and runs the rest int8, with the smallest k whose graph, run by the numpy runtime on every
+calibration feed, keeps every output within the targets against the exact graph: cosine >=
+`min_cosine` and, on class-score outputs, the argmax at >= 99% of positions
+(`rlx.baking.guard`). k is found by bisection over the ranking: each step is a real
+measurement of the combined plan (errors of many small perturbations add up to first order,
+so fewer int8 nodes means a smaller error, which bisection relies on; the final plan is the
+one measured, so the result never rests on that assumption). That costs about log2(n) runs
+where greedy one-by-one fallback costs up to n.
+
+Without calibration feeds there is no plan: the bake refuses (a fast file that was never
+checked is what this profile exists to avoid).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rlx import passes
+from rlx.artifact.precision import PrecisionPlan
+from rlx.baking.guard import OutputAccuracy, OutputRunner, misses
+from rlx.baking.int8 import Candidate, apply_int8, candidates
+from rlx.baking.sensitivity import calibrate, local_errors
+from rlx.errors import BakeError
+from rlx.ir.graph import Graph
+from rlx.ir.ops.elementwise import Binary, BinaryOp
+from rlx.ir.ops.linalg import MatMul
+from rlx.ir.ops.nn import LogSoftmax, Softmax
+
+__all__ = ["FastPlan", "plan_precision", "class_score_outputs", "DEFAULT_FAST_MIN_COSINE"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FAST_MIN_COSINE = 0.999
+NO_CALIBRATION = ("the fast profile needs calibration feeds to check its plan: --calibrate "
+                  "FEEDS.npz (BakeOptions(calibration=[feeds]))")
+
+Feeds = Mapping[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class FastPlan:
+    """The step's outcome: `count` nodes made int8, and the plan stored in the artifact."""
+
+    count: int = 0
+    plan: PrecisionPlan = field(default_factory=PrecisionPlan)
+
+
+def class_score_outputs(graph: Graph) -> list[str]:
+    """Outputs that are class scores, by the op that makes them: a Softmax / LogSoftmax over
+    the last axis, or a MatMul (with its bias Add) whose last axis has >= 2 entries."""
+    found = []
+    for o in graph.outputs:
+        node = graph.node(o)
+        if isinstance(node.op, Binary) and node.op.op is BinaryOp.ADD:
+            producers = [graph.node(i) for i in node.inputs]
+            node = next((p for p in producers if isinstance(p.op, MatMul)), node)
+        shape = graph.node(o).tensor_shape
+        last = shape.dims[-1] if shape.rank else 1
+        if isinstance(node.op, (Softmax, LogSoftmax)) and node.op.axis in (-1, shape.rank - 1) \
+                or isinstance(node.op, MatMul) and isinstance(last, int) and last >= 2:
+            found.append(graph.node(o).name or f"out{o}")
+    return found
+
+
+def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
+                   min_cosine: float | None = None) -> tuple[Graph, FastPlan]:
+    """`graph` with the int8 nodes of its checked plan in QDQ form, and the plan."""
+    if not feeds:
+        raise BakeError(NO_CALIBRATION)
+    target = DEFAULT_FAST_MIN_COSINE if min_cosine is None else float(min_cosine)
+    found = candidates(graph)
+    refs, ranges = calibrate(graph, found, feeds)
+    runner = OutputRunner(graph, feeds, refs, class_score_outputs(graph))
+    errors = local_errors(graph, found, ranges, feeds) if found else {}
+    ranked = sorted(found, key=lambda c: (-errors[c.node], c.node))  # most sensitive first
+
+    def trial(kept: int) -> tuple[Graph, list[str], list[OutputAccuracy]]:
+        g, quantizers = apply_int8(graph, ranked[kept:], ranges)
+        exact = [OutputAccuracy(a, 1.0, 0.0, 1.0) for a in runner.names]
+        return g, quantizers, runner.measure_graph(g, f"{len(ranked) - kept} node(s) int8") if kept < len(ranked) else exact
+
+    best = trial(0)  # everything int8: one run when that meets the targets
+    low, high = 1, 0
+    if misses(best[2], target) > 1:
+        low, high = 1, len(ranked)  # high: known to meet them (everything f32)
+        best = trial(high)
+    while low < high:
+        mid = (low + high) // 2
+        result = trial(mid)
+        if misses(result[2], target) <= 1:
+            high, best = mid, result
+        else:
+            low = mid + 1
+    g, quantizers, accuracy = best
+    g, _ = passes.eliminate_dead_code(g)
+    plan = _plan(graph, ranked, errors, high, quantizers, accuracy)
+    plan.calibration = {"samples": len(feeds), "min_cosine": target, "runs": runner.runs,
+                        "outputs": [vars(a) for a in accuracy]}
+    log.info("fast plan: %s (%d numpy runs on %d calibration feed(s))", plan.summary,
+             runner.runs, len(feeds))
+    return g, FastPlan(len(ranked) - high, plan)
+
+
+def _plan(graph: Graph, ranked: list[Candidate], errors: dict[int, float], kept: int,
+          quantizers: list[str], accuracy: list[OutputAccuracy]) -> PrecisionPlan:
+    rows = []
+    for rank, c in enumerate(ranked[:kept]):
+        rows.append({"node": c.label(graph), "op": type(graph.node(c.node).op).__name__,
+                     "reason": f"relative error {errors[c.node]:.3g} alone, the "
+                               f"{_ordinal(rank + 1)} most sensitive of {len(ranked)}; with "
+                               "it int8 the calibration outputs missed the targets"})
+    counts = {"int8": len(ranked) - kept, "f32": kept}
+    return PrecisionPlan(counts, quantizers, [], rows)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

@@ -1,0 +1,81 @@
+"""Small ONNX models for the fast profile's tests: a CNN ending in class probabilities and
+an MLP ending in logits, written with onnx.helper so onnxruntime runs the original as the
+independent f32 reference. `outlier=True` gives the MLP a hidden unit whose huge constant
+activation (a bias of 1000, read by a zero row of the next weight) changes nothing in f32
+but takes a per-tensor u8 scale's whole range: the next layer is the sensitive node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper, save
+
+__all__ = ["small_cnn", "mlp", "image_feeds", "vector_feeds"]
+
+
+def _model(nodes, inits, x_shape, output: str, path: Path) -> Path:
+    graph = helper.make_graph(
+        nodes, path.stem, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def small_cnn(folder: Path, seed: int = 0) -> Path:
+    """x [1, 3, 32, 32] -> Conv 16 -> Relu -> Conv 32 /2 -> Relu -> Conv 32 -> Relu ->
+    GlobalAveragePool -> Flatten -> Gemm 10 -> Softmax ("probs")."""
+    rng = np.random.default_rng(seed)
+
+    def conv(cout, cin):
+        return (rng.standard_normal((cout, cin, 3, 3)) * (2 / (9 * cin)) ** 0.5).astype(
+            np.float32), (rng.standard_normal(cout) * 0.1).astype(np.float32)
+
+    inits = {}
+    nodes = []
+    x = "x"
+    for i, (cout, cin, stride) in enumerate(((16, 3, 1), (32, 16, 2), (32, 32, 1))):
+        inits[f"w{i}"], inits[f"b{i}"] = conv(cout, cin)
+        nodes += [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1] * 4,
+                                   strides=[stride] * 2),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        x = f"r{i}"
+    inits["fc"] = (rng.standard_normal((10, 32)) * 0.5).astype(np.float32)
+    inits["fcb"] = (rng.standard_normal(10) * 0.1).astype(np.float32)
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["gap"]),
+              helper.make_node("Flatten", ["gap"], ["flat"]),
+              helper.make_node("Gemm", ["flat", "fc", "fcb"], ["logits"], transB=1),
+              helper.make_node("Softmax", ["logits"], ["probs"], axis=-1)]
+    return _model(nodes, inits, [1, 3, 32, 32], "probs", folder / "small_cnn.onnx")
+
+
+def mlp(folder: Path, seed: int = 0, outlier: bool = False) -> Path:
+    """x [8, 64] -> (MatMul + Add -> Relu) x 2 -> MatMul + Add ("logits", 10 classes)."""
+    rng = np.random.default_rng(seed)
+    sizes = (64, 128, 128, 10)
+    inits, nodes, x = {}, [], "x"
+    for i, (k, n) in enumerate(zip(sizes, sizes[1:])):
+        inits[f"w{i}"] = (rng.standard_normal((k, n)) * (2 / k) ** 0.5).astype(np.float32)
+        inits[f"b{i}"] = (rng.standard_normal(n) * 0.1).astype(np.float32)
+        last = i == len(sizes) - 2
+        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
+                  helper.make_node("Add", [f"m{i}", f"b{i}"], ["logits" if last else f"a{i}"])]
+        if not last:
+            nodes.append(helper.make_node("Relu", [f"a{i}"], [f"h{i}"]))
+            x = f"h{i}"
+    if outlier:
+        inits["b0"][0] = 1000.0  # hidden unit 0 of layer 1: always 1000
+        inits["w1"][0] = 0.0  # ... and layer 2 never reads it
+    name = "mlp_outlier.onnx" if outlier else "mlp.onnx"
+    return _model(nodes, inits, [8, 64], "logits", folder / name)
+
+
+def image_feeds(seed: int, n: int = 1) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)} for _ in range(n)]
+
+
+def vector_feeds(seed: int, n: int = 1) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((8, 64)).astype(np.float32)} for _ in range(n)]
