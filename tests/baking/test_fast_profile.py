@@ -1,0 +1,154 @@
+"""The fast profile: an int8 precision plan checked on calibration feeds (issue 32).
+
+References are independent of rlx: onnxruntime on the original f32 ONNX model, and a float64
+numpy forward pass of the MLP. Held-out feeds (seeds 90..) are never the calibration ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+import rlx
+from rlx import BakeOptions, bake
+from rlx.artifact import read_rlx, write_rlx
+from rlx.baking.int8 import apply_int8, candidates
+from rlx.baking.sensitivity import calibrate
+from rlx.errors import BakeError
+from rlx.ir.dtype import DType
+from rlx.ir.ops.quant import QuantizeLinear
+from rlx.ir.ops.sources import Constant
+from rlx.onnx import import_onnx
+from rlx.runtime import Session
+from tests.baking.fast_models import image_feeds, mlp, small_cnn, vector_feeds
+
+
+def _cosine(a, b) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def _fast(path, feeds, tmp_path, **changes):
+    graph, bindings = import_onnx(path)
+    opts = BakeOptions.from_profile("fast").replace(calibration=feeds, **changes)
+    file, report = bake(graph, bindings, opts)
+    out = tmp_path / f"{path.stem}.rlx"
+    write_rlx(out, file)
+    return out, report
+
+
+def _mlp_forward(path, x, weight=lambda w: w):
+    """float64 forward of `mlp`, each weight passed through `weight` first."""
+    inits = {t.name: numpy_helper.to_array(t).astype(np.float64)
+             for t in onnx.load(path).graph.initializer}
+    h = x.astype(np.float64)
+    for i in range(3):
+        h = h @ weight(inits[f"w{i}"]) + inits[f"b{i}"]
+        h = np.maximum(h, 0) if i < 2 else h
+    return h
+
+
+@pytest.mark.parametrize("model, feeds", [(small_cnn, image_feeds), (mlp, vector_feeds)])
+def test_the_plan_meets_its_targets_on_held_out_feeds(tmp_path, model, feeds):
+    path = model(tmp_path)
+    out, report = _fast(path, feeds(1, 4), tmp_path)
+    plan = report.precision
+    assert plan is not None and plan.counts["int8"] >= 3 and plan.quantizers
+    reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for engine in ("numpy", "onnxruntime", "openvino"):
+        model_ = rlx.load(out, engine=engine, precision="fast")
+        assert model_.precision == "fast: int8, f32"
+        same = []
+        for feed in feeds(90, 4):
+            want, got = reference.run(None, feed)[0], model_.run(feed)[0]
+            assert _cosine(want, got) >= 0.999
+            same.append(np.argmax(want, -1) == np.argmax(got, -1))
+            top2 = np.sort(want, -1)[..., -2:]
+            clear = top2[..., 1] - top2[..., 0] > 0.05 * np.abs(want).max()
+            assert same[-1][clear].all()  # only near-ties of the reference may flip
+        assert np.mean(same) >= 0.95
+
+
+def test_a_sensitive_node_falls_back_to_f32(tmp_path):
+    path = mlp(tmp_path, outlier=True)
+    x = vector_feeds(91)[0]["x"]
+    exact, _ = bake(*import_onnx(path), BakeOptions.from_profile("exact"))
+    graph = exact.into_runtime_graph()
+    found = candidates(graph)
+    _, ranges = calibrate(graph, found, vector_feeds(1, 4))
+    everywhere, _ = apply_int8(graph, found, ranges)  # no guard: every candidate int8
+    int8_everywhere = Session().compile(everywhere).run({"x": x})[0]
+    assert _cosine(int8_everywhere, _mlp_forward(path, x)) < 0.999  # the outlier hurts
+    out, report = _fast(path, vector_feeds(1, 4), tmp_path)
+    kept = {row["node"]: row for row in report.precision.kept}
+    assert "m1" in kept and kept["m1"]["op"] == "MatMul"  # reads the outlier's tensor
+    assert "most sensitive" in kept["m1"]["reason"]
+    assert report.precision.counts["int8"] >= 1
+    got = rlx.load(out, engine="numpy", precision="fast").run({"x": x})[0]
+    assert _cosine(got, _mlp_forward(path, x)) >= 0.999
+
+
+def test_onnxruntime_fuses_the_qdq_export_and_matches_numpy(tmp_path):
+    from rlx.engines.onnxruntime_engine import export_for_ort
+
+    path = small_cnn(tmp_path)
+    out, _ = _fast(path, image_feeds(1, 4), tmp_path)
+    file = read_rlx(out)
+    model_bytes, placer, _ = export_for_ort(file, file.into_runtime_graph())
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    bound = placer.bind(so)  # the weights, alive until the session is made
+    ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+    del bound
+    optimized = onnx.load(so.optimized_model_filepath, load_external_data=False)
+    fused = {n.op_type for n in optimized.graph.node}
+    assert "QLinearConv" in fused and "Conv" not in fused  # its int8 kernels run
+    numpy_model = rlx.load(out, engine="numpy", precision="fast")
+    ort_model = rlx.load(out, engine="onnxruntime", precision="fast")
+    reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for feed in image_feeds(92, 3):
+        planned, fused = numpy_model.run(feed)[0], ort_model.run(feed)[0]
+        # the int8 kernels requantise in integers: a step apart at rounding boundaries,
+        # far closer to the plan's numerics than the plan is to f32
+        f32 = reference.run(None, feed)[0]
+        assert _cosine(planned, fused) >= 0.9999
+        assert np.abs(planned - fused).max() < 0.5 * np.abs(planned - f32).max()
+
+
+def test_the_artifact_round_trips_the_plan(tmp_path):
+    path = mlp(tmp_path, outlier=True)
+    out, report = _fast(path, vector_feeds(1, 2), tmp_path)
+    stored = read_rlx(out).precision_plan
+    assert stored == report.precision
+    assert stored.kept and stored.calibration["samples"] == 2
+    assert stored.calibration["outputs"][0]["argmax"] == 1.0  # logits: class scores
+    graph = read_rlx(out).into_runtime_graph()
+    codes = [n for n in graph.nodes() if isinstance(n.op, Constant)
+             and n.tensor_shape.dtype is DType.I8 and n.tensor_shape.rank == 2]
+    assert codes  # int8 nodes' weights are stored as int8 codes
+
+
+def test_exact_on_a_fast_file_runs_f32_on_the_stored_weights(tmp_path):
+    path = mlp(tmp_path)
+    out, _ = _fast(path, vector_feeds(1, 4), tmp_path)
+
+    def int8_round_trip(w):  # symmetric, one scale per output column, as stored
+        scale = np.abs(w).max(axis=0) / 127
+        return np.clip(np.rint(w / scale), -127, 127) * scale
+
+    for engine in ("numpy", "onnxruntime", "openvino"):
+        model = rlx.load(out, engine=engine, precision="exact")
+        assert model.precision == "exact"
+        for feed in vector_feeds(93, 2):
+            want = _mlp_forward(path, feed["x"], int8_round_trip)
+            np.testing.assert_allclose(model.run(feed)[0], want, rtol=1e-4, atol=1e-4)
+    graph = rlx.load(out, engine="numpy", precision="exact").runner.compiled.graph
+    assert not any(isinstance(n.op, QuantizeLinear) for n in graph.nodes())
+
+
+def test_the_fast_profile_needs_calibration_feeds(tmp_path):
+    graph, bindings = import_onnx(mlp(tmp_path))
+    with pytest.raises(BakeError, match="--calibrate"):
+        bake(graph, bindings, BakeOptions.from_profile("fast"))
