@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> None:
         best = min(p50["ort-f32"], p50["ov-f32"])
         acc = _accuracy(name, onnx_path, rlx_path)
         print(f"{name}: plan {baked['plan']}; {baked['bytes']:,} bytes "
-              f"({baked['bytes'] / baked['onnx_bytes']:.2f}x the ONNX); bake {baked['bake_s']:.1f}s")
+              f"({baked['bytes'] / baked['onnx_bytes']:.2f}x the ONNX); "
+              f"bake {baked['bake_s']:.1f}s")
         print("  p50 ms: " + ", ".join(f"{k} {v:.2f}" for k, v in p50.items()))
         for engine in ("onnxruntime", "openvino"):
             a = acc[engine]

@@ -5,6 +5,8 @@ numpy forward pass of the MLP. Held-out feeds (seeds 90..) are never the calibra
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -14,9 +16,9 @@ from onnx import numpy_helper
 import rlx
 from rlx import BakeOptions, bake
 from rlx.artifact import read_rlx, write_rlx
+from rlx.baking.fast import SEEDED
 from rlx.baking.int8 import apply_int8, candidates
 from rlx.baking.sensitivity import calibrate
-from rlx.errors import BakeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.quant import QuantizeLinear
 from rlx.ir.ops.sources import Constant
@@ -148,7 +150,11 @@ def test_exact_on_a_fast_file_runs_f32_on_the_stored_weights(tmp_path):
     assert not any(isinstance(n.op, QuantizeLinear) for n in graph.nodes())
 
 
-def test_the_fast_profile_needs_calibration_feeds(tmp_path):
+def test_without_calibration_the_plan_is_checked_on_seeded_inputs_and_says_so(
+        tmp_path, caplog):
     graph, bindings = import_onnx(mlp(tmp_path))
-    with pytest.raises(BakeError, match="--calibrate"):
-        bake(graph, bindings, BakeOptions.from_profile("fast"))
+    with caplog.at_level(logging.WARNING, logger="rlx.baking.fast"):
+        _, report = bake(graph, bindings, BakeOptions.from_profile("fast"))
+    assert [r.message for r in caplog.records] == [SEEDED]
+    calibration = report.precision.calibration
+    assert calibration["seeded"] and calibration["samples"] == 2

@@ -31,13 +31,13 @@ def test_old_names_still_parse_and_warn_with_the_new_name(old, profile, caplog):
 
 def test_unknown_profile_lists_the_accepted_names():
     with pytest.raises(BakeError, match="unknown bake profile 'bogus'; expected one of "
-                                        "merge, fold, exact, size, raw, lossless"):
+                                        "merge, fold, exact, size, fast, raw, lossless"):
         BakeProfile.parse("bogus")
 
 
 def test_no_profile_name_is_a_memory_mode_name():
     names = BakeProfile.all_names()
-    assert names[:4] == ["merge", "fold", "exact", "size"]
+    assert names[:5] == ["merge", "fold", "exact", "size", "fast"]
     assert not [n for n in names if _is_memory_mode(n)]
 
 
@@ -60,6 +60,12 @@ def test_size_enables_quant():
     assert merge.memory is MemoryMode.DUPLEX and merge.keep_folded_bindings
     fold = BakeOptions.from_profile(BakeProfile.FOLD)
     assert fold.constant_folding and fold.dce and not fold.skip_zero and not fold.ternary
+
+
+def test_fast_is_exact_plus_a_precision_plan():
+    fast = BakeOptions.from_profile("fast")
+    assert fast.precision_plan and not fast.quant
+    assert fast.replace(precision_plan=False, profile=BakeProfile.EXACT) == BakeOptions()
 
 
 def test_default_options_are_the_exact_profile():

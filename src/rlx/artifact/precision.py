@@ -18,10 +18,12 @@ file, so "exact" is f32 arithmetic on the weights the file holds).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 if TYPE_CHECKING:  # a warm load reads the plan from the header and imports no graph IR
     from rlx.ir.graph import Graph

@@ -11,8 +11,11 @@ so fewer int8 nodes means a smaller error, which bisection relies on; the final 
 one measured, so the result never rests on that assumption). That costs about log2(n) runs
 where greedy one-by-one fallback costs up to n.
 
-Without calibration feeds there is no plan: the bake refuses (a fast file that was never
-checked is what this profile exists to avoid).
+Without calibration feeds the plan is checked on seeded inputs of the declared shapes
+(floats standard normal, integers and booleans zero, symbolic dims 1) with a warning, and
+the plan says so (`calibration["seeded"]`): a bake that walks every profile still works,
+but only feeds from the model's real input distribution make its ranges and its guard mean
+anything, so the report, inspect and verify show the plan as unchecked.
 """
 
 from __future__ import annotations
@@ -26,21 +29,24 @@ import numpy as np
 from rlx import passes
 from rlx.artifact.precision import PrecisionPlan
 from rlx.baking.guard import OutputAccuracy, OutputRunner, misses
-from rlx.baking.int8 import Candidate, apply_int8, candidates
+from rlx.baking.int8 import ActivationRange, Candidate, apply_int8, candidates
 from rlx.baking.sensitivity import calibrate, local_errors
-from rlx.errors import BakeError
+from rlx.errors import RlxError
 from rlx.ir.graph import Graph
 from rlx.ir.ops.elementwise import Binary, BinaryOp
 from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.nn import LogSoftmax, Softmax
 
-__all__ = ["FastPlan", "plan_precision", "class_score_outputs", "DEFAULT_FAST_MIN_COSINE"]
+__all__ = ["FastPlan", "plan_precision", "class_score_outputs", "seeded_feeds",
+           "DEFAULT_FAST_MIN_COSINE", "SEEDED"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_FAST_MIN_COSINE = 0.999
-NO_CALIBRATION = ("the fast profile needs calibration feeds to check its plan: --calibrate "
-                  "FEEDS.npz (BakeOptions(calibration=[feeds]))")
+SEEDED = ("fast profile: no calibration feeds; the precision plan is checked on seeded "
+          "inputs, not on your data: give --calibrate FEEDS.npz (BakeOptions(calibration="
+          "[feeds])), or check the baked file with rlx-bake verify")
+SEEDED_FEEDS = 2
 
 Feeds = Mapping[str, np.ndarray]
 
@@ -73,25 +79,53 @@ def class_score_outputs(graph: Graph) -> list[str]:
 def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
                    min_cosine: float | None = None) -> tuple[Graph, FastPlan]:
     """`graph` with the int8 nodes of its checked plan in QDQ form, and the plan."""
-    if not feeds:
-        raise BakeError(NO_CALIBRATION)
     target = DEFAULT_FAST_MIN_COSINE if min_cosine is None else float(min_cosine)
+    seeded = not feeds
+    if seeded:
+        log.warning(SEEDED)
+        feeds = seeded_feeds(graph, SEEDED_FEEDS)
+    assert feeds is not None
     found = candidates(graph)
-    refs, ranges = calibrate(graph, found, feeds)
+    try:
+        refs, ranges = calibrate(graph, found, feeds)
+    except RlxError as err:
+        if not seeded:
+            raise
+        log.warning("fast profile: the seeded inputs do not run this model (%s); no "
+                    "precision plan", err)
+        return graph, FastPlan(0, PrecisionPlan(
+            {"f32": len(found)}, calibration={"samples": 0, "seeded": True}))
     runner = OutputRunner(graph, feeds, refs, class_score_outputs(graph))
     errors = local_errors(graph, found, ranges, feeds) if found else {}
     ranked = sorted(found, key=lambda c: (-errors[c.node], c.node))  # most sensitive first
+    kept, (g, quantizers, accuracy) = _fewest_kept(graph, ranked, ranges, runner, target)
+    g, _ = passes.eliminate_dead_code(g)
+    plan = _plan(graph, ranked, errors, kept, quantizers)
+    plan.calibration = {"samples": len(feeds), "seeded": seeded, "min_cosine": target,
+                        "runs": runner.runs, "outputs": [vars(a) for a in accuracy]}
+    log.info("fast plan: %s (%d numpy runs on %d calibration feed(s))", plan.summary,
+             runner.runs, len(feeds))
+    return g, FastPlan(len(ranked) - kept, plan)
 
-    def trial(kept: int) -> tuple[Graph, list[str], list[OutputAccuracy]]:
+
+Trial = tuple[Graph, list[str], list[OutputAccuracy]]
+
+
+def _fewest_kept(graph: Graph, ranked: list[Candidate], ranges: dict[int, ActivationRange],
+                 runner: OutputRunner, target: float) -> tuple[int, Trial]:
+    """The smallest k such that keeping `ranked[:k]` f32 meets the targets, and that
+    trial (its graph, quantisers and measured accuracy), by bisection (module doc)."""
+    def trial(kept: int) -> Trial:
         g, quantizers = apply_int8(graph, ranked[kept:], ranges)
-        exact = [OutputAccuracy(a, 1.0, 0.0, 1.0) for a in runner.names]
-        return g, quantizers, runner.measure_graph(g, f"{len(ranked) - kept} node(s) int8") if kept < len(ranked) else exact
+        if kept == len(ranked):
+            return g, quantizers, [OutputAccuracy(n, 1.0, 0.0, 1.0) for n in runner.names]
+        return g, quantizers, runner.measure_graph(g, f"{len(ranked) - kept} node(s) int8")
 
     best = trial(0)  # everything int8: one run when that meets the targets
-    low, high = 1, 0
-    if misses(best[2], target) > 1:
-        low, high = 1, len(ranked)  # high: known to meet them (everything f32)
-        best = trial(high)
+    if misses(best[2], target) <= 1:
+        return 0, best
+    low, high = 1, len(ranked)  # high: known to meet them (everything f32)
+    best = trial(high)
     while low < high:
         mid = (low + high) // 2
         result = trial(mid)
@@ -99,18 +133,26 @@ def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
             high, best = mid, result
         else:
             low = mid + 1
-    g, quantizers, accuracy = best
-    g, _ = passes.eliminate_dead_code(g)
-    plan = _plan(graph, ranked, errors, high, quantizers, accuracy)
-    plan.calibration = {"samples": len(feeds), "min_cosine": target, "runs": runner.runs,
-                        "outputs": [vars(a) for a in accuracy]}
-    log.info("fast plan: %s (%d numpy runs on %d calibration feed(s))", plan.summary,
-             runner.runs, len(feeds))
-    return g, FastPlan(len(ranked) - high, plan)
+    return high, best
+
+
+def seeded_feeds(graph: Graph, count: int) -> list[dict[str, np.ndarray]]:
+    """`count` seeded feeds of the graph's declared inputs (module doc)."""
+    rng = np.random.default_rng(0)
+    feeds = []
+    for _ in range(count):
+        feed = {}
+        for node in graph.inputs():
+            shape = node.tensor_shape
+            dims = [d if isinstance(d, int) else 1 for d in shape.dims]
+            feed[node.source_name] = rng.standard_normal(dims).astype(shape.dtype.numpy) \
+                if shape.dtype.is_float else np.zeros(dims, shape.dtype.numpy)
+        feeds.append(feed)
+    return feeds
 
 
 def _plan(graph: Graph, ranked: list[Candidate], errors: dict[int, float], kept: int,
-          quantizers: list[str], accuracy: list[OutputAccuracy]) -> PrecisionPlan:
+          quantizers: list[str]) -> PrecisionPlan:
     rows = []
     for rank, c in enumerate(ranked[:kept]):
         rows.append({"node": c.label(graph), "op": type(graph.node(c.node).op).__name__,
