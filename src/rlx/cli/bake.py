@@ -23,6 +23,7 @@ from rlx.cli.contents import by_encoding, row_info
 from rlx.cli.formatting import fmt_bytes
 from rlx.cli.inputs import refuse_overwriting
 from rlx.cli.self_test import render_self_test, self_test_data
+from rlx.cli.precision import render_plan
 from rlx.cli.ui import CliError, Outcome, Ui, password_from
 from rlx.ir.naming import COMPUTING_NODES
 from rlx.weights.overlay import some_names
@@ -204,6 +205,8 @@ def _render_bake(d: dict, ui: Ui) -> None:
     _render_accuracy(report["accuracy"], ui)
     if d["self_test"]:
         render_self_test(d["self_test"], ui)
+    if report.get("precision"):
+        render_plan(report["precision"], ui)
     ui.pairs(None, [("file", d["output"] + (" (encrypted)" if d["encrypted"] else "")),
                     ("file size", f"{fmt_bytes(d['file_bytes'])} bytes (graph constants "
                                   f"{fmt_bytes(report['constant_bytes'])}, weight table "

@@ -18,6 +18,7 @@ from rlx.artifact.self_test import SelfTestSection
 from rlx.cli.contents import by_encoding, encryption_info, linked_constant, row_info
 from rlx.cli.formatting import fmt_bytes, fmt_shape
 from rlx.cli.self_test import render_self_test, self_test_data
+from rlx.cli.precision import render_plan
 from rlx.cli.sign import add_trusted_key_option, signature_status, trusted_keys
 from rlx.cli.ui import CliError, Outcome, Ui, add_password_options, password_from
 from rlx.errors import IntegrityError
@@ -160,6 +161,8 @@ def _render_inspect(d: dict, ui: Ui) -> None:
     ui.line(f"({d['computing_nodes']['counted']})")
     if d["self_test"]:
         render_self_test(d["self_test"], ui)
+    if meta.get("precision_plan"):
+        render_plan(meta["precision_plan"], ui)
     if pkg:
         _render_package(pkg, ui)
     if d["graph_text"]:

@@ -64,7 +64,8 @@ def add_commands(sub, common: argparse.ArgumentParser) -> None:
     add_password_options(p.add_argument_group("encrypted files"))
     add_engine_options(p, also=("all",))
     add_trusted_key_option(p)
-    p.set_defaults(run=_verify)
+    # no --precision: the file's own (fast for a file baked with the fast profile: its plan)
+    p.set_defaults(run=_verify, precision=None)
 
 
 def _random_feeds(shapes: Mapping[str, Shape], seed: int) -> dict[str, np.ndarray]:
@@ -225,6 +226,9 @@ def _verify(args, ui: Ui) -> Outcome:
         raise CliError("--engine all runs the bundled self-test; with --onnx name one engine")
     ort = _onnxruntime()  # first: fail before any work when it is missing
     password = password_from(args, ui)
+    plan = open_artifact(args.file, password, trusted_keys=trusted_keys(args)).precision_plan
+    if args.precision is None:
+        args.precision = "fast" if plan is not None else "exact"
     model, _ = load_for_run(args.file, password, args, ui)
     shapes = {i.name: Shape(i.shape, DType.from_numpy(i.dtype)) for i in model.inputs}
     feeds = load_npz(args.inputs) if args.inputs else _random_feeds(shapes, args.seed)
@@ -248,6 +252,8 @@ def _verify(args, ui: Ui) -> Outcome:
             "rtol": rtol, "atol": atol, "min_cosine": args.min_cosine,
             "elementwise": elementwise,
             "inputs": args.inputs or f"random (seed {args.seed})",
+            "engine": model.engine, "precision": model.precision,
+            "plan": plan.summary if plan is not None else None,
             "feeds": [summary(k, v) for k, v in feeds.items()], "outputs": rows}
     return Outcome(data, _render_verify, 0 if ok else 1)
 
@@ -261,6 +267,8 @@ def _render_verify(d: dict, ui: Ui) -> None:
                "yes" if r["ok"] else "NO", r["note"])
               for r in d["outputs"]],
              numeric=("max abs err", "max rel err", "cosine", "out of tol", "argmax agrees"))
+    ui.line(f"ran on {d['engine']} ({d['precision']} precision)"
+            + (f"; precision plan: {d['plan']}" if d["plan"] else ""))
     verdict = "OK" if d["ok"] else "FAILED"
     checks = []
     if d["elementwise"]:
