@@ -139,6 +139,7 @@ class Int8Emitter:
     def __init__(self, rw: Rewriter, ranges: dict[int, ActivationRange]):
         self.rw, self.ranges = rw, ranges  # ranges: by source node id
         self.quantizers: list[str] = []
+        self._weights: dict[tuple[int, int], int] = {}  # (weight id, axis) -> its DQ
 
     def activation(self, source_id: int, new_id: int, name: str) -> int:
         """The DequantizeLinear of source node `source_id`'s value (at `new_id`)."""
@@ -160,10 +161,12 @@ class Int8Emitter:
         """Candidate `c`'s inputs: `activation` (a new id), its weight as int8 codes, the
         rest as they are."""
         node = graph.node(c.node)
-        weight = constant_value(graph.node(c.weight))
-        assert weight is not None  # candidates have constant weights
-        return (activation, self.weight(weight, c.axis),
-                *(self.rw.id(i) for i in node.inputs[2:]))
+        key = (c.weight, c.axis)
+        if key not in self._weights:  # a weight shared by many nodes (an unrolled RNN's)
+            weight = constant_value(graph.node(c.weight))
+            assert weight is not None  # candidates have constant weights
+            self._weights[key] = self.weight(weight, c.axis)
+        return (activation, self._weights[key], *(self.rw.id(i) for i in node.inputs[2:]))
 
 
 def apply_int8(graph: Graph, chosen: list[Candidate],
