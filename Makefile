@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CORE := $(VENV)/.installed-core
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-huge lint bench fuzz clean
+.PHONY: demo test test-huge lint bench bench-fast fuzz clean
 
 # the demo needs only rlx and its own dependencies; the tests and lint add the dev extras
 $(CORE): pyproject.toml
@@ -47,6 +47,11 @@ $(VENV)/.installed-bench: $(STAMP)
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
+
+# the fast profile against plain f32 engines (issue 32): `make bench-fast
+# FAST_ARGS="--models minilm-l3 --rounds 3"`
+bench-fast: $(VENV)/.installed-bench
+	$(BIN)/python -m benchmarks.fast_ratio $(FAST_ARGS)
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache

@@ -1,7 +1,8 @@
 """The fast profile against plain f32 engines (issue 32): latency, accuracy, plan, size.
 
-`python -m benchmarks.fast_ratio FOLDER [--models a,b] [--threads 2] [--calls 20]` bakes each
-MODELS.md model with `--profile fast`, calibrated on seeded feeds 1..4, into FOLDER, then in
+`python -m benchmarks.fast_ratio [FOLDER] [--models a,b] [--threads 2] [--calls 20]` (`make
+bench-fast`) bakes each MODELS.md model with `--profile fast`, calibrated on seeded feeds
+1..4, into FOLDER (default: a new temporary folder), then in
 a fresh process each, in interleaved rounds: plain onnxruntime f32, plain OpenVINO f32 and
 OpenVINO's default precision on the ONNX file, and rlx fast on onnxruntime and on OpenVINO.
 It prints per model the p50s and each fast ratio to min(plain onnxruntime, plain OpenVINO
@@ -17,6 +18,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -138,7 +140,8 @@ def main(argv: list[str] | None = None) -> None:
     from tests.real_models import MODELS
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("folder", type=Path)
+    p.add_argument("folder", type=Path, nargs="?",
+                   default=Path(tempfile.mkdtemp(prefix="rlx-fast-")))
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--calls", type=int, default=20)
