@@ -140,13 +140,13 @@ def main(argv: list[str] | None = None) -> None:
     from tests.real_models import MODELS
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("folder", type=Path, nargs="?",
-                   default=Path(tempfile.mkdtemp(prefix="rlx-fast-")))
+    p.add_argument("folder", type=Path, nargs="?")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args(argv)
+    args.folder = args.folder or Path(tempfile.mkdtemp(prefix="rlx-fast-"))
     args.folder.mkdir(parents=True, exist_ok=True)
     for name in args.models.split(","):
         onnx_path, rlx_path, baked = _bake(name, args.folder)
