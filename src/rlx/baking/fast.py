@@ -6,8 +6,8 @@ group (by the largest error among them) and go int8 or stay f32 together. The pl
 the k most sensitive groups f32 and runs the rest int8, with the smallest k whose graph,
 run by the numpy runtime on every calibration feed, keeps every output within the targets
 against the exact graph: cosine >= `min_cosine` and, on class-score outputs, the argmax at
->= 99% of positions (`rlx.baking.guard`). k is found by bisection over the ranking: each step is a real
-measurement of the combined plan (errors of many small perturbations add up to first order,
+>= 99% of positions (`rlx.baking.guard`). k is found by bisection over the ranking: each
+step is a real measurement of the combined plan (errors of many small perturbations add up to first order,
 so fewer int8 nodes means a smaller error, which bisection relies on; the final plan is the
 one measured, so the result never rests on that assumption). That costs about log2(n) runs
 where greedy one-by-one fallback costs up to n.
