@@ -2,15 +2,15 @@
 
 Every int8 candidate (`rlx.baking.int8`) is ranked by its own measured error
 (`rlx.baking.sensitivity.local_errors`); candidates reading one weight are ranked as one
-group (by the largest error among them) and go int8 or stay f32 together. The plan keeps
-the k most sensitive groups f32 and runs the rest int8, with the smallest k whose graph,
-run by the numpy runtime on every calibration feed, keeps every output within the targets
-against the exact graph: cosine >= `min_cosine` and, on class-score outputs, the argmax at
->= 99% of positions (`rlx.baking.guard`). k is found by bisection over the ranking: each
-step is a real measurement of the combined plan (errors of many small perturbations add up to first order,
-so fewer int8 nodes means a smaller error, which bisection relies on; the final plan is the
-one measured, so the result never rests on that assumption). That costs about log2(n) runs
-where greedy one-by-one fallback costs up to n.
+group (by the largest error among them) and go int8 or stay f32 together. The plan keeps the
+k most sensitive groups f32 and runs the rest int8, with the smallest k whose graph, run by
+the numpy runtime on every calibration feed, keeps every output within the targets against
+the exact graph: cosine >= `min_cosine` and, on class-score outputs, the argmax at >= 99% of
+positions (`rlx.baking.guard`). k is found by bisection over the ranking: each step is a
+real measurement of the combined plan (errors of many small perturbations add up to first
+order, so fewer int8 nodes means a smaller error, which bisection relies on; the final plan
+is the one measured, so the result never rests on that assumption). That costs about log2(n)
+runs where greedy one-by-one fallback costs up to n.
 
 Without calibration feeds the plan is checked on seeded inputs of the declared shapes
 (floats standard normal, integers and booleans zero, symbolic dims 1) with a warning, and
