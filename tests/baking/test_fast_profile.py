@@ -159,3 +159,33 @@ def test_without_calibration_the_plan_is_checked_on_seeded_inputs_and_says_so(
     assert [r.message for r in caplog.records] == [SEEDED]
     calibration = report.precision.calibration
     assert calibration["seeded"] and calibration["samples"] == 2
+
+
+def test_nodes_sharing_a_weight_go_int8_or_stay_f32_together(tmp_path):
+    """x -> MatMul(W) -> Relu -> MatMul(W) -> MatMul(V): W read twice (an unrolled RNN's
+    weight is read at every step); stored once, as int8 codes or f32, never both."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((64, 64)) / 8).astype(np.float32)
+    v = (rng.standard_normal((64, 10)) / 8).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]),
+             helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("MatMul", ["r", "w"], ["b"]),
+             helper.make_node("MatMul", ["b", "v"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "shared", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(v, "v")])
+    path = tmp_path / "shared.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    for target in (0.999, 1.0):  # 1.0: nothing may be int8
+        out, report = _fast(path, vector_feeds(1, 4), tmp_path, min_cosine=target)
+        kinds = [n.tensor_shape.dtype for n in read_rlx(out).into_runtime_graph().nodes()
+                 if isinstance(n.op, Constant) and n.tensor_shape.dims == (64, 64)]
+        assert len(kinds) == 1  # W stored once
+        counts = report.precision.counts
+        assert (kinds[0] is DType.I8) == (counts["int8"] >= 2)
+        kept = {row["node"] for row in report.precision.kept}
+        assert ("a" in kept) == ("b" in kept)
+        assert counts["int8"] == (3 if target < 1 else 0)
