@@ -255,10 +255,13 @@ def bake_steps(opts: BakeOptions, bundle: WeightBundle) -> list[Step]:
         (opts.self_test is not False, Step("keep_exact_graph", _keep_exact)),
         (opts.ternary or opts.quant, Step("encode_weights", functools.partial(
             encode_weights, opts=opts))),
-        # the fast profile's int8 plan, measured on the finished graph (rlx.baking.fast)
+        (opts.dedupe_constants, Step("dedupe_identical_constants", _dedupe)),
+        # the fast profile's int8 plan, measured on the finished graph (rlx.baking.fast);
+        # after the dedupe, so a weight read by many nodes is one constant, planned as one
         (opts.precision_plan, Step("plan_precision", functools.partial(
             _plan_precision, opts=opts))),
-        (opts.dedupe_constants, Step("dedupe_identical_constants", _dedupe)),
+        (opts.precision_plan and opts.dedupe_constants,
+         Step("dedupe_identical_constants", _dedupe)),
     ]
     return [step for enabled, step in table if enabled]
 
