@@ -257,7 +257,7 @@ def bake_steps(opts: BakeOptions, bundle: WeightBundle) -> list[Step]:
             encode_weights, opts=opts))),
         (opts.dedupe_constants, Step("dedupe_identical_constants", _dedupe)),
         # the fast profile's int8 plan, measured on the finished graph (rlx.baking.fast);
-        # after the dedupe, so a weight read by many nodes is one constant, planned as one
+        # after the dedupe, so a weight read by many nodes is one constant, quantised once
         (opts.precision_plan, Step("plan_precision", functools.partial(
             _plan_precision, opts=opts))),
         (opts.precision_plan and opts.dedupe_constants,
