@@ -22,8 +22,8 @@ from rlx.cli.bake_args import (
 from rlx.cli.contents import by_encoding, row_info
 from rlx.cli.formatting import fmt_bytes
 from rlx.cli.inputs import refuse_overwriting
-from rlx.cli.self_test import render_self_test, self_test_data
 from rlx.cli.precision import render_plan
+from rlx.cli.self_test import render_self_test, self_test_data
 from rlx.cli.ui import CliError, Outcome, Ui, password_from
 from rlx.ir.naming import COMPUTING_NODES
 from rlx.weights.overlay import some_names

@@ -17,8 +17,8 @@ from rlx.artifact.rlxp import is_rlxp
 from rlx.artifact.self_test import SelfTestSection
 from rlx.cli.contents import by_encoding, encryption_info, linked_constant, row_info
 from rlx.cli.formatting import fmt_bytes, fmt_shape
-from rlx.cli.self_test import render_self_test, self_test_data
 from rlx.cli.precision import render_plan
+from rlx.cli.self_test import render_self_test, self_test_data
 from rlx.cli.sign import add_trusted_key_option, signature_status, trusted_keys
 from rlx.cli.ui import CliError, Outcome, Ui, add_password_options, password_from
 from rlx.errors import IntegrityError
