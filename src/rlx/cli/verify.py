@@ -213,6 +213,10 @@ def _argmax_agreement(ours: np.ndarray, ref: np.ndarray) -> float | None:
 
 
 def _verify(args, ui: Ui) -> Outcome:
+    password = password_from(args, ui)
+    plan = open_artifact(args.file, password, trusted_keys=trusted_keys(args)).precision_plan
+    if args.precision is None:  # the file's own: a fast file's plan
+        args.precision = "fast" if plan is not None else "exact"
     if args.onnx is None:
         given = [o for o, v in (("--inputs", args.inputs), ("--rtol", args.rtol),
                                 ("--atol", args.atol), ("--min-cosine", args.min_cosine))
@@ -221,14 +225,10 @@ def _verify(args, ui: Ui) -> Outcome:
             raise CliError(f"{', '.join(given)} apply with --onnx; the bundled self-test "
                            "uses its stored inputs and tolerances")
         with ui.step("running the bundled self-test"):
-            return verify_bundled(args, password_from(args, ui), trusted_keys(args))
+            return verify_bundled(args, password, trusted_keys(args))
     if args.engine == "all":
         raise CliError("--engine all runs the bundled self-test; with --onnx name one engine")
-    ort = _onnxruntime()  # first: fail before any work when it is missing
-    password = password_from(args, ui)
-    plan = open_artifact(args.file, password, trusted_keys=trusted_keys(args)).precision_plan
-    if args.precision is None:
-        args.precision = "fast" if plan is not None else "exact"
+    ort = _onnxruntime()  # before any run: fail early when it is missing
     model, _ = load_for_run(args.file, password, args, ui)
     shapes = {i.name: Shape(i.shape, DType.from_numpy(i.dtype)) for i in model.inputs}
     feeds = load_npz(args.inputs) if args.inputs else _random_feeds(shapes, args.seed)
