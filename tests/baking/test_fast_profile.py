@@ -61,7 +61,7 @@ def test_the_plan_meets_its_targets_on_held_out_feeds(tmp_path, model, feeds):
     reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for engine in ("numpy", "onnxruntime", "openvino"):
         model_ = rlx.load(out, engine=engine, precision="fast")
-        assert model_.precision == "fast: int8, f32"
+        assert model_.precision == ("fast: f32" if engine == "openvino" else "fast: int8, f32")
         same = []
         for feed in feeds(90, 4):
             want, got = reference.run(None, feed)[0], model_.run(feed)[0]
