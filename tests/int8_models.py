@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["t5_decoder", "mlp", "cnn", "quantized", "quantized_static", "decoder_feeds"]
+__all__ = ["t5_decoder", "mlp", "cnn", "qoperator_cnn", "quantized", "quantized_static", "decoder_feeds"]
 
 _F32 = TensorProto.FLOAT
 
@@ -108,6 +108,30 @@ def cnn(channels: tuple[int, ...] = (3, 32, 64, 64), classes: int = 1000,
     pooled = w.node("Flatten", [w.node("GlobalAveragePool", [h])])
     w.node("MatMul", [pooled, w.weight(channels[-1], classes)])
     return _model(w, "cnn", [("x", ["batch", channels[0], 16, 16])], ("y", ["batch", classes]))
+
+
+def qoperator_cnn(seed: int = 0) -> onnx.ModelProto:
+    """x [batch, 3, 16, 16] through the float ops `quantize_static`'s QOperator format turns
+    into onnxruntime's com.microsoft int8 ops: Sigmoid, LeakyRelu, Add, Mul, Concat,
+    AveragePool, GlobalAveragePool, Gemm and Softmax (around QLinearConvs)."""
+    w = _Writer(seed)
+
+    def conv(x: str, c_in: int, c_out: int) -> str:
+        kernel = w.rng.standard_normal((c_out, c_in, 3, 3)) / np.sqrt(9 * c_in)
+        return w.node("Conv", [x, w.const(kernel.astype(np.float32)),
+                               w.const(w.rng.standard_normal(c_out).astype(np.float32), "b")],
+                      pads=[1, 1, 1, 1])
+
+    a = conv("x", 3, 8)
+    gated = w.node("Mul", [a, w.node("Sigmoid", [conv(a, 8, 8)])])
+    leaky = w.node("LeakyRelu", [conv(gated, 8, 8)], alpha=0.1)
+    joined = w.node("Concat", [w.node("Add", [gated, leaky]), conv(a, 8, 4)], axis=1)
+    pooled = w.node("AveragePool", [joined], kernel_shape=[2, 2], strides=[2, 2])
+    flat = w.node("Flatten", [w.node("GlobalAveragePool", [conv(pooled, 12, 16)])])
+    logits = w.node("Gemm", [flat, w.weight(16, 10),
+                             w.const(w.rng.standard_normal(10).astype(np.float32), "b")])
+    w.node("Softmax", [logits], axis=-1)
+    return _model(w, "qoperator_cnn", [("x", ["batch", 3, 16, 16])], ("y", ["batch", 10]))
 
 
 def _model(w: _Writer, name: str, inputs, output) -> onnx.ModelProto:

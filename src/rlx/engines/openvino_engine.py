@@ -116,7 +116,8 @@ class OpenVinoRunner:
             graph = exact_graph(graph, plan)
             self.precision = "fast: f32"
         result = build_onnx(graph, placer=lambda name, array: None,
-                            packed=PackedForm.DECOMPRESS, constant_names=weight_names(file))
+                            packed=PackedForm.DECOMPRESS, constant_names=weight_names(file),
+                            domains=())
         self.summary = result.summary
         self.arrays = result.inputs_bound
         model = core().read_model(result.model.SerializeToString())

@@ -20,6 +20,7 @@ from rlx.ir.ops.control import (
     LSTM,
     RNN,
     RNN_ACTIVATIONS,
+    Composite,
     Fail,
     If,
     Loop,
@@ -32,8 +33,8 @@ from rlx.kernels.registry import builder, kernel
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = [
-    "build_if", "build_loop", "build_scan", "Activation", "Recurrent", "States", "Step",
-    "build_recurrence", "build_quantized_lstm", "fail",
+    "build_composite", "build_if", "build_loop", "build_scan", "Activation", "Recurrent",
+    "States", "Step", "build_recurrence", "build_quantized_lstm", "fail",
 ]
 
 
@@ -54,6 +55,15 @@ def _stack(items: Sequence[np.ndarray], axis: int, shape: Shape) -> np.ndarray:
     if items:
         return np.stack(items, axis=axis)
     return np.zeros([d if isinstance(d, int) else 0 for d in shape.dims], shape.dtype.numpy)
+
+
+@builder(Composite)
+def build_composite(node, compile):
+    """The body, on the op's inputs; a tuple-valued node gives all the body's outputs."""
+    body = compile(node.op.body)
+    if node.is_tuple:
+        return lambda *inputs: tuple(body.call(*inputs))
+    return lambda *inputs: body.call(*inputs)[0]
 
 
 @builder(If)

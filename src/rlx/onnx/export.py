@@ -5,7 +5,9 @@ The model is standard ONNX (opset `EXPORT_OPSET`, 21 where blocked quantisation 
 `onnx.checker.check_model(full_check=True)` accepts. Every rlx op maps to one ONNX op or a
 short chain of standard ops (`export_ops`); a tuple-valued node becomes one ONNX node with
 several outputs, which its `TupleGet`s name; `If` / `Loop` / `Scan` bodies become ONNX
-subgraphs whose captured inputs are outer-scope names.
+subgraphs whose captured inputs are outer-scope names. A `Composite` (a foreign node kept
+whole) is written as that node where the target runs its domain (`domains`: all of them
+by default, as the model had them) and as its body, inline, where it does not.
 
 Where weights go is the caller's choice (`WeightPlacer`): inline `raw_data` (the default,
 `path` then moves the large ones to external data next to the file), a reference into the
@@ -16,7 +18,7 @@ OpenVINO engine). Large weights always sit in the main graph, so a placer sees t
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -116,19 +118,22 @@ def _default_packed() -> PackedForm:
 
 def build_onnx(graph: Graph, *, placer: WeightPlacer = inline_tensor,
                packed: PackedForm | str | None = None, name: str | None = None,
-               constant_names: dict[int, str] | None = None) -> ExportResult:
+               constant_names: dict[int, str] | None = None,
+               domains: Collection[str] | None = None) -> ExportResult:
     """The ONNX model of a runnable rlx graph (every Constant with its bytes).
 
-    `constant_names` names main-graph Constants by node id (the weight table's names)."""
+    `constant_names` names main-graph Constants by node id (the weight table's names).
+    `domains`: the op domains besides ONNX's the target runs (None: any), which decides
+    whether a `Composite` is written as its node or as its body."""
     from rlx.onnx import export_ops
 
     form = _default_packed() if packed is None else PackedForm(packed)
     builder = _Builder(form, placer, export_ops)
     builder.constant_names = constant_names or {}
+    builder.domains = None if domains is None else frozenset(domains)
     main = builder.main_graph(graph, name or graph.name)
     opsets = [helper.make_opsetid("", builder.opset)]
-    if builder.uses_ms:
-        opsets.append(helper.make_opsetid("com.microsoft", 1))
+    opsets += [helper.make_opsetid(domain, 1) for domain in sorted(builder.domains_used)]
     model = helper.make_model(main, opset_imports=opsets, producer_name="rlx",
                               producer_version=__version__)
     model.ir_version = min(model.ir_version, 10)  # what onnxruntime >= 1.18 reads
@@ -244,7 +249,8 @@ class _Builder:
         self.bound: dict[str, np.ndarray] = {}
         self.main_inits: list[TensorProto] = []
         self.main_inputs: list[onnx.ValueInfoProto] = []
-        self.uses_ms = False
+        self.domains: frozenset[str] | None = None  # foreign domains the target runs
+        self.domains_used: set[str] = set()
         self.opset = EXPORT_OPSET  # raised by ops that need a newer one (blocked quantisation)
         self.node_names: set[str] = set()
         self.constant_names: dict[int, str] = {}
@@ -405,8 +411,8 @@ class _Scope:
 
     def add(self, op_type: str, inputs: list[str], outputs: list[str], name: str,
             domain: str = "", **attrs) -> None:
-        if domain == "com.microsoft":
-            self.b.uses_ms = True
+        if domain:
+            self.b.domains_used.add(domain)
         attrs = {k: v for k, v in attrs.items() if v is not None}
         self.nodes.append(helper.make_node(op_type, inputs, outputs,
                                            name=self.b.fresh(name, self.b.node_names),
@@ -463,6 +469,15 @@ class _Call:
     @property
     def anchor(self) -> str | None:
         return self.scope.anchor
+
+    def inline(self, graph: Graph) -> None:
+        """`graph`'s nodes written here, its Inputs bound to this node's inputs in order and
+        its outputs to this node's outputs."""
+        values: Values = {node.id: name for node, name in zip(graph.inputs(), self.x)}
+        scope = _Scope(self.scope.b, graph, values, self.scope.anchor)
+        nodes, inits = scope.emit(self.outs)
+        self.scope.nodes += nodes
+        self.scope.inits += inits
 
 
 def _value_info(name: str, dtype: DType, dims, loose: bool = False) -> onnx.ValueInfoProto:

@@ -688,6 +688,19 @@ def _compress(c) -> None:
 
 
 # -- control flow ------------------------------------------------------------------------------
+@handles(ctl.Composite)
+def _composite(c) -> None:
+    """The foreign node as the model had it where the target runs its domain, else its body."""
+    op, domains = c.op, c.builder.domains
+    if domains is not None and op.domain not in domains:
+        c.inline(op.body)
+        return
+    names = [""] * (max(op.slots, default=-1) + 1)
+    for slot, name in zip(op.slots, c.x):
+        names[slot] = name
+    c.final(op.op_type, names, domain=op.domain, **dict(op.attributes))
+
+
 @handles(ctl.If)
 def _if(c) -> None:
     cond, *captured = c.x

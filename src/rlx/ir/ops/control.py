@@ -1,4 +1,5 @@
-"""Control flow and recurrences, with ONNX semantics: If, Loop, Scan, LSTM, GRU, RNN.
+"""Control flow and recurrences, with ONNX semantics: If, Loop, Scan, LSTM, GRU, RNN; and
+`Composite`, a foreign op kept whole with a body saying what it computes.
 
 Subgraphs are `Graph` attributes. Nothing is captured implicitly from the outer scope: a
 subgraph's `Input` nodes are bound positionally (in node order) to values the op passes in,
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
@@ -26,7 +27,7 @@ from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 if TYPE_CHECKING:
     from rlx.ir.graph import Graph
 
-__all__ = ["Fail", "If", "Loop", "Scan", "RnnDirection", "RNN_ACTIVATIONS", "LSTM",
+__all__ = ["Fail", "Composite", "If", "Loop", "Scan", "RnnDirection", "RNN_ACTIVATIONS", "LSTM",
            "QuantizedLSTM", "GRU", "RNN"]
 
 
@@ -252,6 +253,51 @@ class Scan(Op):
         if isinstance(length, str):
             return dim  # a static size is more useful than a symbol
         raise ShapeError(f"Scan: scan inputs have lengths {length} and {dim}")
+
+
+# -- foreign ops kept whole ----------------------------------------------------------------
+def _frozen(value: Any) -> Any:
+    """An attribute value as a hashable one: lists (as JSON gives them back) become tuples."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True)
+class Composite(Op):
+    """A node of another op set (`domain`, `op_type`, `attributes`) kept whole: `body`
+    computes it from the op's inputs in rlx ops (bound positionally, as a Loop body's).
+
+    Why: an engine that has the op (onnxruntime and its `com.microsoft` int8 kernels) gets
+    the node back as the model had it, one fused kernel, while the others (numpy, OpenVINO)
+    run or inline the body. `slots` gives each input's position among the foreign node's
+    inputs (an omitted optional input has none). The body may hold copies of one-element
+    constant inputs (scales, zero points), so that its arithmetic is specialised to them as
+    the importer's expansion always was; no pass rewrites those values. One output per
+    body output; several make the node tuple-valued.
+    """
+
+    domain: str
+    op_type: str
+    attributes: tuple[tuple[str, Any], ...]
+    slots: tuple[int, ...]
+    body: Graph
+    arity: ClassVar = (0, None)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attributes",
+                           tuple((str(k), _frozen(v)) for k, v in self.attributes))
+
+    def subgraphs(self):
+        return (self.body,)
+
+    def infer(self, inputs):
+        if len(self.slots) != len(inputs) or list(self.slots) != sorted(set(self.slots)):
+            raise ShapeError(f"Composite {self.domain}.{self.op_type}: slots "
+                             f"{list(self.slots)} must rise, one per input ({len(inputs)})")
+        what = f"{self.domain}.{self.op_type} body"
+        outs = _outputs(self, self.body, _bind(self, self.body, inputs, what), what)
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 # -- recurrences ---------------------------------------------------------------------------

@@ -6,6 +6,9 @@ kernels (MLAS), so results match bit for bit: integer products and sums are exac
 requantisation is `float32(acc) * float32 multiplier`, rounded half to even, plus the zero
 point, saturated; element-wise ops (Add, Mul, Sigmoid, LeakyRelu, Concat) dequantise to
 float32, compute, and quantise `round(y / scale) + zero`, as onnxruntime's lookup tables do.
+
+The QOperator ops (QLinearAdd ... QGemm) are kept whole (`rlx.onnx.composite`): that
+arithmetic is their body, and the export gives onnxruntime the node itself.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from rlx.ir import (
     QuantizedLSTM,
     ReduceOp,
 )
+from rlx.onnx.composite import kept_whole
 from rlx.onnx.node import NodeContext
 from rlx.onnx.ops.contrib_fused import attend
 from rlx.onnx.ops.control import recurrent, recurrent_lstm
@@ -81,6 +85,7 @@ def requantize(s, value: int, multiplier: int | None, zero: int | None, out: DTy
 
 # -- element-wise ------------------------------------------------------------------------------
 @converter("QLinearAdd", domain=MICROSOFT)
+@kept_whole
 def qlinear_add(n: NodeContext) -> int:
     """C = round(sa/sc (A - za) + sb/sc (B - zb)) + zc: onnxruntime's kernel scales each
     centred operand by its ratio to the output scale, in float32."""
@@ -93,6 +98,7 @@ def qlinear_add(n: NodeContext) -> int:
 
 
 @converter("QLinearMul", domain=MICROSOFT)
+@kept_whole
 def qlinear_mul(n: NodeContext) -> int:
     """C = round((A - za)(B - zb) * (sa sb / sc)) + zc."""
     s = n.s
@@ -110,17 +116,20 @@ def _through_float(n: NodeContext, fn) -> int:
 
 
 @converter("QLinearSigmoid", domain=MICROSOFT)
+@kept_whole
 def qlinear_sigmoid(n: NodeContext) -> int:
     return _through_float(n, lambda x: n.s.unary(Activation.SIGMOID, x))
 
 
 @converter("QLinearLeakyRelu", domain=MICROSOFT)
+@kept_whole
 def qlinear_leaky_relu(n: NodeContext) -> int:
     alpha = float(n.attr("alpha", 0.01))
     return _through_float(n, lambda x: n.s.unary(Activation.LEAKY_RELU, x, alpha))
 
 
 @converter("QLinearConcat", domain=MICROSOFT)
+@kept_whole
 def qlinear_concat(n: NodeContext) -> int:
     """Inputs Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per tensor; each
     is requantised to Y's parameters (copied as is where they are Y's) and concatenated."""
@@ -163,6 +172,7 @@ def _to_channels_last(n: NodeContext, y: int) -> int:
 
 
 @converter("QLinearGlobalAveragePool", domain=MICROSOFT)
+@kept_whole
 def qlinear_global_average_pool(n: NodeContext) -> int:
     """round((sum(X) - zx * count) * (sx / sy / count)) + zy: an exact integer sum."""
     s = n.s
@@ -180,6 +190,7 @@ def qlinear_global_average_pool(n: NodeContext) -> int:
 
 
 @converter("QLinearAveragePool", domain=MICROSOFT)
+@kept_whole
 def qlinear_average_pool(n: NodeContext) -> int:
     """AveragePool of the dequantised input in float32, quantised to Y."""
     s = n.s
@@ -191,6 +202,7 @@ def qlinear_average_pool(n: NodeContext) -> int:
 
 
 @converter("QLinearSoftmax", domain=MICROSOFT)
+@kept_whole
 def qlinear_softmax(n: NodeContext) -> int:
     """Softmax of X along `axis` (the whole trailing block before opset 13), quantised to
     Y, in onnxruntime's arithmetic: each value reads the entry 255 - (row max - value) of
@@ -247,6 +259,7 @@ def _integer_product(n: NodeContext, a: int, za: int | None, b: int, zb: int | N
 
 
 @converter("QGemm", domain=MICROSOFT)
+@kept_whole
 def qgemm(n: NodeContext) -> int:
     """alpha (A - za)(B - zb) + C (int32, at scale sa sb): float32 out, or quantised with
     y_scale / y_zero_point (inputs 7, 8)."""
