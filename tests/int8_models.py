@@ -15,7 +15,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["t5_decoder", "mlp", "cnn", "qoperator_cnn", "quantized", "quantized_static", "decoder_feeds"]
+__all__ = ["t5_decoder", "mlp", "cnn", "qoperator_cnn", "quantized", "quantized_static",
+           "decoder_feeds"]
 
 _F32 = TensorProto.FLOAT
 

@@ -1,0 +1,172 @@
+"""onnxruntime's QOperator `com.microsoft` ops are kept whole (`Composite`): every engine
+gives plain onnxruntime's bits, onnxruntime gets the nodes back (its fused int8 kernels),
+OpenVINO (which has no com.microsoft ops) gets their bodies, and the file keeps them."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import rlx
+from rlx import BakeOptions, BakeProfile, bake
+from rlx.artifact import write_rlx
+from rlx.ir import Composite, graph_from_json, graph_to_json
+from rlx.onnx import import_onnx
+from rlx.onnx.export import build_onnx
+from rlx.runtime import Session
+from tests.engines.conftest import require
+from tests.frontends.contrib.oracle import Const, one_node
+from tests.frontends.contrib.test_quant import q, scale, weights, zero
+from tests.int8_models import qoperator_cnn, quantized_static
+
+MS = "com.microsoft"
+KEPT = {"QLinearSigmoid", "QLinearMul", "QLinearLeakyRelu", "QLinearAdd", "QLinearConcat",
+        "QLinearAveragePool", "QLinearGlobalAveragePool", "QGemm", "QLinearSoftmax"}
+
+
+def _feeds(seed: int, batch: int = 2) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((batch, 3, 16, 16)).astype(np.float32)}
+
+
+@pytest.fixture(scope="module")
+def qoperator(tmp_path_factory) -> tuple[Path, Path, object]:
+    """(the QOperator model, its exact .rlx, the baked file)."""
+    folder = tmp_path_factory.mktemp("qop")
+    calibration = [_feeds(seed, 1) for seed in range(11, 15)]
+    path = quantized_static(qoperator_cnn(), folder, "qop", calibration, qdq=False)
+    graph, bindings = import_onnx(path)
+    file, _ = bake(graph, bindings, BakeOptions.from_profile(BakeProfile.EXACT))
+    rlx_path = folder / "qop.rlx"
+    write_rlx(rlx_path, file)
+    return path, rlx_path, file
+
+
+def _plain_onnxruntime(model, feeds) -> np.ndarray:
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    session = ort.InferenceSession(source, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+def _microsoft_ops(model: onnx.ModelProto) -> collections.Counter:
+    return collections.Counter(n.op_type for n in model.graph.node if n.domain == MS)
+
+
+def test_the_model_has_every_kept_op(qoperator):
+    path, _, file = qoperator
+    assert set(_microsoft_ops(onnx.load(path))) == KEPT
+    kept = {n.op.op_type for n in file.into_runtime_graph().nodes()
+            if isinstance(n.op, Composite)}
+    assert kept == KEPT
+
+
+@pytest.mark.parametrize("engine", ["numpy", "onnxruntime"])
+def test_the_engines_give_plain_onnxruntimes_bits(qoperator, engine):
+    path, rlx_path, _ = qoperator
+    model = rlx.load(rlx_path, engine=engine, threads=1)
+    for seed in range(3):
+        feeds = _feeds(seed)
+        np.testing.assert_array_equal(model.run(feeds)[0], _plain_onnxruntime(path, feeds))
+
+
+def test_openvino_runs_the_bodies_within_one_output_step(qoperator):
+    """OpenVINO computes the inlined bodies in its own float32 order: a value on a rounding
+    tie may land one step away (as before the ops were kept whole); never more."""
+    require("openvino")
+    path, rlx_path, _ = qoperator
+    model = rlx.load(rlx_path, engine="openvino", threads=1)
+    step = _output_step(onnx.load(path))
+    for seed in range(3):
+        feeds = _feeds(seed)
+        want = _plain_onnxruntime(path, feeds)
+        np.testing.assert_allclose(model.run(feeds)[0], want, rtol=0, atol=step * 1.0001)
+
+
+def _output_step(model: onnx.ModelProto) -> float:
+    """The scale of the DequantizeLinear writing the model's output."""
+    last = next(n for n in model.graph.node if n.output[0] == model.graph.output[0].name)
+    assert last.op_type == "DequantizeLinear"
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    return float(inits[last.input[1]])
+
+
+def test_onnxruntime_gets_the_nodes_back_and_openvino_their_bodies(qoperator):
+    path, _, file = qoperator
+    graph = file.into_runtime_graph()
+    as_written = build_onnx(graph).model
+    assert _microsoft_ops(as_written) == _microsoft_ops(onnx.load(path))
+    inlined = build_onnx(graph, domains=()).model
+    assert not _microsoft_ops(inlined)
+    assert all(o.domain in ("", "ai.onnx") for o in inlined.opset_import)
+    onnx.checker.check_model(inlined, full_check=True)
+    feeds = _feeds(5)
+    want = _plain_onnxruntime(path, feeds)
+    for model in (as_written, inlined):  # both forms compute the model, here in onnxruntime
+        np.testing.assert_array_equal(_plain_onnxruntime(model, feeds), want)
+
+
+def test_the_graph_json_keeps_the_composites(qoperator):
+    path, _, file = qoperator
+    graph = file.into_runtime_graph()
+    again = graph_from_json(graph_to_json(graph))
+    before = [n.op for n in graph.nodes() if isinstance(n.op, Composite)]
+    after = [n.op for n in again.nodes() if isinstance(n.op, Composite)]
+    assert [(op.domain, op.op_type, op.attributes, op.slots) for op in after] == \
+        [(op.domain, op.op_type, op.attributes, op.slots) for op in before]
+    feeds = _feeds(7)
+    np.testing.assert_array_equal(Session().compile(again).run(feeds)[0],
+                                  _plain_onnxruntime(path, feeds))
+
+
+def _node_cases(dtype) -> dict[str, tuple[list, dict]]:
+    """One node of each kept op, with `dtype` activations (onnxruntime's test shapes)."""
+    z = 128 if dtype == np.uint8 else 0
+    every = np.arange(256).astype(np.uint8).view(dtype).reshape(4, 64)
+    binary = [q((2, 3, 4, 5), dtype, 1), scale(0.0173), zero(z, dtype), q((5,), dtype, 2),
+              scale(0.0291), zero(z - 7, dtype)]
+    pool = [q((1, 3, 7, 6), dtype, 1), scale(0.03), zero(z + 2, dtype), scale(0.021),
+            zero(z - 7, dtype)]
+    return {
+        "QLinearAdd": (binary + [scale(0.031), zero(z + 5, dtype)], {}),
+        "QLinearMul": (binary + [scale(0.21), zero(z + 5, dtype)], {}),
+        "QLinearSigmoid": ([every, scale(0.05), zero(z, dtype), scale(1 / 255),
+                            zero(z - 128, dtype)], {}),
+        "QLinearLeakyRelu": ([every, scale(0.05), zero(z - 8, dtype), scale(0.04),
+                              zero(z - 8, dtype)], {"alpha": 0.1}),
+        "QLinearConcat": ([scale(0.02), zero(z, dtype), q((1, 2, 3), dtype, 1), scale(0.02),
+                           zero(z, dtype), q((1, 4, 3), dtype, 2), scale(0.035),
+                           zero(z - 10, dtype)], {"axis": 1}),
+        "QLinearGlobalAveragePool": (pool, {"channels_last": 0}),
+        "QLinearAveragePool": (pool, {"kernel_shape": [3, 3], "strides": [2, 2],
+                                      "pads": [1, 1, 1, 1]}),
+        "QLinearSoftmax": ([q((3, 5, 64), dtype, 1), scale(0.23951402), zero(z + 20, dtype),
+                            scale(1 / 256), zero(z - 128, dtype)], {"opset": 13, "axis": -1}),
+        "QGemm": ([q((4, 16), dtype, 1), scale(0.02), zero(z + 10, dtype),
+                   Const(weights((6, 16), np.int8, 2)), scale(0.005), zero(0, np.int8),
+                   Const(np.arange(-3, 3).astype(np.int32) * 500), scale(0.07),
+                   zero(z - 3, dtype)], {"transB": 1, "alpha": 0.9}),
+    }
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("op_type", sorted(KEPT))
+def test_each_op_reaches_onnxruntime_as_itself(tmp_path, op_type, dtype):
+    inputs, attrs = _node_cases(dtype)[op_type]
+    model, feeds = one_node(op_type, inputs, **attrs)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    graph, bindings = import_onnx(model)
+    file, _ = bake(graph, bindings, BakeOptions.from_profile(BakeProfile.EXACT))
+    exported = build_onnx(file.into_runtime_graph()).model
+    assert [(n.domain, n.op_type) for n in exported.graph.node] == [(MS, op_type)]
+    write_rlx(tmp_path / "node.rlx", file)
+    for engine in ("numpy", "onnxruntime"):
+        got = rlx.load(tmp_path / "node.rlx", engine=engine).run(feeds)[0]
+        np.testing.assert_array_equal(got, want, err_msg=engine)
