@@ -91,6 +91,9 @@ SAMPLES: dict[str, ops.Op] = {op.__class__.__name__: op for op in [
     ops.QLinearConv(pads=(1, 1, 0, 0), dilations=(1, 2)),
     ops.If(_branch("then", ops.Activation.RELU), _branch("else", ops.Activation.NEG)),
     ops.Loop(_loop_body(), n_carried=1),
+    ops.Composite("com.microsoft", "QLinearAveragePool",
+                  (("alpha", 0.1), ("kernel_shape", (3, 3)), ("auto_pad", "NOTSET")), (0, 2),
+                  _branch("body", ops.Activation.RELU)),
     ops.Scan(_branch("scan_body", ops.Activation.EXP), n_state=0, scan_input_axes=(0,),
              scan_input_directions=(1,), scan_output_axes=(0,), scan_output_directions=(0,)),
 ]}
