@@ -19,6 +19,7 @@ from rlx.ir import Composite, graph_from_json, graph_to_json
 from rlx.onnx import import_onnx
 from rlx.onnx.export import build_onnx
 from rlx.runtime import Session
+from rlx.runtime.inline import inline_composites
 from tests.engines.conftest import require
 from tests.frontends.contrib.oracle import Const, one_node
 from tests.frontends.contrib.test_quant import q, scale, weights, zero
@@ -93,6 +94,20 @@ def _output_step(model: onnx.ModelProto) -> float:
     assert last.op_type == "DequantizeLinear"
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     return float(inits[last.input[1]])
+
+
+def test_the_numpy_engine_splices_the_bodies_in(qoperator):
+    """Spliced in (no subgraph call per node), the bodies compute the same bits."""
+    path, _, file = qoperator
+    graph = file.into_runtime_graph()
+    flat = inline_composites(graph)
+    assert not any(isinstance(n.op, Composite) for n in flat.nodes())
+    assert inline_composites(flat) is flat
+    feeds = _feeds(6)
+    np.testing.assert_array_equal(Session().compile(flat).run(feeds)[0],
+                                  Session().compile(graph).run(feeds)[0])
+    np.testing.assert_array_equal(Session().compile(flat).run(feeds)[0],
+                                  _plain_onnxruntime(path, feeds))
 
 
 def test_onnxruntime_gets_the_nodes_back_and_openvino_their_bodies(qoperator):

@@ -11,6 +11,7 @@ import numpy as np
 
 from rlx.artifact.model import RlxFile
 from rlx.ir.graph import Graph
+from rlx.runtime.inline import inline_composites
 from rlx.runtime.session import CompiledGraph
 
 __all__ = ["NumpyRunner", "build"]
@@ -22,7 +23,7 @@ class NumpyRunner:
 
     def __init__(self, graph: Graph, threads: int | None, precision: str = "exact"):
         start = time.perf_counter()
-        self.compiled = CompiledGraph(graph)
+        self.compiled = CompiledGraph(inline_composites(graph))
         self.compile_seconds = time.perf_counter() - start  # `rlx-bake run` reports it
         self.precision = precision
         self.threads = threads
