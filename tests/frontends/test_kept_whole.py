@@ -76,8 +76,9 @@ def test_the_engines_give_plain_onnxruntimes_bits(qoperator, engine):
 
 
 def test_openvino_runs_the_bodies_within_one_output_step(qoperator):
-    """OpenVINO computes the inlined bodies in its own float32 order: a value on a rounding
-    tie may land one step away (as before the ops were kept whole); never more."""
+    """OpenVINO runs the inlined bodies with its own rewrites (a division by a constant
+    scale becomes a product with its reciprocal): a value on a rounding tie may land one
+    step away; never more."""
     require("openvino")
     path, rlx_path, _ = qoperator
     model = rlx.load(rlx_path, engine="openvino", threads=1)

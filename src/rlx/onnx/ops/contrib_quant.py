@@ -36,6 +36,7 @@ from rlx.onnx.ops.contrib_fused import attend
 from rlx.onnx.ops.control import recurrent, recurrent_lstm
 from rlx.onnx.ops.nn import _pool
 from rlx.onnx.ops.quant import (
+    centred,
     dequantize,
     dequantize_linear,
     integer_matmul,
@@ -66,9 +67,7 @@ def _out_type(n: NodeContext, zero_index: int, like: int) -> DType:
 
 def _centred(n: NodeContext, x: int, zero: int | None, dtype: DType = F32) -> int:
     """x - zero point, in `dtype` (exact: 8-bit values and their differences fit)."""
-    s = n.s
-    y = s.cast(x, dtype)
-    return y if zero is None else s.sub(y, s.cast(zero, dtype))
+    return centred(n.s, x, zero, dtype)
 
 
 def requantize(s, value: int, multiplier: int | None, zero: int | None, out: DType) -> int:

@@ -66,11 +66,22 @@ def quantize(s, x: int, scale: int, zero: int | None, dtype: DType) -> int:
 
 
 def dequantize(s, x: int, scale: int, zero: int | None, dtype: DType) -> int:
-    """(x - zero) * scale in `dtype`."""
-    y = s.cast(x, _COMPUTE)
-    if zero is not None:
-        y = s.sub(y, s.cast(zero, _COMPUTE))
+    """(x - zero) * scale in `dtype`; an 8- or 16-bit x is centred in int32 (exact), so no
+    engine can fold the float subtraction of a constant into the product (OpenVINO rewrites
+    (x - z) * s as x * s - z * s, which rounds differently)."""
+    y = centred(s, x, zero, _COMPUTE)
     return s.cast(s.mul(y, s.cast(scale, _COMPUTE)), dtype)
+
+
+_NARROW = (DType.U8, DType.I8, DType.U16, DType.I16)
+
+
+def centred(s, x: int, zero: int | None, dtype: DType) -> int:
+    """x - zero in `dtype`, through int32 where x is 8- or 16-bit (exact; see `dequantize`)."""
+    if zero is not None and s.dtype(x) in _NARROW and s.dtype(zero) in _NARROW:
+        return s.cast(s.sub(s.cast(x, DType.I32), s.cast(zero, DType.I32)), dtype)
+    y = s.cast(x, dtype)
+    return y if zero is None else s.sub(y, s.cast(zero, dtype))
 
 
 def _quantized_type(n: NodeContext, zero_index: int) -> DType:
