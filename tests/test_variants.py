@@ -86,3 +86,19 @@ def test_qoperator_variant_runs_on_onnxruntime(tmp_path, prepack):
     want = oracle(path)
     for feeds in feeds_for("captcha-crnn", (0,)):
         assert compare("captcha-crnn", model.run(feeds), want.run(None, feeds)).ok(True)
+
+
+@pytest.mark.parametrize("model", ["ppocr-cls", "orientation-lcnet"])
+def test_qoperator_variant_runs_on_openvino(tmp_path, model):
+    """OpenVINO has no com.microsoft ops: it runs the bodies of the kept QLinear ops
+    (rlx.ir.Composite), whose dequantisation centres in int32 (OpenVINO's rewrite of the
+    float one failed to compile ppocr-cls and gave orientation-lcnet an empty output)."""
+    require("openvino")
+    path = variant_path(model, "static-qop")
+    graph, bindings = import_onnx(path, **import_kwargs(fetch(model)))
+    out = tmp_path / "model.rlx"
+    write_rlx(out, bake(graph, bindings, BakeOptions.from_profile(BakeProfile.EXACT))[0])
+    engine = rlx.load(out, engine="openvino", threads=1)
+    want = oracle(path)
+    for feeds in feeds_for(model, (0, 1)):
+        assert compare(model, engine.run(feeds), want.run(None, feeds)).ok(True)
