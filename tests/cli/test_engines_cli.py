@@ -65,3 +65,27 @@ def test_export_writes_standard_onnx(cli, files, tmp_path):
 def test_export_errors_are_one_line(cli, files, tmp_path):
     assert_error(cli("export", files.rlx, "-o", tmp_path / "nope" / "m.onnx"), "does not exist")
     assert_error(cli("export", files.encrypted, "-o", tmp_path / "m.onnx"), "encrypted")
+
+
+@pytest.mark.parametrize("standard", [False, True])
+def test_export_keeps_or_expands_the_microsoft_int8_ops(cli, tmp_path, standard):
+    """A QOperator model's com.microsoft ops are written back as they were, or with
+    --standard-ops as standard ONNX ops; either file gives onnxruntime's bits."""
+    from rlx import BakeOptions, BakeProfile, bake, write_rlx
+    from rlx.onnx import import_onnx
+    from tests.int8_models import qoperator_cnn, quantized_static
+
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
+    source = quantized_static(qoperator_cnn(), tmp_path, "qop", feeds, qdq=False)
+    graph, bindings = import_onnx(source)
+    write_rlx(tmp_path / "qop.rlx", bake(graph, bindings,
+                                         BakeOptions.from_profile(BakeProfile.EXACT))[0])
+    out = tmp_path / "out.onnx"
+    flags = ["--standard-ops"] if standard else []
+    assert cli("export", tmp_path / "qop.rlx", "-o", out, *flags).code == 0
+    domains = {n.domain for n in onnx.load(str(out)).graph.node}
+    assert ("com.microsoft" in domains) is not standard
+    run = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feeds[0])
+           for p in (out, source)]
+    np.testing.assert_array_equal(run[0][0], run[1][0])

@@ -31,6 +31,10 @@ def add_commands(sub, common: argparse.ArgumentParser) -> None:
                    help="packed Q8_0/TQ2_0 weights as com.microsoft.MatMulNBits (auto: when "
                         "the installed onnxruntime runs it), as int8 codes x scales in "
                         "standard ops, or dequantised to f32")
+    p.add_argument("--standard-ops", action="store_true",
+                   help="write the ops kept as the model had them (onnxruntime's "
+                        "com.microsoft int8 QLinear ops) in standard ONNX ops, for runtimes "
+                        "without them (OpenVINO)")
     add_password_options(p.add_argument_group("encrypted files"))
     add_trusted_key_option(p)
     p.set_defaults(run=_export)
@@ -48,7 +52,7 @@ def _export(args, ui: Ui) -> Outcome:
         file = open_artifact(args.file, password, verify="full",
                              trusted_keys=trusted_keys(args))
         export_onnx(file, args.output, packed=None if args.packed == "auto" else args.packed,
-                    summary=summary)
+                    summary=summary, domains=() if args.standard_ops else None)
     data: dict[str, Any] = {"command": "export", "file": args.file, "output": args.output,
                             "opset": summary.opset, "nodes": summary.nodes,
                             "weights": summary.weights, "weight_bytes": summary.weight_bytes,

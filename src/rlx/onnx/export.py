@@ -144,16 +144,20 @@ def build_onnx(graph: Graph, *, placer: WeightPlacer = inline_tensor,
 
 def export_onnx(file_or_graph: Any, path: str | os.PathLike | None = None, *,
                 packed: PackedForm | str | None = None,
-                summary: ExportSummary | None = None) -> onnx.ModelProto:
+                summary: ExportSummary | None = None,
+                domains: Collection[str] | None = None) -> onnx.ModelProto:
     """Export a baked `RlxFile` (or a runnable `Graph`) as ONNX; with `path`, also write it,
     weights of `LARGE_WEIGHT_BYTES` and more in `<name>.onnx.data` next to it, atomically.
 
     `packed`: how DequantMatMul weights are written (`export_quant.PackedForm`); default
     MatMulNBits when the installed onnxruntime runs it, else f32. `summary`, when given, is
-    filled with what was done.
+    filled with what was done. `domains`: the foreign op domains the target runs (default
+    all: ops kept whole are written as the model had them; `()` writes their standard-op
+    bodies, for runtimes without onnxruntime's com.microsoft ops).
     """
     graph = _runnable_graph(file_or_graph)
-    result = build_onnx(graph, packed=packed, constant_names=weight_names(file_or_graph))
+    result = build_onnx(graph, packed=packed, constant_names=weight_names(file_or_graph),
+                        domains=domains)
     if summary is not None:
         summary.__dict__.update(result.summary.__dict__)
     if path is not None:
