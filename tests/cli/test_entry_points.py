@@ -62,9 +62,9 @@ def test_demo(cli, tmp_path):
     assert d["out_dir"] == str(out)
     assert d["float_accuracy"] > 0.95 and d["ternary_accuracy"] > 0.9
     rows = d["rows"]
-    assert len(rows) == 4 * 3 + 1 and sum(r["encrypted"] for r in rows) == 1
+    assert len(rows) == 5 * 3 + 1 and sum(r["encrypted"] for r in rows) == 1
     assert {(r["profile"], r["memory"]) for r in rows if not r["encrypted"]} == {
-        (p, m) for p in ("merge", "fold", "exact", "size")
+        (p, m) for p in ("merge", "fold", "exact", "size", "fast")
         for m in ("duplex", "runtime", "compact")}
     for r in rows:
         assert Path(r["path"]).stat().st_size == r["file_bytes"]
