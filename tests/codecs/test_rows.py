@@ -1,14 +1,24 @@
 """Padded-row streams: byte-exact with the `gguf` package quantising the zero-padded matrix;
-the tiled transpose."""
+the tiled transpose; row exponents (powers of two checked in float64 and Python's
+math.frexp)."""
 
 from __future__ import annotations
+
+import math
 
 import gguf
 import numpy as np
 import pytest
 from gguf.quants import dequantize, quantize
 
-from rlx.codecs import decode_rows, encode_rows, padded_length, transposed
+from rlx.codecs import (
+    decode_rows,
+    encode_rows,
+    padded_length,
+    row_exponents,
+    scale_rows,
+    transposed,
+)
 
 Q = gguf.GGMLQuantizationType
 
@@ -41,3 +51,23 @@ def test_transposed_is_the_transpose_c_contiguous(shape):
     out = transposed(a)
     assert out.flags.c_contiguous and out.dtype == a.dtype
     np.testing.assert_array_equal(out, a.T)
+
+
+def test_row_exponents_put_each_row_max_in_half_to_one():
+    rng = np.random.default_rng(5)
+    spread = np.exp(rng.uniform(np.log(1e-6), np.log(1e5), 40))  # folded BatchNorm ranges
+    m = (rng.standard_normal((40, 9)) * spread[:, None]).astype(np.float32)
+    m[3] = 0  # a dead channel
+    m[7, 2] = 2.0 ** 10  # a power of two: 2^10 = 0.5 x 2^11
+    exps = row_exponents(m)
+    assert exps.dtype == np.int8
+    for row, e in zip(m, exps, strict=True):
+        amax = float(np.abs(row.astype(np.float64)).max())
+        assert int(e) == (math.frexp(amax)[1] if amax else 0)
+        if amax:
+            assert 0.5 <= amax / 2.0 ** int(e) < 1
+    normalised = scale_rows(m, -exps.astype(np.int32))
+    assert normalised.dtype == np.float32
+    # a power of two scales exactly: the float64 product rounds to the same float32
+    np.testing.assert_array_equal(normalised, m.astype(np.float64) * 2.0 ** -exps[:, None])
+    np.testing.assert_array_equal(scale_rows(normalised, exps), m)

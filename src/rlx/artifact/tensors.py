@@ -80,15 +80,23 @@ def _padded_rows(graph: Graph, row: RlxWeight, data: np.ndarray) -> np.ndarray:
     """A weight stored as padded rows, decoded by the op that reads it (which knows the
     row length and the stored order); without a reader in the top graph, the table shape
     is the logical one when no padding was added."""
-    readers = [n.op for n in graph.nodes() if row.node_id in n.inputs
+    readers = [n for n in graph.nodes() if row.node_id in n.inputs
                and isinstance(n.op, (DecodeWeight, DequantGather))]
-    if readers and isinstance(readers[0], DecodeWeight):
-        return readers[0].dense(data)
-    if readers and isinstance(readers[0], DequantGather):
-        op = readers[0]
+    if readers and isinstance(readers[0].op, DecodeWeight):
+        exponents = readers[0].inputs[1:]  # row exponents: a small Constant, never stripped
+        return readers[0].op.dense(data, *(_constant_values(graph, i) for i in exponents))
+    if readers and isinstance(readers[0].op, DequantGather):
+        op = readers[0].op
         return decode_rows(op.encoding, data, op.vocab, op.dim)
     count = math.prod(row.shape)
     if padded_length(row.encoding, row.shape[-1]) != row.shape[-1]:
         raise ArtifactError(f"weight {row.name!r} is stored as padded rows read inside a "
                             "subgraph; export the graph to read it")
     return decode(row.encoding, data, count).reshape(row.shape)
+
+
+def _constant_values(graph: Graph, node_id: int) -> np.ndarray:
+    node = graph.node(node_id)
+    if not isinstance(node.op, Constant) or not node.op.nbytes:
+        raise ArtifactError(f"{node.label}: row exponents must be a constant with its bytes")
+    return node.op.array(node.tensor_shape)

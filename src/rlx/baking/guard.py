@@ -5,15 +5,21 @@ encodings proposed for it. The guard runs the exact graph and encoded graphs wit
 runtime on every calibration feed and compares every output (cosine, and max abs error):
 
 1. each proposed tensor alone (its measured contribution, reported for every tensor);
-2. all of them together; while a target is missed, the tensor with the largest measured
-   contribution (relative to the targets) is kept at full precision and the rest measured
-   again.
+2. all of them together; while a target is missed, tensors step down their ladder (a
+   lossy block encoding, then f16 where f16 holds the weight, then full precision), the
+   ones that buy the most accuracy per byte first, as many as the measured excess calls
+   for, and all of them are measured again.
 
-Why greedy by single contributions: the errors are small perturbations, so to first order
-their effects on the outputs add up; dropping the largest contributor is the steepest step
-toward the target, and re-measuring after every step checks the real combined effect, so
-the result never relies on the additivity it assumes. It costs one run per tensor plus one
-per tensor kept (an exhaustive search is exponential).
+Why by accuracy per byte: the errors are small perturbations, so to first order their
+effects on the outputs add up, and a tensor's share is its contribution alone; what a step
+buys is that share times 1 - (e' / e)^2 (an output's 1 - cosine grows with the square of
+the weight's error e, e' the error a rung down), what it costs is the bytes it adds.
+Taking the best ratios until their shares cover the excess is the greedy answer to that
+knapsack: a model's first conv and its depthwise layers, few bytes and sensitive, step
+before a large, tolerant layer does, where steepest-first by contribution kept whichever was
+largest, whatever it cost. Re-measuring after every round checks the real combined effect,
+so the result never relies on the additivity it assumes. It costs one run per tensor plus
+one per round.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rlx.ir.graph import Graph
-from rlx.passes.weight_encoding import WeightChoice, apply_weight_encodings
+from rlx.passes.weight_encoding import WeightChoice, apply_weight_encodings, f16_fallback
 from rlx.runtime.session import Session
 
 __all__ = ["OutputAccuracy", "TensorAccuracy", "AccuracyReport", "guard_encodings",
@@ -60,16 +66,20 @@ class TensorAccuracy:
     f32_bytes: int
     packed_bytes: int
     rel_error: float  # the tensor's own ||w - decoded|| / ||w||
+    row_error: float  # the same, of its worst row (output channel)
     cosine: float | None = None  # worst output cosine with only this tensor encoded
     max_abs: float | None = None  # largest output abs error with only this tensor encoded
     kept: bool = False  # kept at full precision by the guard
     reason: str = ""
+    proposed: str = ""  # the encoding the plan proposed (`encoding`: what it is stored as)
+    proposed_bytes: int = 0
 
     @classmethod
     def of(cls, choice: WeightChoice) -> TensorAccuracy:
         """The row of a proposed choice, before any measurement."""
-        return cls(choice.name, str(choice.role), choice.encoding.label, choice.f32_bytes,
-                   choice.packed_bytes, choice.rel_error)
+        return cls(choice.name, str(choice.role), choice.label, choice.f32_bytes,
+                   choice.packed_bytes, choice.rel_error, choice.row_error,
+                   proposed=choice.label, proposed_bytes=choice.packed_bytes)
 
 
 @dataclass
@@ -170,34 +180,84 @@ def misses(acc: list[OutputAccuracy], min_cosine: float, max_abs: float | None =
 def guard_encodings(graph: Graph, choices: Sequence[WeightChoice], feeds: Sequence[Feeds],
                     min_cosine: float | None = None, max_abs_error: float | None = None
                     ) -> tuple[list[WeightChoice], AccuracyReport]:
-    """The choices that keep every output within the targets on `feeds`, and the report."""
+    """The choices that keep every output within the targets on `feeds` (some stepped
+    down to f16), and the report."""
     min_cos = DEFAULT_MIN_COSINE if min_cosine is None else float(min_cosine)
     report = AccuracyReport(True, len(feeds), min_cos, max_abs_error)
     runner = OutputRunner(graph, feeds, planned=len(choices) + 2)
     rows = {c.node_id: TensorAccuracy.of(c) for c in choices}
-    score: dict[int, float] = {}
+    ladder = _Ladder(graph, choices)
     for c in choices:
         alone = runner.measure([c], f"{c.name} alone")
         row = rows[c.node_id]
         row.cosine = min(a.cosine for a in alone)
         row.max_abs = max(a.max_abs for a in alone)
-        score[c.node_id] = misses(alone, min_cos, max_abs_error)
-    kept = list(choices)
-    acc = runner.measure(kept, "every weight encoded")
-    report.proposed = acc
-    while kept and misses(acc, min_cos, max_abs_error) > 1:
-        worst = max(kept, key=lambda c: (score[c.node_id], c.node_id))
-        kept.remove(worst)
-        row = rows[worst.node_id]
-        row.kept = True
-        row.reason = (f"most sensitive left (alone: cosine {row.cosine:.6f}, max abs "
-                      f"{row.max_abs:.3g}); with it encoded the worst output cosine was "
-                      f"{min(a.cosine for a in acc):.6f}")
-        log.info("guard: %s kept at f32: %s", worst.name, row.reason)
-        acc = runner.measure(kept, f"{worst.name} kept at f32") if kept else [
-            type(a)(a.name, 1.0, 0.0) for a in acc]
+        ladder.share[c.node_id] = misses(alone, min_cos, max_abs_error)
+    acc = report.proposed = runner.measure(ladder.chosen(), "every weight encoded")
+    while misses(acc, min_cos, max_abs_error) > 1 and ladder.can_step():
+        worst = min(a.cosine for a in acc)
+        stepped = ladder.step(misses(acc, min_cos, max_abs_error) - 1)
+        for node_id in stepped:
+            _note_step(rows[node_id], ladder.current[node_id], worst)
+        acc = runner.measure(ladder.chosen(), f"{len(stepped)} weight(s) stepped down")
     report.final = acc
     report.met = misses(acc, min_cos, max_abs_error) <= 1
     report.tensors = [rows[c.node_id] for c in choices]
     report.runs = runner.runs
-    return kept, report
+    return ladder.chosen(), report
+
+
+class _Ladder:
+    """Each tensor's current rung (a choice, or None at full precision) and its measured
+    share of the outputs' error at its proposed encoding (module doc)."""
+
+    def __init__(self, graph: Graph, choices: Sequence[WeightChoice]):
+        self.graph, self.users = graph, graph.users()
+        self.proposed = {c.node_id: c for c in choices}
+        self.current: dict[int, WeightChoice | None] = dict(self.proposed)
+        self.share: dict[int, float] = {}
+
+    def chosen(self) -> list[WeightChoice]:
+        return [c for c in self.current.values() if c is not None]
+
+    def can_step(self) -> bool:
+        return any(c is not None for c in self.current.values())
+
+    def step(self, excess: float) -> list[int]:
+        """Step down the tensors that buy the most per byte until their gains cover
+        `excess` (at least one); their ids."""
+        options = []
+        for node_id, now in self.current.items():
+            if now is None:
+                continue
+            below = f16_fallback(self.graph, now, self.users)
+            gain = self._share_at(now) - (self._share_at(below) if below else 0.0)
+            cost = (below.packed_bytes if below else now.f32_bytes) - now.packed_bytes
+            options.append((gain / max(cost, 1), node_id, below, gain))
+        options.sort(key=lambda o: (-o[0], o[1]))
+        stepped, covered = [], 0.0
+        for _, node_id, below, gain in options:
+            self.current[node_id] = below
+            stepped.append(node_id)
+            covered += gain
+            if covered >= excess:
+                break
+        return stepped
+
+    def _share_at(self, choice: WeightChoice) -> float:
+        """The tensor's share at `choice`, from its share at its proposed encoding scaled
+        by the square of the error ratio (the first-order model of the module doc)."""
+        proposed = self.proposed[choice.node_id]
+        ratio = choice.rel_error / proposed.rel_error if proposed.rel_error else 0.0
+        return self.share[choice.node_id] * ratio * ratio
+
+
+def _note_step(row: TensorAccuracy, now: WeightChoice | None, worst: float) -> None:
+    """Record on `row` where its tensor stepped to, and why."""
+    row.kept = now is None
+    row.encoding = "f32" if now is None else now.label
+    row.packed_bytes = row.f32_bytes if now is None else now.packed_bytes
+    row.reason = (f"stepped to {row.encoding} (alone: cosine {row.cosine:.6f}, max abs "
+                  f"{row.max_abs:.3g}; {row.packed_bytes - row.proposed_bytes:+,} bytes); with "
+                  f"it encoded as proposed the worst output cosine was {worst:.6f}")
+    log.info("guard: %s %s", row.name, row.reason)

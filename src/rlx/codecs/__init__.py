@@ -25,7 +25,14 @@ from rlx.codecs.q8_f32 import (
     quantize_q8_f32,
     quantize_q8_f32_on_grid,
 )
-from rlx.codecs.rows import decode_rows, encode_rows, padded_length, transposed
+from rlx.codecs.rows import (
+    decode_rows,
+    encode_rows,
+    padded_length,
+    row_exponents,
+    scale_rows,
+    transposed,
+)
 from rlx.codecs.tq2_0 import dequantize_tq2_0, is_ternary, quantize_tq2_0
 
 __all__ = [
@@ -36,5 +43,6 @@ __all__ = [
     "quantize_tq2_0",
     "dequantize_tq2_0", "is_ternary",
     "MlxScheme", "decode_mlx", "mlx_scheme",
-    "encode_rows", "decode_rows", "padded_length", "transposed",
+    "encode_rows", "decode_rows", "padded_length", "row_exponents", "scale_rows",
+    "transposed",
 ]

@@ -11,7 +11,8 @@ import numpy as np
 from rlx.codecs.encodings import Encoding, decode, encode
 from rlx.errors import BakeError
 
-__all__ = ["padded_length", "encode_rows", "decode_rows", "transposed"]
+__all__ = ["padded_length", "encode_rows", "decode_rows", "transposed", "row_exponents",
+           "scale_rows"]
 
 _TILE = 256  # 256 x 256 f32 tiles: source and destination rows both stay in cache
 
@@ -52,3 +53,20 @@ def transposed(matrix: np.ndarray) -> np.ndarray:
         for j in range(0, cols, _TILE):
             out[j:j + _TILE, i:i + _TILE] = matrix[i:i + _TILE, j:j + _TILE].T
     return out
+
+
+def row_exponents(matrix: np.ndarray) -> np.ndarray:
+    """Per row of a `[R, L]` matrix, the int8 exponent e with its largest |value| / 2^e in
+    [0.5, 1) (0 for a zero row): scaled by 2^-e (`scale_rows`), every row fills at least
+    half the range of the blocks it is encoded in, whatever the rows beside it hold, and
+    scaling by a power of two is exact."""
+    amax = np.abs(np.asarray(matrix, np.float32)).max(axis=1, initial=0)
+    _, exponent = np.frexp(amax)
+    return np.clip(exponent, -128, 127).astype(np.int8)
+
+
+def scale_rows(matrix: np.ndarray, exponents: np.ndarray) -> np.ndarray:
+    """The float32 `[R, L]` matrix with row r multiplied by 2^exponents[r] (exact unless a
+    value leaves float32's normal range)."""
+    return np.ldexp(np.asarray(matrix, np.float32),
+                    np.asarray(exponents, np.int32)[:, None]).astype(np.float32, copy=False)

@@ -24,12 +24,13 @@ from rlx.kernels.registry import staged
 __all__ = ["build_decode_weight", "build_dequant_gather", "decode_weight"]
 
 
-def decode_weight(node: Node, packed: np.ndarray) -> np.ndarray:
-    """The dense `op.shape` float32 tensor of a DecodeWeight's packed bytes."""
+def decode_weight(node: Node, packed: np.ndarray,
+                  exponents: np.ndarray | None = None) -> np.ndarray:
+    """The dense `op.shape` float32 tensor of a DecodeWeight's packed bytes (and row exponents)."""
     op = node.op
     assert isinstance(op, DecodeWeight)
     try:
-        out = op.dense(packed)
+        out = op.dense(packed, exponents)
     except BakeError as err:
         raise KernelError(f"{node.label}: {err}") from None
     out.flags.writeable = False
@@ -38,16 +39,16 @@ def decode_weight(node: Node, packed: np.ndarray) -> np.ndarray:
 
 @staged(DecodeWeight)
 def build_decode_weight(node: Node, compile):
-    cache: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+    cache: tuple[tuple, np.ndarray | None] = ((), None)
 
-    def step(packed: np.ndarray) -> np.ndarray:
+    def step(packed: np.ndarray, exponents: np.ndarray | None = None) -> np.ndarray:
         nonlocal cache
         key, dense = cache
-        if key is packed and dense is not None:
+        if len(key) == 2 and key[0] is packed and key[1] is exponents and dense is not None:
             return dense
-        dense = decode_weight(node, packed)
-        if not packed.flags.writeable:
-            cache = (packed, dense)
+        dense = decode_weight(node, packed, exponents)
+        if not packed.flags.writeable and (exponents is None or not exponents.flags.writeable):
+            cache = ((packed, exponents), dense)
         return dense
 
     return step

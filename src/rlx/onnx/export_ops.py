@@ -295,10 +295,11 @@ def _decode_weight(c) -> None:
     """A weight stored as padded rows: exported as the dense f32 initializer it decodes to
     (ONNX has no row-padded block format)."""
     c.builder.note_packed(c.op.encoding, "f32 (dequantised by rlx.codecs)")
-    c.final("Identity", [c.const(c.op.dense(_constant_input(c, 0)), "weight")])
+    exponents = _constant_input(c, 1) if len(c.node.inputs) > 1 else None
+    c.final("Identity", [c.const(c.op.dense(_constant_input(c, 0), exponents), "weight")])
 
 
-_decode_weight.raw_inputs = (0,)  # read from the graph
+_decode_weight.raw_inputs = (0, 1)  # read from the graph
 
 
 @handles(packed_ops.DequantGather)

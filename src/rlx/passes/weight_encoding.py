@@ -16,7 +16,10 @@ A tensor decoded whole whose rows are not whole blocks is stored as one row inst
 once at its end: its blocks still run along the reduction axis but may span two rows (a 3x3
 depthwise conv's rows of 9 values, padded to 32 each, took more bytes than f16; as one row
 they take 0.53 of f16, for a relative error measured 1.0-1.9x that of padded rows on
-PP-OCR's convs). Q8_0 is proposed only when it is smaller than f16; f16 only when it holds
+PP-OCR's convs). Where channels' ranges differ, such a block rounds the small channels' values
+to zero, so a whole-decoded Q8_0 tensor also gets row exponents (one byte a channel, see
+`DecodeWeight`) when they cut its worst channel's error (`weight_errors`) by
+`ROW_SCALE_GAIN`. Q8_0 is proposed only when it is smaller than f16; f16 only when it holds
 the values (no overflow, relative error <= `F16_MAX_REL_ERROR`), and for roles without rows
 f16 only. Exactly ternary weights (-1/0/+1) are proposed as TQ2_0, which is lossless;
 `lossless=True` proposes only those.
@@ -46,14 +49,13 @@ import numpy as np
 
 from rlx.codecs import (
     Encoding,
-    decode_rows,
     encode,
     encode_rows,
     int8_grid,
     is_ternary,
     padded_length,
     quantize_q8_f32_on_grid,
-    roundtrip_q8_0_columns,
+    row_exponents,
     transposed,
 )
 from rlx.deferred import Payload, all_rows, byte_view, compute, materialize
@@ -66,6 +68,12 @@ from rlx.ir.ops.shaping import Gather
 from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter, constant_payload
 from rlx.ir.shape import Shape
+from rlx.passes.weight_errors import (
+    WeightError,
+    normalised_rows,
+    stored_matrix,
+    weight_error,
+)
 from rlx.passes.weight_roles import (
     DECODED_WHOLE,
     LINEAR,
@@ -78,8 +86,9 @@ from rlx.passes.weight_roles import (
 )
 
 __all__ = ["WeightChoice", "EncodingPlan", "plan_weight_encodings", "plan_ternary_matmuls",
-           "apply_weight_encodings", "encode_ternary_matmuls", "matmul_choice", "MIN_ELEMENTS",
-           "MIN_BLOCK_ELEMENTS", "F16_MAX_REL_ERROR", "LOSSY_BLOCK_ENCODINGS"]
+           "apply_weight_encodings", "encode_ternary_matmuls", "matmul_choice", "f16_fallback",
+           "MIN_ELEMENTS",
+           "MIN_BLOCK_ELEMENTS", "F16_MAX_REL_ERROR", "ROW_SCALE_GAIN", "LOSSY_BLOCK_ENCODINGS"]
 
 log = logging.getLogger(__name__)
 progress = logging.getLogger("rlx.progress")  # what a terminal shows while it runs
@@ -94,6 +103,12 @@ MIN_BLOCK_ELEMENTS = 256
 """Weights smaller than this are not block-encoded (f16 at most): they are the narrowest
 and first layers, where an error weighs most, for a few bytes. PP-OCR's classifier's
 [8, 8, 1, 1] conv as Q8_0 alone took its output's cosine to 0.9973, saving 188 bytes."""
+
+ROW_SCALE_GAIN = 1.5
+"""Row exponents are added where the worst row's error without them is more than this times
+the error with them (`_error_and_scales`). Measured ratios: 1.00 where blocks do not span
+rows, 0.6-2.2 where they span rows of like ranges, 2.6-8 on PP-OCR's depthwise convs, over
+100 where channel ranges lie 10^3 apart (the small channels' codes round to zero)."""
 
 F16_MAX_REL_ERROR = 1e-3
 """f16 is proposed when ||w - f16(w)|| / ||w|| is at most this (f16 keeps ~4.9e-4)."""
@@ -112,8 +127,12 @@ weights, int8 grids)."""
 class WeightChoice:
     """How one weight constant (`node_id` in the planned graph) is to be stored.
 
-    `rows` x `row_length` is the stored matrix (after `perm`); `packed_bytes` its encoded
-    size; `rel_error` the tensor's own ||w - decoded|| / ||w||.
+    `rows` x `row_length` is the stored matrix (after `perm`); `packed_bytes` what it
+    stores (its encoded stream, and its row exponents); `rel_error` the tensor's own
+    ||w - decoded|| / ||w||, `row_error` its worst output channel's (`weight_errors`).
+    `scale_rows` > 0: the stored tensor's rows (as that many rows) were normalised by
+    powers of two, whose exponents an int8 constant beside the stream holds
+    (`DecodeWeight`).
     """
 
     node_id: int
@@ -126,6 +145,8 @@ class WeightChoice:
     f32_bytes: int
     packed_bytes: int
     rel_error: float
+    row_error: float = 0.0
+    scale_rows: int = 0
 
     @property
     def lossless(self) -> bool:
@@ -139,6 +160,16 @@ class WeightChoice:
     @property
     def saved_bytes(self) -> int:
         return self.f32_bytes - self.packed_bytes
+
+    @property
+    def stream_bytes(self) -> int:
+        """The encoded stream's bytes (without the row exponents)."""
+        return self.packed_bytes - self.scale_rows
+
+    @property
+    def label(self) -> str:
+        """How reports name the storage: the encoding, with its row exponents."""
+        return self.encoding.label + (" + row exponents" if self.scale_rows else "")
 
 
 @dataclass(frozen=True)
@@ -249,11 +280,30 @@ def _may_be_ternary(values: Payload, role: WeightRole, ternary: bool) -> bool:
         and all_rows(values, is_ternary)
 
 
+def f16_fallback(graph: Graph, choice: WeightChoice, users: list[list[int]]
+                 ) -> WeightChoice | None:
+    """`choice`'s weight stored f16, where f16 holds it (no overflow, relative error at most
+    `F16_MAX_REL_ERROR`), else None: the accuracy guard's step between a lossy block
+    encoding and full precision (20x less error than Q8_0 measured on conv weights, half
+    the bytes of f32). `users` is `graph.users()`."""
+    if choice.encoding is Encoding.F16:
+        return None
+    node = graph.node(choice.node_id)
+    payload = constant_payload(node)
+    assert payload is not None  # the plan chose it: a constant with its bytes
+    values = materialize(payload)
+    role, rows, perm = weight_role(graph, node, values.shape, users[node.id])
+    found, _ = _choose(node, values, role, rows, perm, lossless=False, ternary=False,
+                       blocks=False)
+    return found
+
+
 def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
-            perm: tuple[int, ...], lossless: bool,
-            ternary: bool) -> tuple[WeightChoice | None, str | None]:
+            perm: tuple[int, ...], lossless: bool, ternary: bool,
+            blocks: bool = True) -> tuple[WeightChoice | None, str | None]:
+    """The choice for one weight (module doc); `blocks=False` proposes f16 only."""
     shape = tuple(int(d) for d in values.shape)
-    length = values.size // rows
+    channels, length = rows, values.size // rows
     if role is WeightRole.MATMUL and not fits_dequant_matmul(
             shape, Encoding.GGUF_Q8_0.block_size):
         role = WeightRole.MATMUL_DECODED  # K rows not whole blocks: padded rows instead
@@ -263,9 +313,9 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
         candidates.append(Encoding.GGUF_TQ2_0)
     elif not lossless:
         # exact whatever the size (MIN_BLOCK_ELEMENTS guards against error, and there is none)
-        if int8_grid(_stored(values, rows, perm, copy=False)) is not None:
+        if int8_grid(stored_matrix(values, rows, perm, copy=False)) is not None:
             return _grid_choice(node, values, role, rows, perm)
-        if linear:
+        if linear and blocks:
             candidates.extend(LOSSY_BLOCK_ENCODINGS)
         candidates.append(Encoding.F16)
     if not candidates:
@@ -279,8 +329,8 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
                 rows * padded_row_bytes(encoding, length) > padded_row_bytes(encoding, values.size):
             # decoded whole, once: one row of the whole tensor saves the per-row padding.
             # Q8_0 blocks then run on along the reduction axis into the next row (a block
-            # spans at most ceil(32 / L) + 1 rows); ternary blocks are exact whatever the
-            # blocking, so TQ2_0 also drops the transpose
+            # spans at most ceil(32 / L) + 1 rows; row exponents keep their channels apart);
+            # ternary blocks are exact whatever the blocking, so TQ2_0 also drops the transpose
             rows, length = 1, values.size
             perm = () if tq2 else perm
         nbytes = rows * padded_row_bytes(encoding, length)
@@ -289,17 +339,35 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
         if f16 and np.abs(values).max() > float(np.finfo(np.float16).max):
             return None, "f16 would overflow"
         try:
-            error = _rel_error(values, encoding, rows, perm)
+            error, scale_rows = _error_and_scales(values, encoding, role, rows, perm, channels)
         except BakeError as err:  # the codec refuses these values (a Q8_0 scale past f16)
             log.debug("%s: not %s: %s", node.label, encoding, err)
             continue
-        if f16 and error > F16_MAX_REL_ERROR:
+        nbytes += scale_rows
+        if not f16 and nbytes >= f16_bytes:
+            continue  # its row exponents made it no smaller than f16
+        if f16 and error.whole > F16_MAX_REL_ERROR:
             return None, f"f16 relative error above {F16_MAX_REL_ERROR:g}"
         if f16 and role not in (WeightRole.OTHER, WeightRole.GATHER):
             role, rows, perm = WeightRole.OTHER, 1, ()  # plain floats: no rows to keep
         return WeightChoice(node.id, node.name or node.label, role, encoding, shape, rows, perm,
-                            values.nbytes, nbytes, error), None
+                            values.nbytes, nbytes, error.whole, error.worst_row,
+                            scale_rows), None
     return None, None
+
+
+def _error_and_scales(values: np.ndarray, encoding: Encoding, role: WeightRole, rows: int,
+                      perm: tuple[int, ...], channels: int) -> tuple[WeightError, int]:
+    """The error of `values` in `encoding`, and the rows it takes row exponents for (0:
+    none). A lossy block encoding decoded whole takes them where its worst row loses more
+    than `ROW_SCALE_GAIN` times what it loses with them: a byte a channel."""
+    plain = weight_error(values, encoding, rows, perm, channels)
+    if encoding not in LOSSY_BLOCK_ENCODINGS or role not in DECODED_WHOLE:
+        return plain, 0
+    scaled = weight_error(values, encoding, rows, perm, channels, scaled=True)
+    if plain.worst_row > ROW_SCALE_GAIN * scaled.worst_row:
+        return scaled, channels
+    return plain, 0
 
 
 def _grid_choice(node: Node, values: np.ndarray, role: WeightRole, rows: int,
@@ -314,33 +382,6 @@ def _grid_choice(node: Node, values: np.ndarray, role: WeightRole, rows: int,
     return WeightChoice(node.id, node.name or node.label, role, Encoding.Q8_F32,
                         tuple(int(d) for d in values.shape), rows, perm, values.nbytes, nbytes,
                         0.0), None
-
-
-def _stored(values: np.ndarray, rows: int, perm: tuple[int, ...], copy: bool = True
-            ) -> np.ndarray:
-    """The weight as the `[rows, L]` matrix it is stored as (a view where numpy can make
-    one, unless `copy`: a MatMul weight's W^T, for reading only)."""
-    stored = values.transpose(perm) if perm else values
-    if copy:
-        stored = np.ascontiguousarray(stored, np.float32)
-    return stored.reshape(rows, -1)
-
-
-def _rel_error(values: np.ndarray, encoding: Encoding, rows: int, perm: tuple[int, ...]) -> float:
-    """||w - decoded|| / ||w|| of the weight stored as `rows` encoded rows in `perm` order,
-    without a transposed copy where it can: f16 is value by value (any order will do), and
-    a `[K, N]` MatMul weight's Q8_0 stream of W^T is measured down its columns."""
-    length = values.size // rows
-    if encoding is Encoding.GGUF_Q8_0 and perm == (1, 0) and \
-            padded_length(encoding, length) == length and rows == values.shape[1]:
-        decoded = roundtrip_q8_0_columns(values)
-    else:
-        if encoding is Encoding.F16:
-            rows, perm = 1, ()
-        values = _stored(values, rows, perm)
-        decoded = decode_rows(encoding, encode_rows(encoding, values), rows, values.shape[1])
-    norm = float(np.linalg.norm(values))
-    return float(np.linalg.norm(decoded - values)) / norm if norm else 0.0
 
 
 def apply_weight_encodings(graph: Graph, choices: tuple[WeightChoice, ...] | list[WeightChoice],
@@ -408,8 +449,9 @@ def _emit(rw: Rewriter, node: Node, choice: WeightChoice, keep: bool) -> int:
     assert isinstance(node.op, Constant)  # choices are of constants
     matmul = choice.role is WeightRole.MATMUL
     stream = compute(_encoded, (node.op.data,),
-                     (choice.encoding, matmul, choice.shape, choice.rows, choice.perm),
-                     (choice.packed_bytes,), np.uint8)  # deferred when large: rlx.deferred
+                     (choice.encoding, matmul, choice.shape, choice.rows, choice.perm,
+                      choice.scale_rows),
+                     (choice.stream_bytes,), np.uint8)  # deferred when large: rlx.deferred
     if choice.role.reads_rows:
         if keep:
             rw.copy(node)
@@ -419,23 +461,40 @@ def _emit(rw: Rewriter, node: Node, choice: WeightChoice, keep: bool) -> int:
             name = node.name
         return rw.emit_constant(stream, name)
     packed = rw.emit_constant(stream, node.name)
+    inputs = [packed]
+    if choice.scale_rows:
+        exponents = compute(_row_exponents, (node.op.data,), (choice.shape, choice.perm,
+                                                              choice.scale_rows),
+                            (choice.scale_rows,), np.int8)
+        name = rw.fresh_name(f"{node.name}.row_exponents") if node.name else None
+        inputs.append(rw.emit_constant(exponents, name))
     op = DecodeWeight(choice.encoding, choice.shape, choice.rows, choice.perm)
-    decoded = rw.emit(op, (packed,), Shape(choice.shape, DType.F32))
+    decoded = rw.emit(op, tuple(inputs), Shape(choice.shape, DType.F32))
     rw.replace(node.id, decoded)
     return packed
 
 
 def _encoded(encoding: Encoding, matmul: bool, shape: tuple[int, ...], rows: int,
-             perm: tuple[int, ...], data: np.ndarray) -> np.ndarray:
+             perm: tuple[int, ...], scale_rows: int, data: np.ndarray) -> np.ndarray:
     """The stored stream of an f32 weight's bytes: the GGUF stream of W^T for a MatMul
-    weight (K whole blocks), else `rows` encoded rows of the weight in `perm` order."""
+    weight (K whole blocks), else `rows` encoded rows of the weight in `perm` order (its
+    `scale_rows` rows normalised by their row exponents first, when > 0)."""
     values = byte_view(data).view(np.float32).reshape(shape)
     if matmul:
         return encode(encoding, transposed(values))
-    stored = _stored(values, rows, perm)
+    stored = stored_matrix(values, rows, perm)
     if encoding is Encoding.Q8_F32:
         return _grid_rows(stored)
+    if scale_rows:
+        stored = normalised_rows(stored, scale_rows)
     return encode_rows(encoding, stored)
+
+
+def _row_exponents(shape: tuple[int, ...], perm: tuple[int, ...], scale_rows: int,
+                   data: np.ndarray) -> np.ndarray:
+    """The row exponents of an f32 weight's bytes, its `scale_rows` rows in `perm` order."""
+    values = byte_view(data).view(np.float32).reshape(shape)
+    return row_exponents(stored_matrix(values, scale_rows, perm, copy=False))
 
 
 def _grid_rows(matrix: np.ndarray) -> np.ndarray:
