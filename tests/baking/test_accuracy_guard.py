@@ -139,8 +139,9 @@ def _progress_records(run) -> list[logging.LogRecord]:
 
 def test_calibration_is_one_counted_phase_and_encodes_each_weight_once_in_progress():
     """The guard's runs are one kind of record, counted 0..n-1 of n (the exact graph, each
-    weight alone, everything encoded, one more per weight kept); the per-weight encoding
-    records are the final encoding's only, one per weight stored encoded."""
+    weight alone, everything encoded, one more per round of weights stepped down, at least
+    one weight a round); the per-weight encoding records are the final encoding's only, one
+    per weight stored encoded."""
     g, weights = _model(np.random.default_rng(0))
     opts = BakeOptions.from_profile("size").replace(calibration=[_feeds(0)], min_cosine=0.9995)
     result = {}
@@ -150,12 +151,42 @@ def test_calibration_is_one_counted_phase_and_encodes_each_weight_once_in_progre
     for r in records:
         by_kind.setdefault(r.msg, []).append(r.progress)
     [calibration] = [k for k in by_kind if k.startswith("measuring accuracy")]
-    kept = sum(t.kept for t in report.accuracy.tensors)
+    stepped = sum(t.encoding != t.proposed for t in report.accuracy.tensors)
     lossy = len(report.accuracy.tensors)  # the toy's weights are all lossy candidates
-    assert kept >= 1 and report.accuracy.runs == 1 + lossy + 1 + kept
+    assert stepped >= 1 and 1 + lossy + 1 < report.accuracy.runs <= 1 + lossy + 1 + stepped
     assert [done for done, _ in by_kind[calibration]] == list(range(report.accuracy.runs))
     assert all(done < total for done, total in by_kind[calibration])
     encoded = sum(report.optimize.encoded.values())
     assert by_kind["encoding %s as %s"] == [(i, encoded) for i in range(encoded)]
     passes = by_kind["pass %d of %d: %s"]
     assert passes == [(i, len(passes)) for i in range(len(passes))]
+
+
+def test_the_guard_steps_the_weight_that_buys_most_per_byte():
+    """x @ ws @ wb: ws (4 KiB as Q8_0) alone costs less accuracy than wb (68 KiB) alone,
+    but per byte far more; with both encoded the target is missed, and stepping either one
+    meets it. The guard steps ws to f16 and leaves the large wb at Q8_0 (stepping the
+    largest contributor, wb, would have cost 16x the bytes)."""
+    rng = np.random.default_rng(0)
+    n = 1024
+    g = Graph("chain")
+    x = g.input("x", Shape([8, K]))
+    ws, wb = g.param("ws", Shape([K, H])), g.param("wb", Shape([H, n]))
+    g.set_outputs([g.matmul(g.matmul(x, ws), wb)])
+    weights = {"ws": (rng.standard_normal((K, H)) * 0.1).astype(np.float32),
+               "wb": (rng.standard_normal((H, n)) * 0.1).astype(np.float32)}
+    weights["ws"][::32] = 2.1  # outliers crush their blocks (their inputs are silent)
+    weights["ws"][:, ::32] = 0  # so are wb's outlier rows' inputs
+    weights["wb"][::32] = 2.5
+    opts = BakeOptions.from_profile("size").replace(calibration=[_feeds(0)], min_cosine=0.998)
+    file, report = bake(g, weights, opts)
+    rows = {t.name: t for t in report.accuracy.tensors}
+    assert 1 - rows["ws"].cosine < 1 - rows["wb"].cosine < 0.002  # either alone meets it
+    assert report.accuracy.proposed[0].cosine < 0.998 <= report.accuracy.final[0].cosine
+    assert (rows["ws"].encoding, rows["wb"].encoding) == ("f16", "gguf_q8_0")
+    assert (file.weight("ws").encoding, file.weight("wb").encoding) == ("f16", "gguf_q8_0")
+    w64 = {k: v.astype(np.float64) for k, v in weights.items()}
+    for seed in (5, 6):  # held-out inputs, against float64 numpy
+        feeds = _feeds(seed)
+        want = feeds["x"].astype(np.float64) @ w64["ws"] @ w64["wb"]
+        assert _cosine(_run(file, feeds), want) >= 0.998

@@ -4,6 +4,8 @@ graph computes unchanged: results are compared with float64 numpy."""
 
 from __future__ import annotations
 
+import math
+
 import gguf
 import numpy as np
 import pytest
@@ -193,12 +195,17 @@ def test_bake_puts_subgraph_weights_in_the_table_and_memory_modes_apply():
 def test_matmul_reading_a_hoisted_weight_keeps_working_unpacked():
     """A weight captured by control flow is not packed for its MatMul (packing is
     top-level only); the size profile stores W^T as Q8_0, one row (its rows of K = 4 are
-    not whole blocks), decoded before the If: the gguf package's decoding of that row."""
+    not whole blocks), decoded before the If: the gguf package's decoding of that row,
+    each row of W^T divided by 2^e first (its row exponent: e from math.frexp of its
+    largest |value|), multiplied back after."""
     file, _ = bake(_nested_graph(), {}, BakeOptions.from_profile("size"))
     assert not any(isinstance(n.op, MatMul) for n in file.graph.nodes())  # all inside Ifs
     assert {w.encoding for w in file.weights} == {"gguf_q8_0"}
     q8 = gguf.GGMLQuantizationType.Q8_0
-    decoded = dequantize(quantize(W.T.reshape(1, -1), q8), q8).reshape(64, 4).T
+    scale = np.array([2.0 ** math.frexp(float(np.abs(r).max()))[1] for r in W.T])[:, None]
+    normalised = (W.T / scale).astype(np.float32)
+    decoded = (dequantize(quantize(normalised.reshape(1, -1), q8), q8).reshape(64, 4)
+               * scale).T
     x, w = X.astype(np.float64), decoded.astype(np.float64)
     swapped = np.concatenate([w[:, 32:], w[:, :32]], axis=1)
     graph = file.into_runtime_graph()

@@ -216,6 +216,7 @@ class _Ladder:
         self.proposed = {c.node_id: c for c in choices}
         self.current: dict[int, WeightChoice | None] = dict(self.proposed)
         self.share: dict[int, float] = {}
+        self._below: dict[int, WeightChoice | None] = {}  # the rung below current, once read
 
     def chosen(self) -> list[WeightChoice]:
         return [c for c in self.current.values() if c is not None]
@@ -230,7 +231,9 @@ class _Ladder:
         for node_id, now in self.current.items():
             if now is None:
                 continue
-            below = f16_fallback(self.graph, now, self.users)
+            if node_id not in self._below:
+                self._below[node_id] = f16_fallback(self.graph, now, self.users)
+            below = self._below[node_id]
             gain = self._share_at(now) - (self._share_at(below) if below else 0.0)
             cost = (below.packed_bytes if below else now.f32_bytes) - now.packed_bytes
             options.append((gain / max(cost, 1), node_id, below, gain))
@@ -238,6 +241,7 @@ class _Ladder:
         stepped, covered = [], 0.0
         for _, node_id, below, gain in options:
             self.current[node_id] = below
+            del self._below[node_id]
             stepped.append(node_id)
             covered += gain
             if covered >= excess:
