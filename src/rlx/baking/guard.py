@@ -229,7 +229,7 @@ class _Ladder:
 
     def step(self, missed: float) -> list[int]:
         """Step down the tensors that buy the most per byte until their gains cover the
-        excess of `missed` (the measured `_misses`) over 1, at least one; their ids. The
+        excess of `missed` (the measured `misses`) over 1, at least one; their ids. The
         shares are first scaled to add up to `missed`: the first-order model's shares of
         the error measured now."""
         total = sum(self._share_at(c) for c in self.current.values() if c is not None)
