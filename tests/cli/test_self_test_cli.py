@@ -10,6 +10,7 @@ from rlx.artifact.header import read_header
 from rlx.engines import numpy_engine
 from rlx.errors import ArtifactError
 from tests.cli.conftest import PASSWORD, assert_error
+from tests.real_models import fetch, silero_feeds
 
 
 def _raise(message, error=ArtifactError):
@@ -118,3 +119,20 @@ def test_encrypted(cli, files, tmp_path, monkeypatch):
 def test_rlxp_output_is_refused(cli, files, tmp_path):
     assert_error(cli("bake", files.graph_json, "-w", files.npz, "-o", tmp_path / "p.rlxp",
                      "--self-test"), r"--self-test is stored in \.rlx files only")
+
+
+def test_a_model_that_cannot_run_on_a_seeded_sample_asks_for_real_inputs(cli, tmp_path):
+    """silero-vad selects its branch by the sample rate it is fed: a seeded (zero) rate
+    runs no branch, so the bake stops with one line asking for samples."""
+    path = fetch("silero-vad")
+    result = cli("bake", path, "--input-shapes", "input:1,576", "-o", tmp_path / "v.rlx",
+                 "--self-test")
+    assert_error(result, r"self-test: the model does not run on a seeded sample .*"
+                         r"give samples of real inputs \(--self-test FEEDS\.npz\)")
+    assert not (tmp_path / "v.rlx").exists()
+    feeds = tmp_path / "vad.npz"
+    np.savez(feeds, **silero_feeds(0))
+    result = cli("bake", path, "--input-shapes", "input:1,576", "-o", tmp_path / "v.rlx",
+                 "--self-test", feeds)
+    assert result.code == 0, result.err
+    assert cli("verify", tmp_path / "v.rlx", "--engine", "all").code == 0

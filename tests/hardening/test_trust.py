@@ -295,7 +295,7 @@ def test_a_damaged_engine_cache_is_a_miss_that_is_rebuilt(tmp_path, monkeypatch,
     """Main: `RecursionError` (nested) and `AttributeError` (wrong field types)."""
     from rlx.engines import auto
 
-    monkeypatch.setattr(auto, "_measure", lambda runners, f, o: {
+    monkeypatch.setattr(auto, "_measure", lambda runners, f, o, budget: {
         name: 0.001 if name == "numpy" else 1.0 for name in runners})
     mlp = write_mlp(tmp_path / "model.rlx")
     cache = tmp_path / "cache"

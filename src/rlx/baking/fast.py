@@ -18,7 +18,7 @@ but, measured on an unrolled CRNN (20 steps per LSTM weight), left 6 of 105 node
 instead of 54, and the run 2.4x slower than f32 instead of 0.4-0.6x.
 
 Without calibration feeds the plan is checked on seeded inputs of the declared shapes
-(floats standard normal, integers and booleans zero, symbolic dims 1) with a warning, and
+(`rlx.runtime.feeds.seeded_feeds`: floats standard normal, the rest zero) with a warning, and
 the plan says so (`calibration["seeded"]`): a bake that walks every profile still works,
 but only feeds from the model's real input distribution make its ranges and its guard mean
 anything, so the report, inspect and verify show the plan as unchecked.
@@ -42,9 +42,10 @@ from rlx.ir.graph import Graph
 from rlx.ir.ops.elementwise import Binary, BinaryOp
 from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.nn import LogSoftmax, Softmax
+from rlx.runtime.feeds import seeded_feeds
 
-__all__ = ["FastPlan", "plan_precision", "class_score_outputs", "seeded_feeds",
-           "DEFAULT_FAST_MIN_COSINE", "SEEDED"]
+__all__ = ["FastPlan", "plan_precision", "class_score_outputs", "DEFAULT_FAST_MIN_COSINE",
+           "SEEDED"]
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,8 @@ def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
     seeded = not feeds
     if seeded:
         log.warning(SEEDED)
-        feeds = seeded_feeds(graph, SEEDED_FEEDS)
+        rng = np.random.default_rng(0)
+        feeds = [seeded_feeds(graph.inputs(), rng)[0] for _ in range(SEEDED_FEEDS)]
     assert feeds is not None
     found = candidates(graph)
     try:
@@ -140,21 +142,6 @@ def _fewest_kept(graph: Graph, ranked: list[Candidate], ranges: dict[int, Activa
         else:
             low = mid + 1
     return high, best
-
-
-def seeded_feeds(graph: Graph, count: int) -> list[dict[str, np.ndarray]]:
-    """`count` seeded feeds of the graph's declared inputs (module doc)."""
-    rng = np.random.default_rng(0)
-    feeds = []
-    for _ in range(count):
-        feed = {}
-        for node in graph.inputs():
-            shape = node.tensor_shape
-            dims = [d if isinstance(d, int) else 1 for d in shape.dims]
-            feed[node.source_name] = rng.standard_normal(dims).astype(shape.dtype.numpy) \
-                if shape.dtype.is_float else np.zeros(dims, shape.dtype.numpy)
-        feeds.append(feed)
-    return feeds
 
 
 def _plan(graph: Graph, ranked: list[Candidate], errors: dict[int, float], kept: int,

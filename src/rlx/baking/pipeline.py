@@ -174,8 +174,9 @@ def bake_bundle(graph: Graph, bundle: WeightBundle,
     if opts.self_test is not False:
         exact = outcomes["keep_exact_graph"][0]
         assert isinstance(exact, ExactGraph)  # what the step returns
+        int8_plan = report.precision is not None and bool(report.precision.counts.get("int8"))
         test = build_self_test(exact.graph, g, _self_test_feeds(opts),
-                               _bound_bytes(g), report.accuracy)
+                               _bound_bytes(g), report.accuracy, int8_plan)
     rows = _weight_table(g, bundle, opts, stats, report)
     file = RlxFile.from_baked(
         g, rows, params_baked=report.params_baked,

@@ -1,8 +1,9 @@
 """`engine="auto"`: the fastest installed engine for this model on this machine.
 
 At the first load of a file, the installed engines are built, run once (warm-up), and
-timed on the same feeds (`example`, or zeros of the declared shapes with symbolic dims at
-1), each as it will run afterwards (onnxruntime with its spinning rule, docs/engines.md).
+timed on the same feeds (`example`, or zeros of the declared shapes: `seeded_feeds`
+sizes symbolic dims), each as it will run afterwards (onnxruntime with its spinning rule,
+docs/engines.md).
 The timing is done in turns, so that a burst of other work on the machine slows every
 candidate alike: each candidate's turn starts with `LEAD_IN` untimed calls (the previous
 candidate's worker threads, still spinning or waking, settle while they run; timed call
@@ -168,9 +169,10 @@ def _atomic(path: Path, data: bytes) -> None:
 
 
 def example_feeds(graph: Graph) -> dict[str, np.ndarray]:
-    """Zeros of each input's declared shape and dtype, symbolic dims at 1."""
-    return {n.source_name: np.zeros([d if isinstance(d, int) else 1 for d in n.tensor_shape.dims],
-                                    n.tensor_shape.dtype.numpy) for n in graph.inputs()}
+    """Zeros of each input's declared shape and dtype (`rlx.runtime.feeds.seeded_feeds`)."""
+    from rlx.runtime.feeds import seeded_feeds
+
+    return seeded_feeds(graph.inputs())[0]
 
 
 def _measure(runners: Mapping[str, Any], feeds: Mapping[str, np.ndarray], outputs: list[str],

@@ -19,7 +19,12 @@ from rlx.ir.shape import Shape
 if TYPE_CHECKING:
     from rlx.ir.graph import Node
 
-__all__ = ["check_feeds", "conform_feed"]
+__all__ = ["check_feeds", "conform_feed", "seeded_feeds", "SEEDED_DIM"]
+
+SEEDED_DIM = 32
+"""The size a seeded feed gives a symbolic dim past the first axis: 1 would be degenerate for
+an image's width or height (a pooling window larger than the image); the first axis, the
+batch, gets 1."""
 
 
 def check_feeds(inputs: Sequence[Node], feeds: Mapping[str, Any]) -> dict[int, np.ndarray]:
@@ -90,3 +95,24 @@ def conform_feed(name: str, shape: Shape, value: Any,
                 raise wrong(f": dim {dim!r} is {bound[dim]} elsewhere")
     return value
 
+
+
+def seeded_feeds(inputs: Sequence[Node], rng: np.random.Generator | None = None
+                 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """One feed of each input's declared shape and dtype, by source name, and the size each
+    symbolic dim was given (the first axis 1, the others `SEEDED_DIM`). Floats are standard
+    normal from `rng` (zeros without one); integers and booleans are zeros, which index,
+    count and select safely whatever the model does with them."""
+    sized: dict[str, int] = {}
+    feeds: dict[str, np.ndarray] = {}
+    for node in inputs:
+        shape = node.tensor_shape
+        dims = []
+        for axis, d in enumerate(shape.dims):
+            if not isinstance(d, int):
+                d = sized.setdefault(str(d), 1 if axis == 0 else SEEDED_DIM)
+            dims.append(d)
+        dtype = shape.dtype.numpy
+        feeds[node.source_name] = rng.standard_normal(dims).astype(dtype) \
+            if rng is not None and shape.dtype.is_float else np.zeros(dims, dtype)
+    return feeds, sized
