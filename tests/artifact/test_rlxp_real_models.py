@@ -1,6 +1,10 @@
 """The six real models (../shared/MODELS.md) baked once, written as .rlx and as .rlxp in
-every container and storage tier: every package runs to outputs byte-identical to the .rlx
-of the same bake (and the .rlx matches onnxruntime, tests/test_real_models.py)."""
+every container, each in one storage tier: every package runs to outputs byte-identical to
+the .rlx of the same bake (and the .rlx matches onnxruntime, tests/test_real_models.py).
+
+The tiers rotate over the containers from case to case (a Latin square), so the twelve
+cases write each (container, tier) pair as often (four times), a third of the disk of every pair in
+every case; every pair on every memory mode and profile is tests/artifact/test_rlxp.py's."""
 
 from __future__ import annotations
 
@@ -16,6 +20,14 @@ from tests.real_models import FEEDS, fetch, import_kwargs
 pytestmark = pytest.mark.slow
 
 CONTAINERS = {"flat": "m.rlxp", "zip": "m.rlxp.zip", "dir": "m-dir"}
+TIERS = ("hot", "warm", "cold")
+PROFILES = (BakeProfile.EXACT, BakeProfile.SIZE)
+
+
+def tier_per_container(name: str, profile: BakeProfile) -> dict[str, str]:
+    """Each container with a different tier, shifted by one from case to case."""
+    shift = sorted(FEEDS).index(name) + PROFILES.index(profile)
+    return {c: TIERS[(i + shift) % len(TIERS)] for i, c in enumerate(CONTAINERS)}
 
 
 def run(file, feeds) -> list[np.ndarray]:
@@ -23,7 +35,7 @@ def run(file, feeds) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("name", sorted(FEEDS))
-@pytest.mark.parametrize("profile", [BakeProfile.EXACT, BakeProfile.SIZE])
+@pytest.mark.parametrize("profile", PROFILES)
 def test_packages_run_like_the_rlx(tmp_path, name, profile):
     path = fetch(name)
     graph, bindings = import_onnx(path, **import_kwargs(path))
@@ -31,11 +43,18 @@ def test_packages_run_like_the_rlx(tmp_path, name, profile):
     write_rlx(tmp_path / "m.rlx", file)
     feeds = FEEDS[name](0)
     expected = run(read_rlx(tmp_path / "m.rlx"), feeds)
-    for container, out in CONTAINERS.items():
-        for tier in ("hot", "warm", "cold"):
-            write_rlxp(tmp_path / out, file, container, tier=tier)
-            got = run(read_rlxp(tmp_path / out, verify="full"), feeds)
-            assert len(got) == len(expected)
-            for a, b in zip(got, expected):
-                assert a.dtype == b.dtype and a.shape == b.shape
-                assert a.tobytes() == b.tobytes(), (name, container, tier)
+    for container, tier in tier_per_container(name, profile).items():
+        out = tmp_path / CONTAINERS[container]
+        write_rlxp(out, file, container, tier=tier)
+        got = run(read_rlxp(out, verify="full"), feeds)
+        assert len(got) == len(expected)
+        for a, b in zip(got, expected):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert a.tobytes() == b.tobytes(), (name, container, tier)
+
+
+def test_the_cases_write_every_container_in_every_tier():
+    pairs = [(c, t) for name in FEEDS for profile in PROFILES
+             for c, t in tier_per_container(name, profile).items()]
+    assert set(pairs) == {(c, t) for c in CONTAINERS for t in TIERS}
+    assert len({pairs.count(p) for p in set(pairs)}) == 1  # as often as each other
