@@ -11,6 +11,8 @@ is 0.81 there), no worse than OpenVINO's own: rlx's fast adds no error of its ow
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -28,7 +30,8 @@ CLASSIFIERS = {"ppocr-cls", "orientation-lcnet", "minilm-l3"}
 
 @pytest.fixture(scope="module")
 def baked(tmp_path_factory):
-    """(path of the .rlx for (model, memory mode), onnxruntime on the original)."""
+    """(path of the .rlx for (model, memory mode), onnxruntime on the original); the files
+    (~0.4 GB) are deleted when the module ends, not kept to the end of the session."""
     folder = tmp_path_factory.mktemp("real-engines")
     cache: dict = {}
 
@@ -45,7 +48,8 @@ def baked(tmp_path_factory):
             write_rlx(files[memory], relayout(file, memory))
         return files[memory], oracle
 
-    return get
+    yield get
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _cosine(a, b) -> float:
