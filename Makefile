@@ -21,9 +21,10 @@ $(STAMP): $(CORE)
 demo: $(CORE)
 	$(BIN)/python -m rlx demo
 
-# --durations: the 15 slowest tests, so a test that grows shows where the time went
+# --durations and --disk-writes: the 15 slowest tests and the 15 test files that wrote most
+# to disk, so a test that grows shows where the time or the disk went (tests/footprint.py)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q --durations=15 --disk-writes=15
 
 # the tests that write or map many gigabytes (the 2 and 8 GiB streaming bakes)
 test-huge: $(STAMP)

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.slow
 CONTAINERS = {"flat": "m.rlxp", "zip": "m.rlxp.zip", "dir": "m-dir"}
 TIERS = ("hot", "warm", "cold")
 PROFILES = (BakeProfile.EXACT, BakeProfile.SIZE)
+WRITE_BUDGET = 560 << 20  # 0.5 GB: each bake of the six models as .rlx and three packages
 
 
 def tier_per_container(name: str, profile: BakeProfile) -> dict[str, str]:

@@ -33,6 +33,9 @@ MIB = 1 << 20
 # Q8_0 of Gaussian weights errs by ~0.5% a layer (a step of max|x|/127 ~ 2.1 sigma/127,
 # uniform rounding: 0.48% of sigma); independent errors add up as sqrt(layers)
 Q8_0_LAYER_ERROR = 0.005
+# 2.5 GB: a 512 MiB model written as safetensors and baked exact (512 MiB) and size; one
+# 256 MiB weight and its bake; 256 MiB as ONNX external data and as GGUF, each baked exact
+WRITE_BUDGET = 2700 * MIB
 
 
 def worker(*args: object) -> dict:
