@@ -33,9 +33,9 @@ MIB = 1 << 20
 # Q8_0 of Gaussian weights errs by ~0.5% a layer (a step of max|x|/127 ~ 2.1 sigma/127,
 # uniform rounding: 0.48% of sigma); independent errors add up as sqrt(layers)
 Q8_0_LAYER_ERROR = 0.005
-# 2.5 GB: a 512 MiB model written as safetensors and baked exact (512 MiB) and size; one
-# 256 MiB weight and its bake; 256 MiB as ONNX external data and as GGUF, each baked exact
-WRITE_BUDGET = 2700 * MIB
+# 2 GB: a 512 MiB model written as safetensors and baked (size); one 256 MiB weight and its
+# exact bake; 256 MiB as ONNX external data and as GGUF, each baked exact
+WRITE_BUDGET = 2200 * MIB
 
 
 def worker(*args: object) -> dict:
@@ -59,29 +59,32 @@ def relative_error(y: list[float], want: np.ndarray) -> float:
     return float(np.linalg.norm(got - want.reshape(-1)) / np.linalg.norm(want))
 
 
-# (layers, dim): 512 MiB in the suite; 2 and 8 GiB on request (`make test-huge`), each
-# 64 MiB weights. The budget scales with the model (0.15 x the weights + 200 MiB), and from
-# 512 MiB on, the weights held at once would break it: 512 MiB proves the same property
-# with a sixteenth of the disk of 8 GiB (1.2 GB written instead of 18 GB).
-SIZES = [pytest.param(8, 4096, id="512mib", marks=pytest.mark.slow),
-         pytest.param(32, 4096, id="2gib", marks=pytest.mark.huge),
-         pytest.param(128, 4096, id="8gib", marks=pytest.mark.huge)]
+# (layers, dim, profiles): 512 MiB in the suite; 2 and 8 GiB on request (`make test-huge`),
+# each 64 MiB weights. The budget scales with the model (0.15 x the weights + 200 MiB), and
+# from 512 MiB on, the weights held at once would break it: 512 MiB proves the same property
+# with a sixteenth of the disk of 8 GiB. The suite's case bakes with the size profile only
+# (0.7 GB written, not 1.2 GB): an exact bake of many weights one at a time is the ONNX
+# case's below (16 weights), within the absolute budget from safetensors the blocks case's.
+BOTH = ("exact", "size")
+SIZES = [pytest.param(8, 4096, ("size",), id="512mib", marks=pytest.mark.slow),
+         pytest.param(32, 4096, BOTH, id="2gib", marks=pytest.mark.huge),
+         pytest.param(128, 4096, BOTH, id="8gib", marks=pytest.mark.huge)]
 
 
-@pytest.mark.parametrize(("layers", "dim"), SIZES)
-def test_a_large_model_bakes_in_a_fraction_of_its_size_and_runs(scratch, layers, dim):
+@pytest.mark.parametrize(("layers", "dim", "profiles"), SIZES)
+def test_a_large_model_bakes_in_a_fraction_of_its_size_and_runs(scratch, layers, dim, profiles):
     source = scratch / "weights.safetensors"
     weight_bytes = layers * dim * dim * 4
     assert write_safetensors(source, layers, dim) > weight_bytes
     want = reference(layers, dim)
     budget = 0.15 * weight_bytes + 200 * MIB
-    for profile, tolerance in (("exact", 1e-5),
-                               ("size", 2 * Q8_0_LAYER_ERROR * math.sqrt(layers))):
+    tolerances = {"exact": 1e-5, "size": 2 * Q8_0_LAYER_ERROR * math.sqrt(layers)}
+    for profile in profiles:
         out = scratch / f"{profile}.rlx"
         baked = worker("bake", "safetensors", source, out, profile, layers, dim)
         assert baked["peak_rss"] <= budget, (profile, baked)
         ran = worker("run", out, layers, dim)
-        assert relative_error(ran["y"], want) <= tolerance, profile
+        assert relative_error(ran["y"], want) <= tolerances[profile], profile
         if profile == "size":  # Q8_0 runs in its packed bytes plus the decoded cache
             assert baked["encoded"] == {"gguf_q8_0": layers}
             assert ran["peak_rss"] < baked["weight_bytes"] + DECODED_CACHE_BYTES + 300 * MIB, \
