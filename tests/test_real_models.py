@@ -13,7 +13,8 @@ import onnxruntime as ort
 import pytest
 
 from rlx import BakeOptions, BakeProfile, MemoryMode, bake
-from rlx.artifact import read_rlx, write_rlx
+from rlx.artifact import parse_rlx, write_rlx
+from rlx.artifact.writer import iter_rlx_bytes
 from rlx.onnx import import_onnx
 from rlx.runtime import Session
 from tests.real_models import FEEDS, fetch, minilm_feeds, ppocr_feeds
@@ -39,11 +40,16 @@ def imported():
     return get
 
 
-def baked_session(graph, bindings, profile, memory, tmp_path):
+def baked_session(graph, bindings, profile, memory):
+    """Bake, then parse the file's bytes with every checksum checked and compile: the bytes
+    `write_rlx` writes (byte for byte, tests/artifact/test_streaming_write.py), made in
+    memory (written out, this file's bakes wrote 1.45 GB; the real models' files on
+    disk are tests/artifact/test_rlxp_real_models.py's)."""
     file, report = bake(graph, bindings, BakeOptions.from_profile(profile).replace(memory=memory))
-    path = tmp_path / f"{profile.value}-{memory.value}.rlx"
-    write_rlx(path, file)
-    loaded = read_rlx(path, verify="full")
+    data = bytearray()
+    for piece in iter_rlx_bytes(file):
+        data += piece
+    loaded = parse_rlx(data, verify="full")
     return Session().compile(loaded.into_runtime_graph()), report
 
 
@@ -51,9 +57,9 @@ def baked_session(graph, bindings, profile, memory, tmp_path):
                                   "orientation-lcnet"])
 @pytest.mark.parametrize("profile", LOSSLESS)
 @pytest.mark.parametrize("memory", list(MemoryMode))
-def test_lossless_bakes_match_onnxruntime(imported, tmp_path, name, profile, memory):
+def test_lossless_bakes_match_onnxruntime(imported, name, profile, memory):
     graph, bindings, oracle = imported(name)
-    compiled, report = baked_session(graph, bindings, profile, memory, tmp_path)
+    compiled, report = baked_session(graph, bindings, profile, memory)
     feeds = FEEDS[name]()
     expected = oracle.run(None, feeds)
     got = compiled.run(feeds)
@@ -80,10 +86,9 @@ def _cosine(a, b):
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-def test_size_profile_keeps_minilm_embedding(imported, tmp_path):
+def test_size_profile_keeps_minilm_embedding(imported):
     graph, bindings, oracle = imported("minilm-l3")
-    compiled, report = baked_session(graph, bindings, BakeProfile.SIZE, MemoryMode.COMPACT,
-                                     tmp_path)
+    compiled, report = baked_session(graph, bindings, BakeProfile.SIZE, MemoryMode.COMPACT)
     assert report.optimize.quant_packed > 0
     for seed in range(3):
         feeds = minilm_feeds(seed)
@@ -91,9 +96,9 @@ def test_size_profile_keeps_minilm_embedding(imported, tmp_path):
         assert _cosine(got, expected) >= 0.999
 
 
-def test_size_profile_keeps_ppocr_class(imported, tmp_path):
+def test_size_profile_keeps_ppocr_class(imported):
     graph, bindings, oracle = imported("ppocr-cls")
-    compiled, _ = baked_session(graph, bindings, BakeProfile.SIZE, MemoryMode.COMPACT, tmp_path)
+    compiled, _ = baked_session(graph, bindings, BakeProfile.SIZE, MemoryMode.COMPACT)
     for seed in range(3):
         feeds = ppocr_feeds(seed)
         (expected,), (got,) = oracle.run(None, feeds), compiled.run(feeds)
@@ -115,9 +120,9 @@ def silero():
 @pytest.mark.parametrize("profile", LOSSLESS)
 @pytest.mark.parametrize("memory", list(MemoryMode))
 @pytest.mark.parametrize("sr", sorted(CHUNK))
-def test_silero_vad_carries_state_over_three_chunks(silero, tmp_path, profile, memory, sr):
+def test_silero_vad_carries_state_over_three_chunks(silero, profile, memory, sr):
     graphs, oracle = silero
-    compiled, _ = baked_session(*graphs[sr], profile, memory, tmp_path)
+    compiled, _ = baked_session(*graphs[sr], profile, memory)
     rng = np.random.default_rng(7)
     ours = theirs = np.zeros((2, 1, 128), np.float32)
     sr_value = np.array(sr, np.int64)
