@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,28 +61,27 @@ def main() -> None:
     logging.basicConfig(level=logging.ERROR)
     profiles = [BakeProfile(p) for p in args.profiles.split(",")]
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for model in args.models.split(","):
-            for variant in args.variants.split(","):
-                path = variant_path(model, variant)
-                ops = contrib_ops(path)
-                for profile in profiles:
-                    try:
-                        r = run_variant(model, variant, profile, Path(tmp))
-                    except RlxError as err:
-                        line = f"| {model} | {variant} | {ops} | {profile.value} | " \
-                               f"refused: {str(err)[:160]} | | | | | refused |"
-                    else:
-                        # the size profile re-quantises weights (Q8_0): judged like a
-                        # quantised model
-                        lossy = variant in INTEGER or profile is BakeProfile.SIZE
-                        verdict = "ok" if r.ok(lossy) else "differs"
-                        line = f"| {model} | {variant} | {ops} | {profile.value} | " \
-                               f"{_cell(r.ort)} | {_cell(r.ort_plain)} | " \
-                               f"{_cell(r.ort_u8) if r.ort_u8 else '-'} | " \
-                               f"{_cell(r.ort_vs_float)} | {_kept(r, profile)} | {verdict} |"
-                    print(line, flush=True)
-                    rows.append(line)
+    for model in args.models.split(","):
+        for variant in args.variants.split(","):
+            path = variant_path(model, variant)
+            ops = contrib_ops(path)
+            for profile in profiles:
+                try:
+                    r = run_variant(model, variant, profile)
+                except RlxError as err:
+                    line = f"| {model} | {variant} | {ops} | {profile.value} | " \
+                           f"refused: {str(err)[:160]} | | | | | refused |"
+                else:
+                    # the size profile re-quantises weights (Q8_0): judged like a
+                    # quantised model
+                    lossy = variant in INTEGER or profile is BakeProfile.SIZE
+                    verdict = "ok" if r.ok(lossy) else "differs"
+                    line = f"| {model} | {variant} | {ops} | {profile.value} | " \
+                           f"{_cell(r.ort)} | {_cell(r.ort_plain)} | " \
+                           f"{_cell(r.ort_u8) if r.ort_u8 else '-'} | " \
+                           f"{_cell(r.ort_vs_float)} | {_kept(r, profile)} | {verdict} |"
+                print(line, flush=True)
+                rows.append(line)
     if args.no_doc:
         return
     text = DOC.read_text()

@@ -24,16 +24,16 @@ PROFILES = list(BakeProfile)
 
 
 @pytest.mark.parametrize("model,variant", CASES)
-def test_variant_matches_onnxruntime(tmp_path, model, variant):
+def test_variant_matches_onnxruntime(model, variant):
     # one profile per variant, rotating, so every profile runs on every kind of variant
     profile = PROFILES[CASES.index((model, variant)) % len(PROFILES)]
     if profile in (BakeProfile.SIZE, BakeProfile.FAST):
         profile = BakeProfile.EXACT  # lossy (Q8_0, int8): judged in their own tests
     if variant == "ort-all" and model in NCHWC:
         with pytest.raises(UnsupportedOpError, match="ORT_ENABLE_EXTENDED"):
-            run_variant(model, variant, profile, tmp_path, seeds=(0,))
+            run_variant(model, variant, profile, seeds=(0,))
         return
-    result = run_variant(model, variant, profile, tmp_path, seeds=(0,))
+    result = run_variant(model, variant, profile, seeds=(0,))
     # quantised variants pass against onnxruntime on the file, or on its uint8 re-encoding
     # (the same model, free of onnxruntime's AVX2 uint8 x int8 saturation)
     assert result.ok(variant in INTEGER), result
@@ -62,11 +62,11 @@ def test_conv_integer_variant_runs_on_engine(tmp_path, engine, variant):
         assert compare("silero-vad", got, numpy_model.run(feeds)).ok(True)
 
 
-def test_a_qdq_transformer_rounds_its_products_like_onnxruntime(tmp_path):
+def test_a_qdq_transformer_rounds_its_products_like_onnxruntime():
     """minilm-l3 static-qdq on the feeds where one BLAS product over K moved a quantisation
     step (cosine 0.991-0.992 with onnxruntime as written): its products read
     DequantizeLinear, so they sum K in onnxruntime's blocks (`MatMul.mlas_blocks`)."""
-    result = run_variant("minilm-l3", "static-qdq", BakeProfile.EXACT, tmp_path, seeds=(2, 4, 8))
+    result = run_variant("minilm-l3", "static-qdq", BakeProfile.EXACT, seeds=(2, 4, 8))
     assert result.ort_plain.cosine >= 0.9999, result
 
 

@@ -230,28 +230,32 @@ def bake_options(model: str, profile):
                            min_cosine=SIZE_MIN_COSINE)
 
 
-def bake_and_load(model: str, variant: str, profile, tmp: Path):
-    """Import, bake with `profile`, write, read: (the compiled graph, the weights' accuracy
-    rows: those the size guard kept at full precision are marked `kept`)."""
+def bake_and_load(model: str, variant: str, profile):
+    """Import, bake with `profile`, serialise and parse with every checksum checked (the
+    bytes `write_rlx` writes, made in memory: tests/artifact/test_streaming_write.py):
+    (the compiled graph, the weights' accuracy rows: those the size guard kept at full
+    precision are marked `kept`)."""
     from rlx import bake
-    from rlx.artifact import read_rlx, write_rlx
+    from rlx.artifact import parse_rlx
+    from rlx.artifact.writer import iter_rlx_bytes
     from rlx.onnx import import_onnx
     from rlx.runtime import Session
 
     path = variant_path(model, variant)
     graph, bindings = import_onnx(path, **import_kwargs(fetch(model)))
     file, report = bake(graph, bindings, bake_options(model, profile))
-    out = tmp / f"{model}.{variant}.{profile.value}.rlx"
-    write_rlx(out, file)
-    compiled = Session().compile(read_rlx(out, verify="full").into_runtime_graph())
+    data = bytearray()
+    for piece in iter_rlx_bytes(file):
+        data += piece
+    compiled = Session().compile(parse_rlx(data, verify="full").into_runtime_graph())
     return compiled, report.accuracy.tensors
 
 
-def run_variant(model: str, variant: str, profile, tmp: Path, seeds=(0, 1, 2)) -> Result:
+def run_variant(model: str, variant: str, profile, seeds=(0, 1, 2)) -> Result:
     """The variant baked with `profile` and run against onnxruntime on the seeded feeds
     (and, for quantised variants with int8 weights, against onnxruntime on their uint8
     re-encoding: `as_uint8`)."""
-    compiled, tensors = bake_and_load(model, variant, profile, tmp)
+    compiled, tensors = bake_and_load(model, variant, profile)
     path = variant_path(model, variant)
     oracles = [oracle(path), oracle(path, False), oracle(fetch(model))]
     u8 = None
