@@ -2,15 +2,14 @@
 for `scripts/size_profile_table.py` (the README's table).
 
 Per model: the exact file and the size file calibrated on one seeded input set
-(`CALIBRATION_SEED`) with min cosine 0.9995, both written to disk; the size file then run by
+(`CALIBRATION_SEED`) with min cosine 0.9995, both serialised (in memory: their sizes are
+the files' on disk); the size file then parsed and run by
 the numpy runtime on held-out seeds and compared with onnxruntime on the ONNX model. The
 share of float weights read by Conv/ConvTranspose/MatMul/Gemm/Gather is computed from the
 ONNX file itself (initializers and Constant nodes, subgraphs included)."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -20,7 +19,8 @@ import onnxruntime as ort
 from onnx import numpy_helper
 
 from rlx import BakeOptions, bake
-from rlx.artifact import read_rlx, write_rlx
+from rlx.artifact import parse_rlx
+from rlx.artifact.writer import iter_rlx_bytes
 from rlx.onnx import import_onnx
 from rlx.runtime import Session
 from tests.real_models import FEEDS, fetch, import_kwargs
@@ -80,25 +80,32 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (na * nb))
 
 
+def _file_bytes(file) -> bytearray:
+    """The bytes `write_rlx` writes for `file` (tests/artifact/test_streaming_write.py),
+    made in memory: the size is the file's without writing it."""
+    data = bytearray()
+    for piece in iter_rlx_bytes(file):
+        data += piece
+    return data
+
+
 def measure(name: str) -> SizeResult:
     path = fetch(name)
     graph, bindings = import_onnx(path, **import_kwargs(path))
     sizes = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for profile in ("exact", "size"):
-            opts = BakeOptions.from_profile(profile)
-            if profile == "size":
-                opts = opts.replace(calibration=[FEEDS[name](CALIBRATION_SEED)],
-                                    min_cosine=MIN_COSINE)
-            file, report = bake(graph, bindings, opts)
-            out = os.path.join(tmp, f"{profile}.rlx")
-            write_rlx(out, file)
-            sizes[profile] = os.path.getsize(out)
-        compiled = Session().compile(read_rlx(out).into_runtime_graph())
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        held = min(_cosine(o, r) for seed in HELD_OUT_SEEDS
-                   for o, r in zip(compiled.run(FEEDS[name](seed)),
-                                   session.run(None, FEEDS[name](seed)), strict=True))
+    for profile in ("exact", "size"):
+        opts = BakeOptions.from_profile(profile)
+        if profile == "size":
+            opts = opts.replace(calibration=[FEEDS[name](CALIBRATION_SEED)],
+                                min_cosine=MIN_COSINE)
+        file, report = bake(graph, bindings, opts)
+        data = _file_bytes(file)
+        sizes[profile] = len(data)
+    compiled = Session().compile(parse_rlx(data, verify="full").into_runtime_graph())
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    held = min(_cosine(o, r) for seed in HELD_OUT_SEEDS
+               for o, r in zip(compiled.run(FEEDS[name](seed)),
+                               session.run(None, FEEDS[name](seed)), strict=True))
     acc = report.accuracy
     calibration = min(a.cosine for a in acc.final) if acc.final else 1.0
     return SizeResult(name, sizes["exact"], sizes["size"], linear_share(onnx.load(path)),
