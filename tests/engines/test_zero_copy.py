@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,9 +21,16 @@ from rlx.ir.ops.sources import Constant
 from tests.engines.conftest import require, write_mlp
 
 BIG = {"k": 1024, "hidden": 4096, "n": 1024}  # 16 MiB + 16 MiB of f32 weights
-# 0.26 GB: the 32 MiB MLP in five tests and onnxruntime's prepacked copies of it (measuring
-# what maps and what is copied needs weights well above the engines' fixed costs)
-WRITE_BUDGET = 320 << 20
+
+
+@pytest.fixture(scope="module")
+def mlps(tmp_path_factory) -> Path:
+    """A folder with `big.rlx` (BIG) and `small.rlx`, written once for the module's tests
+    (each writing its own copies wrote 0.27 GB)."""
+    folder = tmp_path_factory.mktemp("zero-copy")
+    write_mlp(folder / "small.rlx", k=1024, hidden=8, n=8)
+    write_mlp(folder / "big.rlx", **BIG)
+    return folder
 
 
 def _weights(model) -> dict[int, np.ndarray]:
@@ -38,15 +46,15 @@ def _in_mapping(model, array: np.ndarray) -> int | None:
     return offset if offset >= 0 and offset + array.nbytes <= base.nbytes else None
 
 
-def test_onnxruntime_reads_the_weights_from_the_rlx_mapping(tmp_path):
+def test_onnxruntime_reads_the_weights_from_the_rlx_mapping(mlps):
     require("onnxruntime")
-    mlp = write_mlp(tmp_path / "big.rlx", **BIG)
-    model = rlx.load(mlp.path, engine="onnxruntime", prepack="off")
+    path = mlps / "big.rlx"
+    model = rlx.load(path, engine="onnxruntime", prepack="off")
     runner = model.runner
     assert not runner.in_memory  # nothing handed over as a copy
     weights = _weights(model)
     assert len(runner.mapped) == len(weights) == 3  # w1, b1, w2
-    raw = mlp.path.read_bytes()
+    raw = path.read_bytes()
     mapped_bytes = {raw[off:off + length] for off, length in runner.mapped.values()}
     assert mapped_bytes == {w.tobytes() for w in weights.values()}
     # and the artifact's own arrays are views of the file's map at those offsets
@@ -55,7 +63,7 @@ def test_onnxruntime_reads_the_weights_from_the_rlx_mapping(tmp_path):
     # onnxruntime computes on those very bytes: its initializers are the artifact's arrays
     assert {v.data_ptr() for v in runner.bound} == {address_of(w) for w in weights.values()}
     x = {"x": np.ones((1, BIG["k"]), np.float32)}
-    np.testing.assert_allclose(model.run(x)[0], rlx.load(mlp.path, engine="numpy").run(x)[0],
+    np.testing.assert_allclose(model.run(x)[0], rlx.load(path, engine="numpy").run(x)[0],
                                rtol=1e-4, atol=1e-4)
 
 
@@ -73,38 +81,39 @@ print(json.dumps({"growth": anon_rss_bytes() - before,
 """
 
 
-def _rss_growth(tmp_path, prepack: str) -> tuple[int, int]:
+def _rss_growth(mlps: Path, cache: Path, prepack: str) -> tuple[int, int]:
+    """The anonymous memory a fresh process grows by loading and running big.rlx (its
+    engine caches in `cache`), and the weights' bytes."""
     import os
 
-    write_mlp(tmp_path / "small.rlx", k=1024, hidden=8, n=8)
-    write_mlp(tmp_path / "big.rlx", **BIG)
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    out = subprocess.run([sys.executable, "-c", _RSS_PROBE, str(tmp_path / "small.rlx"),
-                          str(tmp_path / "big.rlx"), prepack], capture_output=True, text=True,
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    out = subprocess.run([sys.executable, "-c", _RSS_PROBE, str(mlps / "small.rlx"),
+                          str(mlps / "big.rlx"), prepack], capture_output=True, text=True,
                          check=True, env=env).stdout
     data = json.loads(out.strip().splitlines()[-1])
     return data["growth"], data["weights"]
 
 
 @pytest.mark.slow
-def test_onnxruntime_anonymous_memory_grows_by_far_less_than_the_weights(tmp_path):
+def test_onnxruntime_anonymous_memory_grows_by_far_less_than_the_weights(mlps, tmp_path):
     require("onnxruntime")
-    growth, weights = _rss_growth(tmp_path, "off")
+    growth, weights = _rss_growth(mlps, tmp_path / "cache", "off")
     assert growth < 0.10 * weights, (growth, weights)
 
 
 @pytest.mark.slow
-def test_mapped_prepacking_keeps_most_of_the_copy_off_the_heap(tmp_path):
+def test_mapped_prepacking_keeps_most_of_the_copy_off_the_heap(mlps, tmp_path):
     """onnxruntime's own prepacking copies every MatMul weight to the heap; the saved
     prepacked model maps them. (onnxruntime 1.32 still reads one of this MLP's two 16 MiB
     originals to the heap; on the real models the growth is 2-5% of the weights:
     docs/engines.md.)"""
     require("onnxruntime")
-    heap, weights = _rss_growth(tmp_path, "heap")
+    cache = tmp_path / "cache"
+    heap, weights = _rss_growth(mlps, cache, "heap")
     assert heap > 0.9 * weights, (heap, weights)  # the probe has teeth
-    _rss_growth(tmp_path, "mapped")  # the first load saves the prepacked model
-    assert list((tmp_path / "cache" / "rlx" / "onnxruntime").glob("*/model.data"))
-    mapped, _ = _rss_growth(tmp_path, "mapped")
+    _rss_growth(mlps, cache, "mapped")  # the first load saves the prepacked model
+    assert list((cache / "rlx" / "onnxruntime").glob("*/model.data"))
+    mapped, _ = _rss_growth(mlps, cache, "mapped")
     assert mapped < 0.6 * heap, (mapped, heap)
 
 
@@ -148,10 +157,9 @@ def test_unknown_prepack_mode_is_refused(tmp_path):
         rlx.load(mlp.path, engine="onnxruntime", prepack="sometimes")
 
 
-def test_openvino_constants_are_the_mapped_bytes(tmp_path):
+def test_openvino_constants_are_the_mapped_bytes(mlps):
     require("openvino")
-    mlp = write_mlp(tmp_path / "big.rlx", **BIG)
-    model = rlx.load(mlp.path, engine="openvino")
+    model = rlx.load(mlps / "big.rlx", engine="openvino")
     consts = [op for op in model.runner.model.get_ops() if op.get_type_name() == "Constant"
               and op.get_friendly_name() in model.runner.arrays]
     # MatMul weights are inputs set to the mapped bytes (test_openvino_sharing.py)
