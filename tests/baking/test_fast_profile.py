@@ -185,3 +185,12 @@ def test_a_weight_read_by_several_int8_nodes_is_stored_once(tmp_path):
         kinds = [n.tensor_shape.dtype for n in read_rlx(out).into_runtime_graph().nodes()
                  if isinstance(n.op, Constant) and n.tensor_shape.dims == (64, 64)]
         assert kinds == [stored] and report.precision.counts["int8"] == int8
+
+
+def test_only_a_planned_file_carries_a_plan_in_its_header(tmp_path):
+    """The other profiles' files keep the bytes they had before the fast profile existed."""
+    graph, bindings = import_onnx(mlp(tmp_path))
+    file, _ = bake(graph, bindings, BakeOptions.from_profile("exact"))
+    assert "precision_plan" not in file.meta.to_json()
+    out, _ = _fast(mlp(tmp_path), vector_feeds(1, 4), tmp_path)
+    assert read_rlx(out).meta.to_json()["precision_plan"]["counts"]["int8"] >= 1

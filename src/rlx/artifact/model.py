@@ -82,8 +82,11 @@ class RlxMeta:
     precision_plan: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The header's `meta` object (dims as lists, as JSON has them)."""
+        """The header's `meta` object (dims as lists, as JSON has them; no precision plan
+        unless there is one, so files of the other profiles keep their bytes)."""
         meta = dataclasses.asdict(self)
+        if not meta["precision_plan"]:
+            del meta["precision_plan"]
         for io_list in ("inputs", "outputs"):
             meta[io_list] = [{**io, "shape": list(io["shape"])} for io in meta[io_list]]
         return meta
