@@ -24,6 +24,7 @@ from rlx.codecs import (
     row_exponents,
     scale_rows,
 )
+from rlx.codecs.q8_0 import LAYOUT as Q8_0
 
 __all__ = ["WeightError", "weight_error", "stored_matrix", "normalised_rows"]
 
@@ -63,7 +64,7 @@ def weight_error(values: np.ndarray, encoding: Encoding, rows: int, perm: tuple[
     length = values.size // rows
     if encoding is Encoding.GGUF_Q8_0 and perm == (1, 0) and not scaled and \
             padded_length(encoding, length) == length and rows == values.shape[1]:
-        return _errors(values.T, roundtrip_q8_0_columns(values).T)
+        return _column_errors(values)
     stored = stored_matrix(values, rows, perm)
     encoded = normalised_rows(stored, channels) if scaled else stored
     decoded = decode_rows(encoding, encode_rows(encoding, encoded), rows, length)
@@ -73,10 +74,37 @@ def weight_error(values: np.ndarray, encoding: Encoding, rows: int, perm: tuple[
     return _errors(stored.reshape(channels, -1), decoded.reshape(channels, -1))
 
 
+SLAB_BYTES = 4 << 20
+"""What `_column_errors` decodes at a time: a slab of whole Q8_0 blocks, not a decoded copy
+of the weight and a difference beside it (two weights' worth of temporaries, which put a
+streaming bake of 64 MiB weights over its memory bound)."""
+
+
+def _column_errors(values: np.ndarray) -> WeightError:
+    """The error of a `[K, N]` MatMul weight stored as the Q8_0 stream of W^T (its N rows
+    run down the columns), a slab of whole blocks of K at a time."""
+    k, n = values.shape
+    block = Q8_0.block_size
+    step = max(1, SLAB_BYTES // (4 * n * block)) * block
+    diff2, norm2 = np.zeros(n), np.zeros(n)
+    for start in range(0, k, step):
+        slab = np.asarray(values[start:start + step], np.float32)
+        gap = slab - roundtrip_q8_0_columns(slab)
+        diff2 += np.einsum("kn,kn->n", gap, gap, dtype=np.float64)
+        norm2 += np.einsum("kn,kn->n", slab, slab, dtype=np.float64)
+    return _summary(diff2, norm2)
+
+
 def _errors(stored: np.ndarray, decoded: np.ndarray) -> WeightError:
-    diff = np.linalg.norm(stored - decoded, axis=1).astype(np.float64)
-    norm = np.linalg.norm(stored, axis=1).astype(np.float64)
-    whole = float(np.sqrt((diff ** 2).sum() / (norm ** 2).sum())) if norm.any() else 0.0
-    nonzero = norm > 0
-    worst = float((diff[nonzero] / norm[nonzero]).max(initial=0))
+    gap = stored - decoded
+    return _summary(np.einsum("ij,ij->i", gap, gap, dtype=np.float64),
+                    np.einsum("ij,ij->i", stored, stored, dtype=np.float64))
+
+
+def _summary(diff2: np.ndarray, norm2: np.ndarray) -> WeightError:
+    """The whole tensor's and the worst row's relative error from each row's squared error
+    and squared norm."""
+    whole = float(np.sqrt(diff2.sum() / norm2.sum())) if norm2.any() else 0.0
+    nonzero = norm2 > 0
+    worst = float(np.sqrt(diff2[nonzero] / norm2[nonzero]).max(initial=0))
     return WeightError(whole, worst)
