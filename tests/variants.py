@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tests import footprint
 from tests.real_models import FEEDS, ROOT, fetch, import_kwargs
 
 CACHE = ROOT / ".cache" / "variants"
@@ -108,7 +109,7 @@ def variant_path(model: str, variant: str) -> Path:
     CACHE.mkdir(parents=True, exist_ok=True)
     source = fetch(model)
     logging.getLogger("root").setLevel(logging.ERROR)  # the quantizer's chatter
-    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+    with footprint.unmetered(), tempfile.TemporaryDirectory(dir=CACHE) as tmp:
         partial = Path(tmp) / target.name
         cwd = os.getcwd()
         os.chdir(tmp)  # quantize_static writes its augmented model to the working folder
