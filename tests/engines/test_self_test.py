@@ -14,7 +14,7 @@ import pytest
 import rlx
 from rlx import BakeOptions, bake, write_rlx
 from rlx.engines import numpy_engine, onnxruntime_engine, openvino_engine
-from rlx.engines.self_check import CACHE_FILE
+from rlx.engines.self_test import CACHE_FILE
 from rlx.errors import SelfTestError
 from tests.baking.models import mlp_graph, mlp_weights
 from tests.engines.conftest import ENGINES, require

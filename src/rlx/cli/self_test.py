@@ -9,7 +9,7 @@ from rlx.artifact.self_test import SelfTest, SelfTestSection
 from rlx.cli.formatting import fmt_bytes
 from rlx.cli.ui import CliError, Outcome, Ui
 from rlx.engines import available_engines, load
-from rlx.engines.self_check import run_self_test, stored_test
+from rlx.engines.self_test import run_self_test, stored_test
 
 __all__ = ["render_self_test", "self_test_data", "verify_bundled"]
 

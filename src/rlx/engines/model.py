@@ -240,7 +240,7 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     engine that does is logged (`rlx.engines.sharing`); "private" (the default) weighs speed.
     `self_test`: run the file's bundled self-test once per content and engine (a pass is
     cached in `cache_dir`), `SelfTestError` on a miss or when there is none
-    (`rlx.engines.self_check`; the warm load stands once it passed on onnxruntime).
+    (`rlx.engines.self_test`; the warm load stands once it passed on onnxruntime).
 
     The file is opened, checked and mapped once; every engine and cache gets its bytes
     from that mapping, never from the path again (docs/reliability.md).
@@ -277,7 +277,7 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
 def _self_tested(model: Model, threads: int | None, precision: str,
                  cache_dir: str | os.PathLike | None) -> Model:
     """`model` once its file's self-test passed on its engine (or passed before)."""
-    from rlx.engines.self_check import check_at_load
+    from rlx.engines.self_test import check_at_load
 
     assert model.path is not None  # loaded from a file
     check_at_load(model, model.file, model.path, threads=threads, precision=precision,

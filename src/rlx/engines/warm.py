@@ -59,7 +59,7 @@ def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
               self_test: bool = False) -> Model | None:
     """The model on onnxruntime's saved copy, from the header alone, or None (see the
     module doc) for `rlx.load` to load it in full. `self_test`: only when this content's
-    self-test passed on onnxruntime before (`rlx.engines.self_check`)."""
+    self-test passed on onnxruntime before (`rlx.engines.self_test`)."""
     if engine not in registry.WARM_ENGINES or not registry.is_installed("onnxruntime"):
         return None
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -78,7 +78,7 @@ def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
             if entry is None or entry["engine"] != "onnxruntime":
                 return None
         if self_test:
-            from rlx.engines.self_check import passed_before
+            from rlx.engines.self_test import passed_before
 
             if not passed_before(key, "onnxruntime", threads=threads, precision=precision,
                                  cache_dir=folder):
