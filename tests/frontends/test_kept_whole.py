@@ -28,6 +28,10 @@ from tests.int8_models import qoperator_cnn, quantized_static
 MS = "com.microsoft"
 KEPT = {"QLinearSigmoid", "QLinearMul", "QLinearLeakyRelu", "QLinearAdd", "QLinearConcat",
         "QLinearAveragePool", "QLinearGlobalAveragePool", "QGemm", "QLinearSoftmax"}
+DYNAMIC = {"MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QAttention"}  # float outputs
+# QAttention's softmax and float products are MLAS's (its exp, its summation order) on
+# onnxruntime, numpy's on the numpy engine: float32 ulps apart, never bits.
+_FLOAT_ATTENTION = {"QAttention": 1e-6}
 
 
 def _feeds(seed: int, batch: int = 2) -> dict[str, np.ndarray]:
@@ -170,9 +174,9 @@ def _node_cases(dtype) -> dict[str, tuple[list, dict]]:
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
-@pytest.mark.parametrize("op_type", sorted(KEPT))
+@pytest.mark.parametrize("op_type", sorted(KEPT | DYNAMIC))
 def test_each_op_reaches_onnxruntime_as_itself(tmp_path, op_type, dtype):
-    inputs, attrs = _node_cases(dtype)[op_type]
+    inputs, attrs = _every_case(op_type, dtype)
     model, feeds = one_node(op_type, inputs, **attrs)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -183,6 +187,53 @@ def test_each_op_reaches_onnxruntime_as_itself(tmp_path, op_type, dtype):
     exported = build_onnx(file.into_runtime_graph()).model
     assert [(n.domain, n.op_type) for n in exported.graph.node] == [(MS, op_type)]
     write_rlx(tmp_path / "node.rlx", file)
-    for engine in ("numpy", "onnxruntime"):
-        got = rlx.load(tmp_path / "node.rlx", engine=engine).run(feeds)[0]
-        np.testing.assert_array_equal(got, want, err_msg=engine)
+    got = rlx.load(tmp_path / "node.rlx", engine="onnxruntime").run(feeds)[0]
+    np.testing.assert_array_equal(got, want)
+    got = rlx.load(tmp_path / "node.rlx", engine="numpy").run(feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=_FLOAT_ATTENTION.get(op_type, 0.0))
+
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("op_type", sorted(DYNAMIC))
+def test_openvino_runs_the_float_ops_bodies(tmp_path, op_type, dtype):
+    """OpenVINO's export holds no com.microsoft node and computes the op within 1e-4."""
+    require("openvino")
+    inputs, attrs = _every_case(op_type, dtype)
+    model, feeds = one_node(op_type, inputs, **attrs)
+    want = _plain_onnxruntime(model, feeds)
+    graph, bindings = import_onnx(model)
+    file, _ = bake(graph, bindings, BakeOptions.from_profile(BakeProfile.EXACT))
+    assert not _microsoft_ops(build_onnx(file.into_runtime_graph(), domains=()).model)
+    write_rlx(tmp_path / "node.rlx", file)
+    got = rlx.load(tmp_path / "node.rlx", engine="openvino", threads=1).run(feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+
+
+def _dynamic_cases(dtype) -> dict[str, tuple[list, dict]]:
+    """One node of each kept op with float outputs, its 8-bit operands of type `dtype` where
+    onnxruntime has a kernel for it (quantize_dynamic's forms: constant B, per column)."""
+    rng = np.random.default_rng(4)
+    b_zero = Const(np.arange(5).astype(dtype))
+    mask = np.ones((2, 4), np.int32)
+    mask[1, 2:] = 0
+    return {
+        "MatMulIntegerToFloat": ([q((2, 3, 8), dtype, 1), Const(weights((8, 5), dtype, 2)),
+                                  scale(0.02), Const((np.arange(5) * 0.001 + 0.01).astype(
+                                      np.float32)), zero(7, dtype), b_zero,
+                                  Const(np.arange(5, dtype=np.float32))], {}),
+        "DynamicQuantizeMatMul": ([(rng.standard_normal((3, 16)) * 2).astype(np.float32),
+                                   Const(weights((16, 8), dtype, 2)),
+                                   Const((np.arange(8) * 0.001 + 0.01).astype(np.float32)),
+                                   Const(np.full(8, 3, dtype)),
+                                   Const(np.arange(8, dtype=np.float32))], {}),
+        "QAttention": ([q((2, 4, 8), np.uint8, 1), Const(weights((8, 24), dtype, 2)),
+                        Const(rng.standard_normal(24).astype(np.float32)), scale(0.02),
+                        scale(0.01), mask, zero(128), zero(0 if dtype == np.int8 else 128, dtype)],
+                       {"num_heads": 2}),
+    }
+
+
+def _every_case(op_type: str, dtype) -> tuple[list, dict]:
+    cases = _dynamic_cases(dtype) if op_type in DYNAMIC else _node_cases(dtype)
+    return cases[op_type]

@@ -7,8 +7,10 @@ requantisation is `float32(acc) * float32 multiplier`, rounded half to even, plu
 point, saturated; element-wise ops (Add, Mul, Sigmoid, LeakyRelu, Concat) dequantise to
 float32, compute, and quantise `round(y / scale) + zero`, as onnxruntime's lookup tables do.
 
-The QOperator ops (QLinearAdd ... QGemm) are kept whole (`rlx.onnx.composite`): that
-arithmetic is their body, and the export gives onnxruntime the node itself.
+The QOperator ops (QLinearAdd ... QGemm) and quantize_dynamic's fused ones
+(MatMulIntegerToFloat, DynamicQuantizeMatMul, QAttention) are kept whole
+(`rlx.onnx.composite`): that arithmetic is their body, and the export gives onnxruntime the
+node itself. DynamicQuantizeLSTM is not: its IR op (`QuantizedLSTM`) exports as itself.
 """
 
 from __future__ import annotations
@@ -284,6 +286,7 @@ def _scaled_output(n: NodeContext, acc: int, scale: int, bias: int | None) -> in
 
 
 @converter("MatMulIntegerToFloat", domain=MICROSOFT)
+@kept_whole
 def matmul_integer_to_float(n: NodeContext) -> int:
     """float32(MatMulInteger(A, B)) * (a_scale * b_scale) + bias; inputs A, B, a_scale,
     b_scale, a_zero_point, b_zero_point, bias."""
@@ -294,6 +297,7 @@ def matmul_integer_to_float(n: NodeContext) -> int:
 
 
 @converter("DynamicQuantizeMatMul", domain=MICROSOFT)
+@kept_whole
 def dynamic_quantize_matmul(n: NodeContext) -> int:
     """A quantised to uint8 on the fly, then MatMulIntegerToFloat with B (inputs A, B,
     b_scale, b_zero_point, bias)."""
@@ -360,6 +364,7 @@ def _unpack(packed: np.ndarray, bits: int) -> np.ndarray:
 
 
 @converter("QAttention", domain=MICROSOFT)
+@kept_whole
 def qattention(n: NodeContext):
     """Attention whose projection is quantised: inputs input (u8/i8), weight, bias (float),
     input_scale, weight_scale, mask_index, input_zero_point, weight_zero_point, past."""
