@@ -168,14 +168,16 @@ class Computed(Deferred):
     what `same` checks, without computing either. `label` names it in errors (say, the
     node a fold came from) and is no part of what it is. `rowwise`: row i of the result
     depends only on row i of every input (a cast, a per-row scale), so rows of it are
-    computed from those rows alone (`read_rows`)."""
+    computed from those rows alone (`read_rows`). `streamed`: `fn` is given its inputs as
+    they are (a deferred one unread) and reads them itself a block at a time (`row_blocks`),
+    so its result does not cost a whole read of a large input beside it."""
 
     def __init__(self, fn: Callable[..., Any], inputs: tuple[Payload, ...], params: tuple,
                  shape: tuple[int, ...], dtype: np.dtype | type, label: str | None = None,
-                 rowwise: bool = False):
+                 rowwise: bool = False, streamed: bool = False):
         super().__init__(shape, np.dtype(dtype))
         self.fn, self.inputs, self.params = fn, tuple(inputs), tuple(params)
-        self.label, self.rowwise = label, rowwise
+        self.label, self.rowwise, self.streamed = label, rowwise, streamed
 
     def read(self) -> np.ndarray:
         value = self.evaluate().view()  # read-only, whatever it is a view of
@@ -184,7 +186,8 @@ class Computed(Deferred):
 
     def evaluate(self) -> np.ndarray:
         """The result, checked against the declared dtype and size, as a new array."""
-        return self._run(tuple(materialize(i) for i in self.inputs), self.shape)
+        inputs = self.inputs if self.streamed else tuple(materialize(i) for i in self.inputs)
+        return self._run(inputs, self.shape)
 
     def read_rows(self, start: int, stop: int) -> np.ndarray:
         if not self.rowwise:
@@ -201,7 +204,7 @@ class Computed(Deferred):
         for block in row_blocks(self, max_bytes=size):
             yield byte_view(block).data
 
-    def _run(self, inputs: tuple[np.ndarray, ...], shape: tuple[int, ...]) -> np.ndarray:
+    def _run(self, inputs: tuple[Payload, ...], shape: tuple[int, ...]) -> np.ndarray:
         try:
             value = np.asarray(self.fn(*self.params, *inputs))
         except (RlxError, OSError):  # typed already, or the file under an input failing
@@ -217,7 +220,7 @@ class Computed(Deferred):
     def reshape(self, shape: tuple[int, ...]) -> Deferred:
         rowwise = self.rowwise and shape[:1] == self.shape[:1]  # rows stay rows
         return Computed(self.fn, self.inputs, self.params, shape, self.dtype, self.label,
-                        rowwise)
+                        rowwise, self.streamed)
 
     def _name(self) -> str:
         return f"{getattr(self.fn, '__module__', '')}.{getattr(self.fn, '__qualname__', self.fn)}"
@@ -297,8 +300,9 @@ def defer(value: Payload) -> Payload:
 
 
 def compute(fn: Callable[..., Any], inputs: tuple[Payload, ...], params: tuple,
-            shape: tuple[int, ...], dtype: np.dtype | type, rowwise: bool = False) -> Payload:
+            shape: tuple[int, ...], dtype: np.dtype | type, rowwise: bool = False,
+            streamed: bool = False) -> Payload:
     """`fn(*params, *inputs)` (see `Computed`): deferred when the result takes
     `DEFER_MIN_BYTES` or more, computed now otherwise."""
-    computed = Computed(fn, inputs, params, shape, dtype, rowwise=rowwise)
+    computed = Computed(fn, inputs, params, shape, dtype, rowwise=rowwise, streamed=streamed)
     return computed if computed.nbytes >= DEFER_MIN_BYTES else computed.evaluate()

@@ -22,6 +22,7 @@ from rlx.codecs.q8_0 import dequantize_q8_0, quantize_q8_0, roundtrip_q8_0_colum
 from rlx.codecs.q8_f32 import (
     dequantize_q8_f32,
     int8_grid,
+    int8_grid_of_pieces,
     quantize_q8_f32,
     quantize_q8_f32_on_grid,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "encode_f32", "decode_f32", "encode_f16", "decode_f16", "encode_bf16", "decode_bf16",
     "quantize_q8_0", "dequantize_q8_0", "roundtrip_q8_0_columns",
     "quantize_q8_f32", "quantize_q8_f32_on_grid", "dequantize_q8_f32", "int8_grid",
+    "int8_grid_of_pieces",
     "quantize_tq2_0",
     "dequantize_tq2_0", "is_ternary",
     "MlxScheme", "decode_mlx", "mlx_scheme",

@@ -13,6 +13,7 @@ codes.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,7 +23,8 @@ from rlx.codecs._blocks import Layout, block_scale, inverse_scale, round_half_aw
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
-__all__ = ["quantize_q8_f32", "quantize_q8_f32_on_grid", "dequantize_q8_f32", "int8_grid"]
+__all__ = ["quantize_q8_f32", "quantize_q8_f32_on_grid", "dequantize_q8_f32", "int8_grid",
+           "int8_grid_of_pieces"]
 
 LAYOUT = Layout("q8_f32", 32, 36)
 _F32_LE = np.dtype("<f4")
@@ -74,35 +76,65 @@ def int8_grid(matrix: np.ndarray) -> np.ndarray | None:
     channel: the row's max / 127) or per tensor (the tensor's max / 127); integer-valued
     ones (the operands of integer ops) on steps of 1."""
     values = np.asarray(matrix, np.float32)
-    row_max = np.abs(values).max(axis=1)
+    return int8_grid_of_pieces(lambda: iter((values,)))
+
+
+def int8_grid_of_pieces(pieces: Callable[[], Iterator[np.ndarray]]) -> np.ndarray | None:
+    """`int8_grid` of the `[rows, L]` matrix whose column ranges, in order, each call of
+    `pieces` yields as `[rows, l]` float32 arrays: a weight too large to hold is checked a
+    piece at a time, in two passes (its rows' maxima, then each candidate step's exactness),
+    holding one piece."""
+    row_max: np.ndarray | None = None
+    for piece in pieces():
+        piece_max = np.abs(piece).max(axis=1, initial=0)
+        row_max = piece_max if row_max is None else np.maximum(row_max, piece_max)
+    if row_max is None:
+        return None
     for steps in (row_max / np.float32(127),
                   np.full_like(row_max, row_max.max() / np.float32(127)),
                   np.ones_like(row_max)):
-        # the first row first: a float weight fails there, without a pass over all of it
-        if _exact_steps(values[:1], steps[:1]) is not None:
-            found = _exact_steps(values, steps)
-            if found is not None:
-                return found
+        found = _exact_steps(pieces, steps)
+        if found is not None:
+            return found
     return None
 
 
-def _exact_steps(values: np.ndarray, guess: np.ndarray) -> np.ndarray | None:
-    """Per row, the step near `guess` that reproduces every value bit for bit, or None."""
+def _exact_steps(pieces: Callable[[], Iterator[np.ndarray]], guess: np.ndarray
+                 ) -> np.ndarray | None:
+    """Per row, the step near `guess` (the first of `_ULPS` around it) that reproduces every
+    value of every piece bit for bit, or None. The first row of the first piece is tried
+    alone first: a float weight fails there, without a pass over all of it."""
+    trials = [guess]
+    for ulps in _ULPS[1:]:
+        trial = guess
+        for _ in range(abs(ulps)):
+            trial = np.nextafter(trial, np.float32(np.sign(ulps) * np.inf))
+        trials.append(trial)
+    exact = np.ones((len(trials), len(guess)), bool)  # trial x row: exact so far
+    for index, piece in enumerate(pieces()):
+        first = [trial[:1] for trial in trials]
+        if index == 0 and _exact_rows(piece[:1], guess[:1], first, exact[:, :1]) is None:
+            return None
+        if _exact_rows(piece, guess, trials, exact) is None:
+            return None
+    found = exact.any(axis=0)
+    if not found.all():
+        return None
+    steps = np.stack(trials)[exact.argmax(axis=0), np.arange(len(guess))]
+    return steps.astype(np.float32)
+
+
+def _exact_rows(values: np.ndarray, guess: np.ndarray, trials: list[np.ndarray],
+                exact: np.ndarray) -> np.ndarray | None:
+    """`exact` (trial x row) and-ed with which trials reproduce each row of `values` (one
+    piece), or None where a code passes 127 or a value lies off every integer."""
     scaled = values * inverse_scale(guess)[:, None]
     codes = np.rint(scaled)
     if np.abs(codes).max(initial=0) > 127 or \
             np.abs(scaled - codes).max(initial=0) > _GRID_TOLERANCE:
         return None
-    steps = guess.copy()
-    missing = np.ones(len(guess), bool)
-    for ulps in _ULPS:
-        trial = guess
-        for _ in range(abs(ulps)):
-            trial = np.nextafter(trial, np.float32(np.sign(ulps) * np.inf))
-        rows = np.flatnonzero(missing)
-        exact = (codes[rows] * trial[rows, None] == values[rows]).all(axis=1)
-        steps[rows[exact]] = trial[rows[exact]]
-        missing[rows[exact]] = False
-        if not missing.any():
-            return steps
-    return None
+    for row, trial in zip(exact, trials):
+        row &= (codes * trial[:, None] == values).all(axis=1)
+    if not exact.any(axis=0).all():
+        return None
+    return exact

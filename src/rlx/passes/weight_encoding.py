@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,14 +52,16 @@ from rlx.codecs import (
     Encoding,
     encode,
     encode_rows,
+    encoded_nbytes,
     int8_grid,
+    int8_grid_of_pieces,
     is_ternary,
     padded_length,
     quantize_q8_f32_on_grid,
     row_exponents,
     transposed,
 )
-from rlx.deferred import Payload, all_rows, byte_view, compute, materialize
+from rlx.deferred import Payload, all_rows, byte_view, compute, materialize, row_blocks
 from rlx.errors import BakeError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
@@ -69,6 +72,7 @@ from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter, constant_payload
 from rlx.ir.shape import Shape
 from rlx.passes.weight_errors import (
+    SLAB_BYTES,
     WeightError,
     normalised_rows,
     stored_matrix,
@@ -213,8 +217,7 @@ def plan_weight_encodings(graph: Graph, lossless: bool = False, ternary: bool = 
             continue
         if lossless and not _may_be_ternary(payload, role, ternary):
             continue  # nothing lossless to propose (what `_choose` finds, without reading all)
-        values = materialize(payload)
-        choice, reason = _choose(node, values, role, rows, perm, lossless, ternary)
+        choice, reason = _choose(node, payload, role, rows, perm, lossless, ternary)
         if choice is None:
             if reason:
                 skipped[reason] += 1
@@ -298,10 +301,12 @@ def f16_fallback(graph: Graph, choice: WeightChoice, users: list[list[int]]
     return found
 
 
-def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
+def _choose(node: Node, values: Payload, role: WeightRole, rows: int,
             perm: tuple[int, ...], lossless: bool, ternary: bool,
             blocks: bool = True) -> tuple[WeightChoice | None, str | None]:
-    """The choice for one weight (module doc); `blocks=False` proposes f16 only."""
+    """The choice for one weight (module doc); `blocks=False` proposes f16 only. A deferred
+    MatMul weight is read a slab at a time: its stream of W^T is checked and measured down
+    its columns."""
     shape = tuple(int(d) for d in values.shape)
     channels, length = rows, values.size // rows
     if role is WeightRole.MATMUL and not fits_dequant_matmul(
@@ -309,11 +314,11 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
         role = WeightRole.MATMUL_DECODED  # K rows not whole blocks: padded rows instead
     candidates: list[Encoding] = []
     linear = values.size >= MIN_BLOCK_ELEMENTS and role in LINEAR
-    if ternary and linear and is_ternary(values):
+    if ternary and linear and all_rows(values, is_ternary):
         candidates.append(Encoding.GGUF_TQ2_0)
     elif not lossless:
         # exact whatever the size (MIN_BLOCK_ELEMENTS guards against error, and there is none)
-        if int8_grid(stored_matrix(values, rows, perm, copy=False)) is not None:
+        if _on_int8_grid(values, rows, perm):
             return _grid_choice(node, values, role, rows, perm)
         if linear and blocks:
             candidates.extend(LOSSY_BLOCK_ENCODINGS)
@@ -336,7 +341,7 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
         nbytes = rows * padded_row_bytes(encoding, length)
         if not f16 and nbytes >= f16_bytes and not (tq2 and lossless):
             continue  # padding made it no smaller than f16
-        if f16 and np.abs(values).max() > float(np.finfo(np.float16).max):
+        if f16 and np.abs(materialize(values)).max() > float(np.finfo(np.float16).max):
             return None, "f16 would overflow"
         try:
             error, scale_rows = _error_and_scales(values, encoding, role, rows, perm, channels)
@@ -356,7 +361,7 @@ def _choose(node: Node, values: np.ndarray, role: WeightRole, rows: int,
     return None, None
 
 
-def _error_and_scales(values: np.ndarray, encoding: Encoding, role: WeightRole, rows: int,
+def _error_and_scales(values: Payload, encoding: Encoding, role: WeightRole, rows: int,
                       perm: tuple[int, ...], channels: int) -> tuple[WeightError, int]:
     """The error of `values` in `encoding`, and the rows it takes row exponents for (0:
     none). A lossy block encoding decoded whole takes them where its worst row loses more
@@ -370,7 +375,7 @@ def _error_and_scales(values: np.ndarray, encoding: Encoding, role: WeightRole, 
     return plain, 0
 
 
-def _grid_choice(node: Node, values: np.ndarray, role: WeightRole, rows: int,
+def _grid_choice(node: Node, values: Payload, role: WeightRole, rows: int,
                  perm: tuple[int, ...]) -> tuple[WeightChoice | None, str | None]:
     """q8_f32 rows of a weight on an int8 grid (a step per row, so rows stay rows), decoded
     whole: DequantMatMul reads GGUF streams only."""
@@ -382,6 +387,22 @@ def _grid_choice(node: Node, values: np.ndarray, role: WeightRole, rows: int,
     return WeightChoice(node.id, node.name or node.label, role, Encoding.Q8_F32,
                         tuple(int(d) for d in values.shape), rows, perm, values.nbytes, nbytes,
                         0.0), None
+
+
+def _on_int8_grid(values: Payload, rows: int, perm: tuple[int, ...]) -> bool:
+    """Whether the weight stored as `rows` rows in `perm` order lies on an int8 grid
+    (`int8_grid`); W^T of a `[K, N]` weight is checked a slab of its columns at a time."""
+    if perm == (1, 0) and values.ndim == 2 and rows == values.shape[1]:
+        def pieces() -> Iterator[np.ndarray]:
+            for block in row_blocks(values, max_bytes=SLAB_BYTES):
+                yield transposed(np.asarray(block, np.float32))
+    else:
+        stored = np.asarray(stored_matrix(materialize(values), rows, perm, copy=False),
+                            np.float32)
+
+        def pieces() -> Iterator[np.ndarray]:
+            yield stored
+    return int8_grid_of_pieces(pieces) is not None
 
 
 def apply_weight_encodings(graph: Graph, choices: tuple[WeightChoice, ...] | list[WeightChoice],
@@ -451,7 +472,7 @@ def _emit(rw: Rewriter, node: Node, choice: WeightChoice, keep: bool) -> int:
     stream = compute(_encoded, (node.op.data,),
                      (choice.encoding, matmul, choice.shape, choice.rows, choice.perm,
                       choice.scale_rows),
-                     (choice.stream_bytes,), np.uint8)  # deferred when large: rlx.deferred
+                     (choice.stream_bytes,), np.uint8, streamed=True)  # deferred when large
     if choice.role.reads_rows:
         if keep:
             rw.copy(node)
@@ -475,19 +496,37 @@ def _emit(rw: Rewriter, node: Node, choice: WeightChoice, keep: bool) -> int:
 
 
 def _encoded(encoding: Encoding, matmul: bool, shape: tuple[int, ...], rows: int,
-             perm: tuple[int, ...], scale_rows: int, data: np.ndarray) -> np.ndarray:
+             perm: tuple[int, ...], scale_rows: int, data: Payload) -> np.ndarray:
     """The stored stream of an f32 weight's bytes: the GGUF stream of W^T for a MatMul
     weight (K whole blocks), else `rows` encoded rows of the weight in `perm` order (its
-    `scale_rows` rows normalised by their row exponents first, when > 0)."""
-    values = byte_view(data).view(np.float32).reshape(shape)
+    `scale_rows` rows normalised by their row exponents first, when > 0). Given `data`
+    unread (`rlx.deferred.Computed`'s `streamed`), it reads what it needs."""
     if matmul:
-        return encode(encoding, transposed(values))
+        return _column_stream(encoding, data.reshape(shape))
+    values = byte_view(materialize(data)).view(np.float32).reshape(shape)
     stored = stored_matrix(values, rows, perm)
     if encoding is Encoding.Q8_F32:
         return _grid_rows(stored)
     if scale_rows:
         stored = normalised_rows(stored, scale_rows)
     return encode_rows(encoding, stored)
+
+
+def _column_stream(encoding: Encoding, values: Payload) -> np.ndarray:
+    """The `encoding` stream of W^T for a float32 `[K, N]` weight (K whole blocks), encoded a
+    slab of whole blocks of K at a time into its place in the stream: blocks are encoded
+    each on its own, so the bytes are those of the whole transpose's, without holding the
+    weight and its transpose."""
+    k, n = values.shape
+    block, block_bytes = encoding.block_size, encoded_nbytes(encoding, encoding.block_size)
+    stream = np.empty((n, k // block, block_bytes), np.uint8)
+    done = 0
+    for slab in row_blocks(values, block, SLAB_BYTES):
+        count = len(slab) // block
+        encoded = encode(encoding, transposed(np.asarray(slab, np.float32)))
+        stream[:, done:done + count] = encoded.reshape(n, count, block_bytes)
+        done += count
+    return stream.reshape(-1)
 
 
 def _row_exponents(shape: tuple[int, ...], perm: tuple[int, ...], scale_rows: int,

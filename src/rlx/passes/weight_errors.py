@@ -25,6 +25,7 @@ from rlx.codecs import (
     scale_rows,
 )
 from rlx.codecs.q8_0 import LAYOUT as Q8_0
+from rlx.deferred import Payload, materialize, row_blocks
 
 __all__ = ["WeightError", "weight_error", "stored_matrix", "normalised_rows"]
 
@@ -55,17 +56,17 @@ def normalised_rows(stored: np.ndarray, channels: int) -> np.ndarray:
                       ).reshape(stored.shape)
 
 
-def weight_error(values: np.ndarray, encoding: Encoding, rows: int, perm: tuple[int, ...],
+def weight_error(values: Payload, encoding: Encoding, rows: int, perm: tuple[int, ...],
                  channels: int, scaled: bool = False) -> WeightError:
     """The error of `values` stored as `rows` encoded rows in `perm` order, its `channels`
     rows (in stored order) normalised by their row exponents first when `scaled`. A `[K, N]`
-    MatMul weight's Q8_0 stream of W^T is measured down its columns, without a transposed
-    copy."""
+    MatMul weight's Q8_0 stream of W^T is measured down its columns, a slab at a time
+    (`values` deferred stays unread whole); other layouts read it whole."""
     length = values.size // rows
     if encoding is Encoding.GGUF_Q8_0 and perm == (1, 0) and not scaled and \
             padded_length(encoding, length) == length and rows == values.shape[1]:
         return _column_errors(values)
-    stored = stored_matrix(values, rows, perm)
+    stored = stored_matrix(materialize(values), rows, perm)
     encoded = normalised_rows(stored, channels) if scaled else stored
     decoded = decode_rows(encoding, encode_rows(encoding, encoded), rows, length)
     if scaled:
@@ -80,15 +81,13 @@ of the weight and a difference beside it (two weights' worth of temporaries, whi
 streaming bake of 64 MiB weights over its memory bound)."""
 
 
-def _column_errors(values: np.ndarray) -> WeightError:
+def _column_errors(values: Payload) -> WeightError:
     """The error of a `[K, N]` MatMul weight stored as the Q8_0 stream of W^T (its N rows
     run down the columns), a slab of whole blocks of K at a time."""
     k, n = values.shape
-    block = Q8_0.block_size
-    step = max(1, SLAB_BYTES // (4 * n * block)) * block
     diff2, norm2 = np.zeros(n), np.zeros(n)
-    for start in range(0, k, step):
-        slab = np.asarray(values[start:start + step], np.float32)
+    for block in row_blocks(values, Q8_0.block_size, SLAB_BYTES):
+        slab = np.asarray(block, np.float32)
         gap = slab - roundtrip_q8_0_columns(slab)
         diff2 += np.einsum("kn,kn->n", gap, gap, dtype=np.float64)
         norm2 += np.einsum("kn,kn->n", slab, slab, dtype=np.float64)
