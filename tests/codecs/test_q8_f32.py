@@ -15,6 +15,7 @@ from rlx.codecs import (
     dequantize_q8_f32,
     encode,
     int8_grid,
+    int8_grid_of_pieces,
     quantize_q8_f32,
     quantize_q8_f32_on_grid,
 )
@@ -98,3 +99,18 @@ def test_q8_f32_lengths_are_checked():
         quantize_q8_f32(np.ones(40, np.float32))
     with pytest.raises(BakeError, match="32 values take 36 bytes, got 35"):
         dequantize_q8_f32(np.zeros(35, np.uint8), 32)
+
+
+def test_int8_grid_of_pieces_finds_the_grid_a_piece_at_a_time():
+    """A matrix checked a column range at a time (a weight too large to hold) gets steps
+    that store it bit for bit, and none when one value of its last piece lies off them."""
+    codes, scale = _quantised(4, 3 * BLOCK, True, 1)
+    values = _dequantize_linear(codes, scale)
+    pieces = [values[:, :BLOCK], values[:, BLOCK:]]
+    steps = int8_grid_of_pieces(lambda: iter(pieces))
+    assert steps is not None
+    decoded = dequantize_q8_f32(quantize_q8_f32_on_grid(values, np.repeat(steps, 3)))
+    assert decoded.view(np.uint32).tolist() == values.reshape(-1).view(np.uint32).tolist()
+    pieces[1] = pieces[1].copy()
+    pieces[1][2, -1] = np.nextafter(pieces[1][2, -1], np.float32(np.inf))
+    assert int8_grid_of_pieces(lambda: iter(pieces)) is None

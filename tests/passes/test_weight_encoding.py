@@ -159,3 +159,37 @@ def test_lossless_checks_read_large_weights_in_blocks_only():
     plan = plan_weight_encodings(g, lossless=True)
     assert [c.encoding for c in plan.choices] == [TQ2]  # the ternary one found, in blocks
     assert skip_zero_matmul(g)[1] == 0
+
+
+def _rows_only(name: str, value: np.ndarray, g: Graph) -> int:
+    return g.constant(_RowsOnly(np.copy, (value,), (), value.shape, np.float32, rowwise=True),
+                      name=name)
+
+
+def test_size_plan_and_stream_read_a_large_matmul_weight_in_slabs_only():
+    """A MatMul weight larger than a slab (`weight_errors.SLAB_BYTES`, 4 MiB) is planned (its
+    ternary, grid and error checks) and encoded a slab at a time, and its stream is still the
+    gguf package's Q8_0 of W^T: a size bake of 2 x 256 MiB weights peaked at 749 MB when
+    each was read whole, with its transpose and stream beside it."""
+    k, n = 9216, 256  # 9 MiB: two whole slabs of rows and a quarter
+    dense = rng.standard_normal((k, n)).astype(np.float32)
+    steps = rng.uniform(0.01, 0.02, n).astype(np.float32)  # a step per column (stored row)
+    codes = rng.integers(-126, 127, (k, n)).astype(np.float32)
+    codes[rng.integers(0, k, n), np.arange(n)] = 127  # each column's largest code
+    grid = codes * steps
+    g = Graph("large")
+    x = g.input("x", Shape([2, k]))
+    g.set_outputs([g.matmul(x, _rows_only(name, value, g))
+                   for name, value in (("dense", dense), ("grid", grid))])
+    plan = plan_weight_encodings(g)
+    by_name = {c.name: c for c in plan.choices}
+    assert by_name["dense"].encoding is Q8 and by_name["grid"].encoding is Encoding.Q8_F32
+    want = _gguf(dense.T, Q8)
+    decoded = gguf.quants.dequantize(want.reshape(n, -1), GGUF[Q8]).astype(np.float64).T
+    error = np.linalg.norm(decoded - dense) / np.linalg.norm(dense.astype(np.float64))
+    assert by_name["dense"].rel_error == pytest.approx(error, rel=1e-6)
+    encoded, _ = apply_weight_encodings(g, [by_name["dense"]])
+    mm = next(node for node in encoded.nodes() if isinstance(node.op, DequantMatMul))
+    stream = encoded.node(mm.inputs[1]).op.data
+    assert isinstance(stream, Computed) and stream.streamed  # the writer reads it
+    np.testing.assert_array_equal(stream.read(), want)

@@ -61,7 +61,7 @@ from rlx.codecs import (
     row_exponents,
     transposed,
 )
-from rlx.deferred import Payload, all_rows, byte_view, compute, materialize, row_blocks
+from rlx.deferred import Deferred, Payload, all_rows, byte_view, compute, materialize, row_blocks
 from rlx.errors import BakeError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
@@ -502,14 +502,22 @@ def _encoded(encoding: Encoding, matmul: bool, shape: tuple[int, ...], rows: int
     `scale_rows` rows normalised by their row exponents first, when > 0). Given `data`
     unread (`rlx.deferred.Computed`'s `streamed`), it reads what it needs."""
     if matmul:
-        return _column_stream(encoding, data.reshape(shape))
-    values = byte_view(materialize(data)).view(np.float32).reshape(shape)
+        return _column_stream(encoding, _float32(data, shape))
+    values = np.asarray(_float32(data, shape))
     stored = stored_matrix(values, rows, perm)
     if encoding is Encoding.Q8_F32:
         return _grid_rows(stored)
     if scale_rows:
         stored = normalised_rows(stored, scale_rows)
     return encode_rows(encoding, stored)
+
+
+def _float32(data: Payload, shape: tuple[int, ...]) -> Payload:
+    """An f32 weight's payload as float32 of `shape`, a deferred one unread (a constant's
+    array may hold the weight's bytes under another dtype or shape)."""
+    if isinstance(data, Deferred) and data.dtype == np.float32:
+        return data if data.shape == shape else data.reshape(shape)
+    return byte_view(materialize(data)).view(np.float32).reshape(shape)
 
 
 def _column_stream(encoding: Encoding, values: Payload) -> np.ndarray:
