@@ -149,3 +149,20 @@ def test_a_rowwise_computation_computes_only_the_rows_asked_for(tmp_path):
     seen.clear()
     whole.read_rows(0, 1)
     assert seen == [1024]
+
+
+def test_a_streamed_computation_reads_its_inputs_itself(tmp_path):
+    """`streamed`: the function gets its deferred input unread and reads the blocks it needs,
+    so its result is computed without a whole read of the input beside it."""
+    values = RNG.standard_normal((1024, 512), dtype=np.float32)
+    lazy = defer(mapped(tmp_path, w=values)["w"])
+    given: list[object] = []
+
+    def column_sums(x) -> np.ndarray:
+        given.append(x)
+        return sum(block.sum(axis=0, dtype=np.float64) for block in row_blocks(x, max_bytes=MIB))
+
+    made = Computed(column_sums, (lazy,), (), (512,), np.float64, streamed=True)
+    np.testing.assert_allclose(made.read(), values.sum(axis=0, dtype=np.float64))
+    assert given == [lazy]
+    assert made.reshape((16, 32)).streamed

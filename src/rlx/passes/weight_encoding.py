@@ -36,7 +36,9 @@ its exact bake, where `q8_f32` gives it back bit for bit). They are never stored
 
 The plan reads one weight at a time and keeps only its decision; a large encoded stream
 is not computed here but deferred (`rlx.deferred`): it is encoded when it is read (by the
-writer, which streams it to the file), so a bake never holds every encoded weight.
+writer, which streams it to the file), so a bake never holds every encoded weight. A
+MatMul weight is read a slab of whole blocks at a time, by the plan and by its stream's
+encoding alike, so a bake does not hold even one whole weight of that role.
 """
 
 from __future__ import annotations
