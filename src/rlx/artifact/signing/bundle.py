@@ -68,9 +68,7 @@ class Envelope:
     @classmethod
     def parse(cls, data: bytes, where: str) -> Envelope:
         bundle = _object(_json(data, where, "bundle"), where, "the bundle")
-        if bundle.get("mediaType") != MEDIA_TYPE:
-            _malformed(where, f"media type {str(bundle.get('mediaType'))[:80]!r}, expected "
-                              f"{MEDIA_TYPE}")
+        _expect(where, "media type", bundle.get("mediaType"), MEDIA_TYPE)
         material = _object(bundle.get("verificationMaterial"), where, "verificationMaterial")
         if "publicKey" not in material:
             raise SignatureError(f"{where}: the bundle is signed with a certificate or a "
@@ -78,9 +76,7 @@ class Envelope:
                                  "(check it with model_signing verify)", "untrusted")
         hint = _object(material["publicKey"], where, "publicKey").get("hint") or None
         envelope = _object(bundle.get("dsseEnvelope"), where, "dsseEnvelope")
-        if envelope.get("payloadType") != PAYLOAD_TYPE:
-            _malformed(where, f"payload type {str(envelope.get('payloadType'))[:80]!r}, "
-                              f"expected {PAYLOAD_TYPE}")
+        _expect(where, "payload type", envelope.get("payloadType"), PAYLOAD_TYPE)
         signatures = envelope.get("signatures")
         if not isinstance(signatures, list) or len(signatures) != 1:
             _malformed(where, "a DSSE envelope with exactly one signature is expected")
@@ -126,11 +122,8 @@ class Manifest:
     @classmethod
     def parse(cls, payload: bytes, where: str) -> Manifest:
         statement = _object(_json(payload, where, "statement"), where, "the statement")
-        if statement.get("_type") != STATEMENT_TYPE:
-            _malformed(where, f"statement type {str(statement.get('_type'))[:80]!r}")
-        if statement.get("predicateType") != PREDICATE_TYPE:
-            _malformed(where, f"predicate type {str(statement.get('predicateType'))[:80]!r}, "
-                              f"expected {PREDICATE_TYPE}")
+        _expect(where, "statement type", statement.get("_type"), STATEMENT_TYPE)
+        _expect(where, "predicate type", statement.get("predicateType"), PREDICATE_TYPE)
         subjects = statement.get("subject")
         if not isinstance(subjects, list) or len(subjects) != 1:
             _malformed(where, "a statement with exactly one subject is expected")
@@ -268,6 +261,12 @@ def _base64(value: Any, where: str, what: str) -> bytes:
     except (binascii.Error, ValueError):
         pass
     _malformed(where, f"the {what} is not a base64 string")
+
+
+def _expect(where: str, what: str, value: Any, expected: str) -> None:
+    """A bundle field that must be one constant (its value cut short in the message)."""
+    if value != expected:
+        _malformed(where, f"{what} {str(value)[:80]!r}, expected {expected}")
 
 
 def _malformed(where: str, what: str) -> NoReturn:
