@@ -73,11 +73,11 @@ class PrecisionPlan:
             fail("meta.precision_plan.calibration must be an object")
         return cls(dict(counts), names["quantizers"], names["bf16"], kept, calibration)
 
-    def label(self, bf16: bool) -> str:
+    @property
+    def label(self) -> str:
         """What an engine running the plan says it runs (`Model.precision`): "fast: int8,
-        f32" or "fast: int8, bf16" (`bf16`: the engine runs the rest in bf16)."""
-        parts = (["int8"] if self.counts.get("int8") else []) + ["bf16" if bf16 else "f32"]
-        return "fast: " + ", ".join(parts)
+        f32", or "fast: f32" when nothing is int8 (no engine runs bf16 yet)."""
+        return "fast: " + ", ".join((["int8"] if self.counts.get("int8") else []) + ["f32"])
 
     @property
     def summary(self) -> str:

@@ -59,5 +59,5 @@ def build(file: RlxFile, graph: Graph, path: str | None, *, threads: int | None,
     no faster precision of its own: "fast" runs exact, except a fast file's plan, whose
     numerics it computes (QDQ op by op)."""
     plan = file.precision_plan
-    label = plan.label(bf16=False) if plan is not None and precision == "fast" else "exact"
+    label = plan.label if plan is not None and precision == "fast" else "exact"
     return NumpyRunner(graph, threads, label)

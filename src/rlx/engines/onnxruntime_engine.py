@@ -380,4 +380,4 @@ def build(file: RlxFile, graph: Graph, path: str | None, *, threads: int | None,
         return OrtRunner(file, graph, threads, cache_dir, prepack)
     if precision == "exact":
         return OrtRunner(file, graph, threads, cache_dir, prepack, variant=("exact",))
-    return OrtRunner(file, graph, threads, cache_dir, prepack, plan.label(bf16=False))
+    return OrtRunner(file, graph, threads, cache_dir, prepack, plan.label)

@@ -92,7 +92,7 @@ def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
 
         runner = OrtRunner.from_saved(saved, threads)
         if plan is not None:
-            runner.precision = plan.label(bf16=False)
+            runner.precision = plan.label
     except (OSError, RlxError) as err:  # the full load says what is wrong, if anything
         log.debug("%s: no warm load (%s)", path, err)
         return None
