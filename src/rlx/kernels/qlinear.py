@@ -25,7 +25,13 @@ from rlx.ir.dtype import DType
 from rlx.ir.ops.nn import Conv
 from rlx.ir.ops.quant import ConvInteger, QLinearConv, QLinearMatMul
 from rlx.ir.shape import Shape
-from rlx.kernels.integer import EXACT_FLOAT32, centred, centred_weight, integer_product, widest
+from rlx.kernels.integer import (
+    centred,
+    centred_weight,
+    exact_terms,
+    integer_product,
+    widest,
+)
 from rlx.kernels.nn import build_conv
 from rlx.kernels.registry import kernel, staged
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
@@ -75,7 +81,7 @@ class _ExactConv:
         window = math.prod(w.shape[2:])
         largest = bound_x * bound_w * window
         channels = w.shape[1]
-        cut = channels if largest == 0 else EXACT_FLOAT32 // largest
+        cut = exact_terms(bound_x * window, bound_w)  # input channels per exact float32 sum
         if cut >= channels:
             return self._step(DType.F32, 0)(x, w).astype(np.int32)
         if cut >= 1 and self.conv.groups == 1:
