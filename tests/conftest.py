@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from collections.abc import Iterator
@@ -60,8 +61,17 @@ def pytest_configure(config: pytest.Config) -> None:
 def _write_budget(request: pytest.FixtureRequest) -> Iterator[None]:
     """Each test file writes at most its `WRITE_BUDGET` to disk (tests/footprint.py)."""
     budget = getattr(request.module, "WRITE_BUDGET", footprint.WRITE_BUDGET)
+    if _runs_huge(request):
+        budget = math.inf
     with footprint.write_budget(request.node.nodeid, budget, request.config.stash[WRITTEN]):
         yield
+
+
+def _runs_huge(request: pytest.FixtureRequest) -> bool:
+    """Whether this file's selected tests include a `huge` one (`make test-huge`): those
+    write gigabytes by design, so the budget, which keeps `make test` lean, does not apply."""
+    return any(item.module is request.module and item.get_closest_marker("huge")
+               for item in request.session.items)
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:

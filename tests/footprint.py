@@ -55,7 +55,7 @@ def unmetered() -> Iterator[None]:
 
 
 @contextmanager
-def write_budget(name: str, budget: int, written: dict[str, int]) -> Iterator[None]:
+def write_budget(name: str, budget: float, written: dict[str, int]) -> Iterator[None]:
     """Run the body; record in `written[name]` what it wrote (cache fills apart) and fail
     when over `budget`."""
     before, filled = bytes_written(), _cache_fills[0]
