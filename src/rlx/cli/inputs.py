@@ -19,8 +19,8 @@ from rlx.cli.ui import CliError, UsageError
 from rlx.errors import RlxError
 from rlx.safeio import open_regular
 
-__all__ = ["load_array", "load_npz", "non_negative_float", "parsed", "positive_int",
-           "refuse_overwriting"]
+__all__ = ["load_array", "load_npz", "non_negative_float", "non_negative_int", "parsed",
+           "positive_int", "refuse_overwriting"]
 
 
 def parsed(parse: Callable[[str], Any], what: str) -> Callable[[str], Any]:
@@ -46,12 +46,20 @@ def non_negative_float(text: str) -> float:
 
 
 def positive_int(text: str) -> int:
+    return _int_at_least(text, 1, "a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    return _int_at_least(text, 0, "an integer >= 0")
+
+
+def _int_at_least(text: str, least: int, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        value = least - 1
+    if value < least:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
     return value
 
 

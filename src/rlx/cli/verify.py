@@ -1,6 +1,7 @@
 """`rlx-bake verify`: a `.rlx` file's outputs (through `rlx.load`, on any engine) against
 onnxruntime's on the ONNX model, output by output: max errors, cosine, elements out of
-tolerance and argmax agreement; and how the file was baked, so that a lossy file failing
+tolerance, argmax agreement and, for per-step class scores (a CTC head's), the greedy
+decoded sequences' agreement; and how the file was baked, so that a lossy file failing
 the default (exact) tolerance is told so, with the `--min-cosine` it meets."""
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from rlx.artifact import open_artifact
+from rlx.cli.ctc import decoded_agreement
 from rlx.cli.formatting import fmt_shape, one_line
-from rlx.cli.inputs import load_npz, non_negative_float
+from rlx.cli.inputs import load_npz, non_negative_float, non_negative_int
 from rlx.cli.run import add_engine_options, load_for_run, num, summary
 from rlx.cli.self_test import verify_bundled
 from rlx.cli.sign import add_trusted_key_option, trusted_keys
@@ -23,6 +25,7 @@ from rlx.cli.ui import CliError, Outcome, Ui, add_password_options, password_fro
 from rlx.errors import RlxError
 from rlx.ir import DType, Shape
 from rlx.onnx import onnx_op_types, read_model
+from rlx.onnx.step_scores import step_scores
 
 __all__ = ["add_commands"]
 
@@ -61,6 +64,9 @@ def add_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--min-cosine", type=non_negative_float, metavar="C",
                    help="pass an output on its cosine to the reference (>= C) instead")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (0)")
+    p.add_argument("--ctc-blank", type=non_negative_int, default=0, metavar="N",
+                   help="the blank class of CTC-like outputs (per-step class scores), whose "
+                        "greedy decodings are compared (0, the common convention)")
     add_password_options(p.add_argument_group("encrypted files"))
     add_engine_options(p, also=("all",))
     add_trusted_key_option(p)
@@ -120,7 +126,7 @@ _RTOL, _ATOL = 1e-4, 1e-5
 _ROUNDING = ("f16", "bf16", "gguf_q8_0")
 
 
-def _how_baked(model, path: str, password, onnx_path: str) -> dict[str, Any]:
+def _how_baked(model, path: str, password, onnx_model) -> dict[str, Any]:
     """The file's profile, its weights stored with rounding (by encoding) and the ONNX
     model's quantising ops (by op type): why the two can differ beyond float error."""
     try:
@@ -131,7 +137,7 @@ def _how_baked(model, path: str, password, onnx_path: str) -> dict[str, Any]:
     for w in file.weights:
         if w.dtype == "f32" and w.encoding in _ROUNDING:
             rounded[w.encoding] = rounded.get(w.encoding, 0) + 1
-    ops = onnx_op_types(read_model(onnx_path))
+    ops = onnx_op_types(onnx_model)
     quantizing = {op: n for op, n in sorted(ops.items()) if _quantizes(op)}
     return {"profile": file.meta.profile or None, "rounded_weights": rounded,
             "source_quantized_ops": quantizing}
@@ -241,12 +247,16 @@ def _verify(args, ui: Ui) -> Outcome:
     elementwise = args.min_cosine is None or args.rtol is not None or args.atol is not None
     rtol = _RTOL if args.rtol is None else args.rtol
     atol = _ATOL if args.atol is None else args.atol
+    onnx_model = read_model(args.onnx)
+    scores = step_scores(onnx_model)
     rows = [{"name": name, "reference_name": ref_name, "shape": list(o.shape),
-             **_compare(o, r, rtol, atol, args.min_cosine, elementwise)}
+             **_compare(o, r, rtol, atol, args.min_cosine, elementwise),
+             "ctc": decoded_agreement(name, o, r, scores[ref_name], feeds, args.ctc_blank)
+             if ref_name in scores else None}
             for name, ref_name, o, r in zip([spec.name for spec in model.outputs],
                                             ref_names, ours, refs)]
     ok = all(r["ok"] for r in rows)
-    baked = _how_baked(model, args.file, password, args.onnx)
+    baked = _how_baked(model, args.file, password, onnx_model)
     data = {"command": "verify", "file": args.file, "onnx": args.onnx, "ok": ok,
             "baked": baked, "advice": _advice(rows, baked, elementwise),
             "rtol": rtol, "atol": atol, "min_cosine": args.min_cosine,
@@ -278,8 +288,18 @@ def _render_verify(d: dict, ui: Ui) -> None:
         checks.append(f"cosine >= {d['min_cosine']}")  # as given: 0.9999997 is not 1
     ui.line(f"{verdict}: {' and '.join(checks)} (max rel err is relative to the largest "
             "|reference| value; out of tol counts elements outside atol + rtol * |reference|)")
+    for r in d["outputs"]:
+        if r["ctc"] is not None:
+            ui.line(_ctc_line(r["name"], r["ctc"]))
     if d["advice"]:
         ui.line(f"note: {d['advice']}")
+
+
+def _ctc_line(name: str, c: dict) -> str:
+    return (f"{name}: per-step class scores read as CTC, layout [{c['layout']}] (time axis "
+            f"by {c['time_axis_from']}), blank {c['blank']}: greedy decodings identical in "
+            f"{c['identical']} of {c['samples']} sample(s)"
+            + (f" ({_share(c['agree'])})" if c["agree"] is not None else ""))
 
 
 def _mismatch(r: dict) -> str:
