@@ -73,3 +73,21 @@ def test_shape_arithmetic_folds_to_the_runtime_value(op, values, expected):
 def test_float_values_are_left_to_the_bake():
     values = [np.array([1.5], np.float32), np.array([2.0], np.float32)]
     assert _fold(Binary(BinaryOp.ADD), values) is None
+
+
+def test_evaluated_computes_a_float_cone_of_constants_and_refuses_an_input():
+    """A quantising table (float32 divide, round half to even, saturate), as float64 numpy
+    computes it (a float64 quotient of float32 operands rounds to the float32 quotient); a
+    cone reaching an Input has no value yet."""
+    from rlx.ir import Activation, Clamp, Unary
+    from rlx.onnx.fold import evaluated
+
+    g = Graph("g")
+    codes = np.arange(-128, 128, dtype=np.float32) * np.float32(0.05)
+    y = g.add_node(Binary(BinaryOp.DIV), [g.constant(codes), g.constant(np.float32(0.04))])
+    y = g.add_node(Clamp(-128.0, 127.0), [g.add_node(Unary(Activation.ROUND), [y])])
+    quotient = (codes.astype(np.float64) / np.float64(np.float32(0.04))).astype(np.float32)
+    want = np.clip(np.rint(quotient.astype(np.float64)), -128, 127)
+    np.testing.assert_array_equal(evaluated(g, y), want)
+    fed = g.add_node(Binary(BinaryOp.ADD), [y, g.input("x", Shape([256], DType.F32))])
+    assert evaluated(g, fed) is None

@@ -40,12 +40,13 @@ from rlx.ir import (
     Unsqueeze,
     Where,
 )
-from rlx.ir.graph import Node
+from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.base import Op
 from rlx.ir.ops.elementwise import Activation
+from rlx.ir.rewrite import constant_value
 from rlx.kernels import KERNELS
 
-__all__ = ["FOLD_LIMIT", "fold"]
+__all__ = ["FOLD_LIMIT", "evaluated", "fold"]
 
 FOLD_LIMIT = 1024
 """Largest tensor (elements) the importer evaluates."""
@@ -102,3 +103,28 @@ def fold(op: Op, values: Sequence[np.ndarray], shape: Shape) -> np.ndarray | Non
             isinstance(d, int) and d != n for d, n in zip(shape.dims, out.shape)):
         return None
     return out.astype(shape.dtype.numpy, copy=False)
+
+
+def evaluated(graph: Graph, node_id: int) -> np.ndarray | None:
+    """The value of `node_id` when it depends on constants only, computed now by the kernels
+    (any dtype, any size), or None. For a converter that wants a float table computed once,
+    in the runtime's arithmetic, rather than in whatever an engine rewrites it to."""
+    cone, stack = set(), [node_id]
+    while stack:
+        i = stack.pop()
+        if i not in cone:
+            cone.add(i)
+            if constant_value(graph.node(i)) is None:
+                stack.extend(graph.node(i).inputs)
+    values: dict[int, np.ndarray] = {}
+    for i in sorted(cone):  # node ids are in topological order
+        node = graph.node(i)
+        known = constant_value(node)
+        if known is None:
+            kernel = KERNELS.get(type(node.op))
+            if kernel is None or not node.inputs or node.is_tuple:
+                return None  # an input, or an op without a kernel
+            out = np.asarray(kernel(node, *(values[j] for j in node.inputs)))
+            known = out.astype(node.tensor_shape.dtype.numpy, copy=False)
+        values[i] = known
+    return values[node_id]

@@ -5,7 +5,9 @@ Written by onnxruntime's quantizer (`quantize_static` in the QOperator format,
 kernels (MLAS), so results match bit for bit: integer products and sums are exact in int32;
 requantisation is `float32(acc) * float32 multiplier`, rounded half to even, plus the zero
 point, saturated; element-wise ops (Add, Mul, Sigmoid, LeakyRelu, Concat) dequantise to
-float32, compute, and quantise `round(y / scale) + zero`, as onnxruntime's lookup tables do.
+float32, compute, and quantise `round(y / scale) + zero`, as onnxruntime's lookup tables do;
+where the scales and zero points are constants, that table is computed at import and the body
+reads it (a Gather: no engine can rewrite its arithmetic).
 
 The QOperator ops (QLinearAdd ... QGemm) and quantize_dynamic's fused ones
 (MatMulIntegerToFloat, DynamicQuantizeMatMul, QAttention) are kept whole
@@ -33,6 +35,7 @@ from rlx.ir import (
     ReduceOp,
 )
 from rlx.onnx.composite import kept_whole
+from rlx.onnx.fold import evaluated
 from rlx.onnx.node import NodeContext
 from rlx.onnx.ops.contrib_fused import attend
 from rlx.onnx.ops.control import recurrent, recurrent_lstm
@@ -112,8 +115,31 @@ def _through_float(n: NodeContext, fn) -> int:
     """Dequantise X (inputs 0..2), apply `fn` in float32, quantise to Y (inputs 3, 4): what
     onnxruntime's 256-entry lookup table holds for each input value."""
     s = n.s
-    x = dequantize(s, n.input(0), _f32(s, n.input(1)), _zero(n, 2), F32)
-    return quantize(s, fn(x), n.input(3), _zero(n, 4), _out_type(n, 4, n.input(0)))
+    out = _out_type(n, 4, n.input(0))
+    return _tabulated(s, n.input(0), lambda x: quantize(
+        s, fn(dequantize(s, x, _f32(s, n.input(1)), _zero(n, 2), F32)), n.input(3),
+        _zero(n, 4), out))
+
+
+_CODES = (DType.U8, DType.I8)
+
+
+def _tabulated(s, x: int, compute) -> int:
+    """`compute(x)` for 8-bit codes x read from a table of its 256 values, computed now by
+    the kernels when it depends on constants only (else `compute(x)` itself). Why: an
+    engine may rewrite the float arithmetic (OpenVINO multiplies by a constant scale's
+    reciprocal where the body divides, which moves values on rounding ties)."""
+    dtype = s.dtype(x)
+    if dtype in _CODES:
+        low = int(np.iinfo(dtype.numpy).min)
+        codes = s.const(np.arange(low, low + 256).astype(dtype.numpy))
+        table = evaluated(s.graph, compute(codes))
+        if table is not None:
+            index = s.cast(x, DType.I32)
+            if low:
+                index = s.sub(index, s.scalar(low, DType.I32))
+            return s.gather(s.const(table), index)
+    return compute(x)
 
 
 @converter("QLinearSigmoid", domain=MICROSOFT)
@@ -143,8 +169,9 @@ def qlinear_concat(n: NodeContext) -> int:
         if _same_values(s, (n.input(i + 1), y_scale), (n.input(i + 2), y_zero)):
             parts.append(x)
             continue
-        real = dequantize(s, x, _f32(s, n.input(i + 1)), n.input(i + 2), F32)
-        parts.append(quantize(s, real, y_scale, y_zero, out))
+        x_scale, x_zero = _f32(s, n.input(i + 1)), n.input(i + 2)
+        parts.append(_tabulated(s, x, lambda v, x_scale=x_scale, x_zero=x_zero: quantize(
+            s, dequantize(s, v, x_scale, x_zero, F32), y_scale, y_zero, out)))
     return s.concat(parts, n.attr("axis"))
 
 
@@ -218,9 +245,12 @@ def qlinear_softmax(n: NodeContext) -> int:
     if opset < 13 and axis < rank - 1:
         x, shape = s.to_2d(x, axis)
         axis = 1
-    values = s.cast(x, DType.I32)
-    offset = s.sub(s.reduce(ReduceOp.MAX, values, (axis,)), s.scalar(255, DType.I32))
-    entries = s.gather(_softmax_table(n, x, axis), s.sub(values, offset))
+    # the index in float32, exact for 8-bit codes: OpenVINO 2026.4 miscomputes an int32
+    # ReduceMax followed by a Sub on inputs of 128 rows or more (right in float32)
+    values = s.cast(x, F32)
+    offset = s.sub(s.reduce(ReduceOp.MAX, values, (axis,)), s.scalar(255.0, F32))
+    index = s.cast(s.sub(values, offset), DType.I32)
+    entries = s.gather(_softmax_table(n, x, axis), index)
     total = s.slice(s.emit(CumSum(axis), entries), [-1], [_END], [axis])
     steps = s.unary(Activation.FLOOR, s.div(s.scalar(1.0, F32), _f32(s, n.input(3))))
     y = requantize(s, s.div(s.mul(entries, steps), total), None, _zero(n, 4),
@@ -243,7 +273,9 @@ def _softmax_table(n: NodeContext, x: int, axis: int) -> int:
     shift = s.emit(Clamp(0.0, None), s.sub(s.unary(Activation.LOG, headroom),
                                            s.scalar(5.0, DType.F64)))
     steps = s.add(s.const(np.arange(256, dtype=np.float64) - 255), s.div(shift, x_scale))
-    return s.cast(s.unary(Activation.EXP, s.mul(steps, x_scale)), F32)
+    table = s.cast(s.unary(Activation.EXP, s.mul(steps, x_scale)), F32)
+    known = evaluated(s.graph, table)  # in float64 here; an engine may compute it in float32
+    return table if known is None else s.const(known)
 
 
 # -- matrix products ---------------------------------------------------------------------------
