@@ -216,6 +216,26 @@ def test_openvino_gives_plain_onnxruntimes_bits_for_each_op(tmp_path, op_type, d
     np.testing.assert_array_equal(got, _plain_onnxruntime(model, feeds))
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_average_pool_adds_the_zero_point_before_rounding(tmp_path, dtype):
+    """onnxruntime's QLinearAveragePool rounds avg / y_scale + y_zero (half to even): with
+    an odd zero point a tie rounds the other way than round(avg / y_scale) + y_zero (13 of
+    these 15,360 outputs did). OpenVINO divides by y_scale as a product with its
+    reciprocal: on a tie it may land one step away (1 of them here), never more."""
+    inputs, attrs = _every_case("QLinearAveragePool", dtype)
+    inputs[0] = q((4, 16, 31, 30), dtype, 9)
+    model, feeds = one_node("QLinearAveragePool", inputs, **attrs)
+    want = _plain_onnxruntime(model, feeds)
+    graph, bindings = import_onnx(model)
+    file, _ = bake(graph, bindings, BakeOptions.from_profile(BakeProfile.EXACT))
+    write_rlx(tmp_path / "pool.rlx", file)
+    np.testing.assert_array_equal(rlx.load(tmp_path / "pool.rlx", engine="numpy").run(feeds)[0],
+                                  want)
+    require("openvino")
+    got = rlx.load(tmp_path / "pool.rlx", engine="openvino", threads=1).run(feeds)[0]
+    np.testing.assert_allclose(got.astype(np.int32), want.astype(np.int32), rtol=0, atol=1)
+
+
 def _dynamic_cases(dtype) -> dict[str, tuple[list, dict]]:
     """One node of each kept op with float outputs, its 8-bit operands of type `dtype` where
     onnxruntime has a kernel for it (quantize_dynamic's forms: constant B, per column)."""

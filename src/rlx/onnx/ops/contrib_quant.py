@@ -220,13 +220,18 @@ def qlinear_global_average_pool(n: NodeContext) -> int:
 @converter("QLinearAveragePool", domain=MICROSOFT)
 @kept_whole
 def qlinear_average_pool(n: NodeContext) -> int:
-    """AveragePool of the dequantised input in float32, quantised to Y."""
+    """AveragePool of the dequantised input in float32, quantised to Y as onnxruntime's
+    pool does: round(avg / y_scale + y_zero), the zero point added before rounding."""
     s = n.s
     x = _to_channels_first(n, n.input(0))
     real = dequantize(s, x, _f32(s, n.input(1)), _zero(n, 2), F32)
-    y = quantize(s, _pool(n, PoolKind.AVG, real), n.input(3), _zero(n, 4),
-                 _out_type(n, 4, n.input(0)))
-    return _to_channels_last(n, y)
+    y = s.div(_pool(n, PoolKind.AVG, real), _f32(s, n.input(3)))
+    if n.has(4):  # onnxruntime's pool adds the zero point before it rounds
+        y = s.add(y, _f32(s, n.input(4)))
+    out = _out_type(n, 4, n.input(0))
+    info = np.iinfo(out.numpy)
+    y = s.emit(Clamp(float(info.min), float(info.max)), s.unary(Activation.ROUND, y))
+    return _to_channels_last(n, s.cast(y, out))
 
 
 @converter("QLinearSoftmax", domain=MICROSOFT)
