@@ -10,7 +10,13 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from rlx.ir import DequantizeLinear, DType, Graph, MatMulInteger, QuantizeLinear, Shape
-from rlx.kernels.integer import EXACT_FLOAT32, exact_terms, integer_product
+from rlx.kernels.integer import (
+    BLOCKED_ROWS,
+    EXACT_FLOAT32,
+    exact_terms,
+    integer_product,
+    weight_product,
+)
 from rlx.runtime import Session
 
 
@@ -60,6 +66,33 @@ def test_integer_product_broadcasts_batches():
     b = rng.integers(-255, 256, (3, 700, 6)).astype(np.float32)
     exact = a.astype(np.int64) @ b.astype(np.int64)
     assert np.array_equal(integer_product(a, b, 255, 255), exact)
+
+
+def _constant(array: np.ndarray) -> np.ndarray:
+    """A copy that cannot change, as a baked weight: the kernels keep what they make of it."""
+    array = array.copy()
+    array.flags.writeable = False
+    return array
+
+
+@pytest.mark.parametrize("rows", [1, 8, BLOCKED_ROWS, BLOCKED_ROWS + 1])
+@pytest.mark.parametrize("k", [64, 700])
+def test_weight_product_reads_blocks_for_few_rows(monkeypatch, rows, k):
+    """A constant weight of 45 columns (one padded block of 32) with per-column zero points,
+    at the widest differences: exact whether read in blocks (up to BLOCKED_ROWS rows) or
+    whole, and K = 700 past the 258-term chunk of A = B = 255 sums in chunks either way."""
+    rng = np.random.default_rng(rows * k)
+    b = _constant(np.where(rng.random((k, 45)) < 0.5, 0, 255).astype(np.uint8))
+    zero = _constant(np.where(rng.random(45) < 0.5, 0, 255).astype(np.uint8))
+    a = np.where(rng.random((1, rows, k)) < 0.5, -255.0, 255.0).astype(np.float32)
+    shapes = []
+    matmul = np.matmul
+    monkeypatch.setattr(np, "matmul", lambda x, y: shapes.append(y.ndim) or matmul(x, y))
+    got = weight_product(a, 255, b, zero, zero.shape)
+    exact = a.astype(np.int64) @ (b.astype(np.int64) - zero.astype(np.int64))
+    assert got.dtype == np.int32 and np.array_equal(got, exact.astype(np.int32))
+    assert set(shapes) == {3 if rows <= BLOCKED_ROWS else 2}
+    assert len(shapes) == (1 if k == 64 else 3)
 
 
 def _ort_matmul_integer(a, b, a_zero, b_zero) -> np.ndarray:

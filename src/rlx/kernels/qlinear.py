@@ -29,7 +29,7 @@ from rlx.kernels.integer import (
     centred,
     centred_weight,
     exact_terms,
-    integer_product,
+    weight_product,
     widest,
 )
 from rlx.kernels.nn import build_conv
@@ -149,8 +149,8 @@ def build_qlinear_conv(node, compile):
 @kernel(QLinearMatMul)
 def qlinear_matmul(node, a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero):
     a_zero = a_zero.reshape(())
-    centred_b, bound_b = centred_weight(b, b_zero, b_zero.shape)
-    acc = integer_product(centred(a, a_zero, ()), centred_b, widest(a.dtype, a_zero), bound_b)
+    acc = weight_product(centred(a, a_zero, ()), widest(a.dtype, a_zero), b, b_zero,
+                         b_zero.shape)
     multiplier = _multiplier(a_scale, b_scale, y_scale)
     return requantize(acc, multiplier if multiplier.size > 1 else multiplier.reshape(()),
                       y_zero)
