@@ -95,6 +95,30 @@ def test_weight_product_reads_blocks_for_few_rows(monkeypatch, rows, k):
     assert len(shapes) == (1 if k == 64 else 3)
 
 
+def test_a_node_looks_its_kept_weight_up_once(monkeypatch):
+    """The second run of a compiled MatMulInteger finds its weight's blocks by identity,
+    without `kept` (whose key costs ~5 us a call), and gives the same exact product."""
+    from rlx.kernels import integer
+
+    rng = np.random.default_rng(5)
+    b = rng.integers(-128, 128, (64, 40)).astype(np.int8)
+    g = Graph("mmi")
+    ids = [g.input("a", Shape((3, 64), DType.U8)), g.constant(b),
+           g.constant(np.uint8(7)), g.constant(np.int8(-3))]
+    g.set_outputs([g.add_node(MatMulInteger(), ids)])
+    compiled = Session().compile(g)
+    calls = []
+    kept = integer.kept
+    monkeypatch.setattr(integer, "kept", lambda *args: calls.append(args[1]) or kept(*args))
+    a = rng.integers(0, 256, (3, 64)).astype(np.uint8)
+    exact = (a.astype(np.int64) - 7) @ (b.astype(np.int64) + 3)
+    first = compiled.run({"a": a})[0]
+    made = len(calls)
+    second = compiled.run({"a": a})[0]
+    assert made == 2 and len(calls) == made  # the blocks and the bound, in the first run
+    assert np.array_equal(first, exact) and np.array_equal(second, exact)
+
+
 def _ort_matmul_integer(a, b, a_zero, b_zero) -> np.ndarray:
     node = helper.make_node("MatMulInteger", ["a", "b", "za", "zb"], ["y"])
     graph = helper.make_graph(

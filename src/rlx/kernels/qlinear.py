@@ -26,6 +26,7 @@ from rlx.ir.ops.nn import Conv
 from rlx.ir.ops.quant import ConvInteger, QLinearConv, QLinearMatMul
 from rlx.ir.shape import Shape
 from rlx.kernels.integer import (
+    KeptWeight,
     centred,
     centred_weight,
     exact_terms,
@@ -33,10 +34,10 @@ from rlx.kernels.integer import (
     widest,
 )
 from rlx.kernels.nn import build_conv
-from rlx.kernels.registry import kernel, staged
+from rlx.kernels.registry import staged
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
-__all__ = ["build_conv_integer", "build_qlinear_conv", "qlinear_matmul", "requantize"]
+__all__ = ["build_conv_integer", "build_qlinear_conv", "build_qlinear_matmul", "requantize"]
 
 _EXACT_FLOAT64 = 1 << 53
 
@@ -146,11 +147,16 @@ def build_qlinear_conv(node, compile):
     return step
 
 
-@kernel(QLinearMatMul)
-def qlinear_matmul(node, a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero):
-    a_zero = a_zero.reshape(())
-    acc = weight_product(centred(a, a_zero, ()), widest(a.dtype, a_zero), b, b_zero,
-                         b_zero.shape)
-    multiplier = _multiplier(a_scale, b_scale, y_scale)
-    return requantize(acc, multiplier if multiplier.size > 1 else multiplier.reshape(()),
-                      y_zero)
+@staged(QLinearMatMul)
+def build_qlinear_matmul(node, compile):
+    weights = KeptWeight()
+
+    def step(a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero):
+        a_zero = a_zero.reshape(())
+        acc = weight_product(centred(a, a_zero, ()), widest(a.dtype, a_zero), b, b_zero,
+                             b_zero.shape, weights)
+        multiplier = _multiplier(a_scale, b_scale, y_scale)
+        return requantize(acc, multiplier if multiplier.size > 1 else multiplier.reshape(()),
+                          y_zero)
+
+    return step
