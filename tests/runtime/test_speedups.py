@@ -265,3 +265,25 @@ def test_large_grouped_conv_in_blocks(xs, ws, groups):
     (got,) = run_op(Conv(pads=tuple(pads), groups=groups), [x, w, b], constant=[False, True, True])
     (want,) = onnx_reference("Conv", [x, w, b], pads=pads, group=groups)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("channels, rows, width, kernel, banded", [
+    (8, 6, 5, 3, True), (8, 6, 24, 3, True), (8, 6, 25, 3, False), (8, 6, 40, 5, True),
+    (8, 6, 41, 5, False), (64, 25, 5, 3, True), (96, 4, 4, 3, False)])
+def test_depthwise_conv_over_narrow_rows_runs_as_banded_gemms(channels, rows, width, kernel,
+                                                               banded):
+    """Banded GEMMs while the rows are at most 8 kernel widths wide (they multiply W / kw
+    times the products), im2col past that; with 64 channels or more, channels-last below
+    32 positions per channel. The same result either way."""
+    from rlx.kernels.nn import _BandedPlan, _chosen_plan
+
+    op = Conv(pads=(1, 2, 1, 2), groups=channels)
+    x_shape, w_shape = (2, channels, rows, width), (channels, 1, 3, kernel)
+    plan, _ = _chosen_plan(op, x_shape, w_shape, 4)
+    assert isinstance(plan, _BandedPlan) == banded
+    rng = np.random.default_rng(width)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    (got,) = run_op(op, [x, w], constant=[False, True])
+    (want,) = onnx_reference("Conv", [x, w], pads=[1, 2, 1, 2], group=channels)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
