@@ -1,8 +1,9 @@
-"""Small ONNX models for the fast profile's tests: a CNN ending in class probabilities and
-an MLP ending in logits, written with onnx.helper so onnxruntime runs the original as the
-independent f32 reference. `outlier=True` gives the MLP a hidden unit whose huge constant
-activation (a bias of 1000, read by a zero row of the next weight) changes nothing in f32
-but takes a per-tensor u8 scale's whole range: the next layer is the sensitive node."""
+"""Small ONNX models for the fast profile's tests: a CNN ending in class probabilities, an
+MLP ending in logits and a CRNN (Convs, then an unrolled LSTM) ending in per-step scores,
+written with onnx.helper so onnxruntime runs the original as the independent f32
+reference. `outlier=True` gives the MLP a hidden unit whose huge constant activation (a
+bias of 1000, read by a zero row of the next weight) changes nothing in f32 but takes a
+per-tensor u8 scale's whole range: the next layer is the sensitive node."""
 
 from __future__ import annotations
 
@@ -11,15 +12,15 @@ from pathlib import Path
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper, save
 
-__all__ = ["small_cnn", "mlp", "image_feeds", "vector_feeds"]
+__all__ = ["small_cnn", "mlp", "small_crnn", "image_feeds", "vector_feeds", "line_feeds"]
 
 
-def _model(nodes, inits, x_shape, output: str, path: Path) -> Path:
+def _model(nodes, inits, x_shape, output: str, path: Path, opset: int = 17) -> Path:
     graph = helper.make_graph(
         nodes, path.stem, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
         [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)],
         [numpy_helper.from_array(a, n) for n, a in inits.items()])
-    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
     return path
 
 
@@ -80,3 +81,70 @@ def image_feeds(seed: int, n: int = 1) -> list[dict[str, np.ndarray]]:
 def vector_feeds(seed: int, n: int = 1) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
     return [{"x": rng.standard_normal((8, 64)).astype(np.float32)} for _ in range(n)]
+
+
+def small_crnn(folder: Path, seed: int = 0, steps: int = 8) -> Path:
+    """A text-line recogniser in miniature, as exporters write one: x [1, 3, 16, 16] -> two
+    3x3 Convs, each followed by its BatchNorm as a per-channel Mul and Add, and a Relu ->
+    columns [steps, 1, 512] -> an LSTM (64 units) unrolled into `steps` cells that all
+    read one input weight and one recurrent weight (Gemm, transB=1) -> MatMul to 12
+    classes -> LogSoftmax over the classes ("scores" [steps, 1, 12], a CTC output)."""
+    rng = np.random.default_rng(seed)
+    inits: dict[str, np.ndarray] = {}
+    nodes = []
+
+    def normal(*shape, scale=1.0):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    x = "x"
+    for i, (cout, cin, stride) in enumerate(((32, 3, 1), (64, 32, 2))):
+        inits[f"w{i}"] = normal(cout, cin, 3, 3, scale=(2 / (9 * cin)) ** 0.5)
+        inits[f"s{i}"] = (rng.uniform(0.5, 1.5, (cout, 1, 1))).astype(np.float32)
+        inits[f"t{i}"] = normal(cout, 1, 1, scale=0.1)
+        nodes += [helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], pads=[1] * 4,
+                                   strides=[stride] * 2),
+                  helper.make_node("Mul", [f"c{i}", f"s{i}"], [f"m{i}"]),
+                  helper.make_node("Add", [f"m{i}", f"t{i}"], [f"a{i}"]),
+                  helper.make_node("Relu", [f"a{i}"], [f"r{i}"])]
+        x = f"r{i}"
+    hidden, features = 64, 64 * 8
+    inits["columns"] = np.array([1, features, steps], np.int64)
+    inits["w_ih"] = normal(4 * hidden, features, scale=features ** -0.5)
+    inits["w_hh"] = normal(4 * hidden, hidden, scale=hidden ** -0.5)
+    inits["b_ih"], inits["b_hh"] = normal(4 * hidden, scale=0.1), normal(4 * hidden, scale=0.1)
+    inits["zero"] = np.zeros((1, hidden), np.float32)
+    inits["head"] = normal(hidden, 12, scale=hidden ** -0.5 * 3)
+    nodes += [helper.make_node("Reshape", [x, "columns"], ["flat"]),
+              helper.make_node("Transpose", ["flat"], ["seq"], perm=[2, 0, 1])]
+    h, c, outs = "zero", "zero", []
+    for t in range(steps):
+        inits[f"i{t}"] = np.array(t, np.int64)
+        p = f"cell{t}/"
+        nodes += [helper.make_node("Gather", ["seq", f"i{t}"], [p + "x"], axis=0),
+                  helper.make_node("Gemm", [p + "x", "w_ih", "b_ih"], [p + "gi"], transB=1),
+                  helper.make_node("Gemm", [h, "w_hh", "b_hh"], [p + "gh"], transB=1),
+                  helper.make_node("Add", [p + "gi", p + "gh"], [p + "g"]),
+                  helper.make_node("Split", [p + "g"], [p + k for k in "ifco"], axis=1,
+                                   num_outputs=4),
+                  *[helper.make_node("Sigmoid", [p + k], [p + k + "s"]) for k in "ifo"],
+                  helper.make_node("Tanh", [p + "c"], [p + "ct"]),
+                  helper.make_node("Mul", [p + "fs", c], [p + "keep"]),
+                  helper.make_node("Mul", [p + "is", p + "ct"], [p + "new"]),
+                  helper.make_node("Add", [p + "keep", p + "new"], [p + "cell"]),
+                  helper.make_node("Tanh", [p + "cell"], [p + "cellt"]),
+                  helper.make_node("Mul", [p + "os", p + "cellt"], [p + "h"]),
+                  helper.make_node("Unsqueeze", [p + "h", "axis0"], [p + "out"])]
+        h, c = p + "h", p + "cell"
+        outs.append(p + "out")
+    inits["axis0"] = np.array([0], np.int64)
+    nodes += [helper.make_node("Concat", outs, ["hs"], axis=0),
+              helper.make_node("MatMul", ["hs", "head"], ["logits"]),
+              helper.make_node("LogSoftmax", ["logits"], ["scores"], axis=-1)]
+    return _model(nodes, inits, [1, 3, 16, 2 * steps], "scores",
+                  folder / "small_crnn.onnx", opset=18)
+
+
+def line_feeds(seed: int, n: int = 1, steps: int = 8) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.uniform(0, 1, (1, 3, 16, 2 * steps)).astype(np.float32)}
+            for _ in range(n)]

@@ -107,7 +107,8 @@ def test_onnxruntime_fuses_the_qdq_export_and_matches_numpy(tmp_path):
     optimized = onnx.load(so.optimized_model_filepath, load_external_data=False)
     kinds = [n.op_type for n in optimized.graph.node]
     assert kinds.count("QLinearConv") == 2  # the two int8 Convs run int8 kernels
-    assert "QGemm" in kinds  # the classifier's MatMul + bias
+    # the classifier (13k multiply-adds, the most error per one saved) stays f32 here; an
+    # int8 MatMul + bias runs as QGemm (tests/baking/test_fast_crnn.py)
     numpy_model = rlx.load(out, engine="numpy", precision="fast")
     ort_model = rlx.load(out, engine="onnxruntime", precision="fast")
     reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

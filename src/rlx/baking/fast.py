@@ -1,7 +1,13 @@
 """The fast profile's bake step: a precision plan checked on calibration feeds.
 
-Every int8 candidate (`rlx.baking.int8`) is ranked by its own measured error
-(`rlx.baking.sensitivity.local_errors`). The plan keeps the k most sensitive candidates f32
+A per-channel scale and shift after a Conv (a BatchNorm as exporters often write it) is
+folded into it first (`rlx.passes.channel_scale_folding`), so an int8 Conv's output is
+quantised after its Relu. Every int8 candidate (`rlx.baking.int8`) is ranked by its own
+measured error (`rlx.baking.sensitivity.local_errors`) per unit of the time int8 saves on it
+(`rlx.baking.int8.work`): errors add as squares, so the plan gives up first the nodes with
+the most squared error per multiply-add. Ranked by error alone, an unrolled CRNN kept 51 of
+105 nodes f32 (its Convs, the bulk of its time, among them) where most of its error came
+from 40 cheap recurrent matrix-vector products. The plan keeps the first k candidates f32
 and runs the rest int8, with the smallest k whose graph, run by the numpy runtime on every
 calibration feed, keeps every output within the targets against the exact graph: cosine >=
 `min_cosine` and, on class-score outputs, the argmax at >= 99% of positions
@@ -15,7 +21,9 @@ Each node is planned alone: a weight read by several nodes (one constant: the pl
 after the bake's dedupe) is quantised once, and where the guard keeps some of its readers
 f32 the file holds it both ways. Planning such readers as one group kept the file smaller
 but, measured on an unrolled CRNN (20 steps per LSTM weight), left 6 of 105 nodes int8
-instead of 54, and the run 2.4x slower than f32 instead of 0.4-0.6x.
+instead of 54, and the run 2.4x slower than f32 instead of 0.4-0.6x. Ranked per
+multiply-add, the readers of a large weight rank alike (one weight, one work), so they
+mostly land on one side.
 
 Without calibration feeds the plan is checked on seeded inputs of the declared shapes
 (`rlx.runtime.feeds.seeded_feeds`: floats standard normal, the rest zero) with a warning, and
@@ -35,13 +43,14 @@ import numpy as np
 from rlx import passes
 from rlx.artifact.precision import PrecisionPlan
 from rlx.baking.guard import OutputAccuracy, OutputRunner, misses
-from rlx.baking.int8 import ActivationRange, Candidate, apply_int8, candidates
+from rlx.baking.int8 import ActivationRange, Candidate, apply_int8, candidates, work
 from rlx.baking.sensitivity import calibrate, local_errors
 from rlx.errors import RlxError
 from rlx.ir.graph import Graph
 from rlx.ir.ops.elementwise import Binary, BinaryOp
 from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.nn import LogSoftmax, Softmax
+from rlx.passes.channel_scale_folding import fold_channel_scales
 from rlx.runtime.feeds import seeded_feeds
 
 __all__ = ["FastPlan", "plan_precision", "class_score_outputs", "DEFAULT_FAST_MIN_COSINE",
@@ -93,6 +102,7 @@ def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
         rng = np.random.default_rng(0)
         feeds = [seeded_feeds(graph.inputs(), rng)[0] for _ in range(SEEDED_FEEDS)]
     assert feeds is not None
+    graph, _ = fold_channel_scales(graph)  # an int8 Conv's output then follows its Relu
     found = candidates(graph)
     try:
         refs, ranges = calibrate(graph, found, feeds)
@@ -105,7 +115,7 @@ def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
             {"f32": len(found)}, calibration={"samples": 0, "seeded": True}))
     runner = OutputRunner(graph, feeds, refs, class_score_outputs(graph))
     errors = local_errors(graph, found, ranges, feeds) if found else {}
-    ranked = sorted(found, key=lambda c: (-errors[c.node], c.node))  # most sensitive first
+    ranked = sorted(found, key=lambda c: (-errors[c.node] ** 2 / work(graph, c), c.node))
     kept, (g, quantizers, accuracy) = _fewest_kept(graph, ranked, ranges, runner, target)
     g, _ = passes.eliminate_dead_code(g)
     plan = _plan(graph, ranked, errors, kept, quantizers)
@@ -149,9 +159,11 @@ def _plan(graph: Graph, ranked: list[Candidate], errors: dict[int, float], kept:
     rows = []
     for rank, c in enumerate(ranked[:kept]):
         rows.append({"node": c.label(graph), "op": type(graph.node(c.node).op).__name__,
-                     "reason": f"relative error {errors[c.node]:.3g} alone, the "
-                               f"{_ordinal(rank + 1)} most sensitive of {len(ranked)}; with "
-                               "it int8 the calibration outputs missed the targets"})
+                     "reason": f"relative error {errors[c.node]:.3g} alone for "
+                               f"{work(graph, c):.3g} multiply-adds, the "
+                               f"{_ordinal(rank + 1)} most sensitive per multiply-add of "
+                               f"{len(ranked)}; with it int8 the calibration outputs missed "
+                               "the targets"})
     counts = {"int8": len(ranked) - kept, "f32": kept}
     return PrecisionPlan(counts, quantizers, [], rows)
 

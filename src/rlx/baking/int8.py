@@ -12,11 +12,16 @@ every Conv int8 ran 4x slower than f32 on onnxruntime). As int8 it reads
     x -> QuantizeLinear -> DequantizeLinear       (u8, scale and zero point from x's range)
     W (int8 codes) -> DequantizeLinear            (symmetric, one scale per output channel)
 
-and its output, after the bias Add when its only reader adds a constant, goes through the
-same activation pair. That is the form onnxruntime fuses into its int8 kernels (QLinearConv,
-QGemm, QLinearMatMul: measured, an unquantised Conv output leaves the Conv f32) and
-OpenVINO's low-precision transformations run as u8 x i8; the numpy runtime computes the
-same numerics op by op, as the reference.
+and its output goes through the same activation pair where onnxruntime needs one to run
+an int8 kernel: a Conv's after its bias Add and its Relu (QLinearConv, the Relu fused;
+measured, an unquantised Conv output leaves the Conv f32), a MatMul's after its bias Add
+(QGemm; unquantised, onnxruntime fuses MatMul + Add into an f32 Gemm over dequantised
+weights, measured 10x slower than f32 on an unrolled CRNN). A MatMul without a constant
+bias keeps an f32 output (MatMulIntegerToFloat). Each quantisation of an output adds
+about as much error as the node's own (measured on a CRNN: a Conv's relative error 0.012
+with it, 0.006 without), so where the next node quantises the same tensor (after a Relu)
+the two are one. OpenVINO's low-precision transformations run this form as u8 x i8; the
+numpy runtime computes the same numerics op by op, as the reference.
 
 u8 activations and s8 weights are the pair the VNNI instructions multiply; the activation
 range always holds 0, so zero (padding, ReLU's floor) is exact.
@@ -31,7 +36,7 @@ import numpy as np
 
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
-from rlx.ir.ops.elementwise import Binary, BinaryOp
+from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Unary
 from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.nn import Conv
 from rlx.ir.ops.quant import DequantizeLinear, QuantizeLinear
@@ -41,8 +46,13 @@ from rlx.ir.rewrite import Rewriter, constant_value
 MIN_REDUCTION = 64
 """Fewest terms per output value for a node to be an int8 candidate (module doc)."""
 
-__all__ = ["MIN_REDUCTION", "Candidate", "ActivationRange", "candidates", "quantize_weight",
-           "Int8Emitter", "apply_int8"]
+MACS_PER_WEIGHT_BYTE = 5
+"""f32 multiply-adds that take as long as reading one weight byte from memory: measured on
+a 2-thread AMD EPYC, a Conv runs ~150 G multiply-adds/s and a matrix-vector product reads
+its 6.5 MB weight at ~32 GB/s (`work`)."""
+
+__all__ = ["MIN_REDUCTION", "MACS_PER_WEIGHT_BYTE", "Candidate", "ActivationRange",
+           "candidates", "work", "quantize_weight", "Int8Emitter", "apply_int8"]
 
 
 @dataclass(frozen=True)
@@ -53,8 +63,9 @@ class Candidate:
     node: int
     activation: int
     weight: int
-    output: int | None  # None: the node's value is a graph output, left unquantised
+    output: int | None  # None: the output stays f32 (a MatMul's, or a graph output)
     axis: int  # the weight's output-channel axis
+    tail: tuple[int, ...] = ()  # the nodes from the node to `output` (its bias Add, Relu)
 
     def label(self, graph: Graph) -> str:
         node = graph.node(self.node)
@@ -102,22 +113,44 @@ def candidates(graph: Graph) -> list[Candidate]:
             continue
         if terms < MIN_REDUCTION:
             continue
-        found.append(Candidate(node.id, x.id, w.id, _output(graph, node, users), axis))
+        tail = _tail(graph, node, users, relu=isinstance(node.op, Conv))
+        out = tail[-1] if tail else node.id
+        float_out = out in graph.outputs or isinstance(node.op, MatMul) and not tail
+        found.append(Candidate(node.id, x.id, w.id, None if float_out else out, axis, tail))
     return found
 
 
-def _output(graph: Graph, node: Node, users: list[list[int]]) -> int | None:
-    """The node's bias Add when that is its only reader, else the node itself; None when
-    that is a graph output (its name and its accuracy are the user's)."""
-    out = node.id
-    if len(users[node.id]) == 1 and node.id not in graph.outputs:
-        add = graph.node(users[node.id][0])
-        if isinstance(add.op, Binary) and add.op.op is BinaryOp.ADD and not add.is_tuple \
-                and add.tensor_shape == node.tensor_shape:
-            other = graph.node(add.inputs[1] if add.inputs[0] == node.id else add.inputs[0])
-            if _is_f32_constant(other):
-                out = add.id
-    return None if out in graph.outputs else out
+def work(graph: Graph, c: Candidate) -> float:
+    """What candidate `c` costs in f32, in multiply-adds: its products (symbolic dims
+    counted once) plus `MACS_PER_WEIGHT_BYTE` per byte of its f32 weight, the part int8
+    quarters for a node that streams its weight (a matrix-vector product of an RNN step)."""
+    node, weight = graph.node(c.node), graph.node(c.weight)
+    dims = [int(d) for d in weight.tensor_shape.dims]
+    terms = math.prod(dims[1:]) if isinstance(node.op, Conv) else dims[0]
+    outputs = math.prod(d if isinstance(d, int) else 1 for d in node.tensor_shape.dims)
+    return float(outputs * terms + MACS_PER_WEIGHT_BYTE * 4 * math.prod(dims))
+
+
+def _tail(graph: Graph, node: Node, users: list[list[int]], relu: bool) -> tuple[int, ...]:
+    """The nodes the quantised output comes after (module doc): the bias Add, then (`relu`)
+    the Relu, each when it is the only reader of the one before."""
+    tail: list[int] = []
+    last = node
+    while len(users[last.id]) == 1 and last.id not in graph.outputs:
+        user = graph.node(users[last.id][0])
+        if user.is_tuple or user.tensor_shape != node.tensor_shape:
+            break
+        if not tail and isinstance(user.op, Binary) and user.op.op is BinaryOp.ADD:
+            other = graph.node(user.inputs[1] if user.inputs[0] == last.id else user.inputs[0])
+            if not _is_f32_constant(other):
+                break
+        elif not (relu and isinstance(user.op, Unary) and user.op.kind is Activation.RELU):
+            break
+        tail.append(user.id)
+        last = user
+        if isinstance(user.op, Unary):
+            break
+    return tuple(tail)
 
 
 def quantize_weight(weight: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,98 @@
+"""The fast profile on a CRNN (Convs with BatchNorm exported as Mul + Add, then an LSTM
+unrolled into cells sharing their weights), against onnxruntime f32 on the original."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import rlx
+from rlx import BakeOptions, bake
+from rlx.artifact import read_rlx, write_rlx
+from rlx.ir.dtype import DType
+from rlx.ir.ops.elementwise import Activation, Unary
+from rlx.ir.ops.nn import Conv
+from rlx.ir.ops.quant import DequantizeLinear, QuantizeLinear
+from rlx.ir.ops.sources import Constant
+from rlx.onnx import import_onnx
+from tests.baking.fast_models import line_feeds, small_crnn
+
+
+@pytest.fixture(scope="module")
+def baked(tmp_path_factory):
+    """(the ONNX file, the fast file, the bake's report)."""
+    folder = tmp_path_factory.mktemp("crnn")
+    path = small_crnn(folder)
+    graph, bindings = import_onnx(path)
+    file, report = bake(graph, bindings, BakeOptions.from_profile("fast").replace(
+        calibration=line_feeds(1, 4)))
+    write_rlx(folder / "crnn.rlx", file)
+    return path, folder / "crnn.rlx", report
+
+
+def _cosine(a, b) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def test_every_engine_meets_the_targets_on_held_out_lines(baked):
+    path, out, report = baked
+    assert report.precision.counts["int8"] >= 15  # the Conv, and the cells' Gemms
+    reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = line_feeds(90, 4)
+    wants = [reference.run(None, f)[0] for f in feeds]
+    for engine in ("numpy", "onnxruntime", "openvino"):
+        model = rlx.load(out, engine=engine, precision="fast")
+        same = []
+        for feed, want in zip(feeds, wants):
+            got = model.run(feed)[0]
+            assert _cosine(np.exp(want), np.exp(got)) >= 0.999  # the probabilities
+            assert _cosine(want, got) >= 0.999
+            same.append(np.argmax(want, -1) == np.argmax(got, -1))
+        assert np.mean(same) >= 0.99, engine
+
+
+def test_a_batchnorm_written_as_mul_and_add_folds_and_the_conv_quantises_after_relu(baked):
+    graph = read_rlx(baked[1]).into_runtime_graph()
+    users = graph.users()
+    convs = [n for n in graph.nodes() if isinstance(n.op, Conv)]
+    assert len(convs) == 2 and all(len(n.inputs) == 3 for n in convs)  # W*s, b*s + t
+    for conv in convs:
+        (reader,) = (graph.node(u) for u in users[conv.id])
+        assert isinstance(reader.op, Unary) and reader.op.kind is Activation.RELU
+    (int8_conv,) = (n for n in convs if isinstance(graph.node(n.inputs[1]).op, DequantizeLinear))
+    relu = users[int8_conv.id][0]
+    assert [type(graph.node(u).op) for u in users[relu]] == [QuantizeLinear]
+
+
+def test_a_weight_every_cell_reads_is_stored_once_as_int8(baked):
+    graph = read_rlx(baked[1]).into_runtime_graph()
+    shapes = collections.Counter(
+        (n.tensor_shape.dims, n.tensor_shape.dtype) for n in graph.nodes()
+        if isinstance(n.op, Constant) and n.tensor_shape.rank == 2)
+    assert shapes[((512, 256), DType.I8)] == 1  # the input weight, read by 8 cells
+    assert shapes[((64, 256), DType.I8)] == 1  # the recurrent weight, read by 7
+    assert not any(dims in ((512, 256), (64, 256)) and dtype is DType.F32
+                   for dims, dtype in shapes)
+
+
+def test_onnxruntime_runs_every_int8_node_in_an_int8_kernel(baked, tmp_path):
+    from rlx.engines.onnxruntime_engine import export_for_ort
+
+    file = read_rlx(baked[1])
+    model_bytes, placer, _ = export_for_ort(file, file.into_runtime_graph())
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    bound = placer.bind(so, in_place=False)  # the weights, alive until the session is made
+    ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+    del bound
+    optimized = onnx.load(so.optimized_model_filepath, load_external_data=False)
+    kinds = collections.Counter(n.op_type for n in optimized.graph.node)
+    # the cells' Gemms (a bias: output quantised) and the head's MatMul (no bias: f32 out)
+    int8_kernels = kinds["QGemm"] + kinds["QLinearConv"] + kinds["MatMulIntegerToFloat"]
+    assert int8_kernels == baked[2].precision.counts["int8"]
+    assert kinds["MatMulIntegerToFloat"] == 1 and not kinds["Gemm"] and not kinds["MatMul"]
