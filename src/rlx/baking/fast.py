@@ -2,20 +2,24 @@
 
 A per-channel scale and shift after a Conv (a BatchNorm as exporters often write it) is
 folded into it first (`rlx.passes.channel_scale_folding`), so an int8 Conv's output is
-quantised after its Relu. Every int8 candidate (`rlx.baking.int8`) is ranked by its own
-measured error (`rlx.baking.sensitivity.local_errors`) per unit of the time int8 saves on it
-(`rlx.baking.int8.work`): errors add as squares, so the plan gives up first the nodes with
-the most squared error per multiply-add. Ranked by error alone, an unrolled CRNN kept 51 of
-105 nodes f32 (its Convs, the bulk of its time, among them) where most of its error came
-from 40 cheap recurrent matrix-vector products. The plan keeps the first k candidates f32
-and runs the rest int8, with the smallest k whose graph, run by the numpy runtime on every
+quantised after its Relu. Every int8 candidate (`rlx.baking.int8`) is ranked twice by its
+own measured error (`rlx.baking.sensitivity.local_errors`): by the error alone, and by
+squared error (errors add as squares) per multiply-add int8 saves on it
+(`rlx.baking.int8.work`). For each ranking the plan keeps the first k candidates f32 and
+runs the rest int8, with the smallest k whose graph, run by the numpy runtime on every
 calibration feed, keeps every output within the targets against the exact graph: cosine >=
 `min_cosine` and, on class-score outputs, the argmax at >= 99% of positions
-(`rlx.baking.guard`). k is found by bisection over the ranking: each step is a real
+(`rlx.baking.guard`); of the two, the plan leaving the fewest multiply-adds f32 wins. By
+error alone, an unrolled CRNN kept 51 of 105 nodes f32 (its Convs, the bulk of its time,
+among them) where most of its error came from 40 cheap recurrent matrix-vector products;
+per multiply-add, a BERT encoder kept 15 of 18 f32 instead of 5 (its errors did not add as
+their local sizes said).
+
+k is found by bisection over the ranking: each step is a real
 measurement of the combined plan (errors of many small perturbations add up to first order,
 so fewer int8 nodes means a smaller error, which bisection relies on; the final plan is the
 one measured, so the result never rests on that assumption). That costs about log2(n) runs
-where greedy one-by-one fallback costs up to n.
+per ranking where greedy one-by-one fallback costs up to n.
 
 Each node is planned alone: a weight read by several nodes (one constant: the plan runs
 after the bake's dedupe) is quantised once, and where the guard keeps some of its readers
@@ -115,10 +119,18 @@ def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
             {"f32": len(found)}, calibration={"samples": 0, "seeded": True}))
     runner = OutputRunner(graph, feeds, refs, class_score_outputs(graph))
     errors = local_errors(graph, found, ranges, feeds) if found else {}
-    ranked = sorted(found, key=lambda c: (-errors[c.node] ** 2 / work(graph, c), c.node))
-    kept, (g, quantizers, accuracy) = _fewest_kept(graph, ranked, ranges, runner, target)
+    best = None
+    for how, ranked in _orders(graph, found, errors):
+        kept, trial = _fewest_kept(graph, ranked, ranges, runner, target)
+        left = sum(work(graph, c) for c in ranked[:kept])  # f32 multiply-adds left
+        if best is None or left < best[0]:
+            best = left, how, ranked, kept, trial
+        if not kept:
+            break
+    assert best is not None
+    _, how, ranked, kept, (g, quantizers, accuracy) = best
     g, _ = passes.eliminate_dead_code(g)
-    plan = _plan(graph, ranked, errors, kept, quantizers)
+    plan = _plan(graph, ranked, errors, kept, quantizers, how)
     plan.calibration = {"samples": len(feeds), "seeded": seeded, "min_cosine": target,
                         "runs": runner.runs, "outputs": [vars(a) for a in accuracy]}
     log.info("fast plan: %s (%d numpy runs on %d calibration feed(s))", plan.summary,
@@ -127,6 +139,14 @@ def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
 
 
 Trial = tuple[Graph, list[str], list[OutputAccuracy]]
+
+
+def _orders(graph: Graph, found: list[Candidate], errors: dict[int, float]
+            ) -> list[tuple[str, list[Candidate]]]:
+    """The two rankings the guard bisects, most sensitive first (module doc)."""
+    alone = sorted(found, key=lambda c: (-errors[c.node], c.node))
+    per_work = sorted(found, key=lambda c: (-errors[c.node] ** 2 / work(graph, c), c.node))
+    return [("", alone), (" per multiply-add", per_work)]
 
 
 def _fewest_kept(graph: Graph, ranked: list[Candidate], ranges: dict[int, ActivationRange],
@@ -155,15 +175,14 @@ def _fewest_kept(graph: Graph, ranked: list[Candidate], ranges: dict[int, Activa
 
 
 def _plan(graph: Graph, ranked: list[Candidate], errors: dict[int, float], kept: int,
-          quantizers: list[str]) -> PrecisionPlan:
+          quantizers: list[str], how: str) -> PrecisionPlan:
     rows = []
     for rank, c in enumerate(ranked[:kept]):
         rows.append({"node": c.label(graph), "op": type(graph.node(c.node).op).__name__,
                      "reason": f"relative error {errors[c.node]:.3g} alone for "
                                f"{work(graph, c):.3g} multiply-adds, the "
-                               f"{_ordinal(rank + 1)} most sensitive per multiply-add of "
-                               f"{len(ranked)}; with it int8 the calibration outputs missed "
-                               "the targets"})
+                               f"{_ordinal(rank + 1)} most sensitive{how} of {len(ranked)}; "
+                               "with it int8 the calibration outputs missed the targets"})
     counts = {"int8": len(ranked) - kept, "f32": kept}
     return PrecisionPlan(counts, quantizers, [], rows)
 

@@ -5,10 +5,9 @@
   run holds no intermediate tensor beyond its usual life.
 - `local_errors`: each candidate's own error: beside the exact graph, a branch per
   candidate runs it in QDQ form on its exact inputs, and the graph reduces
-  ||int8 - exact||^2 and ||exact||^2 per output channel at its output. The relative error
-  (`_mean_relative`) ranks the candidates by sensitivity for the guard (`rlx.baking.fast`)
-  at the cost of one run, where measuring each one alone at the outputs costs one run per
-  candidate.
+  ||int8 - exact||^2 and ||exact||^2 at its output. The relative error ranks the
+  candidates by sensitivity for the guard (`rlx.baking.fast`) at the cost of one run,
+  where measuring each one alone at the outputs costs one run per candidate.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import numpy as np
 from rlx.baking.int8 import ActivationRange, Candidate, Int8Emitter
 from rlx.ir.graph import Graph
 from rlx.ir.ops.elementwise import Binary, BinaryOp
-from rlx.ir.ops.nn import Conv
 from rlx.ir.ops.reduce import Reduce, ReduceOp
 from rlx.ir.rewrite import Rewriter
 from rlx.runtime.session import Session
@@ -92,28 +90,15 @@ def local_errors(graph: Graph, chosen: Sequence[Candidate], ranges: dict[int, Ac
         if c.output is not None:
             y = emit.activation(c.output, y, "probe")
         diff = rw.emit(Binary(BinaryOp.SUB), (y, rw.id(exact)))
-        rank = node.tensor_shape.rank
-        channel = 1 if isinstance(node.op, Conv) else rank - 1
-        others = tuple(a for a in range(rank) if a != channel)
-        extra += [rw.emit(Reduce(ReduceOp.SUM_SQUARE, others, keepdims=False), (v,))
-                  for v in (diff, rw.id(exact))]
+        extra += [_reduce(rw, ReduceOp.SUM_SQUARE, diff),
+                  _reduce(rw, ReduceOp.SUM_SQUARE, rw.id(exact))]
     compiled = Session().compile(_with_outputs(rw, graph, extra))
     n = len(graph.outputs)
-    error: list[np.ndarray | float] = [0.0] * len(chosen)
-    norm: list[np.ndarray | float] = [0.0] * len(chosen)
+    error = np.zeros(len(chosen))
+    norm = np.zeros(len(chosen))
     for feed in feeds:
         values = compiled.run(feed)
-        for k in range(len(chosen)):
-            error[k] = error[k] + np.asarray(values[n + 2 * k], np.float64)
-            norm[k] = norm[k] + np.asarray(values[n + 2 * k + 1], np.float64)
-    return {c.node: _mean_relative(e, m) for c, e, m in zip(chosen, error, norm)}
-
-
-def _mean_relative(error: np.ndarray | float, norm: np.ndarray | float) -> float:
-    """sqrt of the mean over output channels of ||int8 - exact||^2 / ||exact||^2: every
-    channel counts alike, so one channel of huge values cannot hide the error its range
-    gives the others (channels that are zero throughout count by their error alone)."""
-    error, norm = np.asarray(error), np.asarray(norm)
-    ratio = np.where(norm > 0, error / np.maximum(norm, 1e-30), np.where(error > 0, np.inf, 0))
-    relative = float(np.sqrt(ratio.mean())) if ratio.size else 0.0
-    return relative if np.isfinite(relative) else np.inf
+        error += [float(values[n + 2 * k]) for k in range(len(chosen))]
+        norm += [float(values[n + 2 * k + 1]) for k in range(len(chosen))]
+    relative = np.sqrt(error / np.maximum(norm, 1e-30))
+    return {c.node: float(r) if np.isfinite(r) else np.inf for c, r in zip(chosen, relative)}
