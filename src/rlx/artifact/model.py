@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,13 +25,15 @@ from rlx.artifact.memory import (
     strip_table_weight_bytes,
 )
 from rlx.artifact.precision import PrecisionPlan
-from rlx.artifact.self_test import SelfTest, SelfTestSection
 from rlx.artifact.weight_row import LAYOUTS, RlxWeight
 from rlx.errors import ArtifactError
 from rlx.ir.graph import Graph
 from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.shape import Dim, Shape
 from rlx.record import dataclass
+
+if TYPE_CHECKING:  # a file with a self-test brings its module (rlx.artifact.reader)
+    from rlx.artifact.self_test import SelfTest, SelfTestSection
 
 __all__ = ["LAYOUTS", "ArtifactOrigin", "io_of", "RlxIo", "RlxWeight", "RlxMeta", "RlxFile",
            "needs_materialize",

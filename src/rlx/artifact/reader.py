@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -20,7 +20,6 @@ from rlx.artifact.layout import ALIGN, ENCRYPTED_MAGIC, PREAMBLE, align, checksu
 from rlx.artifact.memory import MemoryMode
 from rlx.artifact.model import ArtifactOrigin, RlxFile, RlxIo, RlxMeta, RlxWeight, io_of
 from rlx.artifact.precision import PrecisionPlan
-from rlx.artifact.self_test import SelfTestSection
 from rlx.codecs import encoded_nbytes
 from rlx.errors import ArtifactError, EncryptedFileError, IntegrityError, RlxError
 from rlx.ir.dtype import DType
@@ -31,6 +30,9 @@ from rlx.ir.shape import Shape
 from rlx.ir.verification import verify as verify_graph
 from rlx.record import dataclass
 from rlx.safeio import detached, map_file
+
+if TYPE_CHECKING:
+    from rlx.artifact.self_test import SelfTestSection
 
 VERIFY_MODES = ("full", "lazy", "none")
 
@@ -199,6 +201,8 @@ class _Reader:
         self._take_blob(body, nbytes, "the self-test")
         blob = self.blobs[index]
         blob.lazy = True
+        from rlx.artifact.self_test import SelfTestSection  # only a file that has one needs it
+
         return SelfTestSection(body, self.buf[blob.offset:blob.offset + blob.length],
                                blob.digest, self.source)
 

@@ -13,9 +13,9 @@ costs ~20-50 us, so only arrays of `PARALLEL_MIN` elements or more are split.
 
 from __future__ import annotations
 
+import _thread
 import contextvars
 import os
-import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ float32 values costs ~10x the handoff through 20 passes)."""
 
 MAX_WORKERS = max(1, min(8, os.cpu_count() or 1))
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()  # not `threading`: a load imports no more than it uses
 _pool: ThreadPoolExecutor | None = None
 _limit: Callable[[], int] | None = None
 

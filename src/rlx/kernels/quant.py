@@ -16,7 +16,7 @@ at the price of a decode per call for what did not fit (0.04 s for a 4096 x 4096
 
 from __future__ import annotations
 
-import threading
+import _thread
 import weakref
 from collections.abc import Callable
 
@@ -58,7 +58,7 @@ process together."""
 # by other bytes meanwhile. Only read-only arrays (constants) are cached: a writeable
 # input could change between runs.
 _DECODED: dict[tuple, np.ndarray] = {}
-_DECODED_LOCK = threading.Lock()
+_DECODED_LOCK = _thread.allocate_lock()  # `_thread`: the load path needs no `threading`
 
 
 def _decoded(node: Node, encoding: Encoding, packed: np.ndarray, k: int,

@@ -26,12 +26,12 @@ first. Readers then get the bytes as they are.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import mmap
 import os
 import signal
 import sys
-import threading
 import weakref
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -49,7 +49,9 @@ log = Logger(__name__)
 COPY_BELOW = 0  # files smaller than this are read rather than mapped (0: map all)
 _LEASE_SIGNAL = getattr(signal, "SIGIO", None)  # what the kernel sends on a lease break
 _leases: set[_Lease] = set()  # held until their map is garbage
-_lock = threading.RLock()  # the signal handler may run while the main thread holds it
+# the signal handler may run while the main thread holds it; `_thread`, not `threading`
+# (~150 KiB and 2 ms that a numpy load otherwise never imports)
+_lock = _thread.RLock()
 _handler_installed = False
 
 
@@ -216,12 +218,15 @@ def _install_handler() -> bool:
     global _handler_installed
     if _handler_installed:
         return True
-    if threading.current_thread() is not threading.main_thread() or _LEASE_SIGNAL is None:
+    if _LEASE_SIGNAL is None:
         return False
     current = signal.getsignal(_LEASE_SIGNAL)
     if current not in (signal.SIG_DFL, signal.SIG_IGN, None):
         return False  # the application uses the signal: rlx copies instead of leasing
-    signal.signal(_LEASE_SIGNAL, _on_lease_break)
+    try:
+        signal.signal(_LEASE_SIGNAL, _on_lease_break)
+    except ValueError:  # not the main thread: only it may install a handler
+        return False
     _handler_installed = True
     return True
 
