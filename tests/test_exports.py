@@ -91,6 +91,21 @@ def test_the_op_packages_export_every_family_and_every_op():
         assert getattr(rlx.ir, name) is getattr(rlx.ir.ops, name) is op_type
 
 
+def test_the_family_index_names_each_familys_ops():
+    """Reading a graph imports an op's family by `FAMILY_OPS` (rlx.ir.ops.base): it lists
+    exactly the ops each family module defines."""
+    import rlx.ir.ops
+    from rlx.ir.ops.base import FAMILY_OPS
+
+    defined: dict[str, set[str]] = {}
+    for name, op_type in rlx.ir.ops.OPS.items():
+        package, _, family = op_type.__module__.rpartition(".")
+        if package == "rlx.ir.ops":  # not a test's own op class
+            defined.setdefault(family, set()).add(name)
+    listed = {family: set(names) for family, names in FAMILY_OPS.items()}
+    assert listed == defined, "list each new op in rlx.ir.ops.base.FAMILY_OPS"
+
+
 def test_the_stable_api_is_what_rlx_exports_and_every_name_resolves():
     assert set(rlx.__all__) == STABLE_API
     # every name rlx loads lazily is exported: none is reachable as rlx.X yet left unlisted

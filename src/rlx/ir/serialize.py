@@ -22,7 +22,7 @@ from rlx.enums import lookup
 from rlx.errors import GraphError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
-from rlx.ir.ops.base import OPS, Op
+from rlx.ir.ops.base import Op, op_type
 from rlx.ir.ops.sources import Constant
 from rlx.ir.shape import Shape
 
@@ -231,7 +231,7 @@ def _scalar(hint: type, accepts: Callable[[Any], bool],
 
 def op_from_json(entry: dict, shape, decode: ConstantDecoder) -> Op:
     name = entry.get("op")
-    cls = OPS.get(name) if isinstance(name, str) else None
+    cls = op_type(name) if isinstance(name, str) else None
     if cls is None:
         raise GraphError(f"unknown op {name!r}")
     if cls is Constant:

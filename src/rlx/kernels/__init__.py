@@ -1,18 +1,26 @@
-"""Kernels by op family; importing this package fills the registry."""
+"""Kernels by op family, registered in `rlx.kernels.registry` as their modules are imported.
 
-from rlx.kernels import (  # noqa: F401  (imported for their registrations)
-    control,
-    elementwise,
-    integer,
-    linalg,
-    multi,
-    nn,
-    packed,
-    qlinear,
-    quant,
-    reduce,
-    shaping,
-)
-from rlx.kernels.registry import BUILDERS, KERNELS, WRITES_INTO, has_kernel
+A compile imports the kernels of its ops' families only (`registry.load_kernels`); this
+package's names, the complete registries, import every kernel module on first use (PEP 562).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+KERNEL_MODULES = ("control", "elementwise", "integer", "linalg", "multi", "nn", "packed",
+                  "qlinear", "quant", "reduce", "shaping")
+"""Every module that registers kernels."""
 
 __all__ = ["BUILDERS", "KERNELS", "WRITES_INTO", "has_kernel"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    for module in KERNEL_MODULES:
+        importlib.import_module(f"{__name__}.{module}")
+    value = getattr(importlib.import_module(f"{__name__}.registry"), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value

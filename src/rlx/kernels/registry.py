@@ -12,12 +12,14 @@ folding, so a speed-up never hides an op from them.
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable
 from typing import Any
 
 from rlx.ir.ops.base import Op
 
-__all__ = ["Kernel", "Builder", "KERNELS", "BUILDERS", "kernel", "builder", "staged", "has_kernel"]
+__all__ = ["Kernel", "Builder", "KERNELS", "BUILDERS", "kernel", "builder", "staged", "has_kernel",
+           "load_kernels"]
 
 Kernel = Callable[..., Any]
 Builder = Callable[..., Callable[..., Any]]
@@ -92,5 +94,25 @@ def _build_and_run(build: Builder, node, *inputs):
     return build(node, None)(*inputs)
 
 
+_FAMILY_KERNELS = {"linalg": ("linalg", "quant"), "quant": ("integer", "qlinear"), "sources": ()}
+"""The kernel modules of an op family (`rlx.ir.ops.<family>`) other than `rlx.kernels.<family>`
+alone: DequantMatMul's kernel is with the other decoders, the integer ops have two modules,
+sources have none. tests/kernels/test_registry.py checks each family against it."""
+
+
+def load_kernels(op_type: type[Op]) -> None:
+    """Import the kernel modules of `op_type`'s family, if not yet registered. Why: a compile
+    imports the kernels of the ops it has, not every family's (a BERT needs no control flow
+    or integer kernels: issue 35)."""
+    if op_type in KERNELS or op_type in BUILDERS:
+        return
+    package, _, family = op_type.__module__.rpartition(".")
+    if package == "rlx.ir.ops":
+        for module in _FAMILY_KERNELS.get(family, (family,)):
+            importlib.import_module(f"rlx.kernels.{module}")
+
+
 def has_kernel(op_type: type[Op]) -> bool:
+    """Whether `op_type` has a kernel or a builder (its family's kernels imported first)."""
+    load_kernels(op_type)
     return op_type in KERNELS or op_type in BUILDERS

@@ -30,7 +30,7 @@ from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.nn import BatchNormInference, Conv, GlobalPool, LayerNorm, Softmax
 from rlx.ir.ops.shaping import Concat
 from rlx.ir.ops.sources import Constant, Input, Param
-from rlx.kernels import WRITES_INTO
+from rlx.kernels.registry import WRITES_INTO, load_kernels
 
 __all__ = ["into", "plan_reuse"]
 
@@ -61,6 +61,7 @@ def plan_reuse(graph: Graph, steps: Sequence[Any]) -> dict[int, int]:
         node = st.node
         if _is_fresh(node):
             fresh.add(node.id)
+        load_kernels(type(node.op))
         writes = WRITES_INTO.get(type(node.op))
         if writes is None or isinstance(node.shape, tuple) or not writes(node):
             continue

@@ -20,7 +20,7 @@ from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.shape import Shape
 from rlx.ir.verification import verify
-from rlx.kernels import BUILDERS, KERNELS, has_kernel
+from rlx.kernels.registry import BUILDERS, KERNELS, has_kernel, load_kernels
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.runtime.feeds import check_feeds
 from rlx.runtime.heap import keep_freed_memory
@@ -95,6 +95,7 @@ class CompiledGraph:
 
     @staticmethod
     def _resolve(node: Node) -> Callable:
+        load_kernels(type(node.op))
         build = BUILDERS.get(type(node.op))
         if build is not None:
             return build(node, functools.partial(CompiledGraph, nested=True))

@@ -7,6 +7,7 @@ its output shape; kernels live in `rlx.kernels`.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING, ClassVar
@@ -21,9 +22,36 @@ if TYPE_CHECKING:
 OutShape = Shape | tuple[Shape, ...]
 
 OPS: dict[str, type[Op]] = {}
-"""Registry of every op type by its serialised name, filled at import."""
+"""Registry of the op types imported so far by their serialised names (every op type once
+`rlx.ir.ops.OPS` is asked for: that imports every family)."""
 
-__all__ = ["Op", "OpMixin", "OPS", "OutShape", "op_axis", "expect_dtype"]
+FAMILY_OPS = {
+    "control": ("Composite", "Fail", "GRU", "If", "LSTM", "Loop", "QuantizedLSTM", "RNN",
+                "Scan"),
+    "elementwise": ("Binary", "Cast", "Clamp", "Compare", "Identity", "Logical", "Not", "Unary",
+                    "Where"),
+    "linalg": ("DFT", "DequantMatMul", "Einsum", "MatMul"),
+    "multi": ("TupleGet",),
+    "nn": ("BatchNormInference", "Conv", "ConvTranspose", "GlobalPool", "InstanceNorm",
+           "LayerNorm", "LogSoftmax", "PRelu", "Pool", "Resize", "Softmax"),
+    "packed": ("DecodeWeight", "DequantGather"),
+    "quant": ("ConvInteger", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
+              "QLinearConv", "QLinearMatMul", "QuantizeLinear"),
+    "reduce": ("ArgMax", "ArgMin", "CumSum", "Reduce", "TopK"),
+    "shaping": ("Compress", "Concat", "DepthToSpace", "Expand", "Fill", "Flatten", "Gather",
+                "GatherElements", "GatherND", "NonZero", "OneHot", "Pad", "Range", "Reshape",
+                "ScatterElements", "ScatterND", "ShapeOf", "Size", "Slice", "SpaceToDepth",
+                "Split", "Squeeze", "Tile", "Transpose", "Trilu", "Unsqueeze"),
+    "sources": ("Constant", "Input", "Param"),
+}
+"""The serialised op names each family module (`rlx.ir.ops.<family>`) defines: reading a
+graph imports only the families of its ops (`op_type`). tests/test_exports.py checks it
+against the families themselves."""
+
+_FAMILY_OF = {name: family for family, names in FAMILY_OPS.items() for name in names}
+
+__all__ = ["Op", "OpMixin", "OPS", "FAMILY_OPS", "OutShape", "op_axis", "expect_dtype",
+           "op_type"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +94,14 @@ if TYPE_CHECKING:
     OpMixin = Op  # a mixin of ops is typed as one: it may use op_name and pass itself as an op
 else:
     OpMixin = object  # at run time a plain base, so the mixin is not registered as an op type
+
+
+def op_type(name: str) -> type[Op] | None:
+    """The op type serialised as `name`, its family imported on first use (None: no such
+    op)."""
+    if name not in OPS and name in _FAMILY_OF:
+        importlib.import_module(f"rlx.ir.ops.{_FAMILY_OF[name]}")
+    return OPS.get(name)
 
 
 def op_axis(op: Op, axis: int, rank: int, what: str = "") -> int:
