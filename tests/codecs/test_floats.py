@@ -183,3 +183,9 @@ def test_table_errors():
     with pytest.raises(BakeError, match="unknown weight encoding 'F32'"):
         encoded_nbytes("F32", 4)
     assert encoded_nbytes(Encoding.GGUF_Q8_0, 0) == 0
+
+
+@pytest.mark.parametrize("encoding", list(Encoding))
+def test_block_quantized_means_blocks_of_more_than_one_value(encoding):
+    """`is_block_quantized` is said without loading the codec: it agrees with the layout."""
+    assert encoding.is_block_quantized == (encoding.block_size > 1)

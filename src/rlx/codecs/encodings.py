@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rlx.codecs import floats, mlx, q8_0, q8_f32, tq2_0
-from rlx.codecs._blocks import Layout
-from rlx.codecs.mlx import mlx_scheme
 from rlx.enums import parse_enum
 from rlx.errors import BakeError
 from rlx.record import dataclass
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
+
+    from rlx.codecs._blocks import Layout
+    from rlx.codecs.mlx import MlxScheme
 
 __all__ = ["Encoding", "encode", "decode", "encoded_nbytes"]
 
@@ -56,7 +56,7 @@ class Encoding(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> Encoding:
-        scheme = mlx_scheme(text)  # also "mlx_mxfp4" without its group size
+        scheme = _mlx_scheme(text)  # also "mlx_mxfp4" without its group size
         return parse_enum(cls, scheme.label if scheme is not None else text, lambda t: BakeError(
             f"unknown weight encoding {t!r}; expected one of {', '.join(e.value for e in cls)}"),
             exact=True)  # files store exact names: 'F32' is not one
@@ -64,16 +64,18 @@ class Encoding(enum.Enum):
     @property
     def block_size(self) -> int:
         """Values per block (1 for plain floats)."""
-        return _CODECS[self].layout.block_size
+        return _codec(self).layout.block_size
 
     @property
     def block_bytes(self) -> int:
         """Bytes per block."""
-        return _CODECS[self].layout.block_bytes
+        return _codec(self).layout.block_bytes
 
     @property
     def is_block_quantized(self) -> bool:
-        return self.block_size > 1
+        """Values stored in blocks: every encoding but the plain floats (said without the
+        codec, whose module loads only when the encoding is used)."""
+        return self not in (Encoding.F32, Encoding.F16, Encoding.BF16)
 
     @property
     def is_mlx(self) -> bool:
@@ -101,17 +103,48 @@ class _Codec:
     decode: Callable[..., np.ndarray]
 
 
-_CODECS: dict[Encoding, _Codec] = {
-    Encoding.F32: _Codec(floats.F32.layout, floats.encode_f32, floats.decode_f32),
-    Encoding.F16: _Codec(floats.F16.layout, floats.encode_f16, floats.decode_f16),
-    Encoding.BF16: _Codec(floats.BF16.layout, floats.encode_bf16, floats.decode_bf16),
-    Encoding.GGUF_Q8_0: _Codec(q8_0.LAYOUT, q8_0.quantize_q8_0, q8_0.dequantize_q8_0),
-    Encoding.GGUF_TQ2_0: _Codec(tq2_0.LAYOUT, tq2_0.quantize_tq2_0, tq2_0.dequantize_tq2_0),
-    Encoding.Q8_F32: _Codec(q8_f32.LAYOUT, q8_f32.quantize_q8_f32, q8_f32.dequantize_q8_f32),
-}
+_CODECS: dict[Encoding, _Codec] = {}
+"""The codecs used so far: each is made on first use, its module imported then (a file of
+float weights never imports the quantisers, nor MLX's label parser)."""
 
 
-def _mlx_codec(scheme: mlx.MlxScheme) -> _Codec:
+def _mlx_scheme(text: str) -> MlxScheme | None:
+    if not text.startswith("mlx_"):  # no other label names an MLX scheme
+        return None
+    from rlx.codecs.mlx import mlx_scheme
+
+    return mlx_scheme(text)
+
+
+def _make_codec(encoding: Encoding) -> _Codec:
+    if encoding.is_mlx:
+        return _mlx_codec(encoding)
+    if encoding in (Encoding.F32, Encoding.F16, Encoding.BF16):
+        from rlx.codecs import floats
+
+        return {Encoding.F32: _Codec(floats.F32.layout, floats.encode_f32, floats.decode_f32),
+                Encoding.F16: _Codec(floats.F16.layout, floats.encode_f16, floats.decode_f16),
+                Encoding.BF16: _Codec(floats.BF16.layout, floats.encode_bf16, floats.decode_bf16),
+                }[encoding]
+    if encoding is Encoding.GGUF_Q8_0:
+        from rlx.codecs import q8_0
+
+        return _Codec(q8_0.LAYOUT, q8_0.quantize_q8_0, q8_0.dequantize_q8_0)
+    if encoding is Encoding.GGUF_TQ2_0:
+        from rlx.codecs import tq2_0
+
+        return _Codec(tq2_0.LAYOUT, tq2_0.quantize_tq2_0, tq2_0.dequantize_tq2_0)
+    from rlx.codecs import q8_f32
+
+    return _Codec(q8_f32.LAYOUT, q8_f32.quantize_q8_f32, q8_f32.dequantize_q8_f32)
+
+
+def _mlx_codec(encoding: Encoding) -> _Codec:
+    from rlx.codecs import mlx
+
+    scheme = mlx.mlx_scheme(encoding.value)
+    assert scheme is not None, encoding  # every MLX encoding's value is a scheme's label
+
     def refuse(values: ArrayLike) -> np.ndarray:
         raise BakeError(f"rlx reads {scheme.label} weights but does not quantize to it")
 
@@ -121,14 +154,12 @@ def _mlx_codec(scheme: mlx.MlxScheme) -> _Codec:
     return _Codec(scheme.layout, refuse, decode_codes)
 
 
-for _e in Encoding:
-    _scheme = mlx_scheme(_e.value)
-    if _scheme is not None:
-        _CODECS[_e] = _mlx_codec(_scheme)
-
-
 def _codec(encoding: Encoding | str) -> _Codec:
-    return _CODECS[encoding if isinstance(encoding, Encoding) else Encoding.parse(encoding)]
+    key = encoding if isinstance(encoding, Encoding) else Encoding.parse(encoding)
+    codec = _CODECS.get(key)
+    if codec is None:
+        codec = _CODECS[key] = _make_codec(key)
+    return codec
 
 
 def encoded_nbytes(encoding: Encoding | str, count: int) -> int:
