@@ -85,22 +85,25 @@ def _views(graph: Graph, steps: Sequence[Any]) -> dict[int, set[int]]:
         for i in st.node.inputs:
             readers.setdefault(i, []).append(st.node)
     memo: dict[int, set[int]] = {}
-
-    def aliases(v: int) -> set[int]:
-        if v in memo:
-            return memo[v]
-        memo[v] = out = set()
-        for reader in readers.get(v, ()):
-            if not _is_fresh(reader):
-                out.add(reader.id)
-                out |= aliases(reader.id)
-        return out
-
     for st in reversed(steps):  # readers before their inputs: shallow recursion
-        aliases(st.node.id)
+        _aliases(st.node.id, readers, memo)
     for node in graph.nodes():
-        aliases(node.id)
+        _aliases(node.id, readers, memo)
     return memo
+
+
+def _aliases(v: int, readers: dict[int, list[Node]], memo: dict[int, set[int]]) -> set[int]:
+    """The values that may share `v`'s memory, memoised. A function of its own, not a
+    closure: a closure calling itself is a cycle that kept `readers` and `memo` alive after
+    the plan (~0.2 MiB for a 400-node CNN) until the cyclic collector ran."""
+    if v in memo:
+        return memo[v]
+    memo[v] = out = set()
+    for reader in readers.get(v, ()):
+        if not _is_fresh(reader):
+            out.add(reader.id)
+            out |= _aliases(reader.id, readers, memo)
+    return out
 
 
 def into(run: Callable[..., Any], node: Node, k: int) -> Callable[..., Any]:
