@@ -4,27 +4,23 @@ At the first load of a file, the installed engines are built, run once (warm-up)
 timed on the same feeds (`example`, or zeros of the declared shapes: `seeded_feeds`
 sizes symbolic dims), each as it will run afterwards (onnxruntime with its spinning rule,
 docs/engines.md).
-The timing is done in turns, so that a burst of other work on the machine slows every
-candidate alike: each candidate's turn starts with `LEAD_IN` untimed calls (the previous
-candidate's worker threads, still spinning or waking, settle while they run; timed call
-by call, in one process, onnxruntime and OpenVINO once looked alike where separate
-processes showed a 1.4x gap), then times calls for `TURN_S`; rounds go on until
-`BUDGET_S` seconds of timing in all (at least `MIN_ROUNDS`) or `RUNS` timed calls each.
-Candidates take their first turns in the order of their warm-up times; one whose
-lead-in call takes over twice the fastest time so far, or that is over twice the fastest
-after the first round, is not timed further. The median of each is kept and the fastest
-is chosen; medians within `TIE` of the fastest are a tie, won by the earliest in
-`PREFERENCE`. On a terminal (in logging otherwise) auto says
-that it is measuring, for how long at most, and what it chose.
+The candidates are timed in paired rounds of turns (`rlx.engines.turns`): a burst of other
+work, or a load that rises or falls during the timing, slows a candidate's turn and the
+reference's turn of the same pair of rounds alike, and what is compared is their ratio;
+the timing goes on until two halves of it agree on the pick, or `BUDGET_S`. Estimates
+within `turns.TIE` of the lowest are a tie, won by the earliest in `PREFERENCE`. On a
+terminal (in logging otherwise) auto says that it is measuring, for how long at most, and
+what it chose.
 
-The whole cold load is bounded, not the timing alone: beyond building the first engine of
-`PREFERENCE` (what a load of that engine costs anyway), auto spends at most about
-`COLD_BUDGET_S` on building the others and timing. A build cannot be cut short, so it is
-predicted: the next candidate is built only when the builds after the first, plus the
-quickest of them so far (not the first's: it pays one-time imports, onnx for
-onnxruntime), leave `MIN_TIMING_S` of the budget; the timing then gets what is left (at
-most `BUDGET_S`). A candidate left unbuilt is named (and cached as such); with one
-engine built there is nothing to time.
+The whole cold load is bounded, not the timing alone: beyond building the engine it
+picks (what a load of that engine costs anyway), auto spends at most about
+`COLD_BUDGET_S` on the other builds and the timing, whichever engine it picks. Until the
+timing, the pick is unknown, so every build but the quickest counts. A build cannot be
+cut short, so it is predicted to cost what the dearest after the first did (the first
+also pays one-time imports), or the first's: the next candidate is built only when, with it,
+all builds but the quickest leave `MIN_TIMING_S` of the budget; the timing then gets what
+is left (at most `BUDGET_S`, at least one pair of rounds). A candidate left unbuilt is
+named (and cached as such); with one engine built there is nothing to time.
 
 The choice is cached in
 `<cache_dir>/engines.json` under a key made of the artifact's validated content
@@ -60,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlx.engines import turns
 from rlx.engines.fingerprint import default_cache_dir, machine_id
 from rlx.engines.registry import (
     available_engines,
@@ -76,20 +73,14 @@ if TYPE_CHECKING:  # a warm load (rlx.engines.warm) imports no graph IR
     from rlx.artifact.model import RlxFile
     from rlx.ir.graph import Graph
 
-__all__ = ["JsonCache", "choose", "cache_key", "cached_choice", "example_feeds", "RUNS",
-           "BUDGET_S", "COLD_BUDGET_S", "MIN_TIMING_S", "TURN_S", "LEAD_IN", "MIN_ROUNDS", "TIE",
-           "PREFERENCE"]
+__all__ = ["JsonCache", "choose", "cache_key", "cached_choice", "example_feeds", "BUDGET_S",
+           "COLD_BUDGET_S", "MIN_TIMING_S", "PREFERENCE"]
 
 log = Logger("rlx.engines")
 
-RUNS = 30  # timed calls per candidate, at most
 BUDGET_S = 1.0  # seconds of timing for all candidates together, at most
-COLD_BUDGET_S = 2.0  # seconds of other builds and timing beyond the first build (issue 34)
+COLD_BUDGET_S = 2.0  # seconds of builds but the chosen one's, and timing (issue 34)
 MIN_TIMING_S = 0.5  # of COLD_BUDGET_S, kept for the timing when deciding to build another
-TURN_S = 0.05  # seconds of timed calls in each candidate's turn
-LEAD_IN = 1  # untimed calls opening each turn
-MIN_ROUNDS = 2
-TIE = 1.05  # medians within 5% of the lowest are a tie, settled by PREFERENCE
 PREFERENCE = ("onnxruntime", "openvino", "numpy")
 _CACHE_FILE = "engines.json"
 
@@ -177,43 +168,9 @@ def example_feeds(graph: Graph) -> dict[str, np.ndarray]:
 
 def _measure(runners: Mapping[str, Any], feeds: Mapping[str, np.ndarray], outputs: list[str],
              clock=time.perf_counter, budget: float = BUDGET_S) -> dict[str, float]:
-    """Median seconds per run of each (warmed-up) runner, timed in turns for about `budget`
-    seconds (module doc)."""
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    active = list(runners)
-    start = clock()
-    for done in range(RUNS):
-        if done >= MIN_ROUNDS and clock() - start > budget:
-            break
-        for name in active:
-            best = min((min(ts) for ts in times.values() if ts), default=float("inf"))
-            times[name] += _turn(runners[name], feeds, outputs, clock,
-                                 limit=2 * best if done == 0 else float("inf"))
-        if done == 0 and active:
-            best = min(min(times[name]) for name in active)
-            active = [name for name in active if min(times[name]) <= 2 * best]
-        if all(len(times[name]) >= RUNS for name in active):
-            break
-    return {name: float(np.median(ts)) for name, ts in times.items() if ts}
-
-
-def _turn(runner: Any, feeds: Mapping[str, np.ndarray], outputs: list[str], clock,
-          limit: float) -> list[float]:
-    """One candidate's turn: `LEAD_IN` untimed calls, then timed calls for `TURN_S`
-    (at least one, at most `RUNS`). A lead-in call over `limit` stands as the turn's one
-    time instead: the candidate is out of the running, and timing it further could spend
-    seconds (the numpy reference on a large model)."""
-    for _ in range(LEAD_IN):
-        t = clock()
-        runner.run(dict(feeds), outputs)
-        if clock() - t > limit:
-            return [clock() - t]
-    times: list[float] = []
-    while not times or (sum(times) < TURN_S and len(times) < RUNS):
-        t = clock()
-        runner.run(dict(feeds), outputs)
-        times.append(clock() - t)
-    return times
+    """Seconds per run of each (warmed-up) runner, from paired rounds of turns timed for
+    about `budget` seconds (`rlx.engines.turns`)."""
+    return turns.measure(runners, feeds, outputs, clock, budget, PREFERENCE)
 
 
 def _tell(msg: str, *args: Any) -> None:
@@ -246,32 +203,45 @@ def cached_choice(content: str, *, threads: int | None, precision: str,
 class _WarmUp:
     """Every runner that builds (the unmeasured pick is one), those that also ran the
     feeds (the timed candidates), why the others failed, the seconds each took to build
-    and run once, the candidates left unbuilt (the cold budget), and the seconds each
-    build after the first took (failed or not)."""
+    and run once (failed or not), and the candidates left unbuilt (the cold budget)."""
 
     built: dict[str, Any] = field(default_factory=dict)
     runners: dict[str, Any] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     warmed: dict[str, float] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
-    later: dict[str, float] = field(default_factory=dict)
+    builds: dict[str, float] = field(default_factory=dict)
 
     @property
     def extra(self) -> float:
-        return sum(self.later.values())
+        """The builds' seconds beyond the chosen engine's, whichever it is: all but the
+        quickest."""
+        return _beyond_one(list(self.builds.values()))
+
+
+def _beyond_one(seconds: list[float]) -> float:
+    return sum(seconds) - min(seconds, default=0.0)
+
+
+def _affords(done: _WarmUp) -> bool:
+    """Whether one more build fits the cold budget whichever engine is then chosen, with
+    MIN_TIMING_S left for the timing. It is taken to cost what the dearest build after the
+    first did (another engine exporting and compiling the same graph; the first also
+    paid one-time imports, onnx for the export), or the first's when it is the only one."""
+    costs = list(done.builds.values())
+    guess = max(costs[1:] or costs or [0.0])
+    return _beyond_one([*costs, guess]) <= COLD_BUDGET_S - MIN_TIMING_S
 
 
 def _warm_up(engines, build, feeds: dict, outputs: list[str], path: str,
              clock=time.perf_counter, always: tuple[str, ...] = ()) -> _WarmUp:
     """Build the engines in `PREFERENCE` order and run each once (first-run allocations,
-    lazy compiles), another only while the cold budget allows it (module doc), but for
+    lazy compiles), another only while the cold budget affords it (`_affords`), but for
     those named in `always`."""
     done = _WarmUp()
     order = sorted(engines, key=lambda n: PREFERENCE.index(n) if n in PREFERENCE else 99)
-    for i, name in enumerate(order):
-        quickest = min(done.later.values(), default=0.0)
-        over = done.extra + quickest > COLD_BUDGET_S - MIN_TIMING_S
-        if i and over and name not in always:
+    for name in order:
+        if not _affords(done) and name not in always:
             done.skipped.append(name)
             continue
         start = clock()
@@ -284,12 +254,11 @@ def _warm_up(engines, build, feeds: dict, outputs: list[str], path: str,
         except Exception as err:  # noqa: BLE001 - an engine that fails is not a candidate
             done.failed[name] = " ".join(str(err).split())[:200]
             log.warning("auto: %s cannot take %s: %s", name, path, done.failed[name])
-        if i:
-            done.later[name] = clock() - start
+        done.builds[name] = clock() - start
     if done.skipped:
         _tell("auto: not building %s: over the %.1f s bound (builds took %s)",
               ", ".join(done.skipped), COLD_BUDGET_S,
-              ", ".join(f"{n} {s:.1f} s" for n, s in done.warmed.items()))
+              ", ".join(f"{n} {s:.1f} s" for n, s in done.builds.items()))
     return done
 
 
@@ -322,8 +291,8 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
     check_feeds(graph.inputs(), feeds)
     outputs = [graph.node(o).name or f"out{o}" for o in graph.outputs]
     began = time.perf_counter()
-    _tell("auto: measuring %s on %s: at most %.1f s beyond building the first (once: the "
-          "choice is cached)", ", ".join(engines), os.path.basename(path), COLD_BUDGET_S)
+    _tell("auto: measuring %s on %s: at most %.1f s beyond building the one it picks (once: "
+          "the choice is cached)", ", ".join(engines), os.path.basename(path), COLD_BUDGET_S)
     # memory="shared" may leave out every engine but numpy: numpy is then always built
     w = _warm_up(engines, build, feeds, outputs, path,
                  always=("numpy",) if memory == "shared" else ())
@@ -364,19 +333,17 @@ def _pick(w: _WarmUp, feeds: dict, outputs: list[str]) -> tuple[str, str, dict[s
         only = "the only candidate left" + (" within the time bound" if w.skipped else "")
         return next(iter(w.runners)), only, {}
     quickest_first = {n: w.runners[n] for n in sorted(w.runners, key=w.warmed.__getitem__)}
-    budget = min(BUDGET_S, max(COLD_BUDGET_S - w.extra, MIN_TIMING_S))
+    budget = min(BUDGET_S, max(COLD_BUDGET_S - w.extra, 0.0))
     measured = {name: s * 1e3
                 for name, s in _measure(quickest_first, feeds, outputs, budget=budget).items()}
     return _fastest(measured), "fastest", measured
 
 
 def _fastest(measured: Mapping[str, float]) -> str:
-    """The lowest median, unless an engine earlier in `PREFERENCE` is within `TIE` of it:
-    in-process medians that close are within the noise of fresh-process ones, and
-    onnxruntime, first, loads warm from the header alone (`rlx.engines.warm`)."""
-    best = min(measured, key=measured.__getitem__)
-    close = [n for n in PREFERENCE if n in measured and measured[n] <= TIE * measured[best]]
-    return close[0] if close else best
+    """The lowest, unless an engine earlier in `PREFERENCE` is within `turns.TIE` of it:
+    estimates that close are within the noise of fresh-process ones, and onnxruntime,
+    first, loads warm from the header alone (`rlx.engines.warm`)."""
+    return turns.pick(measured, PREFERENCE)
 
 
 def _fmt(measured: Mapping[str, float]) -> str:

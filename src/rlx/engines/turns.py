@@ -1,0 +1,134 @@
+"""Timing engine candidates against each other in one process while the machine's load
+changes under them (`engine="auto"`).
+
+Candidates take turns: a turn is `LEAD_IN` untimed calls (the previous candidate's worker
+threads, still spinning or waking, settle while they run) then timed calls for `TURN_S`,
+and the turn's time is the median of its calls. A round is one turn of each candidate; the
+order is reversed every other round, so rounds come in pairs (A, B then B, A). What is
+compared is never a candidate's own times, which follow the load, but its per-round
+ratio to the reference (the fastest of the first pair): a burst that slows both turns of
+a round cancels in their ratio, one that slows a single turn makes one outlying ratio,
+which the median leaves out, and a load rising or falling during the timing puts the
+candidate after the reference in half of the rounds and before it in the other half, so
+the median of the ratios, taken over whole pairs, sits between the two biases. A
+candidate's estimate is its median ratio times the reference's median turn.
+
+Rounds go on, a pair at a time, until the pick (`pick`: the lowest estimate, a tie within
+`TIE` won by the earliest of `preference`) is the same on the first and the second half
+of the pairs, at least `MIN_PAIRS` of them: the load changing during the timing shows as
+halves that disagree, and then the timing goes on until `budget` seconds. In the first
+pair of rounds a candidate whose lead-in call takes over twice the fastest turn so far
+stands on that call, and one over twice the fastest in both rounds of the pair is not
+timed further (the numpy reference on a large model would spend seconds); the reference is
+the fastest over that pair.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["measure", "pick", "TURN_S", "LEAD_IN", "RUNS", "MIN_PAIRS", "TIE"]
+
+TURN_S = 0.03  # seconds of timed calls in each candidate's turn
+LEAD_IN = 1  # untimed calls opening each turn
+RUNS = 30  # timed calls in one turn, at most
+MIN_PAIRS = 3  # pairs of rounds before the halves can agree
+TIE = 1.05  # estimates within 5% of the lowest are a tie, settled by preference
+
+Round = dict[str, float]
+
+
+def measure(runners: Mapping[str, Any], feeds: Mapping[str, np.ndarray], outputs: list[str],
+            clock: Callable[[], float], budget: float,
+            preference: Sequence[str] = ()) -> dict[str, float]:
+    """Seconds per run of each (warmed-up) runner, in the order given (the first is timed
+    first), from paired rounds of turns (module doc)."""
+    rounds: list[Round] = []
+    active = list(runners)
+    start = clock()
+    while True:
+        order = active if len(rounds) % 2 == 0 else active[::-1]
+        floor = min(rounds[0].values()) if len(rounds) == 1 else math.inf
+        rounds.append(_round(runners, order, feeds, outputs, clock,
+                             floor=floor if len(rounds) < 2 else None))
+        if len(rounds) == 2:
+            ref = min(active, key=lambda n: rounds[0][n] * rounds[1][n])
+            active = [n for n in active if _within_twice(rounds[:2], n)]
+        if len(rounds) % 2 == 0 and (len(active) < 2 or clock() - start > budget
+                                     or _settled(rounds, active, ref, preference)):
+            return {**_first_pair(rounds), **_estimates(rounds, active, ref)}
+
+
+def _round(runners: Mapping[str, Any], order: list[str], feeds: Mapping[str, np.ndarray],
+           outputs: list[str], clock: Callable[[], float], floor: float | None) -> Round:
+    """One turn of each in `order`; in the first pair (`floor`: the fastest turn before
+    this round), a lead-in call over twice the fastest so far stands as the turn."""
+    times: Round = {}
+    for name in order:
+        limit = 2 * min([floor, *times.values()]) if floor is not None else math.inf
+        times[name] = statistics.median(_turn(runners[name], feeds, outputs, clock, limit))
+    return times
+
+
+def _within_twice(pair: list[Round], name: str) -> bool:
+    """Whether `name` was within twice the fastest turn of either round of the first pair
+    (a burst during one turn does not drop a candidate)."""
+    return any(r[name] <= 2 * min(r.values()) for r in pair)
+
+
+def _first_pair(rounds: list[Round]) -> dict[str, float]:
+    """The geometric mean of each candidate's two first turns (all a dropped one has)."""
+    return {n: math.sqrt(rounds[0][n] * rounds[1][n]) for n in rounds[0]}
+
+
+def _turn(runner: Any, feeds: Mapping[str, np.ndarray], outputs: list[str],
+          clock: Callable[[], float], limit: float) -> list[float]:
+    """One candidate's turn: `LEAD_IN` untimed calls, then timed calls for `TURN_S` (at
+    least one, at most `RUNS`). A lead-in call over `limit` stands as the turn's one time."""
+    for _ in range(LEAD_IN):
+        t = clock()
+        runner.run(dict(feeds), outputs)
+        if clock() - t > limit:
+            return [clock() - t]
+    times: list[float] = []
+    while not times or (sum(times) < TURN_S and len(times) < RUNS):
+        t = clock()
+        runner.run(dict(feeds), outputs)
+        times.append(clock() - t)
+    return times
+
+
+def _estimates(rounds: list[Round], active: list[str], ref: str) -> dict[str, float]:
+    """The reference's median turn times each candidate's median ratio to it."""
+    scale = statistics.median(r[ref] for r in rounds)
+    return {name: scale * _ratio(rounds, name, ref) for name in active}
+
+
+def _ratio(rounds: list[Round], name: str, ref: str) -> float:
+    """Median over the rounds of `name`'s time over `ref`'s (an even count, half of them
+    in each order)."""
+    return statistics.median(r[name] / r[ref] for r in rounds)
+
+
+def _settled(rounds: list[Round], active: list[str], ref: str,
+             preference: Sequence[str]) -> bool:
+    """At least `MIN_PAIRS` pairs, and the first and the second half of them pick alike."""
+    pairs = len(rounds) // 2
+    if pairs < MIN_PAIRS:
+        return False
+    half = 2 * (pairs // 2)
+    picks = {pick(_estimates(part, active, ref), preference)
+             for part in (rounds, rounds[:half], rounds[half:])}
+    return len(picks) == 1
+
+
+def pick(measured: Mapping[str, float], preference: Sequence[str] = ()) -> str:
+    """The lowest, unless one earlier in `preference` is within `TIE` of it."""
+    best = min(measured, key=measured.__getitem__)
+    close = [n for n in preference if n in measured and measured[n] <= TIE * measured[best]]
+    return close[0] if close else best

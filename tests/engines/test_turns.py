@@ -1,0 +1,147 @@
+"""auto's timing in paired rounds of turns, on a fake clock whose load changes under it:
+turns alternate in reversed order, a burst or a drift of the load cancels in the paired
+ratios, and the timing stops once its halves agree (or at the budget)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from rlx.engines import turns
+
+PREFERENCE = ("onnxruntime", "openvino", "numpy")
+
+
+class _Machine:
+    """A fake clock; a call of a runner advances it by the runner's cost at the current
+    load (`cost(load)`), and a `spinner` leaves `spin` seconds charged to the next call
+    of another runner (its workers still spinning when the other's turn starts)."""
+
+    def __init__(self, load: Callable[[float], float]):
+        self.now, self.load, self.turns = 0.0, load, []
+        self.owed: tuple[str, float] = ("", 0.0)
+
+    def runner(self, name: str, cost: Callable[[float], float], spin: float = 0.0):
+        machine = self
+
+        class Runner:
+            def run(self, feeds, outputs):
+                machine.turns.append(name)
+                by, owed = machine.owed
+                if by != name:  # another's spinning is paid by this call
+                    machine.now, machine.owed = machine.now + owed, ("", 0.0)
+                machine.now += cost(machine.load(machine.now))
+                if spin:
+                    machine.owed = (name, spin)
+
+        return Runner()
+
+    def measure(self, runners: dict, budget: float = 1.0) -> dict[str, float]:
+        return turns.measure(runners, {}, [], lambda: self.now, budget, PREFERENCE)
+
+
+def _scaled(seconds: float) -> Callable[[float], float]:
+    return lambda load: seconds * load
+
+
+def _blocks(names: list[str]) -> list[tuple[str, int]]:
+    """Consecutive calls of one runner as (name, calls)."""
+    out: list[tuple[str, int]] = []
+    for name in names:
+        if out and out[-1][0] == name:
+            out[-1] = (name, out[-1][1] + 1)
+        else:
+            out.append((name, 1))
+    return out
+
+
+def _rounds(names: list[str]) -> int:
+    """Rounds of two candidates in reversed order every other round: A B | B A | A B ...,
+    a block of one candidate's calls per round, and one more."""
+    return len(_blocks(names)) - 1
+
+
+def test_rounds_alternate_their_order_and_a_slow_candidate_drops_out():
+    m = _Machine(lambda t: 1.0)
+    costs = {"onnxruntime": 0.004, "openvino": 0.006, "numpy": 0.030}
+    measured = m.measure({n: m.runner(n, _scaled(c)) for n, c in costs.items()})
+    blocks = _blocks(m.turns)
+    # rounds meet in one block of two turns of one candidate: ... ort | ort, ov ...
+    assert [name for name, _ in blocks[:6]] == ["onnxruntime", "openvino", "numpy", "openvino",
+                                                "onnxruntime", "openvino"]
+    assert m.turns.count("numpy") == 2  # its lead-ins, over twice the fastest, are its times
+    for name, calls in [blocks[0], blocks[1], blocks[3]]:  # single turns
+        timed = calls - turns.LEAD_IN
+        assert timed >= 1 and (timed - 1) * costs[name] < turns.TURN_S
+    assert measured == pytest.approx(costs)
+
+
+def test_a_clear_steady_result_stops_after_the_minimum_pairs():
+    m = _Machine(lambda t: 1.0)
+    m.measure({"onnxruntime": m.runner("onnxruntime", _scaled(0.002)),
+               "openvino": m.runner("openvino", _scaled(0.003))})
+    assert _rounds(m.turns) == 2 * turns.MIN_PAIRS
+    assert m.now < 0.5
+
+
+def test_a_rising_load_does_not_favour_the_candidate_timed_first():
+    """The load doubles every half second: timed after onnxruntime in every round,
+    OpenVINO (10% cheaper) would look as dear; in pairs of rounds it is timed first half
+    of the time, and its ratio comes out at the true 0.9."""
+    m = _Machine(lambda t: 1.0 + 2.0 * t)
+    measured = m.measure({"onnxruntime": m.runner("onnxruntime", _scaled(0.010)),
+                          "openvino": m.runner("openvino", _scaled(0.009))})
+    assert measured["openvino"] / measured["onnxruntime"] == pytest.approx(0.9, rel=0.02)
+    assert turns.pick(measured, PREFERENCE) == "openvino"
+
+
+def test_bursts_that_hit_single_turns_cancel_in_the_median_of_pairs():
+    """A 5x burst of 80 ms every 400 ms slows some turns and not their partners."""
+    m = _Machine(lambda t: 5.0 if t % 0.4 < 0.08 else 1.0)
+    measured = m.measure({"onnxruntime": m.runner("onnxruntime", _scaled(0.010)),
+                          "openvino": m.runner("openvino", _scaled(0.008))})
+    assert measured["openvino"] / measured["onnxruntime"] == pytest.approx(0.8, rel=0.05)
+    assert turns.pick(measured, PREFERENCE) == "openvino"
+
+
+def test_a_load_that_changes_the_winner_keeps_the_timing_going():
+    """onnxruntime is faster quiet and slower loaded (its cost grows with the square of the
+    load); the load doubles a fifth of the way through the budget: the halves disagree,
+    so the timing goes on past the minimum, and no further than one pair of rounds past
+    the budget, and the pick is the winner under the load that lasts."""
+    m = _Machine(lambda t: 2.0 if t > 0.2 else 1.0)
+    measured = m.measure({"onnxruntime": m.runner("onnxruntime", lambda x: 0.008 * x * x),
+                          "openvino": m.runner("openvino", _scaled(0.010))}, budget=1.0)
+    assert _rounds(m.turns) > 2 * turns.MIN_PAIRS
+    assert m.now <= 1.0 + 2 * 2 * (turns.TURN_S + 2 * 0.032)
+    assert turns.pick(measured, PREFERENCE) == "openvino"
+
+
+def test_one_call_over_the_budget_still_times_one_pair():
+    m = _Machine(lambda t: 1.0)
+    m.measure({"onnxruntime": m.runner("onnxruntime", _scaled(1.0)),
+               "openvino": m.runner("openvino", _scaled(1.0))}, budget=1.0)
+    assert m.turns.count("onnxruntime") == m.turns.count("openvino") == 2 * (turns.LEAD_IN + 1)
+
+
+def test_the_lead_in_keeps_a_spinning_neighbour_out_of_the_timings():
+    """A candidate whose workers keep spinning after its calls slows the next call of
+    another one: timed call by call that made the cheaper candidate look dearer; the
+    turn's untimed lead-in absorbs it, so the choice follows the real costs."""
+    m = _Machine(lambda t: 1.0)
+    costs = {"onnxruntime": 0.003, "openvino": 0.002}
+    measured = m.measure({"onnxruntime": m.runner("onnxruntime", _scaled(0.003), spin=0.004),
+                          "openvino": m.runner("openvino", _scaled(0.002))})
+    assert measured == pytest.approx(costs)
+    assert turns.pick(measured, PREFERENCE) == "openvino"
+
+
+@pytest.mark.parametrize(("measured", "chosen"), [
+    ({"openvino": 17.52, "onnxruntime": 17.90, "numpy": 44.8}, "onnxruntime"),  # a tie
+    ({"openvino": 46.1, "onnxruntime": 83.1, "numpy": 531.9}, "openvino"),
+    ({"numpy": 0.010, "onnxruntime": 0.0104}, "onnxruntime"),
+    ({"numpy": 0.010, "onnxruntime": 0.0200}, "numpy"),
+])
+def test_the_lowest_wins_and_a_tie_goes_to_the_preferred_engine(measured, chosen):
+    assert turns.pick(measured, PREFERENCE) == chosen
