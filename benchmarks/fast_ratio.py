@@ -1,14 +1,16 @@
-"""The fast profile against plain f32 engines (issue 32): latency, accuracy, plan, size.
+"""The fast profile against plain f32 engines (issue 32): latency, accuracy, plan, size, memory.
 
-`python -m benchmarks.fast_ratio [FOLDER] [--models a,b] [--threads 2] [--calls 20]` (`make
+`python -m benchmarks.fast_ratio [FOLDER] [--models a,b] [--threads 1,2] [--rounds 2]` (`make
 bench-fast`) bakes each MODELS.md model with `--profile fast`, calibrated on seeded feeds
-1..4, into FOLDER (default: a new temporary folder), then in
-a fresh process each, in interleaved rounds: plain onnxruntime f32, plain OpenVINO f32 and
-OpenVINO's default precision on the ONNX file, and rlx fast on onnxruntime and on OpenVINO.
-It prints per model the p50s and each fast ratio to min(plain onnxruntime, plain OpenVINO
-f32), the held-out accuracy (seeds 100..103, never the calibration ones) of every fast run
-against onnxruntime f32 on the original (worst cosine over outputs, argmax agreement of
-class-score outputs), the plan's counts and the file size against the ONNX file.
+1..4, into FOLDER (default: a new temporary folder). Then, at each thread count, in a fresh
+process each and in interleaved rounds: plain onnxruntime f32, plain OpenVINO f32 and
+OpenVINO's default precision on the ONNX file, and rlx fast on onnxruntime and on OpenVINO;
+each process reports its p50 and the anonymous RSS its load added. One markdown table row
+per model, thread count and runner: p50, the ratio to min(plain onnxruntime, plain OpenVINO
+f32), anonymous RSS at load, and the held-out accuracy (seeds 100..103, never the
+calibration ones) against onnxruntime f32 on the original: worst cosine over outputs and
+argmax agreement of class-score outputs. Per model, the plan's counts and the file size
+against the ONNX file.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,11 +25,17 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import in_fresh_process, mib, proc_status, time_calls
+
 __all__ = ["main"]
 
 CALIBRATION = (1, 2, 3, 4)
 HELD_OUT = (100, 101, 102, 103)
-RUNNERS = ("ort-f32", "ov-f32", "ov-default", "rlx-fast[onnxruntime]", "rlx-fast[openvino]")
+PLAIN = ("ort-f32", "ov-f32")
+RUNNERS = (*PLAIN, "ov-default", "rlx-fast[onnxruntime]", "rlx-fast[openvino]")
+CHILD = "from benchmarks.fast_ratio import child; child()"
+HEADER = ("| model | threads | runner | p50 ms | / min(ort, ov f32) | anon MiB at load | "
+          "held-out cosine | argmax | runs in |\n|---|---|---|---|---|---|---|---|---|")
 
 
 def _bake(name: str, folder: Path) -> tuple[Path, Path, dict]:
@@ -52,14 +59,14 @@ def _bake(name: str, folder: Path) -> tuple[Path, Path, dict]:
 
 
 def _runner(kind: str, onnx_path: str, rlx_path: str, threads: int):
-    """A callable running one feed on `kind` (in this process)."""
+    """A callable running one feed on `kind` (in this process), and the precision it runs."""
     if kind == "ort-f32":
         import onnxruntime as ort
 
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
         session = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
-        return lambda feeds: session.run(None, feeds)
+        return (lambda feeds: session.run(None, feeds)), "f32"
     if kind.startswith("ov-"):
         import openvino as ov
 
@@ -69,71 +76,85 @@ def _runner(kind: str, onnx_path: str, rlx_path: str, threads: int):
             config["INFERENCE_PRECISION_HINT"] = "f32"
         compiled = ov.Core().compile_model(onnx_path, "CPU", config)
         request = compiled.create_infer_request()
-        return lambda feeds: list(request.infer(feeds).values())
+        precision = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+        return (lambda feeds: list(request.infer(feeds).values())), precision
     import rlx
 
     engine = kind[kind.index("[") + 1:-1]
     model = rlx.load(rlx_path, engine=engine, threads=threads, precision="fast")
-    return lambda feeds: model.run(feeds)
+    return (lambda feeds: model.run(feeds)), model.precision
 
 
-def _time(kind: str, name: str, onnx_path: str, rlx_path: str, threads: int, calls: int) -> None:
-    """Child process: p50 of `calls` runs after 3 warm-up calls, as JSON on stdout."""
+def child() -> None:
+    """In a fresh process (argv: kind, model, onnx, rlx, threads, calls): the anonymous RSS
+    the load added, and the p50 of `calls` runs after 3 warm-up calls, as JSON."""
     from tests.real_models import FEEDS
 
-    run = _runner(kind, onnx_path, rlx_path, threads)
+    kind, name, onnx_path, rlx_path, threads, calls = sys.argv[1:7]
+    before = proc_status()["RssAnon"]
+    run, _ = _runner(kind, onnx_path, rlx_path, int(threads))
+    anon = proc_status()["RssAnon"] - before
     feeds = FEEDS[name](HELD_OUT[0])
     for _ in range(3):
         run(feeds)
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        run(feeds)
-        times.append(time.perf_counter() - start)
-    print(json.dumps({"p50_ms": statistics.median(times) * 1e3}))
+    times = time_calls(lambda: run(feeds), int(calls), 0.0)
+    print(json.dumps({"p50_ms": statistics.median(times) * 1e3, "anon_load": anon}))
 
 
 def _latency(name: str, onnx_path: Path, rlx_path: Path, threads: int, calls: int,
-             rounds: int) -> dict[str, float]:
-    """p50 per runner: the median over `rounds` interleaved fresh processes (NaN for a
-    runner that cannot run the model, whose last error line is printed)."""
-    samples: dict[str, list[float]] = {k: [] for k in RUNNERS}
+             rounds: int) -> dict[str, dict[str, float]]:
+    """Per runner, p50 ms and anonymous RSS at load: medians over `rounds` interleaved fresh
+    processes (NaN for a runner that cannot run the model, whose last error line is
+    printed)."""
+    samples: dict[str, list[dict]] = {k: [] for k in RUNNERS}
     for _ in range(rounds):
         for kind in RUNNERS:
-            out = subprocess.run(
-                [sys.executable, "-m", "benchmarks.fast_ratio", "--child", kind, name,
-                 str(onnx_path), str(rlx_path), str(threads), str(calls)],
-                capture_output=True, text=True)
-            if out.returncode:
-                print(f"  {kind} failed: {(out.stderr.strip().splitlines() or ['?'])[-1]}")
-                samples[kind].append(float("nan"))
-                continue
-            samples[kind].append(json.loads(out.stdout.strip().splitlines()[-1])["p50_ms"])
-    return {k: statistics.median(v) for k, v in samples.items()}
+            try:
+                samples[kind].append(in_fresh_process(
+                    CHILD, kind, name, str(onnx_path), str(rlx_path), str(threads), str(calls)))
+            except RuntimeError as err:
+                print(f"  {kind} failed: {str(err).strip().splitlines()[-1]}", file=sys.stderr)
+    nan = float("nan")
+    return {k: {field: statistics.median(s[field] for s in v) if v else nan
+                for field in ("p50_ms", "anon_load")} for k, v in samples.items()}
 
 
 def _accuracy(name: str, onnx_path: Path, rlx_path: Path) -> dict[str, dict]:
-    """Worst cosine over outputs and feeds, and argmax agreement on class-score outputs, of
-    each rlx fast engine against onnxruntime f32 on the original."""
-    import rlx
+    """Worst cosine over outputs and feeds, argmax agreement on class-score outputs, and the
+    precision that ran, of every runner against onnxruntime f32 on the original."""
+    from rlx.artifact.open import open_artifact
     from rlx.baking.fast import class_score_outputs
     from rlx.baking.guard import compare_outputs
     from tests.real_models import FEEDS
 
-    reference = _runner("ort-f32", str(onnx_path), "", 2)
+    reference, _ = _runner("ort-f32", str(onnx_path), "", 2)
     feeds = [FEEDS[name](seed) for seed in HELD_OUT]
     refs = [reference(f) for f in feeds]
+    graph = open_artifact(rlx_path).graph
+    names = [graph.node(o).name or f"out{o}" for o in graph.outputs]
+    scores = class_score_outputs(graph)
     result = {}
-    for engine in ("onnxruntime", "openvino"):
-        model = rlx.load(rlx_path, engine=engine, precision="fast")
-        names = [o.name for o in model.outputs]
-        scores = class_score_outputs(model.file.graph)
-        acc = compare_outputs(names, refs, [model.run(f) for f in feeds], scores)
+    for kind in RUNNERS[1:]:
+        run, precision = _runner(kind, str(onnx_path), str(rlx_path), 2)
+        acc = compare_outputs(names, refs, [run(f) for f in feeds], scores)
         argmax = [a.argmax for a in acc if a.argmax is not None]
-        result[engine] = {"cosine": min(a.cosine for a in acc),
-                          "argmax": min(argmax) if argmax else None,
-                          "precision": model.precision}
+        result[kind] = {"cosine": min(a.cosine for a in acc),
+                        "argmax": min(argmax) if argmax else None, "precision": precision}
     return result
+
+
+def _rows(name: str, threads: int, p50: dict, acc: dict) -> list[str]:
+    best = float(np.nanmin([p50[k]["p50_ms"] for k in PLAIN]))
+    rows = []
+    for kind in RUNNERS:
+        a = acc.get(kind)
+        accuracy = "(the reference) | | f32" if a is None else (
+            f"{a['cosine']:.5f} | {'-' if a['argmax'] is None else format(a['argmax'], '.3f')}"
+            f" | {a['precision']}")
+        rows.append(f"| {name} | {threads} | {kind} | {p50[kind]['p50_ms']:.2f} | "
+                    f"{p50[kind]['p50_ms'] / best:.2f} | {mib(p50[kind]['anon_load'])} | "
+                    f"{accuracy} |")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -142,33 +163,24 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("folder", type=Path, nargs="?")
     p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", default="1,2")
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args(argv)
     args.folder = args.folder or Path(tempfile.mkdtemp(prefix="rlx-fast-"))
     args.folder.mkdir(parents=True, exist_ok=True)
+    sizes, rows = [], []
     for name in args.models.split(","):
         onnx_path, rlx_path, baked = _bake(name, args.folder)
-        p50 = _latency(name, onnx_path, rlx_path, args.threads, args.calls, args.rounds)
-        best = float(np.nanmin([p50["ort-f32"], p50["ov-f32"]]))
+        sizes.append(f"- {name}: plan {baked['plan']}; {baked['bytes']:,} bytes "
+                     f"({baked['bytes'] / baked['onnx_bytes']:.2f}x the ONNX); "
+                     f"bake {baked['bake_s']:.1f} s")
         acc = _accuracy(name, onnx_path, rlx_path)
-        print(f"{name}: plan {baked['plan']}; {baked['bytes']:,} bytes "
-              f"({baked['bytes'] / baked['onnx_bytes']:.2f}x the ONNX); "
-              f"bake {baked['bake_s']:.1f}s")
-        print("  p50 ms: " + ", ".join(f"{k} {v:.2f}" for k, v in p50.items()))
-        for engine in ("onnxruntime", "openvino"):
-            a = acc[engine]
-            argmax = "-" if a["argmax"] is None else f"{a['argmax']:.3f}"
-            print(f"  rlx-fast[{engine}] ({a['precision']}): "
-                  f"{p50[f'rlx-fast[{engine}]'] / best:.2f}x min(ort, ov f32), "
-                  f"{p50[f'rlx-fast[{engine}]'] / p50['ov-default']:.2f}x ov default; "
-                  f"held-out cosine {a['cosine']:.5f}, argmax {argmax}")
+        for threads in (int(t) for t in args.threads.split(",")):
+            p50 = _latency(name, onnx_path, rlx_path, threads, args.calls, args.rounds)
+            rows += _rows(name, threads, p50, acc)
+    print("\n".join([HEADER, *rows, "", *sizes]))
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--child"]:
-        kind, name, onnx_path, rlx_path, threads, calls = sys.argv[2:8]
-        _time(kind, name, onnx_path, rlx_path, int(threads), int(calls))
-    else:
-        main()
+    main()
