@@ -58,7 +58,7 @@ def measure(runners: Mapping[str, Any], feeds: Mapping[str, np.ndarray], outputs
                              floor=floor if len(rounds) < 2 else None))
         if len(rounds) == 2:
             ref = min(active, key=lambda n: rounds[0][n] * rounds[1][n])
-            active = [n for n in active if _within_twice(rounds[:2], n)]
+            active = [n for n in active if n == ref or _within_twice(rounds[:2], n)]
         if len(rounds) % 2 == 0 and (len(active) < 2 or clock() - start > budget
                                      or _settled(rounds, active, ref, preference)):
             return {**_first_pair(rounds), **_estimates(rounds, active, ref)}
