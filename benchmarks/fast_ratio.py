@@ -76,7 +76,7 @@ def _runner(kind: str, onnx_path: str, rlx_path: str, threads: int):
             config["INFERENCE_PRECISION_HINT"] = "f32"
         compiled = ov.Core().compile_model(onnx_path, "CPU", config)
         request = compiled.create_infer_request()
-        precision = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+        precision = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
         return (lambda feeds: list(request.infer(feeds).values())), precision
     import rlx
 
