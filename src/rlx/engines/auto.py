@@ -20,12 +20,7 @@ cut short, so it is predicted to cost what the dearest after the first did (the 
 also pays one-time imports), or the first's: the next candidate is built only when, with it,
 all builds but the quickest leave `MIN_TIMING_S` of the budget; the timing then gets what
 is left (at most `BUDGET_S`, at least one pair of rounds). A candidate left unbuilt is
-named (and cached as such); with one engine built there is nothing to time. Builds are
-counted in the loading thread's CPU seconds: on a quiet machine that is about their wall
-time (less waits on the disk and work on the engines' own compile threads), and on a busy
-one it is not stretched by the others' work, which stretches the chosen
-engine's own load alike (counted in wall seconds, a loaded machine left no time to
-measure, where onnxruntime's collapse under load makes the choice matter most).
+named (and cached as such); with one engine built there is nothing to time.
 
 The choice is cached in
 `<cache_dir>/engines.json` under a key made of the artifact's validated content
@@ -239,10 +234,10 @@ def _affords(done: _WarmUp) -> bool:
 
 
 def _warm_up(engines, build, feeds: dict, outputs: list[str], path: str,
-             clock=time.thread_time, always: tuple[str, ...] = ()) -> _WarmUp:
+             clock=time.perf_counter, always: tuple[str, ...] = ()) -> _WarmUp:
     """Build the engines in `PREFERENCE` order and run each once (first-run allocations,
     lazy compiles), another only while the cold budget affords it (`_affords`), but for
-    those named in `always`; a build is counted in the loading thread's CPU seconds."""
+    those named in `always`."""
     done = _WarmUp()
     order = sorted(engines, key=lambda n: PREFERENCE.index(n) if n in PREFERENCE else 99)
     for name in order:
@@ -255,14 +250,13 @@ def _warm_up(engines, build, feeds: dict, outputs: list[str], path: str,
             runner.run(dict(feeds), outputs)
             done.runners[name] = runner
             done.warmed[name] = clock() - start
-            log.info("auto: %s built and run once in %.0f ms of CPU", name,
-                     done.warmed[name] * 1e3)
+            log.info("auto: %s built and run once in %.0f ms", name, done.warmed[name] * 1e3)
         except Exception as err:  # noqa: BLE001 - an engine that fails is not a candidate
             done.failed[name] = " ".join(str(err).split())[:200]
             log.warning("auto: %s cannot take %s: %s", name, path, done.failed[name])
         done.builds[name] = clock() - start
     if done.skipped:
-        _tell("auto: not building %s: over the %.1f s bound (builds took %s of CPU)",
+        _tell("auto: not building %s: over the %.1f s bound (builds took %s)",
               ", ".join(done.skipped), COLD_BUDGET_S,
               ", ".join(f"{n} {s:.1f} s" for n, s in done.builds.items()))
     return done
