@@ -290,3 +290,43 @@ def test_the_timing_gets_what_the_builds_left(monkeypatch):
     one = auto._WarmUp(runners={"onnxruntime": _Free()}, skipped=["openvino"])
     assert auto._pick(one, {}, []) == (
         "onnxruntime", "the only candidate left within the time bound", {})
+
+
+def test_candidates_the_cold_budget_left_unbuilt_are_measured_at_later_loads(tmp_path,
+                                                                             monkeypatch):
+    """A busy machine's first build can leave no room for another: the choice is then
+    provisional, and each later load measures what is left beside the cached pick, within
+    the same budget, until every engine has been measured; then loads build one engine."""
+    mlp = write_mlp(tmp_path / "mlp.rlx")
+    installed = registry.available_engines()
+    if len(installed) < 2:
+        pytest.skip("needs two engines")
+    built: list[list[str]] = []
+    real = auto._build
+
+    def build(name, *args):
+        built[-1].append(name)
+        return real(name, *args)
+
+    monkeypatch.setattr(auto, "_build", build)
+    entries, picks = [], []
+    # the first load's budget affords no second build; the later loads' affords all
+    for budget in (auto.MIN_TIMING_S, 1e9, 1e9):
+        monkeypatch.setattr(auto, "COLD_BUDGET_S", budget)
+        built.append([])
+        model = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
+        entries.append(next(iter(_cache(tmp_path).values())))
+        picks.append(model.engine)
+        np.testing.assert_allclose(model.run(feeds())[1], mlp.oracle(feeds()["x"])[1],
+                                   rtol=1e-5, atol=1e-6)
+    first_pick = next(n for n in auto.PREFERENCE if n in installed)
+    assert built[0] == [first_pick]
+    assert sorted(entries[0]["unbuilt"]) == sorted(set(installed) - {first_pick})
+    assert entries[0]["how"] == "the only candidate left within the time bound"
+    # the second load builds the cached pick and every engine left unbuilt, and times them
+    assert sorted(built[1]) == sorted(installed) and entries[1]["unbuilt"] == []
+    assert entries[1]["how"] == "fastest" and set(entries[1]["measured_ms"]) == set(installed)
+    # all measured: the cache is read and only the pick is loaded (onnxruntime's warm load
+    # builds nothing)
+    assert entries[2] == entries[1] and picks[2] == entries[1]["engine"]
+    assert built[2] in ([], [picks[2]])

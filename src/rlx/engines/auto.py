@@ -20,18 +20,21 @@ cut short, so it is predicted to cost what the dearest after the first did (the 
 also pays one-time imports), or the first's: the next candidate is built only when, with it,
 all builds but the quickest leave `MIN_TIMING_S` of the budget; the timing then gets what
 is left (at most `BUDGET_S`, at least one pair of rounds). A candidate left unbuilt is
-named (and cached as such); with one engine built there is nothing to time.
+named and cached as such; with one engine built there is nothing to time. Such a choice is
+provisional: each later load builds the cached pick and measures the unbuilt candidates
+beside it, within the same budget, so a busy machine, whose first builds leave no room,
+still comes to measure every engine, a load at a time.
 
 The choice is cached in
 `<cache_dir>/engines.json` under a key made of the artifact's validated content
 (`RlxFile.origin.key`: never read again from the path), the machine (CPU
 model, core count, architecture), the engines' versions, rlx's version, threads and
 precision (an engine's version: its package's install path and time); a later load builds
-only the chosen engine. The cache file is read within bounds (size, nesting) and an entry
-is used only when its fields have their types and name an installed engine: anything else
-is a miss, measured again and overwritten (logged). onnxruntime keeps its own prepacked
-copy of the model in the same folder (`onnxruntime_engine`), so a warm load of it neither
-exports nor imports onnx.
+only the chosen engine (once none is left unbuilt, above). The cache file is read within
+bounds (size, nesting) and an entry is used only when its fields have their types and name
+an installed engine: anything else is a miss, measured again and overwritten (logged).
+onnxruntime keeps its own prepacked copy of the model in the same folder
+(`onnxruntime_engine`), so a warm load of it neither exports nor imports onnx.
 
 `auto` never changes numerics beyond the requested precision: with "exact" every
 candidate runs exact (OpenVINO with f32 inference precision); only precision="fast" lets
@@ -279,23 +282,28 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
     def build(name: str):
         return _build(name, file, graph, path, threads, precision, cache_dir, prepack)
 
+    candidates, always = engines, ("numpy",) if memory == "shared" else ()
     if entry is not None:
         log.info("auto: %s from the cache (%s)", entry["engine"],
                  _fmt(entry.get("measured_ms", {})))
         for name, why in (entry.get("failed") or {}).items():
             log.warning("auto: %s cannot take %s (cached): %s", name, path, why)
-        return build(entry["engine"])
+        unbuilt = [n for n in entry.get("unbuilt") or () if n in engines]
+        if not unbuilt:
+            return build(entry["engine"])
+        # an earlier load's cold budget left candidates unbuilt: this load measures them
+        # beside the cached pick, within the same budget, until none is left
+        candidates, always = [entry["engine"], *unbuilt], (*always, entry["engine"])
     feeds = dict(example) if example is not None else example_feeds(graph)
     from rlx.runtime.feeds import check_feeds
 
     check_feeds(graph.inputs(), feeds)
     outputs = [graph.node(o).name or f"out{o}" for o in graph.outputs]
     began = time.perf_counter()
-    _tell("auto: measuring %s on %s: at most %.1f s beyond building the one it picks (once: "
-          "the choice is cached)", ", ".join(engines), os.path.basename(path), COLD_BUDGET_S)
+    _tell("auto: measuring %s on %s: at most %.1f s beyond building the one it picks (the "
+          "choice is cached)", ", ".join(candidates), os.path.basename(path), COLD_BUDGET_S)
     # memory="shared" may leave out every engine but numpy: numpy is then always built
-    w = _warm_up(engines, build, feeds, outputs, path,
-                 always=("numpy",) if memory == "shared" else ())
+    w = _warm_up(candidates, build, feeds, outputs, path, always=always)
     if memory == "shared":
         _leave_out_copies(w.built, w.runners, graph)
     pick, how, measured = _pick(w, feeds, outputs)
@@ -304,7 +312,8 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
     runner = w.built.get(pick) or build(pick)
     if key is not None:
         cache.put(key, {"engine": pick, "how": how, "measured_ms": measured,
-                        "failed": w.failed, "unbuilt": w.skipped,
+                        "failed": {**(entry or {}).get("failed", {}), **w.failed},
+                        "unbuilt": w.skipped,
                         "versions": engine_versions(engines),
                         "path": os.path.abspath(path), "precision": precision,
                         "threads": threads, "memory": memory})

@@ -75,7 +75,8 @@ def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
 
             entry = cached_choice(key, threads=threads, precision=precision, cache_dir=folder,
                                   memory=memory)
-            if entry is None or entry["engine"] != "onnxruntime":
+            # a choice with candidates left unbuilt is measured on (rlx.engines.auto)
+            if entry is None or entry["engine"] != "onnxruntime" or entry.get("unbuilt"):
                 return None
         if self_test:
             from rlx.engines.self_test import passed_before
