@@ -144,7 +144,15 @@ def test_a_rowwise_computation_computes_only_the_rows_asked_for(tmp_path):
     joined = b"".join(bytes(piece) for piece in made.chunks(size=64 * 1024))
     assert joined == values.astype(np.float16).tobytes()
     assert max(seen[1:]) * 512 * 2 <= 64 * 1024  # each chunk computed from its own rows
-    assert made.reshape((1024, 16, 32)).rowwise and not made.reshape((512, 1024)).rowwise
+    assert made.reshape((1024, 16, 32)).rowwise
+    # reshaped flat (an encoded stream's declared shape), it is still written by rows
+    flat = made.reshape((values.size,))
+    seen.clear()
+    assert b"".join(bytes(piece) for piece in flat.chunks(size=64 * 1024)) == joined
+    assert len(seen) == 16 and max(seen) * 512 * 2 <= 64 * 1024
+    seen.clear()
+    np.testing.assert_array_equal(flat.read_rows(0, 3), values.astype(np.float16).reshape(-1)[:3])
+    assert seen == [1024]  # its first axis no longer its rows: read whole
     whole = Computed(halved, (lazy,), (), values.shape, np.float16)  # not rowwise: reads all
     seen.clear()
     whole.read_rows(0, 1)

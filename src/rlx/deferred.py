@@ -167,17 +167,22 @@ class Computed(Deferred):
     that size). Equal functions of the same inputs and params are the same array: that is
     what `same` checks, without computing either. `label` names it in errors (say, the
     node a fold came from) and is no part of what it is. `rowwise`: row i of the result
-    depends only on row i of every input (a cast, a per-row scale), so rows of it are
-    computed from those rows alone (`read_rows`). `streamed`: `fn` is given its inputs as
+    depends only on row i of every input (a cast, a per-row scale, an encoding of padded
+    rows), so rows of it are computed from those rows alone (`read_rows`, `chunks`); its
+    rows stay its rows under a `reshape` (an encoded stream declared flat is still written a
+    block of rows at a time). `streamed`: `fn` is given its inputs as
     they are (a deferred one unread) and reads them itself a block at a time (`row_blocks`),
     so its result does not cost a whole read of a large input beside it."""
 
     def __init__(self, fn: Callable[..., Any], inputs: tuple[Payload, ...], params: tuple,
                  shape: tuple[int, ...], dtype: np.dtype | type, label: str | None = None,
-                 rowwise: bool = False, streamed: bool = False):
+                 rowwise: bool = False, streamed: bool = False, rows: int | None = None):
         super().__init__(shape, np.dtype(dtype))
         self.fn, self.inputs, self.params = fn, tuple(inputs), tuple(params)
-        self.label, self.rowwise, self.streamed = label, rowwise, streamed
+        self.label, self.rowwise, self.streamed = label, rowwise and bool(shape), streamed
+        self.rows = self.shape[0] if rows is None and self.rowwise else rows or 0
+        """Rowwise: how many rows the inputs' first axes and the result hold (the result's
+        first axis unless reshaped since)."""
 
     def read(self) -> np.ndarray:
         value = self.evaluate().view()  # read-only, whatever it is a view of
@@ -190,19 +195,24 @@ class Computed(Deferred):
         return self._run(inputs, self.shape)
 
     def read_rows(self, start: int, stop: int) -> np.ndarray:
-        if not self.rowwise:
+        if not self.rowwise or self.shape[0] != self.rows:
             return super().read_rows(start, stop)
-        rows = tuple(read_rows(i, start, stop) for i in self.inputs)
-        value = self._run(rows, (stop - start, *self.shape[1:]))
-        value.flags.writeable = False
-        return value
+        return self._rows_of(start, stop).reshape((stop - start, *self.shape[1:]))
 
     def chunks(self, size: int = CHUNK_BYTES) -> Iterator[memoryview]:
-        if not self.rowwise or not self.ndim:
+        if not self.rowwise:
             yield from super().chunks(size)
             return
-        for block in row_blocks(self, max_bytes=size):
-            yield byte_view(block).data
+        step = max(1, size // max(1, self.nbytes // max(self.rows, 1)))
+        for start in range(0, self.rows, step):
+            yield byte_view(self._rows_of(start, min(self.rows, start + step))).data
+
+    def _rows_of(self, start: int, stop: int) -> np.ndarray:
+        """Rows `start:stop` of a rowwise result, computed from those rows of its inputs."""
+        rows = tuple(read_rows(i, start, stop) for i in self.inputs)
+        value = self._run(rows, (stop - start, self.size // self.rows))
+        value.flags.writeable = False
+        return value
 
     def _run(self, inputs: tuple[Payload, ...], shape: tuple[int, ...]) -> np.ndarray:
         try:
@@ -218,9 +228,8 @@ class Computed(Deferred):
         return np.ascontiguousarray(value).reshape(shape)
 
     def reshape(self, shape: tuple[int, ...]) -> Deferred:
-        rowwise = self.rowwise and shape[:1] == self.shape[:1]  # rows stay rows
         return Computed(self.fn, self.inputs, self.params, shape, self.dtype, self.label,
-                        rowwise, self.streamed)
+                        self.rowwise, self.streamed, self.rows)
 
     def _name(self) -> str:
         return f"{getattr(self.fn, '__module__', '')}.{getattr(self.fn, '__qualname__', self.fn)}"

@@ -3,17 +3,18 @@ process and prints what that process measured.
 
 The model is a chain of `layers` MatMuls by `dim x dim` float32 weights, stored one tensor at
 a time (never the whole model in memory) as a safetensors file, as an ONNX model with
-external data, or as GGUF Q8_0 tensors. Layer i's weight is a random base matrix with its
+external data, or as GGUF Q8_0 tensors. An embedding model (`table`) is one `rows x dim`
+float32 table a Gather reads, as a safetensors file. Layer i's weight is a random base matrix with its
 rows rolled by `shift(i)`: `h @ roll(B, s, axis=0) == roll(h, -s) @ B`, so the float64
 reference needs only `B`, however many layers there are. B's entries have variance 1/dim,
 so the activations keep their size along the chain and an error made in one layer neither
 grows nor fades: Q8_0's ~0.5% a layer adds up to ~0.5% x sqrt(layers).
 
-`python -m tests.baking.big_model bake KIND SOURCE OUT PROFILE LAYERS DIM` loads the model,
-bakes and writes it, and prints JSON: `peak_rss` (the process's VmHWM: file-backed
-pages of mapped weights count), `growth` (the peak of the bake over the RSS before it: the
-peak is reset between, `/proc/self/clear_refs`), `cpu`. `run OUT LAYERS DIM`
-runs the baked file on the numpy engine and prints its output.
+`python -m tests.baking.big_model bake KIND SOURCE OUT PROFILE LAYERS DIM` loads the model
+(a `table`'s LAYERS are its rows), bakes and writes it, and prints JSON: `peak_rss` (the
+process's VmHWM: file-backed pages of mapped weights count), `growth` (the peak of the bake
+over the RSS before it: the peak is reset between, `/proc/self/clear_refs`), `cpu`.
+`run OUT LAYERS DIM` runs the baked file on the numpy engine and prints its output.
 """
 
 from __future__ import annotations
@@ -65,6 +66,48 @@ def write_safetensors(path: Path, layers: int, dim: int) -> int:
             for rows in rolled_rows(b, shift(i, dim)):
                 out.write(rows.data)
     return 8 + len(text) + layers * nbytes
+
+
+TABLE_BLOCK = 4096
+"""Rows of the embedding table made (and written) at a time."""
+
+
+def table(rows: int, dim: int):
+    """The embedding table, `TABLE_BLOCK` rows at a time."""
+    rng = np.random.default_rng(SEED)
+    for _ in range(0, rows, TABLE_BLOCK):
+        yield rng.standard_normal((TABLE_BLOCK, dim), dtype=np.float32)
+
+
+def write_table(path: Path, rows: int, dim: int) -> None:
+    """The embedding table (`rows` a multiple of `TABLE_BLOCK`) as a safetensors file."""
+    nbytes = rows * dim * 4
+    text = json.dumps({"table": {"dtype": "F32", "shape": [rows, dim],
+                                 "data_offsets": [0, nbytes]}}).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as out:
+        out.write(len(text).to_bytes(8, "little"))
+        out.write(text)
+        for block in table(rows, dim):
+            out.write(block.data)
+
+
+def table_ids(rows: int) -> np.ndarray:
+    """The ids the embedding model is run on: the first, the last and some rows between."""
+    return np.array([[0, rows - 1, *np.random.default_rng(SEED).integers(0, rows, 14)]])
+
+
+def table_graph(rows: int, dim: int):
+    from rlx.ir import Graph, Shape
+    from rlx.ir.dtype import DType
+    from rlx.ir.ops.shaping import Gather
+
+    g = Graph("embedding")
+    ids = g.input("ids", Shape([1, 16], DType.from_numpy(np.dtype(np.int64))))
+    looked_up = g.add_node(Gather(axis=0), (g.param("table", Shape([rows, dim])), ids),
+                           Shape([1, 16, dim]))
+    g.set_outputs([looked_up])
+    return g
 
 
 def write_onnx(folder: Path, layers: int, dim: int) -> Path:
@@ -143,6 +186,8 @@ def _load(kind: str, source: str, layers: int, dim: int):
 
         g, bindings = import_onnx(source)
         return g, WeightBundle(dict(bindings))
+    if kind == "table":
+        return table_graph(layers, dim), rlx.load_weights(source)
     return graph(layers, dim), rlx.load_weights(source)
 
 
@@ -176,10 +221,13 @@ def _bake(kind: str, source: str, out: str, profile: str, layers: int, dim: int)
             "growth": _status("VmHWM") - start, "peak_rss": max(loading, _peak())}
 
 
-def _run(path: str, dim: int) -> dict:
+def _run(path: str, layers: int, dim: int) -> dict:
     import rlx
 
-    (y,) = rlx.load(path, engine="numpy").run(feeds(dim))
+    model = rlx.load(path, engine="numpy")
+    names = [spec.name for spec in model.inputs]
+    inputs = feeds(dim) if "x" in names else {"ids": table_ids(layers)}
+    (y,) = model.run(inputs)
     return {"y": np.asarray(y, np.float64).reshape(-1).tolist()}
 
 
@@ -188,7 +236,7 @@ def main(argv: list[str]) -> None:
     _reset_peak()
     layers, dim = int(args[-2]), int(args[-1])
     start = time.process_time()
-    result = _bake(*args[:4], layers, dim) if command == "bake" else _run(args[0], dim)
+    result = _bake(*args[:4], layers, dim) if command == "bake" else _run(args[0], layers, dim)
     result.setdefault("peak_rss", _peak())
     print(json.dumps({**result, "cpu": time.process_time() - start}))
 

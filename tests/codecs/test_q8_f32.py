@@ -16,6 +16,7 @@ from rlx.codecs import (
     encode,
     int8_grid,
     int8_grid_of_pieces,
+    int8_grid_of_row_pieces,
     quantize_q8_f32,
     quantize_q8_f32_on_grid,
 )
@@ -114,3 +115,21 @@ def test_int8_grid_of_pieces_finds_the_grid_a_piece_at_a_time():
     pieces[1] = pieces[1].copy()
     pieces[1][2, -1] = np.nextafter(pieces[1][2, -1], np.float32(np.inf))
     assert int8_grid_of_pieces(lambda: iter(pieces)) is None
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_int8_grid_of_row_pieces_finds_the_grid_a_block_of_rows_at_a_time(per_channel):
+    """A table checked a block of rows at a time gets the steps of the whole (a per-tensor
+    grid's step comes from the largest row), which store it bit for bit, and none when one
+    value of its last block lies off them."""
+    codes, scale = _quantised(12, 2 * BLOCK, per_channel, 2)
+    values = _dequantize_linear(codes, scale)
+    pieces = [values[:5], values[5:9], values[9:]]
+    steps = int8_grid_of_row_pieces(lambda: iter(pieces))
+    assert steps is not None
+    decoded = dequantize_q8_f32(quantize_q8_f32_on_grid(values, np.repeat(steps, 2)))
+    assert decoded.view(np.uint32).tolist() == values.reshape(-1).view(np.uint32).tolist()
+    pieces[2] = pieces[2].copy()
+    pieces[2][1, -1] = np.nextafter(pieces[2][1, -1], np.float32(np.inf))
+    assert int8_grid_of_row_pieces(lambda: iter(pieces)) is None
+    assert int8_grid_of_row_pieces(lambda: iter(())) is None

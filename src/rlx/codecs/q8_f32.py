@@ -14,6 +14,7 @@ codes.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 __all__ = ["quantize_q8_f32", "quantize_q8_f32_on_grid", "dequantize_q8_f32", "int8_grid",
-           "int8_grid_of_pieces"]
+           "int8_grid_of_pieces", "int8_grid_of_row_pieces"]
 
 LAYOUT = Layout("q8_f32", 32, 36)
 _F32_LE = np.dtype("<f4")
@@ -90,13 +91,40 @@ def int8_grid_of_pieces(pieces: Callable[[], Iterator[np.ndarray]]) -> np.ndarra
         row_max = piece_max if row_max is None else np.maximum(row_max, piece_max)
     if row_max is None:
         return None
-    for steps in (row_max / np.float32(127),
-                  np.full_like(row_max, row_max.max() / np.float32(127)),
-                  np.ones_like(row_max)):
+    for steps in _candidate_steps(row_max):
         found = _exact_steps(pieces, steps)
         if found is not None:
             return found
     return None
+
+
+def int8_grid_of_row_pieces(pieces: Callable[[], Iterator[np.ndarray]]) -> np.ndarray | None:
+    """`int8_grid` of the `[rows, L]` matrix whose consecutive row ranges each call of
+    `pieces` yields as `[r, L]` float32 arrays (a table of many rows, read a block of rows
+    at a time): the same steps, since a row's step depends on its own values and the whole
+    matrix's max only."""
+    maxima = [np.abs(piece).max(axis=1, initial=0) for piece in pieces()]
+    if not maxima:
+        return None
+    row_max = np.concatenate(maxima)
+    for steps in _candidate_steps(row_max):
+        found: list[np.ndarray] = []
+        start = 0
+        for piece in pieces():
+            exact = _exact_steps(partial(iter, (piece,)), steps[start:start + len(piece)])
+            if exact is None:
+                break
+            found.append(exact)
+            start += len(piece)
+        else:
+            return np.concatenate(found)
+    return None
+
+
+def _candidate_steps(row_max: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The grids `int8_grid` tries, in order: per row (max / 127), per tensor, steps of 1."""
+    return (row_max / np.float32(127), np.full_like(row_max, row_max.max() / np.float32(127)),
+            np.ones_like(row_max))
 
 
 def _exact_steps(pieces: Callable[[], Iterator[np.ndarray]], guess: np.ndarray

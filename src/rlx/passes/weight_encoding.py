@@ -38,7 +38,11 @@ The plan reads one weight at a time and keeps only its decision; a large encoded
 is not computed here but deferred (`rlx.deferred`): it is encoded when it is read (by the
 writer, which streams it to the file), so a bake never holds every encoded weight. A
 MatMul weight is read a slab of whole blocks at a time, by the plan and by its stream's
-encoding alike, so a bake does not hold even one whole weight of that role.
+encoding alike, and so is a weight stored as its own rows, one a channel (a Gather table,
+a conv's output channels; any weight as f16), a block of rows at a time, its stream
+written a block of rows at a time too: a bake holds no whole weight of those layouts.
+Transposed layouts decoded whole, tensors run together into one row and q8_f32 grids are
+still read whole.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from rlx.codecs import (
     encoded_nbytes,
     int8_grid,
     int8_grid_of_pieces,
+    int8_grid_of_row_pieces,
     is_ternary,
     padded_length,
     quantize_q8_f32_on_grid,
@@ -78,6 +83,7 @@ from rlx.passes.weight_errors import (
     WeightError,
     normalised_rows,
     stored_matrix,
+    stored_rows,
     weight_error,
 )
 from rlx.passes.weight_roles import (
@@ -296,9 +302,8 @@ def f16_fallback(graph: Graph, choice: WeightChoice, users: list[list[int]]
     node = graph.node(choice.node_id)
     payload = constant_payload(node)
     assert payload is not None  # the plan chose it: a constant with its bytes
-    values = materialize(payload)
-    role, rows, perm = weight_role(graph, node, values.shape, users[node.id])
-    found, _ = _choose(node, values, role, rows, perm, lossless=False, ternary=False,
+    role, rows, perm = weight_role(graph, node, payload.shape, users[node.id])
+    found, _ = _choose(node, payload, role, rows, perm, lossless=False, ternary=False,
                        blocks=False)
     return found
 
@@ -343,7 +348,7 @@ def _choose(node: Node, values: Payload, role: WeightRole, rows: int,
         nbytes = rows * padded_row_bytes(encoding, length)
         if not f16 and nbytes >= f16_bytes and not (tq2 and lossless):
             continue  # padding made it no smaller than f16
-        if f16 and np.abs(materialize(values)).max() > float(np.finfo(np.float16).max):
+        if f16 and not all_rows(values, _fits_f16):
             return None, "f16 would overflow"
         try:
             error, scale_rows = _error_and_scales(values, encoding, role, rows, perm, channels)
@@ -361,6 +366,10 @@ def _choose(node: Node, values: Payload, role: WeightRole, rows: int,
                             values.nbytes, nbytes, error.whole, error.worst_row,
                             scale_rows), None
     return None, None
+
+
+def _fits_f16(values: np.ndarray) -> bool:
+    return bool(np.abs(values).max(initial=0) <= float(np.finfo(np.float16).max))
 
 
 def _error_and_scales(values: Payload, encoding: Encoding, role: WeightRole, rows: int,
@@ -393,11 +402,17 @@ def _grid_choice(node: Node, values: Payload, role: WeightRole, rows: int,
 
 def _on_int8_grid(values: Payload, rows: int, perm: tuple[int, ...]) -> bool:
     """Whether the weight stored as `rows` rows in `perm` order lies on an int8 grid
-    (`int8_grid`); W^T of a `[K, N]` weight is checked a slab of its columns at a time."""
+    (`int8_grid`); W^T of a `[K, N]` weight is checked a slab of its columns at a time, an
+    untransposed weight a block of its rows at a time."""
     if perm == (1, 0) and values.ndim == 2 and rows == values.shape[1]:
         def pieces() -> Iterator[np.ndarray]:
             for block in row_blocks(values, max_bytes=SLAB_BYTES):
                 yield transposed(np.asarray(block, np.float32))
+    elif not perm:
+        def row_pieces() -> Iterator[np.ndarray]:
+            for block in row_blocks(stored_rows(values, rows), max_bytes=SLAB_BYTES):
+                yield np.asarray(block, np.float32)
+        return int8_grid_of_row_pieces(row_pieces) is not None
     else:
         stored = np.asarray(stored_matrix(materialize(values), rows, perm, copy=False),
                             np.float32)
@@ -470,11 +485,7 @@ def _emit(rw: Rewriter, node: Node, choice: WeightChoice, keep: bool) -> int:
     `node`'s place); with `keep`, `node` stays too and the packed constant is named
     `<name>.<encoding>`."""
     assert isinstance(node.op, Constant)  # choices are of constants
-    matmul = choice.role is WeightRole.MATMUL
-    stream = compute(_encoded, (node.op.data,),
-                     (choice.encoding, matmul, choice.shape, choice.rows, choice.perm,
-                      choice.scale_rows),
-                     (choice.stream_bytes,), np.uint8, streamed=True)  # deferred when large
+    stream = _stream(node.op.data, choice)
     if choice.role.reads_rows:
         if keep:
             rw.copy(node)
@@ -495,6 +506,44 @@ def _emit(rw: Rewriter, node: Node, choice: WeightChoice, keep: bool) -> int:
     decoded = rw.emit(op, tuple(inputs), Shape(choice.shape, DType.F32))
     rw.replace(node.id, decoded)
     return packed
+
+
+def _stream(data: Payload, choice: WeightChoice) -> Payload:
+    """The stored stream of a chosen weight's payload `data`, deferred when large. One
+    stored as its own rows (a Gather table, a conv's output channels, any f16) is encoded a
+    block of rows at a time when read, into a flat stream (`rlx.deferred.Computed`'s
+    `rowwise`): the bytes of the whole weight encoded at once, since rows are padded to
+    whole blocks and row exponents are a row's own."""
+    rows = _stream_rows(choice)
+    if rows:
+        stored = stored_rows(_float32(data, choice.shape), rows)
+        by_rows = compute(_encoded_rows, (stored,), (choice.encoding, bool(choice.scale_rows)),
+                          (rows, choice.stream_bytes // rows), np.uint8, rowwise=True)
+        return by_rows.reshape((choice.stream_bytes,))
+    matmul = choice.role is WeightRole.MATMUL
+    return compute(_encoded, (data,),
+                   (choice.encoding, matmul, choice.shape, choice.rows, choice.perm,
+                    choice.scale_rows),
+                   (choice.stream_bytes,), np.uint8, streamed=True)
+
+
+def _stream_rows(choice: WeightChoice) -> int:
+    """The rows a choice's stream is encoded in, each on its own (0: not row by row): f16's
+    values are encoded one by one, so any rows; a block encoding's stored rows where they
+    are untransposed and each its own channel. q8_f32's steps come from its whole grid."""
+    if choice.encoding is Encoding.F16:
+        return choice.shape[0] if choice.shape else 0
+    if choice.perm or choice.encoding is Encoding.Q8_F32 \
+            or choice.scale_rows not in (0, choice.rows):
+        return 0
+    return choice.rows
+
+
+def _encoded_rows(encoding: Encoding, scaled: bool, stored: np.ndarray) -> np.ndarray:
+    """Rows of a weight stored untransposed, encoded (normalised by their row exponents
+    first when `scaled`)."""
+    stored = np.asarray(stored, np.float32)
+    return encode_rows(encoding, normalised_rows(stored, len(stored)) if scaled else stored)
 
 
 def _encoded(encoding: Encoding, matmul: bool, shape: tuple[int, ...], rows: int,

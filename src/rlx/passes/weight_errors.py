@@ -27,7 +27,7 @@ from rlx.codecs import (
 from rlx.codecs.q8_0 import LAYOUT as Q8_0
 from rlx.deferred import Payload, materialize, row_blocks
 
-__all__ = ["WeightError", "weight_error", "stored_matrix", "normalised_rows"]
+__all__ = ["WeightError", "weight_error", "stored_matrix", "stored_rows", "normalised_rows"]
 
 
 @dataclass(frozen=True)
@@ -59,20 +59,44 @@ def normalised_rows(stored: np.ndarray, channels: int) -> np.ndarray:
 def weight_error(values: Payload, encoding: Encoding, rows: int, perm: tuple[int, ...],
                  channels: int, scaled: bool = False) -> WeightError:
     """The error of `values` stored as `rows` encoded rows in `perm` order, its `channels`
-    rows (in stored order) normalised by their row exponents first when `scaled`. A `[K, N]`
-    MatMul weight's Q8_0 stream of W^T is measured down its columns, a slab at a time
-    (`values` deferred stays unread whole); other layouts read it whole."""
+    rows (in stored order) normalised by their row exponents first when `scaled`. A weight
+    stored as its own rows, one a channel (a Gather table, a conv's output channels), is
+    measured a slab of rows at a time, and a `[K, N]` MatMul weight's Q8_0 stream of W^T
+    down its columns, a slab at a time (`values` deferred stays unread whole); other layouts
+    (transposed, or channels run together in one row) read it whole."""
     length = values.size // rows
     if encoding is Encoding.GGUF_Q8_0 and perm == (1, 0) and not scaled and \
             padded_length(encoding, length) == length and rows == values.shape[1]:
         return _column_errors(values)
+    if not perm and rows == channels:
+        pieces = row_blocks(stored_rows(values, rows), max_bytes=SLAB_BYTES)
+        sums = [_squared_errors(np.asarray(p, np.float32), encoding, len(p), scaled)
+                for p in pieces]
+        return _summary(*(np.concatenate(parts) for parts in zip(*sums)))
     stored = stored_matrix(materialize(values), rows, perm)
+    return _summary(*_squared_errors(stored, encoding, channels, scaled))
+
+
+def stored_rows(values: Payload, rows: int) -> Payload:
+    """A weight stored untransposed as `rows` rows, as that `[rows, L]` matrix (a deferred
+    one stays unread)."""
+    return values.reshape((rows, values.size // max(rows, 1)))
+
+
+def _squared_errors(stored: np.ndarray, encoding: Encoding, channels: int, scaled: bool
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Per channel of the `[rows, L]` matrix `stored` encoded (its `channels` rows
+    normalised first when `scaled`), the squared error and the squared norm."""
+    rows, length = stored.shape
     encoded = normalised_rows(stored, channels) if scaled else stored
     decoded = decode_rows(encoding, encode_rows(encoding, encoded), rows, length)
     if scaled:
         exponents = row_exponents(stored.reshape(channels, -1))
         decoded = scale_rows(decoded.reshape(channels, -1), exponents)
-    return _errors(stored.reshape(channels, -1), decoded.reshape(channels, -1))
+    by_channel = stored.reshape(channels, -1)
+    gap = by_channel - decoded.reshape(channels, -1)
+    return (np.einsum("ij,ij->i", gap, gap, dtype=np.float64),
+            np.einsum("ij,ij->i", by_channel, by_channel, dtype=np.float64))
 
 
 SLAB_BYTES = 4 << 20
@@ -92,12 +116,6 @@ def _column_errors(values: Payload) -> WeightError:
         diff2 += np.einsum("kn,kn->n", gap, gap, dtype=np.float64)
         norm2 += np.einsum("kn,kn->n", slab, slab, dtype=np.float64)
     return _summary(diff2, norm2)
-
-
-def _errors(stored: np.ndarray, decoded: np.ndarray) -> WeightError:
-    gap = stored - decoded
-    return _summary(np.einsum("ij,ij->i", gap, gap, dtype=np.float64),
-                    np.einsum("ij,ij->i", stored, stored, dtype=np.float64))
 
 
 def _summary(diff2: np.ndarray, norm2: np.ndarray) -> WeightError:
