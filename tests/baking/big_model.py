@@ -3,12 +3,12 @@ process and prints what that process measured.
 
 The model is a chain of `layers` MatMuls by `dim x dim` float32 weights, stored one tensor at
 a time (never the whole model in memory) as a safetensors file, as an ONNX model with
-external data, or as GGUF Q8_0 tensors. An embedding model (`table`) is one `rows x dim`
-float32 table a Gather reads, as a safetensors file. Layer i's weight is a random base matrix with its
+external data, or as GGUF Q8_0 tensors. Layer i's weight is a random base matrix with its
 rows rolled by `shift(i)`: `h @ roll(B, s, axis=0) == roll(h, -s) @ B`, so the float64
 reference needs only `B`, however many layers there are. B's entries have variance 1/dim,
 so the activations keep their size along the chain and an error made in one layer neither
-grows nor fades: Q8_0's ~0.5% a layer adds up to ~0.5% x sqrt(layers).
+grows nor fades: Q8_0's ~0.5% a layer adds up to ~0.5% x sqrt(layers). An embedding model
+(`table`) is one `rows x dim` float32 table a Gather reads, as a safetensors file.
 
 `python -m tests.baking.big_model bake KIND SOURCE OUT PROFILE LAYERS DIM` loads the model
 (a `table`'s LAYERS are its rows), bakes and writes it, and prints JSON: `peak_rss` (the
