@@ -351,7 +351,8 @@ def _choose(node: Node, values: Payload, role: WeightRole, rows: int,
         if f16 and not all_rows(values, _fits_f16):
             return None, "f16 would overflow"
         try:
-            error, scale_rows = _error_and_scales(values, encoding, role, rows, perm, channels)
+            error, scale_rows = (WeightError(0.0, 0.0), 0) if tq2 else \
+                _error_and_scales(values, encoding, role, rows, perm, channels)
         except BakeError as err:  # the codec refuses these values (a Q8_0 scale past f16)
             log.debug("%s: not %s: %s", node.label, encoding, err)
             continue
@@ -403,11 +404,15 @@ def _grid_choice(node: Node, values: Payload, role: WeightRole, rows: int,
 def _on_int8_grid(values: Payload, rows: int, perm: tuple[int, ...]) -> bool:
     """Whether the weight stored as `rows` rows in `perm` order lies on an int8 grid
     (`int8_grid`); W^T of a `[K, N]` weight is checked a slab of its columns at a time, an
-    untransposed weight a block of its rows at a time."""
+    untransposed weight a block of its rows (or, as one row, of its leading axis) at a time."""
     if perm == (1, 0) and values.ndim == 2 and rows == values.shape[1]:
         def pieces() -> Iterator[np.ndarray]:
             for block in row_blocks(values, max_bytes=SLAB_BYTES):
                 yield transposed(np.asarray(block, np.float32))
+    elif not perm and rows == 1 and values.ndim:
+        def pieces() -> Iterator[np.ndarray]:
+            for block in row_blocks(values, max_bytes=SLAB_BYTES):
+                yield np.asarray(block, np.float32).reshape(1, -1)
     elif not perm:
         def row_pieces() -> Iterator[np.ndarray]:
             for block in row_blocks(stored_rows(values, rows), max_bytes=SLAB_BYTES):

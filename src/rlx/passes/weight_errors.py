@@ -11,6 +11,7 @@ scales it back up, so the worst row's error is what the plan compares layouts by
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +25,6 @@ from rlx.codecs import (
     row_exponents,
     scale_rows,
 )
-from rlx.codecs.q8_0 import LAYOUT as Q8_0
 from rlx.deferred import Payload, materialize, row_blocks
 
 __all__ = ["WeightError", "weight_error", "stored_matrix", "stored_rows", "normalised_rows"]
@@ -59,22 +59,42 @@ def normalised_rows(stored: np.ndarray, channels: int) -> np.ndarray:
 def weight_error(values: Payload, encoding: Encoding, rows: int, perm: tuple[int, ...],
                  channels: int, scaled: bool = False) -> WeightError:
     """The error of `values` stored as `rows` encoded rows in `perm` order, its `channels`
-    rows (in stored order) normalised by their row exponents first when `scaled`. A weight
-    stored as its own rows, one a channel (a Gather table, a conv's output channels), is
-    measured a slab of rows at a time, and a `[K, N]` MatMul weight's Q8_0 stream of W^T
-    down its columns, a slab at a time (`values` deferred stays unread whole); other layouts
-    (transposed, or channels run together in one row) read it whole."""
+    rows (in stored order) normalised by their row exponents first when `scaled`. A `[K, N]`
+    MatMul weight's Q8_0 stream of W^T (or its f16) is measured down its columns, and an
+    untransposed weight a block of its channels (or leading rows) at a time (`values`
+    deferred stays unread whole); the rest (transposed layouts of padded rows) read it
+    whole."""
     length = values.size // rows
-    if encoding is Encoding.GGUF_Q8_0 and perm == (1, 0) and not scaled and \
-            padded_length(encoding, length) == length and rows == values.shape[1]:
-        return _column_errors(values)
-    if not perm and rows == channels:
-        pieces = row_blocks(stored_rows(values, rows), max_bytes=SLAB_BYTES)
-        sums = [_squared_errors(np.asarray(p, np.float32), encoding, len(p), scaled)
-                for p in pieces]
-        return _summary(*(np.concatenate(parts) for parts in zip(*sums)))
+    if perm == (1, 0) and not scaled and rows == values.shape[1] and (
+            encoding is Encoding.F16 or encoding is Encoding.GGUF_Q8_0
+            and padded_length(encoding, length) == length):
+        return _column_errors(values, encoding)
+    if not perm and rows in (1, channels) and (channels > 1 or not scaled):
+        return _untransposed_errors(values, encoding, rows, channels, scaled)
     stored = stored_matrix(materialize(values), rows, perm)
     return _summary(*_squared_errors(stored, encoding, channels, scaled))
+
+
+def _untransposed_errors(values: Payload, encoding: Encoding, rows: int, channels: int,
+                         scaled: bool) -> WeightError:
+    """`weight_error` of a weight stored untransposed, as its channels' own rows or as one
+    row, a block of units at a time: its channels, or (one channel) the rows of its leading
+    axis. Where the units run together in one row, a block holds whole encoding blocks, so
+    it encodes to its own part of the whole stream."""
+    units = channels if channels > 1 else (values.shape[0] if values.ndim else 1)
+    by_unit = stored_rows(values, units)
+    own_rows = rows == units
+    multiple = 1 if own_rows else \
+        encoding.block_size // math.gcd(by_unit.shape[1], encoding.block_size)
+    sums = []
+    for block in row_blocks(by_unit, multiple, SLAB_BYTES):
+        block = np.asarray(block, np.float32)
+        stored = block if own_rows else block.reshape(1, -1)
+        sums.append(_squared_errors(stored, encoding, len(block), scaled))
+    diff2, norm2 = (np.concatenate(parts) for parts in zip(*sums))
+    if channels == 1:
+        diff2, norm2 = diff2.sum(keepdims=True), norm2.sum(keepdims=True)
+    return _summary(diff2, norm2)
 
 
 def stored_rows(values: Payload, rows: int) -> Payload:
@@ -105,14 +125,16 @@ of the weight and a difference beside it (two weights' worth of temporaries, whi
 streaming bake of 64 MiB weights over its memory bound)."""
 
 
-def _column_errors(values: Payload) -> WeightError:
-    """The error of a `[K, N]` MatMul weight stored as the Q8_0 stream of W^T (its N rows
-    run down the columns), a slab of whole blocks of K at a time."""
+def _column_errors(values: Payload, encoding: Encoding) -> WeightError:
+    """The error of a `[K, N]` MatMul weight stored as the Q8_0 stream (or f16) of W^T (its
+    N rows run down the columns), a slab of whole blocks of K at a time."""
     k, n = values.shape
     diff2, norm2 = np.zeros(n), np.zeros(n)
-    for block in row_blocks(values, Q8_0.block_size, SLAB_BYTES):
+    for block in row_blocks(values, encoding.block_size, SLAB_BYTES):
         slab = np.asarray(block, np.float32)
-        gap = slab - roundtrip_q8_0_columns(slab)
+        decoded = roundtrip_q8_0_columns(slab) if encoding is Encoding.GGUF_Q8_0 else \
+            slab.astype(np.float16).astype(np.float32)
+        gap = slab - decoded
         diff2 += np.einsum("kn,kn->n", gap, gap, dtype=np.float64)
         norm2 += np.einsum("kn,kn->n", slab, slab, dtype=np.float64)
     return _summary(diff2, norm2)
