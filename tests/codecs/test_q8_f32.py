@@ -126,7 +126,7 @@ def test_int8_grid_of_row_pieces_finds_the_grid_a_block_of_rows_at_a_time(per_ch
     values = _dequantize_linear(codes, scale)
     pieces = [values[:5], values[5:9], values[9:]]
     steps = int8_grid_of_row_pieces(lambda: iter(pieces))
-    assert steps is not None
+    assert steps is not None and steps.tolist() == int8_grid(values).tolist()
     decoded = dequantize_q8_f32(quantize_q8_f32_on_grid(values, np.repeat(steps, 2)))
     assert decoded.view(np.uint32).tolist() == values.reshape(-1).view(np.uint32).tolist()
     pieces[2] = pieces[2].copy()

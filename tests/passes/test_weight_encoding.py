@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from gguf.quants import quantize
 
-from rlx.codecs import Encoding
+from rlx.codecs import Encoding, dequantize_q8_f32
 from rlx.deferred import Computed
 from rlx.ir import BinaryOp, Conv, DequantMatMul, DType, Graph, MatMul, Shape
 from rlx.ir.ops.packed import DecodeWeight, DequantGather
@@ -193,3 +193,39 @@ def test_size_plan_and_stream_read_a_large_matmul_weight_in_slabs_only():
     stream = encoded.node(mm.inputs[1]).op.data
     assert isinstance(stream, Computed) and stream.streamed  # the writer reads it
     np.testing.assert_array_equal(stream.read(), want)
+
+
+def test_size_plan_and_streams_read_large_gather_tables_in_blocks_of_rows_only():
+    """Gather tables larger than a slab are planned and encoded a block of rows at a time
+    (a 1 GiB table baked size peaked at 3.29 GB read whole): Q8_0 as the gguf package
+    quantizes the whole table, q8_f32 on the table's own grid (one step for the tensor,
+    from its largest row) decoding to it bit for bit, and a table a MatMul reads too (no
+    one role: f16) as numpy's float16."""
+    v, d = 9216, 256  # 9 MiB each: two whole slabs of rows and a quarter
+    dense = rng.standard_normal((v, d)).astype(np.float32)
+    codes = rng.integers(-100, 101, (v, d)).astype(np.float32)
+    codes[-1, 0] = 127  # the tensor's largest code, in its last block of rows
+    grid = codes * np.float32(0.0123)
+    tied = rng.standard_normal((v, d)).astype(np.float32)
+    g = Graph("tables")
+    tokens = g.input("tokens", Shape([3], DType.I64))
+    tied_id = _rows_only("tied", tied, g)
+    lookups = [g.add_node(Gather(axis=0), (_rows_only(name, value, g), tokens))
+               for name, value in (("dense", dense), ("grid", grid))]
+    g.set_outputs([*lookups, g.add_node(Gather(axis=0), (tied_id, tokens)),
+                   g.matmul(g.input("x", Shape([2, v])), tied_id)])
+    plan = plan_weight_encodings(g)
+    by_name = {c.name: c for c in plan.choices}
+    assert {name: c.encoding for name, c in by_name.items()} == {
+        "dense": Q8, "grid": Encoding.Q8_F32, "tied": Encoding.F16}
+    encoded, _ = apply_weight_encodings(g, plan.choices)
+    streams = {encoded.node(n.inputs[0]).name: encoded.node(n.inputs[0]).op.data
+               for n in encoded.nodes() if isinstance(n.op, (DequantGather, DecodeWeight))}
+    stored = {name: np.frombuffer(b"".join(bytes(c) for c in s.chunks()), np.uint8)
+              for name, s in streams.items()}
+    np.testing.assert_array_equal(stored["dense"], _gguf(dense, Q8))
+    decoded = dequantize_q8_f32(stored["grid"], grid.size).reshape(grid.shape)
+    assert decoded.view(np.uint32).tolist() == grid.view(np.uint32).tolist()
+    assert np.all(stored["grid"].reshape(-1, 36)[:, :4].view(np.float32) == np.float32(0.0123))
+    np.testing.assert_array_equal(stored["tied"].view(np.float16),
+                                  tied.astype(np.float16).reshape(-1))

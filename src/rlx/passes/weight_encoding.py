@@ -41,8 +41,10 @@ MatMul weight is read a slab of whole blocks at a time, by the plan and by its s
 encoding alike, and so is a weight stored as its own rows, one a channel (a Gather table,
 a conv's output channels; any weight as f16), a block of rows at a time, its stream
 written a block of rows at a time too: a bake holds no whole weight of those layouts.
-Transposed layouts decoded whole, tensors run together into one row and q8_f32 grids are
-still read whole.
+An untransposed q8_f32 grid is found in two passes over its rows, then written a block of
+rows at a time. The writer still reads whole the transposed layouts decoded whole (a
+MatMul weight whose K is not whole blocks, a ConvTranspose's) and tensors run together into
+one row with a block encoding (convs, a few MiB at most in the models measured).
 """
 
 from __future__ import annotations
@@ -535,7 +537,8 @@ def _stream(data: Payload, choice: WeightChoice) -> Payload:
 def _stream_rows(choice: WeightChoice) -> int:
     """The rows a choice's stream is encoded in, each on its own (0: not row by row): f16's
     values are encoded one by one, so any rows; a block encoding's stored rows where they
-    are untransposed and each its own channel. q8_f32's steps come from its whole grid."""
+    are untransposed and each its own channel. q8_f32's steps come from its whole grid
+    (`_grid_stream` finds them first)."""
     if choice.encoding is Encoding.F16:
         return choice.shape[0] if choice.shape else 0
     if choice.perm or choice.encoding is Encoding.Q8_F32 \
@@ -559,10 +562,14 @@ def _encoded(encoding: Encoding, matmul: bool, shape: tuple[int, ...], rows: int
     unread (`rlx.deferred.Computed`'s `streamed`), it reads what it needs."""
     if matmul:
         return _column_stream(encoding, _float32(data, shape))
+    if encoding is Encoding.Q8_F32 and not perm:
+        return _grid_stream(stored_rows(_float32(data, shape), rows))
     values = np.asarray(_float32(data, shape))
     stored = stored_matrix(values, rows, perm)
     if encoding is Encoding.Q8_F32:
-        return _grid_rows(stored)
+        steps = int8_grid(stored)
+        assert steps is not None  # planned as on a grid
+        return _grid_rows(stored, steps)
     if scale_rows:
         stored = normalised_rows(stored, scale_rows)
     return encode_rows(encoding, stored)
@@ -600,10 +607,28 @@ def _row_exponents(shape: tuple[int, ...], perm: tuple[int, ...], scale_rows: in
     return row_exponents(stored_matrix(values, scale_rows, perm, copy=False))
 
 
-def _grid_rows(matrix: np.ndarray) -> np.ndarray:
-    """q8_f32 rows (padded to whole blocks) of a matrix on an int8 grid, its steps as scales."""
-    length = padded_length(Encoding.Q8_F32, matrix.shape[1])
-    steps = int8_grid(matrix)
+def _grid_stream(matrix: Payload) -> np.ndarray:
+    """q8_f32 rows of an untransposed `[rows, L]` weight on an int8 grid: its steps found
+    (`int8_grid_of_row_pieces`), then its rows encoded, a block of rows at a time each."""
+    def pieces() -> Iterator[np.ndarray]:
+        for block in row_blocks(matrix, max_bytes=SLAB_BYTES):
+            yield np.asarray(block, np.float32)
+
+    steps = int8_grid_of_row_pieces(pieces)
     assert steps is not None  # planned as on a grid
+    row_bytes = padded_row_bytes(Encoding.Q8_F32, matrix.shape[1])
+    stream = np.empty((matrix.shape[0], row_bytes), np.uint8)
+    done = 0
+    for piece in pieces():
+        stream[done:done + len(piece)] = _grid_rows(piece, steps[done:done + len(piece)]
+                                                    ).reshape(len(piece), row_bytes)
+        done += len(piece)
+    return stream.reshape(-1)
+
+
+def _grid_rows(matrix: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """q8_f32 rows (padded to whole blocks) of a matrix on an int8 grid, its rows' `steps`
+    as scales."""
+    length = padded_length(Encoding.Q8_F32, matrix.shape[1])
     padded = np.pad(matrix, ((0, 0), (0, length - matrix.shape[1])))
     return quantize_q8_f32_on_grid(padded, np.repeat(steps, length // Encoding.Q8_F32.block_size))
