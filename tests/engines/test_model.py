@@ -75,6 +75,18 @@ def test_feed_checks_are_rlx_s_own(engine, mlp, bad, message):
     assert str(got.value) == str(reference.value)
 
 
+@pytest.mark.parametrize(("bad", "message"), BAD_FEEDS)
+def test_feed_checks_hold_after_feeds_passed(engine, mlp, bad, message):
+    """A passed feed set lets like ones skip the full check (`FeedChecker`): unlike ones
+    still get it, whatever passed before."""
+    require(engine)
+    model = rlx.load(mlp.path, engine=engine)
+    model.run(feeds(1))
+    with pytest.raises(InputError) as got:
+        model.run(bad)
+    assert message in str(got.value)
+
+
 def test_eight_threads_share_one_model(engine, mlp):
     require(engine)
     model = rlx.load(mlp.path, engine=engine, threads=1)

@@ -92,3 +92,68 @@ def test_silero_vad_takes_its_own_example_feed():
     oracle = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for got, want in zip(compiled.run(feeds), oracle.run(None, feeds)):
         assert np.max(np.abs(got - want)) <= 1e-4
+
+
+def _two_inputs():
+    from rlx.ir import DType, Graph, Shape
+    from rlx.ir.ops.elementwise import Binary, BinaryOp
+
+    g = Graph("two")
+    a = g.input("a", Shape(("N", 3), DType.F32))
+    b = g.input("b", Shape((1, 3), DType.F32))
+    g.set_outputs([g.add_node(Binary(BinaryOp.ADD), [a, b])])
+    return g
+
+
+def _counting_full_checks(monkeypatch) -> list[int]:
+    """The number of feed sets `FeedChecker` sent through the full `check_feeds`."""
+    from rlx.runtime import feeds as module
+
+    calls: list[int] = []
+    full = module.check_feeds
+
+    def counted(inputs, given):
+        calls.append(1)
+        return full(inputs, given)
+
+    monkeypatch.setattr(module, "check_feeds", counted)
+    return calls
+
+
+def test_feeds_like_the_last_accepted_skip_the_full_check(monkeypatch):
+    calls = _counting_full_checks(monkeypatch)
+    compiled = Session().compile(_two_inputs())
+    a, b = np.ones((2, 3), F), np.arange(3, dtype=F).reshape(1, 3)
+    for _ in range(3):  # a symbolic dim: checked fully once, then the same shapes pass
+        (got,) = compiled.run({"a": a, "b": b})
+        assert np.array_equal(got, a + b)
+    assert len(calls) == 1
+    compiled.run({"a": np.ones((5, 3), F), "b": b})  # a new size: the full check again
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("feeds,error", [
+    ({"a": np.ones((2, 3)), "b": np.ones((1, 3), F)}, "the dtype must match"),
+    ({"a": np.ones((2, 4), F), "b": np.ones((1, 3), F)}, "axis 1: expected 3, got 4"),
+    ({"a": np.ones((2, 3), F)}, "missing input(s) 'b'"),
+    ({"a": np.ones((2, 3), F), "c": np.ones((1, 3), F)}, "unknown input(s) 'c'"),
+    ({"a": np.ones((2, 3), F), "b": np.ones(3, F)}, "expected rank 2, got rank 1"),
+])
+def test_feeds_unlike_the_accepted_still_get_the_full_check(monkeypatch, feeds, error):
+    """After a pass, every difference in name, dtype, rank or size fails as before."""
+    compiled = Session().compile(_two_inputs())
+    compiled.run({"a": np.ones((2, 3), F), "b": np.ones((1, 3), F)})
+    with pytest.raises(InputError) as raised:
+        compiled.run(feeds)
+    assert error in str(raised.value)
+
+
+def test_converted_feeds_are_checked_every_time(monkeypatch):
+    """A list (converted) or an array subclass is not the array the fast path compares."""
+    calls = _counting_full_checks(monkeypatch)
+    compiled = Session().compile(_two_inputs())
+    b = np.ones((1, 3), F)
+    for _ in range(2):
+        compiled.run({"a": [[1.0, 2.0, 3.0]], "b": b})
+        compiled.run({"a": np.ma.masked_array(np.ones((1, 3), F)), "b": b})
+    assert len(calls) == 4

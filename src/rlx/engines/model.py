@@ -2,7 +2,7 @@
 
 A `Model` holds an engine's runner, the graph's declared inputs and outputs (`IoSpec`) and
 the artifact (its memory map stays open while the model lives). `Model.run` checks feeds
-with the numpy runtime's own rules (`rlx.runtime.feeds.check_feeds`), so every engine
+with the numpy runtime's own rules (`rlx.runtime.feeds.FeedChecker`), so every engine
 accepts and refuses exactly the same feeds with the same messages, then hands the checked
 arrays to the engine. `run` may be called from many threads at once; it also reads
 onnxruntime's argument order and a bare array (`rlx.engines.calls`), and `Model.stream()`
@@ -33,7 +33,7 @@ from rlx.engines.registry import (
 from rlx.errors import InputError
 from rlx.ir.shape import Dim, Shape
 from rlx.logs import Logger
-from rlx.runtime.feeds import check_feeds
+from rlx.runtime.feeds import FeedChecker
 
 if TYPE_CHECKING:  # a warm load imports no graph IR
     from rlx.artifact.model import RlxFile
@@ -104,6 +104,7 @@ class Model:
         # shapes through properties, which every run's feed checks would pay for again
         self._inputs: list[Any] = [FeedInput(n.id, n.source_name, n.tensor_shape)
                                    for n in inputs]
+        self._feeds = FeedChecker(self._inputs)
         self._runner = runner
         self.inputs = [IoSpec(n.source_name, n.tensor_shape.dims, n.tensor_shape.dtype.numpy)
                        for n in self._inputs]
@@ -150,9 +151,7 @@ class Model:
                 feeds, outputs = outputs, None
             else:
                 feeds, outputs = self._arguments.read(feeds, outputs)
-        checked = check_feeds(self._inputs, feeds)
-        arrays = {n.source_name: checked[n.id] for n in self._inputs}
-        return self._runner.run(arrays, self._select(outputs))
+        return self._runner.run(self._feeds.by_name(feeds), self._select(outputs))
 
     __call__ = run
 

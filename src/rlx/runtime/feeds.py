@@ -1,5 +1,6 @@
 """Feeds as rlx takes them, the same for every engine: names, dtypes, ranks and sizes
-checked against a graph's inputs, by onnxruntime's rules (`conform_feed`).
+checked against a graph's inputs, by onnxruntime's rules (`conform_feed`), and a
+`FeedChecker` that repeats a passed verdict cheaply for the next run's like feeds.
 
 Its own module so that engines other than numpy check feeds without importing the numpy
 kernels.
@@ -19,7 +20,7 @@ from rlx.ir.shape import Shape
 if TYPE_CHECKING:
     from rlx.ir.graph import Node
 
-__all__ = ["check_feeds", "conform_feed", "seeded_feeds", "SEEDED_DIM"]
+__all__ = ["FeedChecker", "check_feeds", "conform_feed", "seeded_feeds", "SEEDED_DIM"]
 
 SEEDED_DIM = 64
 """The size a seeded feed gives a symbolic dim past the first axis: 1 would be degenerate for
@@ -50,6 +51,41 @@ def check_feeds(inputs: Sequence[Node], feeds: Mapping[str, Any]) -> dict[int, n
         name = node.source_name
         values[node.id] = conform_feed(name, node.tensor_shape, feeds[name], bound)
     return values
+
+
+class FeedChecker:
+    """`check_feeds` for one graph's inputs, by name, for a run per call: a plain dict of
+    exactly the declared names holding ndarrays of the declared dtypes and of the shapes
+    accepted last (every fully fixed shape from the start) passes as it is, on one
+    comparison per input (~0.3 us against ~3 us for a one-input model); any other feeds
+    take the full check, its verdict and errors. What passes the full check depends on
+    the dtypes and shapes alone, so a set that matches one that passed passes too."""
+
+    def __init__(self, inputs: Sequence[Node]):
+        self._inputs = list(inputs)
+        self._names = tuple(n.source_name for n in self._inputs)
+        self._dtypes = tuple(n.tensor_shape.dtype.numpy for n in self._inputs)
+        # a tuple replaced whole, never mutated: runs on other threads read it as they go
+        self._accepted: tuple[tuple[int, ...] | None, ...] = tuple(
+            n.tensor_shape.static_dims if n.tensor_shape.is_static else None for n in self._inputs)
+
+    def by_name(self, feeds: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        """The checked arrays by input name (`feeds` itself when it passes as it is)."""
+        if feeds.__class__ is dict and len(feeds) == len(self._names):
+            for name, dtype, shape in zip(self._names, self._dtypes, self._accepted):
+                value = feeds.get(name)
+                # `is`: numpy's built-in dtypes are single objects; any other goes the long way
+                if value.__class__ is not np.ndarray or value.dtype is not dtype \
+                        or value.shape != shape:
+                    break
+            else:
+                return feeds
+        checked = check_feeds(self._inputs, feeds)
+        arrays = [checked[n.id] for n in self._inputs]
+        if all(a is feeds[name] and a.__class__ is np.ndarray
+               for a, name in zip(arrays, self._names)):
+            self._accepted = tuple(a.shape for a in arrays)  # taken as given: next time fast
+        return dict(zip(self._names, arrays))
 
 
 def conform_feed(name: str, shape: Shape, value: Any,

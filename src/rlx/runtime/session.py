@@ -22,7 +22,7 @@ from rlx.ir.shape import Shape
 from rlx.ir.verification import verify
 from rlx.kernels.registry import BUILDERS, KERNELS, has_kernel, load_kernels
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
-from rlx.runtime.feeds import check_feeds
+from rlx.runtime.feeds import FeedChecker
 from rlx.runtime.heap import keep_freed_memory
 from rlx.runtime.reuse import into as _into
 from rlx.runtime.reuse import plan_reuse
@@ -75,6 +75,7 @@ class CompiledGraph:
         self.graph = graph
         self._inputs = graph.inputs()
         self._input_ids = [n.id for n in self._inputs]
+        self._feeds = FeedChecker(self._inputs)
         self._constants: dict[int, np.ndarray] = {}
         steps: list[tuple[Node, Callable]] = []
         for node in graph.nodes():
@@ -115,7 +116,8 @@ class CompiledGraph:
 
     def run(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         """Check `feeds` against the graph's inputs, run, return outputs in graph order."""
-        return self._execute(self._check_feeds(feeds))
+        checked = self._feeds.by_name(feeds)
+        return self._execute({n.id: checked[n.source_name] for n in self._inputs})
 
     def call(self, *args: np.ndarray) -> list[np.ndarray]:
         """Run with inputs given positionally in graph order (subgraphs; no feed checks)."""
@@ -146,9 +148,6 @@ class CompiledGraph:
                 for i in frees:
                     del values[i]
         return [values[o] for o in self.graph.outputs]
-
-    def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[int, np.ndarray]:
-        return check_feeds(self._inputs, feeds)
 
     def __repr__(self) -> str:
         return f"CompiledGraph({self.graph.name!r}, {len(self._steps)} steps)"
