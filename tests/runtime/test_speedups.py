@@ -287,3 +287,29 @@ def test_depthwise_conv_over_narrow_rows_runs_as_banded_gemms(channels, rows, wi
     (got,) = run_op(op, [x, w], constant=[False, True])
     (want,) = onnx_reference("Conv", [x, w], pads=[1, 2, 1, 2], group=channels)
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+def _log_graph() -> Graph:
+    g = Graph("log")
+    x = g.input("x", Shape((3,), DType.F32))
+    g.set_outputs([g.add_node(Unary(Activation.LOG), [x])])
+    return g
+
+
+def test_runs_compute_ieee_results_and_leave_the_callers_error_state():
+    """Inside a run inf and NaN are results (float64 numpy's, with warnings off); the
+    caller's own setting, here to raise, holds again afterwards, on every thread."""
+    compiled = Session().compile(_log_graph())
+    x = np.array([-1.0, 0.0, 2.0], np.float32)
+    with np.errstate(all="ignore"):
+        want = np.log(x.astype(np.float64))
+
+    def run_raising() -> str:
+        with np.errstate(all="raise"):
+            (got,) = compiled.run({"x": x})
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+            return np.geterr()["invalid"]
+
+    with ThreadPoolExecutor(4) as pool:
+        assert set(pool.map(lambda _: run_raising(), range(40))) == {"raise"}
+    assert run_raising() == "raise"

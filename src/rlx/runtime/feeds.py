@@ -69,9 +69,9 @@ class FeedChecker:
         self._accepted: tuple[tuple[int, ...] | None, ...] = tuple(
             n.tensor_shape.static_dims if n.tensor_shape.is_static else None for n in self._inputs)
 
-    def by_name(self, feeds: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+    def by_name(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The checked arrays by input name (`feeds` itself when it passes as it is)."""
-        if feeds.__class__ is dict and len(feeds) == len(self._names):
+        if type(feeds) is dict and len(feeds) == len(self._names):
             for name, dtype, shape in zip(self._names, self._dtypes, self._accepted):
                 value = feeds.get(name)
                 # `is`: numpy's built-in dtypes are single objects; any other goes the long way
