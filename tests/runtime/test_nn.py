@@ -231,7 +231,7 @@ def test_global_pool(kind, op_type, shape):
 
 # -- softmax --------------------------------------------------------------------------------
 SOFTMAX_CASES = [((5,), 0), ((3, 4), -1), ((3, 4), 0), ((2, 3, 4), 1), ((2, 3, 4), -3),
-                 ((0, 4), -1), ((3, 0), -1)]
+                 ((0, 4), -1), ((3, 0), -1), ((1, 12), -1), ((1, 1, 7), 2)]  # one row
 
 
 def _log_softmax64(x: np.ndarray, axis: int) -> np.ndarray:
@@ -272,6 +272,14 @@ def test_softmax_along_the_last_axis_keeps_relative_precision(offsets):
         want = _softmax64(x)
     # relative to each value, down to the float32 normal range: no row lost its digits
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-37)
+
+
+def test_softmax_of_one_row_with_masked_entries():
+    """A single row sums after its own max's shift: masked (-inf) entries are 0."""
+    x = _rand(np.random.default_rng(10), 1, 1, 64) * np.float32(30)
+    x[..., ::3] = -np.inf
+    (got,) = run_op(Softmax(-1), [x])
+    np.testing.assert_allclose(got, _softmax64(x), rtol=1e-5, atol=1e-37)
 
 
 # -- normalisation --------------------------------------------------------------------------
