@@ -135,6 +135,16 @@ def test_relu_in_blocks_of_zeros_matches_onnx(size, dtype):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("shape", [(), (1, 8, 10, 10), (40, 20), (8, 100)])
+def test_relu_of_any_shape_up_to_a_block_matches_onnx(shape):
+    """Below a block Relu compares with zeros of x's own shape (one view per shape)."""
+    x = (RNG.standard_normal(shape) * 5).astype(np.float32)
+    (got,) = run_op(Unary(A.RELU), [x])
+    (want,) = onnx_reference("Relu", [x])
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint8, np.int64])
 def test_bitwise_not_matches_onnx(dtype):
     info = np.iinfo(dtype)
