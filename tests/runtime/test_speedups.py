@@ -15,6 +15,7 @@ import pytest
 from rlx.errors import KernelError
 from rlx.ir import DType, Graph, Shape
 from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Clamp, Unary
+from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.nn import Conv, GlobalPool, PoolKind
 from rlx.ir.ops.shaping import Transpose
 from rlx.kernels import BUILDERS, KERNELS
@@ -208,7 +209,7 @@ def test_clamp_integer_rounds_bounds_inward_and_keeps_nan():
     assert np.isnan(got[0]) and got[1] == 1.0
 
 
-@pytest.mark.parametrize("op_type", [Conv, GlobalPool, Binary, Unary, Clamp, Transpose])
+@pytest.mark.parametrize("op_type", [Conv, GlobalPool, Binary, Unary, Clamp, Transpose, MatMul])
 def test_staged_kernels_are_also_one_shot_kernels(op_type):
     """Constant folding and shape resolution call KERNELS directly."""
     assert op_type in BUILDERS and op_type in KERNELS
@@ -222,6 +223,17 @@ def test_staged_kernel_runs_one_shot():
     node = g.node(y)
     got = KERNELS[Binary](node, np.array([[7, -7, 9], [1, 2, 3]]), np.array([2, 2, -4]))
     np.testing.assert_array_equal(got, [[3, -3, -2], [0, 1, 0]])  # toward zero
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_matmul_of_two_vectors_is_a_rank0_array(dtype):
+    """numpy gives a scalar for vector @ vector; the step gives an array of the output's
+    dtype, summed in float32 for float16 (float64 numpy as the reference)."""
+    a, b = (np.linspace(-1, 1, 7).astype(dtype), np.linspace(0, 2, 7).astype(dtype))
+    (got,) = run_op(MatMul(), [a, b])
+    assert isinstance(got, np.ndarray) and got.shape == () and got.dtype == dtype
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(float(got), want, rtol=1e-3 if dtype is np.float16 else 1e-6)
 
 
 def test_unary_rank0_and_transpose_negative_perm():
