@@ -460,8 +460,8 @@ def _separable_max(x: np.ndarray, plan: tuple, out: tuple[int, ...]) -> np.ndarr
     read whole contiguous rows, and leave the strided passes along the last axis fewer rows
     (3x3 stride 2 on [64, 112, 112]: 0.65x the last axis first; thread CPU time).
     `plan`: `_max_plan` of the window over x's spatial sizes."""
-    begin, end, axes = plan
-    y = _pad(x, begin, end, _lowest(x.dtype))
+    pads, axes = plan
+    y = x if pads is None else _pad(x, pads[0], pads[1], _lowest(x.dtype))
     for a, (o, whole, partial) in enumerate(zip(out, *axes)):
         if len(whole) >= 2:
             acc = np.maximum(y[whole[0]], y[whole[1]])
@@ -481,15 +481,15 @@ def _separable_max(x: np.ndarray, plan: tuple, out: tuple[int, ...]) -> np.ndarr
 
 
 def _max_plan(win: Window, sizes: tuple[int, ...], out: tuple[int, ...]):
-    """Padding, and per axis the input indices of the taps reaching every output and the
-    (output, input) indices of those reaching only some (each a whole index: the batch,
-    channel and earlier axes taken whole). Tap t gives output q the input at
-    q * s + t * d - begin, where that lies inside the (padded) input; padding outside it is
-    never read. Axes of stride 1 are padded first, in one pass no bigger than the output,
-    so that every tap there updates the whole array (updates of a part run ~2x slower:
-    numpy's loops want contiguous operands). Along a larger stride, padding would cost a
-    pass over an input s times the output, so it is left out (3x3 stride 2 pad 1 on
-    [64, 112, 112]: 0.57x the time of padding first; thread CPU time)."""
+    """Padding (None where there is none), and per axis the input indices of the taps reaching
+    every output and the (output, input) indices of those reaching only some (each a whole
+    index: the batch, channel and earlier axes taken whole). Tap t gives output q the input at q
+    * s + t * d - begin, where that lies inside the (padded) input; padding outside it is never
+    read. Axes of stride 1 are padded first, in one pass no bigger than the output, so that
+    every tap there updates the whole array (updates of a part run ~2x slower: numpy's loops
+    want contiguous operands). Along a larger stride, padding would cost a pass over an input s
+    times the output, so it is left out (3x3 stride 2 pad 1 on [64, 112, 112]: 0.57x the time of
+    padding first; thread CPU time)."""
     pad_begin, pad_end = [], []
     wholes: list[tuple] = []
     partials: list[tuple] = []
@@ -517,7 +517,8 @@ def _max_plan(win: Window, sizes: tuple[int, ...], out: tuple[int, ...]):
                     partial.append((before + (slice(first, stop),), before + (taken,)))
         wholes.append(tuple(whole))
         partials.append(tuple(partial))
-    return tuple(pad_begin), tuple(pad_end), (tuple(wholes), tuple(partials))
+    pads = (tuple(pad_begin), tuple(pad_end)) if any(pad_begin) or any(pad_end) else None
+    return pads, (tuple(wholes), tuple(partials))
 
 
 def _window_counts(win: Window, sizes: Sequence[int], out: Sequence[int], include_pad: bool):
@@ -564,7 +565,7 @@ def build_pool(node, compile):
         if plan is None:
             plan = plans[x.shape] = _pool_plan(op, x.shape)
         win, out, end, taps, counts = plan
-        if not all(out):
+        if not taps:  # an empty output (every kernel has taps)
             return np.zeros((*x.shape[:2], *out), x.dtype)
         if op.kind is PoolKind.MAX:
             return _separable_max(x, taps, out)
