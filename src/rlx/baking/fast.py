@@ -45,7 +45,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rlx import passes
-from rlx.artifact.precision import PrecisionPlan
+from rlx.artifact.precision import PrecisionPlan, exact_graph
+from rlx.baking.bf16 import plan_bf16
 from rlx.baking.guard import OutputAccuracy, OutputRunner, misses
 from rlx.baking.int8 import ActivationRange, Candidate, apply_int8, candidates, work
 from rlx.baking.sensitivity import calibrate, local_errors
@@ -131,8 +132,13 @@ def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
     _, how, ranked, kept, (g, quantizers, accuracy) = best
     g, _ = passes.eliminate_dead_code(g)
     plan = _plan(graph, ranked, errors, kept, quantizers, how)
+    # on the graph bf16 engines run: the exact graph of the file, its int8 weights as stored
+    bf16 = plan_bf16(exact_graph(g, plan), runner, target)
+    plan.bf16, plan.counts["bf16"] = bf16.names, bf16.count
     plan.calibration = {"samples": len(feeds), "seeded": seeded, "min_cosine": target,
-                        "runs": runner.runs, "outputs": [vars(a) for a in accuracy]}
+                        "runs": runner.runs, "outputs": [vars(a) for a in accuracy],
+                        "bf16": {"candidates": bf16.candidates, "kept": bf16.kept,
+                                 "outputs": [vars(a) for a in bf16.accuracy]}}
     log.info("fast plan: %s (%d numpy runs on %d calibration feed(s))", plan.summary,
              runner.runs, len(feeds))
     return g, FastPlan(len(ranked) - kept, plan)

@@ -35,6 +35,7 @@ import openvino as ov
 from rlx.artifact.model import RlxFile
 from rlx.artifact.precision import exact_graph
 from rlx.engines.mapping import writable_alias
+from rlx.engines.openvino_bf16 import bf16_outputs, has_bf16, keep_f32
 from rlx.ir.graph import Graph
 from rlx.onnx.export import build_onnx, weight_names
 from rlx.onnx.export_quant import PackedForm
@@ -112,22 +113,27 @@ class OpenVinoRunner:
         self.precision = precision
         self.file = file
         plan = file.precision_plan
+        bf16: set[str] | None = None  # the plan's bf16 nodes' export names, when run so
         if plan is not None and precision == "fast":
             graph = exact_graph(graph, plan)
-            self.precision = "fast: f32"
+            self.precision = "fast: f32" if not plan.bf16 else "fast: f32 (no bf16 on this CPU)"
+            if plan.bf16 and has_bf16(core()):
+                bf16 = bf16_outputs(graph, plan.bf16)
         result = build_onnx(graph, placer=lambda name, array: None,
                             packed=PackedForm.DECOMPRESS, constant_names=weight_names(file),
                             domains=())
         self.summary = result.summary
         self.arrays = result.inputs_bound
         model = core().read_model(result.model.SerializeToString())
+        if bf16 is not None:
+            model, self.precision = keep_f32(core(), model, bf16)
         self.served: dict[str, np.ndarray] = {}
         # private_weight_bytes: what each worker process holds apart (auto's memory="shared")
         self._keep, self.private_weight_bytes = _bind_weights(model, self.arrays, self.served)
         self.model = model
         config: dict[str, str] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
         if precision == "exact" or plan is not None:
-            config["INFERENCE_PRECISION_HINT"] = "f32"
+            config["INFERENCE_PRECISION_HINT"] = "f32" if bf16 is None else "bf16"
             config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = "0"
         if threads is not None:
             config["INFERENCE_NUM_THREADS"] = str(threads)

@@ -1,0 +1,160 @@
+"""The fast plan's bf16 part: which compute nodes an engine with bf16 arithmetic may run in
+bf16, checked on the calibration feeds by the same guard as the int8 part.
+
+A unit is a float32 MatMul or Conv of the top graph that has a name the artifact keeps (its
+ONNX origin or its own), with its bias Add when that is its only reader and adds a
+constant: the products are where bf16 pays (half the bytes, twice the lanes); everything
+else (normalisations, Softmax, elementwise ops) stays f32. The plan is independent of the
+int8 part: an engine runs one or the other (onnxruntime the int8 QDQ nodes, OpenVINO bf16,
+`rlx.engines.openvino_engine`), so every unit is a candidate whatever int8 made of it.
+
+The numpy runtime is the reference of what bf16 does to a unit (`emulate_bf16`): its two
+operands (activation and weight) rounded to bf16, round to nearest even, and the products
+summed in f32 (the AVX512-BF16 dot products OpenVINO's CPU plugin uses), and the result
+(after the bias) stored as bf16, as the plugin stores a bf16 node's output.
+The guard runs every unit so first (one run, the usual outcome); when that misses the
+targets it ranks the units by their effect alone at the outputs (one run each: a unit's own
+error says nothing of what comes after it, such as a large offset taken away downstream,
+which bf16's 8-bit mantissa loses where f32 keeps it) and keeps the k most harmful f32,
+the smallest k found by bisection as the int8 part does (`rlx.baking.fast`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from rlx.baking.guard import OutputAccuracy, OutputRunner, misses
+from rlx.ir.dtype import DType
+from rlx.ir.graph import Graph, Node
+from rlx.ir.ops.elementwise import Binary, BinaryOp, Cast
+from rlx.ir.ops.linalg import MatMul
+from rlx.ir.ops.nn import Conv
+from rlx.ir.ops.sources import Constant
+from rlx.ir.rewrite import Rewriter
+
+__all__ = ["Bf16Unit", "Bf16Plan", "units", "emulate_bf16", "plan_bf16", "fewest_kept"]
+
+@dataclass(frozen=True)
+class Bf16Unit:
+    """A product node that may run bf16, and its bias Add (or None)."""
+
+    node: int
+    bias: int | None
+
+    def names(self, graph: Graph) -> list[str]:
+        """The labels the plan stores: the product's, and its bias Add's."""
+        ids = [self.node] if self.bias is None else [self.node, self.bias]
+        return [_label(graph.node(i)) for i in ids]
+
+
+@dataclass
+class Bf16Plan:
+    """The units planned bf16 (`names`: their labels), how many units there were, the
+    units kept f32 with why, and the accuracy of the final plan on the calibration feeds."""
+
+    names: list[str] = field(default_factory=list)
+    count: int = 0
+    candidates: int = 0
+    kept: list[dict[str, str]] = field(default_factory=list)
+    accuracy: list[OutputAccuracy] = field(default_factory=list)
+
+
+def _label(node: Node) -> str:
+    return node.origin or node.name or ""
+
+
+def units(graph: Graph) -> list[Bf16Unit]:
+    """Every unit of the top graph (module doc), in graph order."""
+    users = graph.users()
+    found = []
+    for node in graph.nodes():
+        if node.is_tuple or not isinstance(node.op, (MatMul, Conv)) or not _label(node) \
+                or node.tensor_shape.dtype is not DType.F32:
+            continue
+        bias = None
+        if len(users[node.id]) == 1 and node.id not in graph.outputs:
+            add = graph.node(users[node.id][0])
+            if isinstance(add.op, Binary) and add.op.op is BinaryOp.ADD and _label(add) \
+                    and any(isinstance(graph.node(i).op, Constant) for i in add.inputs):
+                bias = add.id
+        found.append(Bf16Unit(node.id, bias))
+    return found
+
+
+def _rounded(rw: Rewriter, value: int) -> int:
+    """`value` (a new id) through bf16 and back: round to nearest even."""
+    return rw.emit(Cast(DType.F32), (rw.emit(Cast(DType.BF16), (value,)),))
+
+
+def _bf16_inputs(rw: Rewriter, node: Node) -> tuple[int, ...]:
+    """The node's new inputs with its two operands rounded to bf16 (a Conv's bias: not)."""
+    ids = rw.inputs(node)
+    return (_rounded(rw, ids[0]), _rounded(rw, ids[1]), *ids[2:])
+
+
+def emulate_bf16(graph: Graph, chosen: Sequence[Bf16Unit]) -> Graph:
+    """`graph` with the `chosen` units computed as bf16 hardware does (module doc): operands
+    rounded to bf16, f32 sums (and bias), the unit's result rounded to bf16 as it is
+    stored."""
+    rw = Rewriter(graph)
+    products = {u.node for u in chosen}
+    results = {u.node if u.bias is None else u.bias for u in chosen}
+    for node in graph.nodes():
+        if node.id in products:
+            rw.substitute(node, node.op, _bf16_inputs(rw, node))
+        else:
+            rw.copy(node)
+        if node.id in results:
+            rw.replace(node.id, _rounded(rw, rw.id(node.id)))
+    return rw.finish()
+
+
+def fewest_kept(count: int, measure: Callable[[int], list[OutputAccuracy]], target: float
+                ) -> tuple[int, list[OutputAccuracy]]:
+    """The smallest k in 0..count for which `measure(k)` (the outputs with the k most
+    sensitive nodes kept f32) meets the targets, by bisection, and its accuracy; `measure`
+    is not called for k == count (everything f32: exact)."""
+    best = measure(0)
+    if misses(best, target) <= 1 or count == 0:
+        return 0, best
+    low, high = 1, count
+    best = [OutputAccuracy(a.name, 1.0, 0.0, None if a.argmax is None else 1.0) for a in best]
+    while low < high:
+        mid = (low + high) // 2
+        result = measure(mid)
+        if misses(result, target) <= 1:
+            high, best = mid, result
+        else:
+            low = mid + 1
+    return high, best
+
+
+def plan_bf16(graph: Graph, runner: OutputRunner, target: float) -> Bf16Plan:
+    """The units of `graph` that may run bf16 with every output within `target` (and the
+    argmax rule) on the runner's feeds, against its exact outputs."""
+    found = units(graph)
+    ranked: list[Bf16Unit] = list(found)
+    errors: dict[int, float] = {}
+
+    def measure(kept: int) -> list[OutputAccuracy]:
+        return runner.measure_graph(emulate_bf16(graph, ranked[kept:]),
+                                    f"{len(ranked) - kept} node(s) bf16")
+
+    first = measure(0) if found else []
+    if found and misses(first, target) > 1:
+        for u in found:
+            alone = runner.measure_graph(emulate_bf16(graph, [u]), f"{_label(graph.node(u.node))}"
+                                         " alone bf16")
+            errors[u.node] = misses(alone, target)
+        ranked.sort(key=lambda u: (-errors[u.node], u.node))  # most harmful first
+        kept, accuracy = fewest_kept(
+            len(ranked), lambda k: first if k == 0 else measure(k), target)
+    else:
+        kept, accuracy = 0, first
+    rows = [{"node": _label(graph.node(u.node)), "op": type(graph.node(u.node).op).__name__,
+             "reason": f"bf16 alone it takes {errors[u.node]:.3g} of the error allowed at the "
+                       "outputs; with it bf16 the calibration outputs missed the targets"}
+            for u in ranked[:kept]]
+    names = [name for u in ranked[kept:] for name in u.names(graph)]
+    return Bf16Plan(sorted(set(names)), len(ranked) - kept, len(found), rows, accuracy)
