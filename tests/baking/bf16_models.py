@@ -4,8 +4,8 @@ onnx.helper so onnxruntime runs the original as the independent f32 reference.
 `offset_mlp`: x [8, 64] -> MatMul + Add (bias 512 + b) -> Relu -> Add (-512) -> MatMul +
 Add ("logits", 10 classes). The first layer's result carries an offset of 512 that the Add
 after the Relu (a no-op there: everything is > 0) takes away: exact in f32 (spacing 6e-5 at
-512), but stored as bf16 (spacing 4 at 512) the first layer's signal (~1) is gone. The guard must keep that layer f32; the last layer
-may run bf16."""
+512), but stored as bf16 (spacing 4 at 512) the first layer's signal (~1) is gone. The
+guard must keep that layer f32; the last layer may run bf16."""
 
 from __future__ import annotations
 

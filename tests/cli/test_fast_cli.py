@@ -31,8 +31,9 @@ def test_bake_reports_the_plan_and_inspect_shows_it(cli, tmp_path):
     assert plan["calibration"]["outputs"][0]["cosine"] >= 0.999
 
 
-# OpenVINO runs a fast file's exact graph (rlx.engines.openvino_engine: its int8 was slower)
-RUNS = {"numpy": "fast: int8, f32", "onnxruntime": "fast: int8, f32", "openvino": "fast: f32"}
+# OpenVINO runs a fast file's exact graph (rlx.engines.openvino_engine: its int8 was slower),
+# its bf16 part in bf16 where the CPU has bf16
+RUNS = {"numpy": "fast: int8, f32", "onnxruntime": "fast: int8, f32", "openvino": "fast: "}
 
 
 def test_verify_runs_the_plan_against_onnxruntime_f32_on_held_out_inputs(cli, tmp_path):
@@ -43,7 +44,7 @@ def test_verify_runs_the_plan_against_onnxruntime_f32_on_held_out_inputs(cli, tm
         d = cli("verify", out, "--onnx", onnx_path, "--inputs", held_out, "--engine", engine,
                 "--min-cosine", "0.999", "--json").json()
         assert d["ok"] and d["engine"] == engine
-        assert d["precision"] == RUNS[engine] and d["plan"].startswith("int8")
+        assert d["precision"].startswith(RUNS[engine]) and d["plan"].startswith("int8")
         (row,) = d["outputs"]
         assert row["cosine"] >= 0.999 and row["argmax_agree"] == 1.0
     exact = cli("verify", out, "--onnx", onnx_path, "--inputs", held_out, "--precision",

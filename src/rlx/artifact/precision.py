@@ -33,9 +33,11 @@ __all__ = ["PrecisionPlan", "exact_graph", "runnable_graph"]
 
 @dataclass
 class PrecisionPlan:
-    """`counts`: precision -> compute nodes planned so (int8, bf16, f32); `quantizers`: the
-    activation QuantizeLinear nodes the plan inserted, by name; `bf16`: the nodes that may run
-    in bf16, by name; `kept`: [{"node", "op", "reason"}] for candidates kept f32;
+    """`counts`: precision -> compute nodes planned so (int8 and f32: the int8 part; bf16:
+    the MatMul / Conv nodes of the bf16 part, `rlx.baking.bf16`, which engines with bf16
+    run instead of the int8 part); `quantizers`: the activation QuantizeLinear nodes the
+    plan inserted, by name; `bf16`: the nodes that may run in bf16, by label (origin or
+    name); `kept`: [{"node", "op", "reason"}] for candidates kept f32;
     `calibration`: {"samples", "min_cosine", "outputs": [{"name", "cosine", "max_abs",
     "argmax"}]} as the guard measured the final plan."""
 
@@ -75,8 +77,9 @@ class PrecisionPlan:
 
     @property
     def label(self) -> str:
-        """What an engine running the plan says it runs (`Model.precision`): "fast: int8,
-        f32", or "fast: f32" when nothing is int8 (no engine runs bf16 yet)."""
+        """What an engine running the int8 part says it runs (`Model.precision`): "fast:
+        int8, f32", or "fast: f32" when nothing is int8 (OpenVINO, running the bf16 part,
+        says its own: `rlx.engines.openvino_bf16`)."""
         return "fast: " + ", ".join((["int8"] if self.counts.get("int8") else []) + ["f32"])
 
     @property

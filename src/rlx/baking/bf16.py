@@ -113,14 +113,14 @@ def emulate_bf16(graph: Graph, chosen: Sequence[Bf16Unit]) -> Graph:
 def fewest_kept(count: int, measure: Callable[[int], list[OutputAccuracy]], target: float
                 ) -> tuple[int, list[OutputAccuracy]]:
     """The smallest k in 0..count for which `measure(k)` (the outputs with the k most
-    sensitive nodes kept f32) meets the targets, by bisection, and its accuracy; `measure`
-    is not called for k == count (everything f32: exact)."""
+    harmful nodes kept f32) meets the targets, by bisection, and its accuracy; k = count
+    when even that misses them (the file's own weights, int8 ones as stored, may)."""
     best = measure(0)
     if misses(best, target) <= 1 or count == 0:
         return 0, best
+    best = measure(count)
     low, high = 1, count
-    best = [OutputAccuracy(a.name, 1.0, 0.0, None if a.argmax is None else 1.0) for a in best]
-    while low < high:
+    while low < high and misses(best, target) <= 1:
         mid = (low + high) // 2
         result = measure(mid)
         if misses(result, target) <= 1:

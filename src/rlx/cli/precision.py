@@ -1,5 +1,6 @@
 """The precision plan of a fast bake as the bake report and `inspect` show it: counts per
-precision, the nodes kept f32 and why, and the accuracy measured on calibration feeds."""
+precision, the nodes kept f32 and why (int8 part and bf16 part), and the accuracy measured
+on calibration feeds."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def render_plan(plan: dict[str, Any], ui: Ui) -> None:
         ("checked on", source),
         ("target", f"cosine >= {calibration.get('min_cosine', 0):g} on every output, "
                    "the same argmax on class-score outputs"),
-        ("numpy runs of the guard", calibration.get("runs", 0))])
+        ("numpy runs of the guard", calibration.get("runs", 0)),
+        *_bf16_rows(plan)])
     outputs = calibration.get("outputs", [])
     if outputs:
         ui.table("accuracy of the plan on the calibration inputs (against the exact graph)",
@@ -32,3 +34,20 @@ def render_plan(plan: dict[str, Any], ui: Ui) -> None:
     if plan["kept"]:
         ui.table("kept f32 by the guard", ("node", "op", "why"),
                  [(k["node"], k["op"], k["reason"]) for k in plan["kept"]])
+    kept = calibration.get("bf16", {}).get("kept", [])
+    if kept:
+        ui.table("kept f32 by the guard, bf16 part", ("node", "op", "why"),
+                 [(k["node"], k["op"], k["reason"]) for k in kept])
+
+
+def _bf16_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """The bf16 part's line: the products that may run bf16 (OpenVINO on a CPU with bf16)
+    out of the candidates, and its worst calibration cosine."""
+    bf16 = plan.get("calibration", {}).get("bf16")
+    if not bf16:
+        return []
+    worst = min((o["cosine"] for o in bf16.get("outputs", [])), default=None)
+    cosine = "" if worst is None else f", worst calibration cosine {worst:.6f}"
+    return [("bf16 part (OpenVINO, bf16 CPUs)",
+             f"{plan['counts'].get('bf16', 0)} of {bf16.get('candidates', 0)} MatMul / Conv "
+             f"nodes bf16, the rest f32{cosine}")]

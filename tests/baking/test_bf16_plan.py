@@ -1,0 +1,112 @@
+"""The fast plan's bf16 part (issue 32): the numpy emulation of bf16 against a bit-level
+and a float64 reference, the plan stored in the artifact, and the guard keeping f32 a node
+whose bf16 result loses the outputs. References are independent of rlx: integer arithmetic
+on float32 bits, float64 numpy forward passes, onnxruntime on the original ONNX model."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from rlx import BakeOptions, bake
+from rlx.artifact import read_rlx, write_rlx
+from rlx.baking.bf16 import emulate_bf16, units
+from rlx.onnx import import_onnx
+from rlx.runtime import Session
+from tests.baking.bf16_models import offset_mlp
+from tests.baking.fast_models import mlp, vector_feeds
+
+
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> nearest bf16 (ties to even) -> float32, by integer arithmetic on the bits."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    lsb = (bits >> 16) & 1
+    rounded = ((bits + 0x7FFF + lsb) >> 16) << 16
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+def _cosine(a, b) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def _identity_model(folder):
+    """x [4, 64] @ I: the emulated product is the bf16 rounding of x itself."""
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "eye"], ["y"])], "identity",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.eye(64, dtype=np.float32), "eye")])
+    path = folder / "identity.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def _exact(path):
+    file, _ = bake(*import_onnx(path), BakeOptions.from_profile("exact"))
+    return file.into_runtime_graph()
+
+
+def test_the_emulation_rounds_to_nearest_even(tmp_path):
+    graph = _exact(_identity_model(tmp_path))
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32) * 100
+    ulp = np.float32(2.0 ** -7)  # bf16's spacing in [1, 2)
+    x[0, :4] = [1 + ulp / 2, 1 + 3 * ulp / 2, -(1 + ulp / 2), 1 + ulp / 2 + 2 ** -20]  # ties
+    got = Session().compile(emulate_bf16(graph, units(graph))).run({"x": x})[0]
+    np.testing.assert_array_equal(got, _bf16_bits(x))
+    assert list(got[0, :4]) == [1, 1 + 2 * ulp, -1, 1 + ulp]  # even, even, even, nearest
+    # float64: each result is a bf16 value at most half a bf16 spacing from x
+    spacing = 2.0 ** (np.floor(np.log2(np.abs(x.astype(np.float64)))) - 7)
+    assert np.all(np.abs(got - x.astype(np.float64)) <= spacing / 2)
+    assert np.all(_bf16_bits(got) == got)
+
+
+def test_the_emulated_mlp_matches_a_float64_forward(tmp_path):
+    path = mlp(tmp_path)
+    g = _exact(path)
+    inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+    x = vector_feeds(90)[0]["x"]
+    got = Session().compile(emulate_bf16(g, units(g))).run({"x": x})[0]
+    h = x
+    for i in range(3):
+        product = _bf16_bits(h).astype(np.float64) @ _bf16_bits(inits[f"w{i}"])
+        h = _bf16_bits((product + inits[f"b{i}"]).astype(np.float32))
+        h = np.maximum(h, 0) if i < 2 else h
+    # the f32 sums may round a result to the neighbouring bf16 value: one spacing at most
+    assert np.all(np.abs(got - h) <= np.abs(h) * 2.0 ** -7 + 1e-6)
+    assert _cosine(got, h) > 0.99999
+
+
+def _fast(path, feeds, folder):
+    file, report = bake(*import_onnx(path),
+                        BakeOptions.from_profile("fast").replace(calibration=feeds))
+    write_rlx(folder / f"{path.stem}.rlx", file)
+    return folder / f"{path.stem}.rlx", report.precision
+
+
+def test_the_bf16_plan_round_trips(tmp_path):
+    out, plan = _fast(mlp(tmp_path), vector_feeds(1, 4), tmp_path)
+    assert plan.counts["bf16"] == 3 and plan.bf16 == ["a0", "a1", "logits", "m0", "m1", "m2"]
+    stored = read_rlx(out).precision_plan
+    assert stored.bf16 == plan.bf16 and stored.counts == plan.counts
+    assert stored.calibration["bf16"]["candidates"] == 3
+    assert "bf16 3" in stored.summary
+
+
+def test_the_guard_keeps_f32_the_node_bf16_loses(tmp_path):
+    path = offset_mlp(tmp_path)
+    out, plan = _fast(path, vector_feeds(1, 4), tmp_path)
+    assert "m0" not in plan.bf16 and "m1" in plan.bf16 and plan.counts["bf16"] == 1
+    assert [k["node"] for k in plan.calibration["bf16"]["kept"]] == ["m0"]
+    # held out, the plan's numerics (numpy) against onnxruntime on the original
+    g = read_rlx(out).into_runtime_graph()
+    chosen = [u for u in units(g) if u.names(g)[0] in plan.bf16]
+    planned = Session().compile(emulate_bf16(g, chosen))
+    everything = Session().compile(emulate_bf16(g, units(g)))
+    reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for feed in vector_feeds(90, 4):
+        want = reference.run(None, feed)[0]
+        assert _cosine(want, planned.run(feed)[0]) >= 0.999
+        assert _cosine(want, everything.run(feed)[0]) < 0.99  # what the guard avoided

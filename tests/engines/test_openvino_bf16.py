@@ -1,0 +1,121 @@
+"""OpenVINO running a fast plan's bf16 part (issue 32): the per-node mark really keeps a
+node f32 while the rest runs bf16, the planned file runs within the guard against
+onnxruntime f32 on the original model, the numpy emulation predicts OpenVINO's bf16
+numbers, and a CPU without bf16 runs the file's exact graph in f32 and says so. Needs a
+CPU whose OPTIMIZATION_CAPABILITIES list BF16 (AVX512-BF16 or AMX)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import openvino as ov
+import pytest
+from openvino import opset13 as ops
+
+import rlx
+from rlx import BakeOptions, bake
+from rlx.artifact import read_rlx, write_rlx
+from rlx.artifact.precision import exact_graph
+from rlx.baking.bf16 import emulate_bf16, units
+from rlx.engines import openvino_engine
+from rlx.engines.openvino_bf16 import has_bf16, keep_f32
+from rlx.engines.openvino_engine import core
+from rlx.onnx import import_onnx
+from rlx.runtime import Session
+from tests.baking.bf16_models import offset_mlp
+from tests.baking.fast_models import image_feeds, mlp, small_cnn, vector_feeds
+
+pytestmark = pytest.mark.skipif(not has_bf16(core()), reason="this CPU has no bf16")
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """Round to nearest even bf16 by integer arithmetic on the float32 bits."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32)
+            .view(np.float32))
+
+
+def _cosine(a, b) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def _two_matmuls(mark_bf16: set[str], precision: str):
+    """x [16, 256] -> A (@ w1 [256, 256]) -> B (@ w2 [256, 64]); both outputs returned.
+    Every op but those named in `mark_bf16` is marked to keep f32."""
+    rng = np.random.default_rng(0)
+    w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((256, 256), (256, 64)))
+    x = rng.standard_normal((16, 256)).astype(np.float32)
+    p = ops.parameter([16, 256], np.float32, name="x")
+    a = ops.matmul(p, ops.constant(w1), False, False)
+    b = ops.matmul(a, ops.constant(w2), False, False)
+    for node, name in ((a, "A"), (b, "B")):
+        node.set_friendly_name(name)
+        node.output(0).get_tensor().set_names({name})
+    model, _ = keep_f32(core(), ov.Model([a.output(0), b.output(0)], [p]), mark_bf16)
+    compiled = core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": precision})
+    outs = list(compiled.create_infer_request().infer({"x": x}).values())
+    return [np.array(o) for o in outs], x, w1, w2
+
+
+def test_a_marked_node_stays_f32_and_the_others_run_bf16():
+    (a32, b32), x, w1, w2 = _two_matmuls(set(), "f32")
+    (a, b), *_ = _two_matmuls({"B"}, "bf16")  # A marked f32, B bf16
+    np.testing.assert_array_equal(a, a32)  # bit-equal: A ran f32
+    want = _bf16((_bf16(a32).astype(np.float64) @ _bf16(w2)).astype(np.float32))
+    assert not np.array_equal(b, b32)
+    assert np.abs(b - want).max() <= np.abs(want).max() * 2.0 ** -7  # bf16, as emulated
+    (a, b), *_ = _two_matmuls({"A"}, "bf16")  # A bf16, B marked f32
+    # A's result feeds f32 consumers only, so it is not stored as bf16: exact products of
+    # bf16 operands, summed in f32
+    want = _bf16(x).astype(np.float64) @ _bf16(w1)
+    assert np.abs(a - want).max() <= np.abs(want).max() * 1e-5
+    assert np.abs(a - a32).max() > 100 * np.abs(a - want).max()  # bf16's error, not f32's
+    np.testing.assert_allclose(b, a.astype(np.float64) @ w2, rtol=1e-4, atol=1e-2)
+
+
+def _planned(path, feeds, folder):
+    file, report = bake(*import_onnx(path),
+                        BakeOptions.from_profile("fast").replace(calibration=feeds))
+    write_rlx(folder / f"{path.stem}.rlx", file)
+    return folder / f"{path.stem}.rlx", report.precision
+
+
+# calibration feeds: the CNN's single images need 8 for its int8 weights (stored as int8,
+# run by OpenVINO as their f32 values) to hold held-out; the MLPs' 8 rows of random logits
+# have argmax near-ties, which a 4-feed calibration has fewer of
+@pytest.mark.parametrize("model, feeds, n", [(mlp, vector_feeds, 4), (small_cnn, image_feeds, 8),
+                                             (offset_mlp, vector_feeds, 4)])
+def test_fast_runs_the_bf16_plan_within_the_guard(tmp_path, model, feeds, n):
+    path = model(tmp_path)
+    out, plan = _planned(path, feeds(1, n), tmp_path)
+    assert plan.counts["bf16"] >= 1
+    fast = rlx.load(out, engine="openvino", precision="fast")
+    assert fast.precision.startswith("fast: bf16 ")
+    reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for feed in feeds(90, 4):
+        assert _cosine(reference.run(None, feed)[0], fast.run(feed)[0]) >= 0.999
+
+
+def test_the_numpy_emulation_predicts_openvino(tmp_path):
+    out, plan = _planned(mlp(tmp_path), vector_feeds(1, 4), tmp_path)
+    file = read_rlx(out)
+    graph = exact_graph(file.into_runtime_graph(), plan)
+    chosen = [u for u in units(graph) if u.names(graph)[0] in plan.bf16]
+    emulated, exact = (Session().compile(g) for g in (emulate_bf16(graph, chosen), graph))
+    fast = rlx.load(out, engine="openvino", precision="fast")
+    for feed in vector_feeds(90, 4):
+        got = fast.run(feed)[0]
+        bf16_error = 1 - _cosine(exact.run(feed)[0], got)
+        assert bf16_error > 0  # OpenVINO ran bf16 ...
+        assert 1 - _cosine(emulated.run(feed)[0], got) <= 0.1 * bf16_error  # ... as emulated
+
+
+def test_without_bf16_the_plan_runs_f32_and_says_so(tmp_path, monkeypatch):
+    out, _ = _planned(mlp(tmp_path), vector_feeds(1, 4), tmp_path)
+    monkeypatch.setattr(openvino_engine, "has_bf16", lambda core: False)
+    fast = rlx.load(out, engine="openvino", precision="fast")
+    assert fast.precision == "fast: f32 (no bf16 on this CPU)"
+    exact = rlx.load(out, engine="openvino", precision="exact")
+    for feed in vector_feeds(90, 2):
+        np.testing.assert_array_equal(fast.run(feed)[0], exact.run(feed)[0])
