@@ -32,14 +32,15 @@ def _cosine(a, b) -> float:
     return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
 
 
-def _identity_model(folder):
-    """x [4, 64] @ I: the emulated product is the bf16 rounding of x itself."""
+def _reversal_model(folder):
+    """x [4, 64] @ P, P reversing the columns: the emulated product is the bf16 rounding of x
+    itself, reversed (an identity the bake would simplify away)."""
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "eye"], ["y"])], "identity",
+        [helper.make_node("MatMul", ["x", "reverse"], ["y"])], "reversal",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(np.eye(64, dtype=np.float32), "eye")])
-    path = folder / "identity.onnx"
+        [numpy_helper.from_array(np.eye(64, dtype=np.float32)[::-1].copy(), "reverse")])
+    path = folder / "reversal.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
 
@@ -50,11 +51,11 @@ def _exact(path):
 
 
 def test_the_emulation_rounds_to_nearest_even(tmp_path):
-    graph = _exact(_identity_model(tmp_path))
+    graph = _exact(_reversal_model(tmp_path))
     x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32) * 100
     ulp = np.float32(2.0 ** -7)  # bf16's spacing in [1, 2)
     x[0, :4] = [1 + ulp / 2, 1 + 3 * ulp / 2, -(1 + ulp / 2), 1 + ulp / 2 + 2 ** -20]  # ties
-    got = Session().compile(emulate_bf16(graph, units(graph))).run({"x": x})[0]
+    got = Session().compile(emulate_bf16(graph, units(graph))).run({"x": x})[0][:, ::-1]
     np.testing.assert_array_equal(got, _bf16_bits(x))
     assert list(got[0, :4]) == [1, 1 + 2 * ulp, -1, 1 + ulp]  # even, even, even, nearest
     # float64: each result is a bf16 value at most half a bf16 spacing from x
@@ -110,3 +111,19 @@ def test_the_guard_keeps_f32_the_node_bf16_loses(tmp_path):
         want = reference.run(None, feed)[0]
         assert _cosine(want, planned.run(feed)[0]) >= 0.999
         assert _cosine(want, everything.run(feed)[0]) < 0.99  # what the guard avoided
+
+
+def test_products_of_two_computed_tensors_are_not_units(tmp_path):
+    """Attention's MatMuls stay f32 (rlx.baking.bf16: OpenVINO fuses them with the Softmax
+    into one kernel of the MatMul's precision)."""
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]),
+         helper.make_node("Transpose", ["h"], ["ht"], perm=[1, 0]),
+         helper.make_node("MatMul", ["h", "ht"], ["scores"])], "attention_like",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.ones((64, 32), np.float32), "w")])
+    path = tmp_path / "attention_like.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    g = _exact(path)
+    assert [u.names(g) for u in units(g)] == [["h"]]

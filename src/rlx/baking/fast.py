@@ -21,6 +21,10 @@ so fewer int8 nodes means a smaller error, which bisection relies on; the final 
 one measured, so the result never rests on that assumption). That costs about log2(n) runs
 per ranking where greedy one-by-one fallback costs up to n.
 
+The plan's bf16 part (`rlx.baking.bf16`, what OpenVINO runs on a CPU with bf16) is planned
+after it, on the graph such an engine runs (the file's exact graph: int8 weights as stored),
+against the same exact outputs and targets.
+
 Each node is planned alone: a weight read by several nodes (one constant: the plan runs
 after the bake's dedupe) is quantised once, and where the guard keeps some of its readers
 f32 the file holds it both ways. Planning such readers as one group kept the file smaller

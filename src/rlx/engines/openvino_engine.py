@@ -15,11 +15,13 @@ plugin executes compressed.
 quantization of activations the plugin applies to compressed (int8) weights on CPUs with
 AMX or VNNI (an 0.3 error on a product of unit normals); `"fast"` keeps the plugin's
 defaults (bf16 on AMX / AVX512-BF16 CPUs, f32 elsewhere), except on a file baked with the
-fast profile: there it runs the plan's exact graph in f32 (`Model.precision` "fast: f32").
-The plugin's low-precision transformations ran the plan's QDQ graph slower than its own f32
-on three of five real models (up to 18.9x) and off the guard on one (cosine 0.988 where
-the plan, on numpy and onnxruntime, kept 0.9999: docs/engines.md), so the int8 plan is
-onnxruntime's and numpy's to run. Each thread gets its own infer request, so one Model may
+fast profile: there it runs the plan's exact graph, the plan's bf16 nodes in bf16 and every
+other node in f32 on a CPU with bf16 (`rlx.engines.openvino_bf16`; `Model.precision` "fast:
+bf16 N nodes, f32 M"), all in f32 elsewhere ("fast: f32"). The plugin's low-precision
+transformations ran the plan's QDQ graph slower than its own f32 on three of five real
+models (up to 18.9x) and off the guard on one (cosine 0.988 where the plan, on numpy and
+onnxruntime, kept 0.9999: docs/engines.md), so the int8 part is onnxruntime's and numpy's
+to run. Each thread gets its own infer request, so one Model may
 run from many threads.
 """
 
