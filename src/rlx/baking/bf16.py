@@ -20,7 +20,10 @@ The guard runs every unit so first (one run, the usual outcome); when that misse
 targets it ranks the units by their effect alone at the outputs (one run each: a unit's own
 error says nothing of what comes after it, such as a large offset taken away downstream,
 which bf16's 8-bit mantissa loses where f32 keeps it) and keeps the k most harmful f32,
-the smallest k found by bisection as the int8 part does (`rlx.baking.fast`).
+the smallest k found by bisection as the int8 part does (`rlx.baking.fast`). The units
+reading one weight (an unrolled RNN's steps) are ranked and kept as one group: a run per
+weight, not per step. When even no unit in bf16 misses the targets (the file's int8
+weights, as stored, may already), nothing is planned bf16 and no ranking is run.
 """
 
 from __future__ import annotations
@@ -119,15 +122,12 @@ def emulate_bf16(graph: Graph, chosen: Sequence[Bf16Unit]) -> Graph:
 
 def fewest_kept(count: int, measure: Callable[[int], list[OutputAccuracy]], target: float
                 ) -> tuple[int, list[OutputAccuracy]]:
-    """The smallest k in 0..count for which `measure(k)` (the outputs with the k most
-    harmful nodes kept f32) meets the targets, by bisection, and its accuracy; k = count
-    when even that misses them (the file's own weights, int8 ones as stored, may)."""
-    best = measure(0)
-    if misses(best, target) <= 1 or count == 0:
-        return 0, best
-    best = measure(count)
+    """The smallest k in 1..count for which `measure(k)` (the outputs with the k most
+    harmful groups kept f32) meets the targets, by bisection, and its accuracy, given that
+    k = 0 misses them and k = count meets them (not measured again)."""
     low, high = 1, count
-    while low < high and misses(best, target) <= 1:
+    best: list[OutputAccuracy] = []
+    while low < high:
         mid = (low + high) // 2
         result = measure(mid)
         if misses(result, target) <= 1:
@@ -137,31 +137,46 @@ def fewest_kept(count: int, measure: Callable[[int], list[OutputAccuracy]], targ
     return high, best
 
 
+def _by_weight(graph: Graph, found: list[Bf16Unit]) -> list[list[Bf16Unit]]:
+    """The units grouped by the weight they read (an unrolled RNN's steps: one group), in
+    graph order."""
+    groups: dict[int, list[Bf16Unit]] = {}
+    for u in found:
+        groups.setdefault(graph.node(u.node).inputs[1], []).append(u)
+    return list(groups.values())
+
+
 def plan_bf16(graph: Graph, runner: OutputRunner, target: float) -> Bf16Plan:
     """The units of `graph` that may run bf16 with every output within `target` (and the
-    argmax rule) on the runner's feeds, against its exact outputs."""
+    argmax rule) on the runner's feeds, against its exact outputs (module doc)."""
     found = units(graph)
-    ranked: list[Bf16Unit] = list(found)
-    errors: dict[int, float] = {}
+    ranked = _by_weight(graph, found)
 
     def measure(kept: int) -> list[OutputAccuracy]:
-        return runner.measure_graph(emulate_bf16(graph, ranked[kept:]),
-                                    f"{len(ranked) - kept} node(s) bf16")
+        chosen = [u for group in ranked[kept:] for u in group]
+        return runner.measure_graph(emulate_bf16(graph, chosen), f"{len(chosen)} node(s) bf16")
 
-    first = measure(0) if found else []
-    if found and misses(first, target) > 1:
-        for u in found:
-            alone = runner.measure_graph(emulate_bf16(graph, [u]), f"{_label(graph.node(u.node))}"
-                                         " alone bf16")
-            errors[u.node] = misses(alone, target)
-        ranked.sort(key=lambda u: (-errors[u.node], u.node))  # most harmful first
-        kept, accuracy = fewest_kept(
-            len(ranked), lambda k: first if k == 0 else measure(k), target)
-    else:
-        kept, accuracy = 0, first
+    accuracy = measure(0) if found else []
+    kept, why = 0, {}
+    if found and misses(accuracy, target) > 1:
+        kept, accuracy = len(ranked), measure(len(ranked))
+        if misses(accuracy, target) <= 1:  # else: the file's own weights miss already
+            why = {id(g): misses(runner.measure_graph(
+                emulate_bf16(graph, g), f"{_label(graph.node(g[0].node))} alone bf16"), target)
+                for g in ranked}
+            ranked.sort(key=lambda g: -why[id(g)])  # most harmful first (stable)
+            kept, found_accuracy = fewest_kept(len(ranked), measure, target)
+            accuracy = found_accuracy or accuracy
     rows = [{"node": _label(graph.node(u.node)), "op": type(graph.node(u.node).op).__name__,
-             "reason": f"bf16 alone it takes {errors[u.node]:.3g} of the error allowed at the "
-                       "outputs; with it bf16 the calibration outputs missed the targets"}
-            for u in ranked[:kept]]
-    names = [name for u in ranked[kept:] for name in u.names(graph)]
-    return Bf16Plan(sorted(set(names)), len(ranked) - kept, len(found), rows, accuracy)
+             "reason": _reason(why.get(id(g)), len(g))} for g in ranked[:kept] for u in g]
+    names = {name for g in ranked[kept:] for u in g for name in u.names(graph)}
+    count = sum(len(g) for g in ranked[kept:])
+    return Bf16Plan(sorted(names), count, len(found), rows, accuracy)
+
+
+def _reason(share: float | None, readers: int) -> str:
+    if share is None:
+        return "with no node bf16 the calibration outputs already missed the targets"
+    group = f" (with the {readers} nodes reading its weight)" if readers > 1 else ""
+    return (f"bf16 alone{group} it takes {share:.3g} of the error allowed at the outputs; "
+            "with it bf16 the calibration outputs missed the targets")
