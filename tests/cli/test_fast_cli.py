@@ -26,6 +26,7 @@ def test_bake_reports_the_plan_and_inspect_shows_it(cli, tmp_path):
     _, out, result = _baked(cli, tmp_path)
     assert "precision plan (fast profile)" in result.out
     assert "int8" in result.out and "8 calibration feed(s)" in result.out
+    assert "bf16 part (OpenVINO, bf16 CPUs)" in result.out
     plan = cli("inspect", out, "--json").json()["meta"]["precision_plan"]
     assert plan["counts"]["int8"] >= 2 and plan["calibration"]["samples"] == 8
     assert plan["calibration"]["outputs"][0]["cosine"] >= 0.999
