@@ -73,8 +73,8 @@ def test_the_emulated_mlp_matches_a_float64_forward(tmp_path):
     h = x
     for i in range(3):
         product = _bf16_bits(h).astype(np.float64) @ _bf16_bits(inits[f"w{i}"])
-        h = _bf16_bits((product + inits[f"b{i}"]).astype(np.float32))
-        h = np.maximum(h, 0) if i < 2 else h
+        h = (product + inits[f"b{i}"]).astype(np.float32)
+        h = np.maximum(_bf16_bits(h), 0) if i < 2 else h  # the graph output: not rounded
     # the f32 sums may round a result to the neighbouring bf16 value: one spacing at most
     assert np.all(np.abs(got - h) <= np.abs(h) * 2.0 ** -7 + 1e-6)
     assert _cosine(got, h) > 0.99999

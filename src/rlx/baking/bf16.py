@@ -15,7 +15,8 @@ int8 part: an engine runs one or the other (onnxruntime the int8 QDQ nodes, Open
 The numpy runtime is the reference of what bf16 does to a unit (`emulate_bf16`): its two
 operands (activation and weight) rounded to bf16, round to nearest even, and the products
 summed in f32 (the AVX512-BF16 dot products OpenVINO's CPU plugin uses), and the result
-(after the bias) stored as bf16, as the plugin stores a bf16 node's output.
+(after the bias) stored as bf16, as the plugin stores a bf16 node's output (a graph output:
+f32).
 The guard runs every unit so first (one run, the usual outcome); when that misses the
 targets it ranks the units by their effect alone at the outputs (one run each: a unit's own
 error says nothing of what comes after it, such as a large offset taken away downstream,
@@ -105,11 +106,11 @@ def _bf16_inputs(rw: Rewriter, node: Node) -> tuple[int, ...]:
 
 def emulate_bf16(graph: Graph, chosen: Sequence[Bf16Unit]) -> Graph:
     """`graph` with the `chosen` units computed as bf16 hardware does (module doc): operands
-    rounded to bf16, f32 sums (and bias), the unit's result rounded to bf16 as it is
-    stored."""
+    rounded to bf16, f32 sums (and bias), the unit's result rounded to bf16 as it is stored,
+    unless it is a graph output (OpenVINO writes those in f32)."""
     rw = Rewriter(graph)
     products = {u.node for u in chosen}
-    results = {u.node if u.bias is None else u.bias for u in chosen}
+    results = {u.node if u.bias is None else u.bias for u in chosen} - set(graph.outputs)
     for node in graph.nodes():
         if node.id in products:
             rw.substitute(node, node.op, _bf16_inputs(rw, node))

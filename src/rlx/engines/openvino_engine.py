@@ -83,7 +83,7 @@ def _read_in_place(param: ov.Node) -> bool:
 
 
 def _bind_weights(model: ov.Model, arrays: dict[str, np.ndarray],
-                  served: dict[str, np.ndarray]) -> tuple[list[np.ndarray], int]:
+                  served: dict[str, np.ndarray] | None) -> tuple[list[np.ndarray], int]:
     """Replace the weight Parameters by shared-memory Constants, except MatMul weights,
     which go into `served` to be set on each request; the aliases to keep alive, and the
     bytes of the Constants the plugin copies into this process's memory at compile."""
@@ -94,7 +94,7 @@ def _bind_weights(model: ov.Model, arrays: dict[str, np.ndarray],
             continue
         alias = writable_alias(np.ascontiguousarray(arrays[name]))
         keep.append(alias)
-        if _multiplied_only(param):
+        if served is not None and _multiplied_only(param):
             _serve_from_map(param, alias.shape)
             served[name] = alias
             continue
@@ -131,7 +131,9 @@ class OpenVinoRunner:
             model, self.precision = keep_f32(core(), model, bf16)
         self.served: dict[str, np.ndarray] = {}
         # private_weight_bytes: what each worker process holds apart (auto's memory="shared")
-        self._keep, self.private_weight_bytes = _bind_weights(model, self.arrays, self.served)
+        # a bf16 run converts a served weight at every run; as a Constant, once at compile
+        self._keep, self.private_weight_bytes = _bind_weights(
+            model, self.arrays, self.served if bf16 is None else None)
         self.model = model
         config: dict[str, str] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
         if precision == "exact" or plan is not None:
