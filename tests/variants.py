@@ -17,10 +17,10 @@ Each variant here is made from a real model by onnxruntime itself and cached in
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,16 +43,15 @@ feeds (seeds 0-2) nor the quantizer's."""
 SIZE_MIN_COSINE = 0.9995
 
 
-def _optimized(level_name: str) -> Callable[[Path, Path], None]:
-    def make(source: Path, target: Path) -> None:
-        import onnxruntime as ort
+def _optimized(source: Path, folder: Path, variant: str) -> None:
+    """`ort-extended` / `ort-all`: the model as onnxruntime's optimiser saves it."""
+    import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level_name)
-        options.optimized_model_filepath = str(target)
-        ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
-
-    return make
+    level = {"ort-extended": "ORT_ENABLE_EXTENDED", "ort-all": "ORT_ENABLE_ALL"}[variant]
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    options.optimized_model_filepath = str(folder / f"{variant}.onnx")
+    ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
 
 
 def _preprocessed(source: Path, folder: Path) -> Path:
@@ -66,58 +65,77 @@ def _preprocessed(source: Path, folder: Path) -> Path:
     return target
 
 
-def _dynamic(per_channel: bool) -> Callable[[Path, Path], None]:
-    def make(source: Path, target: Path) -> None:
-        from onnxruntime.quantization import quantize_dynamic
+def _calibration_cache(folder: Path) -> dict[str, Path]:
+    """`quantize_static`'s calibration cache where onnxruntime has one (1.32 on): the QDQ and
+    the QOperator variant then share one calibration, and the second writes no augmented
+    model (a copy of the model with every activation as an output)."""
+    from onnxruntime.quantization import quantize_static
 
-        quantize_dynamic(_preprocessed(source, target.parent), target, per_channel=per_channel,
-                         extra_options={"EnableSubgraph": True})
-
-    return make
-
-
-def _static(fmt: str, model: str) -> Callable[[Path, Path], None]:
-    def make(source: Path, target: Path) -> None:
-        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
-
-        class Reader(CalibrationDataReader):
-            def __init__(self):
-                self.feeds = iter([FEEDS[model](seed) for seed in CALIBRATION_SEEDS])
-
-            def get_next(self):
-                return next(self.feeds, None)
-
-        quantize_static(_preprocessed(source, target.parent), target, Reader(),
-                        quant_format=getattr(QuantFormat, fmt))
-
-    return make
+    if "calibration_cache_path" not in inspect.signature(quantize_static).parameters:
+        return {}
+    return {"calibration_cache_path": folder / "ranges.json"}
 
 
-def _maker(model: str, variant: str) -> Callable[[Path, Path], None]:
-    return {"ort-extended": _optimized("ORT_ENABLE_EXTENDED"),
-            "ort-all": _optimized("ORT_ENABLE_ALL"),
-            "dynamic-tensor": _dynamic(False), "dynamic-channel": _dynamic(True),
-            "static-qdq": _static("QDQ", model),
-            "static-qop": _static("QOperator", model)}[variant]
+def _quantised(model: str, source: Path, folder: Path, variants: list[str]) -> None:
+    """The integer `variants` of one model, written to `folder` as `{variant}.onnx`, from one
+    preprocessed copy: every quantiser pass writes temporary copies of the model it reads
+    (its shape inference goes through files), 5-6 of them a variant when each variant was
+    preprocessed and calibrated on its own."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        quantize_dynamic,
+        quantize_static,
+    )
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([FEEDS[model](seed) for seed in CALIBRATION_SEEDS])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    preprocessed, calibration = _preprocessed(source, folder), _calibration_cache(folder)
+    for variant in variants:
+        target = folder / f"{variant}.onnx"
+        if variant.startswith("dynamic-"):
+            quantize_dynamic(preprocessed, target, per_channel=variant == "dynamic-channel",
+                             extra_options={"EnableSubgraph": True})
+        else:
+            fmt = {"static-qdq": QuantFormat.QDQ, "static-qop": QuantFormat.QOperator}[variant]
+            quantize_static(preprocessed, target, Reader(), quant_format=fmt, **calibration)
+
+
+def _cached(model: str, variant: str) -> Path:
+    return CACHE / f"{model}.{variant}.onnx"
 
 
 def variant_path(model: str, variant: str) -> Path:
-    """The cached variant file, made from the real model on first use (atomically)."""
-    target = CACHE / f"{model}.{variant}.onnx"
+    """The cached variant file, made from the real model on first use (atomically). The
+    integer variants of a model are made together, sharing their preprocessing and
+    calibration (the suite uses all four)."""
+    target = _cached(model, variant)
     if target.exists():
         return target
     CACHE.mkdir(parents=True, exist_ok=True)
     source = fetch(model)
     logging.getLogger("root").setLevel(logging.ERROR)  # the quantizer's chatter
+    batch = [variant]
+    if variant in INTEGER:
+        batch = [v for v in VARIANTS if v in INTEGER and not _cached(model, v).exists()]
     with footprint.unmetered(), tempfile.TemporaryDirectory(dir=CACHE) as tmp:
-        partial = Path(tmp) / target.name
+        folder = Path(tmp)
         cwd = os.getcwd()
-        os.chdir(tmp)  # quantize_static writes its augmented model to the working folder
+        os.chdir(tmp)  # quantize_static before 1.19 wrote its augmented model here
         try:
-            _maker(model, variant)(source, partial)
+            if variant in INTEGER:
+                _quantised(model, source, folder, batch)
+            else:
+                _optimized(source, folder, variant)
         finally:
             os.chdir(cwd)
-        partial.replace(target)
+        for made in batch:
+            (folder / f"{made}.onnx").replace(_cached(model, made))
     return target
 
 
