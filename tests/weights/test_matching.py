@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rlx.deferred import Computed
 from rlx.weights.matching import likely_params
 
 RNG = np.random.default_rng(0)
@@ -30,3 +31,29 @@ def test_without_own_values_only_a_single_fitting_shape_is_named():
     assert likely_params(["w"], tensors, {"only": (4, 8)}) == {"w": "param 'only' transposed"}
     assert likely_params(["w"], tensors, {"one": (8, 4), "two": (4, 8)}) == {}
     assert likely_params(["w"], tensors, {"bias": (32,)}) == {}
+
+
+class _RowsOnly(Computed):
+    """A large weight that may be read a row at a time but never whole."""
+
+    def read(self) -> np.ndarray:
+        raise AssertionError(f"{self} read whole")
+
+
+def test_large_tensors_are_compared_on_a_grid_never_read_whole():
+    """A 2 GiB model's unused 256 MiB tensor once peaked a streaming bake at 1.6 GB: a hint
+    reads a grid of rows and columns. A transposed copy within the bound agrees, another
+    tensor of the same shape does not; the grid's verdict is the whole comparison's."""
+    big = RNG.standard_normal((2048, 2304)).astype(np.float32)  # 18 MiB: over 16 MiB
+    noisy = big + 0.01 * RNG.standard_normal(big.shape).astype(np.float32)
+    other = RNG.standard_normal(big.shape).astype(np.float32)
+
+    def rows_only(value: np.ndarray) -> _RowsOnly:
+        return _RowsOnly(np.copy, (value,), (), value.shape, np.float32, rowwise=True)
+
+    tensors = {"p": rows_only(big), "t": rows_only(np.ascontiguousarray(noisy.T)),
+               "far": rows_only(other)}
+    shapes = {"p": big.shape}
+    assert likely_params(["t", "far"], tensors, shapes) == {"t": "param 'p' transposed"}
+    whole = np.linalg.norm(noisy.astype(np.float64) - big) / np.linalg.norm(big)
+    assert whole <= 0.05 < np.linalg.norm(other.astype(np.float64) - big) / np.linalg.norm(big)

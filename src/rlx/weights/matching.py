@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from rlx.deferred import Payload, materialize
+from rlx.deferred import Payload, defer, materialize, read_rows
 
 __all__ = ["likely_params"]
 
@@ -45,15 +45,44 @@ def _fits(value: Payload, param: str, shape: tuple[int, ...], own: Payload | Non
     for transposed in (False, True) if len(dims) > 1 else (False,):
         if (dims[::-1] if transposed else dims) != shape:
             continue
-        array = materialize(value)
-        if own is None or _agree(array.T if transposed else array, materialize(own)):
+        if own is None or _agree(value, own, transposed):
             return f"param {param!r}" + (" transposed" if transposed else "")
     return None
 
 
-def _agree(baked: np.ndarray, own: np.ndarray) -> bool:
-    if baked.shape != own.shape or baked.dtype.kind != "f" or own.dtype.kind != "f":
+def _agree(baked: Payload, own: Payload, transposed: bool) -> bool:
+    """Whether `baked` (or its transpose) is `own` within `_AGREE`; a large matrix is
+    compared on a grid of `_SAMPLE` rows by `_SAMPLE` columns, read a row at a time: a hint
+    is no reason to hold a weight a streaming bake never holds whole."""
+    expected = tuple(baked.shape[::-1] if transposed else baked.shape)
+    if tuple(own.shape) != expected or baked.dtype.kind != "f" or own.dtype.kind != "f":
         return False
+    if baked.ndim == 2 and baked.nbytes > _WHOLE_BYTES:
+        rows, cols = (_spread(n) for n in baked.shape)
+        theirs = _grid(own, cols, rows).T if transposed else _grid(own, rows, cols)
+        return _close(_grid(baked, rows, cols), theirs)
+    if baked.nbytes > _WHOLE_BYTES:  # rank 3 or more and large: no hint rather than a read
+        return False
+    array = materialize(baked)
+    return _close(array.T if transposed else array, materialize(own))
+
+
+_WHOLE_BYTES = 16 << 20  # compared whole up to this size
+_SAMPLE = 64
+
+
+def _spread(n: int) -> np.ndarray:
+    return np.unique(np.linspace(0, n - 1, min(n, _SAMPLE)).astype(np.int64))
+
+
+def _grid(value: Payload, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """The grid, each row read from the file when `value` views a weights file's map
+    (`defer`): touched through the map, each row faulted in far more than itself."""
+    value = defer(value)
+    return np.stack([read_rows(value, int(r), int(r) + 1)[0, cols] for r in rows])
+
+
+def _close(baked: np.ndarray, own: np.ndarray) -> bool:
     own64 = own.astype(np.float64)
     norm = float(np.linalg.norm(own64))
     error = float(np.linalg.norm(baked.astype(np.float64) - own64))
