@@ -7,10 +7,15 @@ per-tensor u8 scale's whole range: the next layer is the sensitive node."""
 
 from __future__ import annotations
 
+import collections
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper, save
+
+from rlx.artifact import read_rlx
 
 __all__ = ["small_cnn", "mlp", "small_crnn", "image_feeds", "vector_feeds", "line_feeds"]
 
@@ -148,3 +153,20 @@ def line_feeds(seed: int, n: int = 1, steps: int = 8) -> list[dict[str, np.ndarr
     rng = np.random.default_rng(seed)
     return [{"x": rng.uniform(0, 1, (1, 3, 16, 2 * steps)).astype(np.float32)}
             for _ in range(n)]
+
+
+def onnxruntime_kernels(path, folder) -> collections.Counter:
+    """The op types onnxruntime runs for the fast file at `path` after its own fusions
+    (its optimised model, written to `folder`): QLinearConv / QGemm where int8 kernels run."""
+    from rlx.engines.onnxruntime_engine import export_for_ort
+
+    file = read_rlx(path)
+    model_bytes, placer, _ = export_for_ort(file, file.into_runtime_graph())
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(folder / "optimized.onnx")
+    bound = placer.bind(so, in_place=False)  # the weights, alive until the session is made
+    ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+    del bound
+    optimized = onnx.load(so.optimized_model_filepath, load_external_data=False)
+    return collections.Counter(n.op_type for n in optimized.graph.node)
+

@@ -6,7 +6,6 @@ from __future__ import annotations
 import collections
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 
@@ -19,7 +18,7 @@ from rlx.ir.ops.nn import Conv
 from rlx.ir.ops.quant import DequantizeLinear, QuantizeLinear
 from rlx.ir.ops.sources import Constant
 from rlx.onnx import import_onnx
-from tests.baking.fast_models import line_feeds, small_crnn
+from tests.baking.fast_models import line_feeds, onnxruntime_kernels, small_crnn
 
 
 @pytest.fixture(scope="module")
@@ -81,17 +80,7 @@ def test_a_weight_every_cell_reads_is_stored_once_as_int8(baked):
 
 
 def test_onnxruntime_runs_every_int8_node_in_an_int8_kernel(baked, tmp_path):
-    from rlx.engines.onnxruntime_engine import export_for_ort
-
-    file = read_rlx(baked[1])
-    model_bytes, placer, _ = export_for_ort(file, file.into_runtime_graph())
-    so = ort.SessionOptions()
-    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
-    bound = placer.bind(so, in_place=False)  # the weights, alive until the session is made
-    ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
-    del bound
-    optimized = onnx.load(so.optimized_model_filepath, load_external_data=False)
-    kinds = collections.Counter(n.op_type for n in optimized.graph.node)
+    kinds = onnxruntime_kernels(baked[1], tmp_path)
     # the cells' Gemms (a bias: output quantised) and the head's MatMul (no bias: f32 out)
     int8_kernels = kinds["QGemm"] + kinds["QLinearConv"] + kinds["MatMulIntegerToFloat"]
     assert int8_kernels == baked[2].precision.counts["int8"]

@@ -26,7 +26,13 @@ from rlx.ir.ops.quant import QuantizeLinear
 from rlx.ir.ops.sources import Constant
 from rlx.onnx import import_onnx
 from rlx.runtime import Session
-from tests.baking.fast_models import image_feeds, mlp, small_cnn, vector_feeds
+from tests.baking.fast_models import (
+    image_feeds,
+    mlp,
+    onnxruntime_kernels,
+    small_cnn,
+    vector_feeds,
+)
 
 
 def _cosine(a, b) -> float:
@@ -102,20 +108,10 @@ def test_a_sensitive_node_falls_back_to_f32(tmp_path):
 
 
 def test_onnxruntime_fuses_the_qdq_export_and_matches_numpy(tmp_path):
-    from rlx.engines.onnxruntime_engine import export_for_ort
-
     path = small_cnn(tmp_path)
     out, _ = _fast(path, image_feeds(1, 4), tmp_path)
-    file = read_rlx(out)
-    model_bytes, placer, _ = export_for_ort(file, file.into_runtime_graph())
-    so = ort.SessionOptions()
-    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
-    bound = placer.bind(so, in_place=False)  # the weights, alive until the session is made
-    ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
-    del bound
-    optimized = onnx.load(so.optimized_model_filepath, load_external_data=False)
-    kinds = [n.op_type for n in optimized.graph.node]
-    assert kinds.count("QLinearConv") == 2  # the two int8 Convs run int8 kernels
+    kinds = onnxruntime_kernels(out, tmp_path)
+    assert kinds["QLinearConv"] == 2  # the two int8 Convs run int8 kernels
     # the classifier (13k multiply-adds, the most error per one saved) stays f32 here; an
     # int8 MatMul + bias runs as QGemm (tests/baking/test_fast_crnn.py)
     numpy_model = rlx.load(out, engine="numpy", precision="fast")
