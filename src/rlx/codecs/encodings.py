@@ -34,6 +34,10 @@ class Encoding(enum.Enum):
     GGUF_Q8_0 = "gguf_q8_0"
     GGUF_TQ2_0 = "gguf_tq2_0"
     Q8_F32 = "q8_f32"  # rlx's: int8 codes, float32 block scales (weights on an int8 grid)
+    Q9_0 = "q9_0"  # rlx's: 9-bit codes, f16 block scales (rlx.codecs.wide)
+    Q10_0 = "q10_0"
+    Q11_0 = "q11_0"
+    Q12_0 = "q12_0"
     # MLX quantized codes (rlx.codecs.mlx): decoding needs the scales (and affine biases)
     MLX_AFFINE_2_32 = "mlx_affine/2/32"
     MLX_AFFINE_2_64 = "mlx_affine/2/64"
@@ -134,6 +138,11 @@ def _make_codec(encoding: Encoding) -> _Codec:
         from rlx.codecs import tq2_0
 
         return _Codec(tq2_0.LAYOUT, tq2_0.quantize_tq2_0, tq2_0.dequantize_tq2_0)
+    if encoding in (Encoding.Q9_0, Encoding.Q10_0, Encoding.Q11_0, Encoding.Q12_0):
+        from rlx.codecs import wide
+
+        codes = wide.BY_NAME[encoding.value]
+        return _Codec(codes.layout, codes.quantize, codes.dequantize)
     from rlx.codecs import q8_f32
 
     return _Codec(q8_f32.LAYOUT, q8_f32.quantize_q8_f32, q8_f32.dequantize_q8_f32)
