@@ -53,6 +53,20 @@ def test_bytes_and_values_match_the_reference(encoding, blocks, magnitude, seed)
     assert np.all(np.abs(decoded) <= limit * scales.astype(np.float32))
 
 
+@pytest.mark.parametrize("encoding", [Encoding.Q9_0, Encoding.Q12_0])
+def test_streams_longer_than_a_slab_are_the_same_blocks(encoding):
+    """Blocks are encoded a slab at a time: the last ones, past the first slab, are the
+    reference's bytes for those blocks alone, and the whole stream decodes within half a
+    step of every value."""
+    x = np.random.default_rng(4).standard_normal(32 * 4100).astype(np.float32)
+    data = encode(encoding, x)
+    tail = 5 * encoding.block_bytes
+    assert data[-tail:].tobytes() == _reference(x[-5 * 32:], WIDE[encoding])
+    limit = (1 << (WIDE[encoding] - 1)) - 1
+    step = np.repeat(np.abs(x).reshape(-1, 32).max(axis=1) / limit, 32)
+    assert np.all(np.abs(decode(encoding, data, x.size) - x) <= step * 0.5005)
+
+
 def test_each_bit_halves_the_error_from_q8_0_to_f16():
     x = np.random.default_rng(3).standard_normal(32 * 4096).astype(np.float32)
     q8 = dequantize(quantize(x, gguf.GGMLQuantizationType.Q8_0), gguf.GGMLQuantizationType.Q8_0)

@@ -1,6 +1,6 @@
 """Weight encodings: plain floats (f32, f16, bf16), GGUF block quantisers (Q8_0, TQ2_0),
-rlx's exact int8 grids (q8_f32) and the MLX quantized formats rlx reads (affine, mxfp4,
-mxfp8, nvfp4; decode only).
+rlx's exact int8 grids (q8_f32), its 9-12-bit codes (q9_0..q12_0) and the MLX quantized
+formats rlx reads (affine, mxfp4, mxfp8, nvfp4; decode only).
 
 The GGUF ones byte-exact with the `gguf` package; all little-endian on any host and
 vectorised over whole streams of blocks. Depends only on numpy and ml_dtypes (imported when

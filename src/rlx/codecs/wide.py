@@ -29,6 +29,7 @@ __all__ = ["Wide", "Q9_0", "Q10_0", "Q11_0", "Q12_0", "BY_NAME"]
 
 _F16_LE = np.dtype("<f2")
 _BLOCK = 32
+_SLAB_BLOCKS = 4096  # 128 Ki values: the unpacked bits of a slab stay a few MiB
 
 
 class Wide:
@@ -40,10 +41,19 @@ class Wide:
         self.layout = Layout(name, _BLOCK, 2 + _BLOCK * bits // 8)
 
     def quantize(self, values: ArrayLike) -> np.ndarray:
-        """`values` (size a multiple of 32) as blocks of `bits`-bit codes (module doc)."""
+        """`values` (size a multiple of 32) as blocks of `bits`-bit codes (module doc), a
+        slab of blocks at a time (the bits of a slab are a temporary of 8 bytes a bit)."""
         blocks = self.layout.value_blocks(values)
+        out = np.empty((len(blocks), self.layout.block_bytes), np.uint8)
+        for first in range(0, len(blocks), _SLAB_BLOCKS):
+            out[first:first + _SLAB_BLOCKS] = self._quantize_slab(
+                blocks[first:first + _SLAB_BLOCKS], first)
+        return out.reshape(-1)
+
+    def _quantize_slab(self, blocks: np.ndarray, first: int) -> np.ndarray:
         name = self.layout.name
-        scale = _f16_at_least(block_scale(np.abs(blocks).max(axis=1), self.limit, name), name)
+        scale = _f16_at_least(block_scale(np.abs(blocks).max(axis=1), self.limit, name, first),
+                              name, first)
         codes = round_half_away(blocks * inverse_scale(scale)[:, None])
         np.clip(codes, -self.limit, self.limit, out=codes)  # 1/d rounded: a hair over
         out = np.empty((len(blocks), self.layout.block_bytes), np.uint8)
@@ -52,19 +62,25 @@ class Wide:
         bits = (unsigned[:, :, None] >> np.arange(self.bits, dtype=np.uint16)) & 1
         out[:, 2:] = np.packbits(bits.astype(np.uint8).reshape(len(blocks), -1), axis=1,
                                  bitorder="little")
-        return out.reshape(-1)
+        return out
 
     def dequantize(self, data: object, count: int | None = None) -> np.ndarray:
-        """Float32 values of a stream (exactly `count` of them when given)."""
+        """Float32 values of a stream (exactly `count` of them when given), a slab of
+        blocks at a time."""
         blocks = self.layout.byte_blocks(data, count)
-        bits = np.unpackbits(blocks[:, 2:], axis=1, bitorder="little")
-        bits = bits.reshape(len(blocks), _BLOCK, self.bits).astype(np.int32)
-        codes = (bits << np.arange(self.bits, dtype=np.int32)).sum(axis=2) - (self.limit + 1)
-        scale = np.ascontiguousarray(blocks[:, :2]).view(_F16_LE).astype(np.float32)
-        return (codes.astype(np.float32) * scale).reshape(-1)
+        out = np.empty((len(blocks), _BLOCK), np.float32)
+        weights = np.arange(self.bits, dtype=np.int32)
+        for first in range(0, len(blocks), _SLAB_BLOCKS):
+            slab = blocks[first:first + _SLAB_BLOCKS]
+            bits = np.unpackbits(slab[:, 2:], axis=1, bitorder="little")
+            bits = bits.reshape(len(slab), _BLOCK, self.bits).astype(np.int32)
+            codes = (bits << weights).sum(axis=2) - (self.limit + 1)
+            scale = np.ascontiguousarray(slab[:, :2]).view(_F16_LE).astype(np.float32)
+            out[first:first + len(slab)] = codes.astype(np.float32) * scale
+        return out.reshape(-1)
 
 
-def _f16_at_least(scale: np.ndarray, name: str) -> np.ndarray:
+def _f16_at_least(scale: np.ndarray, name: str, first: int) -> np.ndarray:
     """Each float32 scale rounded up to the nearest f16 (as float32): no code passes the
     limit, and a scale above 0 never becomes 0."""
     with np.errstate(over="ignore"):
@@ -73,7 +89,7 @@ def _f16_at_least(scale: np.ndarray, name: str) -> np.ndarray:
         rounded[low] = np.nextafter(rounded[low], np.float16(np.inf))
     if not np.isfinite(rounded).all():
         block = int(np.argmax(~np.isfinite(rounded)))
-        raise BakeError(f"{name}: block {block}'s scale {float(scale[block]):g} overflows f16")
+        raise BakeError(f"{name}: block {first + block}'s scale {float(scale[block]):g} overflows f16")
     return rounded.astype(np.float32)
 
 
