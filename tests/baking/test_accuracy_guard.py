@@ -13,7 +13,9 @@ import pytest
 
 from rlx import BakeOptions, bake
 from rlx.baking.encoding import UNCHECKED
+from rlx.baking.guard import REFUND_ROUNDS
 from rlx.ir import Graph, Shape
+from rlx.passes.weight_encoding import FINER_BLOCK_ENCODINGS
 from rlx.runtime import Session
 
 K, H, N = 64, 64, 16
@@ -140,8 +142,8 @@ def _progress_records(run) -> list[logging.LogRecord]:
 def test_calibration_is_one_counted_phase_and_encodes_each_weight_once_in_progress():
     """The guard's runs are one kind of record, counted 0..n-1 of n (the exact graph, each
     weight alone, everything encoded, one more per round of weights stepped down, at least
-    one weight a round); the per-weight encoding records are the final encoding's only, one
-    per weight stored encoded."""
+    one rung a round, and one per refund measured); the per-weight encoding records are the
+    final encoding's only, one per weight stored encoded."""
     g, weights = _model(np.random.default_rng(0))
     opts = BakeOptions.from_profile("size").replace(calibration=[_feeds(0)], min_cosine=0.9995)
     result = {}
@@ -153,7 +155,9 @@ def test_calibration_is_one_counted_phase_and_encodes_each_weight_once_in_progre
     [calibration] = [k for k in by_kind if k.startswith("measuring accuracy")]
     stepped = sum(t.encoding != t.proposed for t in report.accuracy.tensors)
     lossy = len(report.accuracy.tensors)  # the toy's weights are all lossy candidates
-    assert stepped >= 1 and 1 + lossy + 1 < report.accuracy.runs <= 1 + lossy + 1 + stepped
+    rungs = len(FINER_BLOCK_ENCODINGS) + 2  # then f16, then f32
+    assert stepped >= 1 and 1 + lossy + 1 < report.accuracy.runs <= \
+        1 + lossy + 1 + stepped * rungs + REFUND_ROUNDS
     assert [done for done, _ in by_kind[calibration]] == list(range(report.accuracy.runs))
     assert all(done < total for done, total in by_kind[calibration])
     encoded = sum(report.optimize.encoded.values())
@@ -165,8 +169,8 @@ def test_calibration_is_one_counted_phase_and_encodes_each_weight_once_in_progre
 def test_the_guard_steps_the_weight_that_buys_most_per_byte():
     """x @ ws @ wb: ws (4 KiB as Q8_0) alone costs less accuracy than wb (68 KiB) alone,
     but per byte far more; with both encoded the target is missed, and stepping either one
-    meets it. The guard steps ws to f16 and leaves the large wb at Q8_0 (stepping the
-    largest contributor, wb, would have cost 16x the bytes)."""
+    meets it. The guard steps ws down (a wider code or f16) and leaves the large wb at
+    Q8_0 (stepping the largest contributor, wb, would have cost 16x the bytes)."""
     rng = np.random.default_rng(0)
     n = 1024
     g = Graph("chain")
@@ -183,8 +187,10 @@ def test_the_guard_steps_the_weight_that_buys_most_per_byte():
     rows = {t.name: t for t in report.accuracy.tensors}
     assert 1 - rows["ws"].cosine < 1 - rows["wb"].cosine < 0.002  # either alone meets it
     assert report.accuracy.proposed[0].cosine < 0.998 <= report.accuracy.final[0].cosine
-    assert (rows["ws"].encoding, rows["wb"].encoding) == ("f16", "gguf_q8_0")
-    assert (file.weight("ws").encoding, file.weight("wb").encoding) == ("f16", "gguf_q8_0")
+    rungs = {e.label for e in FINER_BLOCK_ENCODINGS} | {"f16"}
+    assert rows["ws"].encoding in rungs and rows["wb"].encoding == "gguf_q8_0"
+    assert (file.weight("ws").encoding, file.weight("wb").encoding) == \
+        (rows["ws"].encoding, "gguf_q8_0")
     w64 = {k: v.astype(np.float64) for k, v in weights.items()}
     for seed in (5, 6):  # held-out inputs, against float64 numpy
         feeds = _feeds(seed)

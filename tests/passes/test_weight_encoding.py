@@ -14,6 +14,7 @@ from rlx.ir import BinaryOp, Conv, DequantMatMul, DType, Graph, MatMul, Shape
 from rlx.ir.ops.packed import DecodeWeight, DequantGather
 from rlx.ir.ops.shaping import Gather
 from rlx.passes import WeightRole, apply_weight_encodings, plan_weight_encodings
+from rlx.passes.weight_encoding import FINER_BLOCK_ENCODINGS, next_rung
 from rlx.passes.zero_matmuls import skip_zero_matmul
 from tests.passes.common import assert_unchanged, random_feeds, run, snapshot
 
@@ -229,3 +230,33 @@ def test_size_plan_and_streams_read_large_gather_tables_in_blocks_of_rows_only()
     assert np.all(stored["grid"].reshape(-1, 36)[:, :4].view(np.float32) == np.float32(0.0123))
     np.testing.assert_array_equal(stored["tied"].view(np.float16),
                                   tied.astype(np.float16).reshape(-1))
+
+
+def test_the_guards_ladder_runs_through_the_wider_codes_to_f16():
+    """`next_rung` from Q8_0: q9_0 .. q12_0 (their bytes: rows of whole blocks, 2 + 4 x bits
+    a block), then f16, then nothing; a MatMul weight on a wider code leaves DequantMatMul
+    (its exports take GGUF streams) for a DecodeWeight, and its product stays within half a
+    code step per weight of float64 numpy's."""
+    g, w = _model()
+    users = g.users()
+    choice = next(c for c in plan_weight_encodings(g).choices if c.name == "q8_matmul")
+    seen = []
+    while choice is not None:
+        seen.append(choice.encoding)
+        if choice.encoding in FINER_BLOCK_ENCODINGS:
+            bits = {Encoding.Q9_0: 9, Encoding.Q10_0: 10, Encoding.Q11_0: 11,
+                    Encoding.Q12_0: 12}[choice.encoding]
+            assert choice.role is WeightRole.MATMUL_DECODED
+            assert choice.packed_bytes == 24 * 2 * (2 + 4 * bits)  # 24 rows of 2 blocks
+            encoded, _ = apply_weight_encodings(g, [choice])
+            assert not any(isinstance(n.op, DequantMatMul) for n in encoded.nodes())
+            feeds = random_feeds(g)
+            feeds["tokens"] = np.array([0, 1, 2])
+            got = run(encoded, feeds)[0]
+            amax = np.abs(w["q8_matmul"].T.reshape(-1, 32)).max(axis=1, keepdims=True)
+            step = np.broadcast_to(amax / ((1 << (bits - 1)) - 1), (len(amax), 32))
+            step = step.reshape(24, 64).T * (1 + 2.0**-10)  # the scale rounded up to f16
+            exact = feeds["x"].astype(np.float64) @ w["q8_matmul"].astype(np.float64)
+            assert (np.abs(got - exact) <= np.abs(feeds["x"]) @ (step * 0.5) + 1e-5).all()
+        choice = next_rung(g, choice, users)
+    assert seen == [Encoding.GGUF_Q8_0, *FINER_BLOCK_ENCODINGS, Encoding.F16]

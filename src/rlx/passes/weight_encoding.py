@@ -22,7 +22,9 @@ to zero, so a whole-decoded Q8_0 tensor also gets row exponents (one byte a chan
 `ROW_SCALE_GAIN`. Q8_0 is proposed only when it is smaller than f16; f16 only when it holds
 the values (no overflow, relative error <= `F16_MAX_REL_ERROR`), and for roles without rows
 f16 only. Exactly ternary weights (-1/0/+1) are proposed as TQ2_0, which is lossless;
-`lossless=True` proposes only those.
+`lossless=True` proposes only those. The accuracy guard steps a lossy weight down
+`next_rung`s: 9- to 12-bit codes (`FINER_BLOCK_ENCODINGS`, decoded whole, with row
+exponents where they pay as for Q8_0), then f16, then full precision.
 
 The int8 codes a DequantizeLinear reads stay as they are (it is not folded where that
 would widen them). Float weights already on an int8 grid are stored exactly, as `q8_f32`
@@ -100,9 +102,9 @@ from rlx.passes.weight_roles import (
 )
 
 __all__ = ["WeightChoice", "EncodingPlan", "plan_weight_encodings", "plan_ternary_matmuls",
-           "apply_weight_encodings", "encode_ternary_matmuls", "matmul_choice", "f16_fallback",
-           "MIN_ELEMENTS",
-           "MIN_BLOCK_ELEMENTS", "F16_MAX_REL_ERROR", "ROW_SCALE_GAIN", "LOSSY_BLOCK_ENCODINGS"]
+           "apply_weight_encodings", "encode_ternary_matmuls", "matmul_choice", "next_rung",
+           "MIN_ELEMENTS", "MIN_BLOCK_ELEMENTS", "F16_MAX_REL_ERROR", "ROW_SCALE_GAIN",
+           "LOSSY_BLOCK_ENCODINGS", "FINER_BLOCK_ENCODINGS"]
 
 log = logging.getLogger(__name__)
 progress = logging.getLogger("rlx.progress")  # what a terminal shows while it runs
@@ -131,6 +133,16 @@ LOSSY_BLOCK_ENCODINGS: tuple[Encoding, ...] = (Encoding.GGUF_Q8_0,)
 """The lossy block encodings the plan proposes for weights with rows (a reduction axis),
 in order of preference: the first one smaller than f16 is taken (then f16, then nothing).
 A new block codec is proposed by adding it here."""
+
+FINER_BLOCK_ENCODINGS: tuple[Encoding, ...] = (Encoding.Q9_0, Encoding.Q10_0, Encoding.Q11_0,
+                                                Encoding.Q12_0)
+"""The accuracy guard's rungs between a lossy block encoding and f16 (`next_rung`), never
+proposed first: 2 and 4 bits more than Q8_0 (4x and 16x less error) for 0.25 and 0.5
+more bytes a value, where f16 buys 27x for 0.94. Decoded whole (`DecodeWeight`): a MatMul
+weight stepped to one leaves DequantMatMul, whose exports take GGUF streams."""
+
+_ROW_SCALED = (*LOSSY_BLOCK_ENCODINGS, *FINER_BLOCK_ENCODINGS)
+"""Block encodings whose blocks may span channels, and so take row exponents."""
 
 _LOSSLESS = frozenset({Encoding.GGUF_TQ2_0, Encoding.Q8_F32})
 """Encodings the plan proposes only where they decode to the very values (exactly ternary
@@ -293,34 +305,39 @@ def _may_be_ternary(values: Payload, role: WeightRole, ternary: bool) -> bool:
         and all_rows(values, is_ternary)
 
 
-def f16_fallback(graph: Graph, choice: WeightChoice, users: list[list[int]]
-                 ) -> WeightChoice | None:
-    """`choice`'s weight stored f16, where f16 holds it (no overflow, relative error at most
-    `F16_MAX_REL_ERROR`), else None: the accuracy guard's step between a lossy block
-    encoding and full precision (20x less error than Q8_0 measured on conv weights, half
-    the bytes of f32). `users` is `graph.users()`."""
-    if choice.encoding is Encoding.F16:
+def next_rung(graph: Graph, choice: WeightChoice, users: list[list[int]]
+              ) -> WeightChoice | None:
+    """The accuracy guard's next step down from `choice` towards full precision: the first
+    of the `FINER_BLOCK_ENCODINGS` after its encoding that is smaller than f16, else f16
+    where f16 holds the weight (no overflow, relative error at most `F16_MAX_REL_ERROR`;
+    20x less error than Q8_0 measured on conv weights, half the bytes of f32), else None.
+    `users` is `graph.users()`."""
+    if choice.encoding is Encoding.F16 or choice.lossless:
         return None
+    ladder = FINER_BLOCK_ENCODINGS
+    finer = ladder[ladder.index(choice.encoding) + 1:] if choice.encoding in ladder else ladder
     node = graph.node(choice.node_id)
     payload = constant_payload(node)
     assert payload is not None  # the plan chose it: a constant with its bytes
     role, rows, perm = weight_role(graph, node, payload.shape, users[node.id])
     found, _ = _choose(node, payload, role, rows, perm, lossless=False, ternary=False,
-                       blocks=False)
+                       blocks=finer)
     return found
 
 
 def _choose(node: Node, values: Payload, role: WeightRole, rows: int,
             perm: tuple[int, ...], lossless: bool, ternary: bool,
-            blocks: bool = True) -> tuple[WeightChoice | None, str | None]:
-    """The choice for one weight (module doc); `blocks=False` proposes f16 only. A deferred
-    MatMul weight is read a slab at a time: its stream of W^T is checked and measured down
-    its columns."""
+            blocks: tuple[Encoding, ...] = LOSSY_BLOCK_ENCODINGS
+            ) -> tuple[WeightChoice | None, str | None]:
+    """The choice for one weight (module doc): the first of the block encodings `blocks`
+    that is smaller than f16, else f16. A deferred MatMul weight is read a slab at a time:
+    its stream of W^T is checked and measured down its columns."""
     shape = tuple(int(d) for d in values.shape)
     channels, length = rows, values.size // rows
-    if role is WeightRole.MATMUL and not fits_dequant_matmul(
-            shape, Encoding.GGUF_Q8_0.block_size):
-        role = WeightRole.MATMUL_DECODED  # K rows not whole blocks: padded rows instead
+    gguf = all(e in LOSSY_BLOCK_ENCODINGS for e in blocks)  # what DequantMatMul exports
+    if role is WeightRole.MATMUL and not (
+            gguf and fits_dequant_matmul(shape, Encoding.GGUF_Q8_0.block_size)):
+        role = WeightRole.MATMUL_DECODED  # padded rows: K not whole blocks, or not GGUF
     candidates: list[Encoding] = []
     linear = values.size >= MIN_BLOCK_ELEMENTS and role in LINEAR
     if ternary and linear and all_rows(values, is_ternary):
@@ -329,8 +346,8 @@ def _choose(node: Node, values: Payload, role: WeightRole, rows: int,
         # exact whatever the size (MIN_BLOCK_ELEMENTS guards against error, and there is none)
         if _on_int8_grid(values, rows, perm):
             return _grid_choice(node, values, role, rows, perm)
-        if linear and blocks:
-            candidates.extend(LOSSY_BLOCK_ENCODINGS)
+        if linear:
+            candidates.extend(blocks)
         candidates.append(Encoding.F16)
     if not candidates:
         return None, None
@@ -381,7 +398,7 @@ def _error_and_scales(values: Payload, encoding: Encoding, role: WeightRole, row
     none). A lossy block encoding decoded whole takes them where its worst row loses more
     than `ROW_SCALE_GAIN` times what it loses with them: a byte a channel."""
     plain = weight_error(values, encoding, rows, perm, channels)
-    if encoding not in LOSSY_BLOCK_ENCODINGS or role not in DECODED_WHOLE:
+    if encoding not in _ROW_SCALED or role not in DECODED_WHOLE:
         return plain, 0
     scaled = weight_error(values, encoding, rows, perm, channels, scaled=True)
     if plain.worst_row > ROW_SCALE_GAIN * scaled.worst_row:
