@@ -170,3 +170,60 @@ def crnn(seed: int = 0, height: int = 32, width: int = 128, classes: int = 64,
     probabilities = b.node("Softmax", [b.node("MatMul", [both, b.init("fc", fc)])], axis=-1)
     shape = [1, 3, height, width]
     return b.model(shape, [probabilities]), image_feeds(shape)
+
+
+def anchor_free_detector(seed: int = 0, size: int = 96, classes: int = 5,
+                         bins: int = 8) -> tuple[onnx.ModelProto, Feeds]:
+    """An anchor-free layout detector (PicoDet / GFL style): backbone, a PAN neck of 1x1
+    laterals and depthwise-separable fusions (top-down by upsampling, bottom-up by stride-2
+    depthwise convs), and per level a head of 5x5 depthwise + 1x1 convs ending in a
+    `classes`-wide sigmoid and a `4 x bins` box-distribution branch, flattened and
+    concatenated over the levels."""
+    b = CnnBuilder(seed)
+    feats = b.backbone("x", (16, 24, 40, 80, 160))[1:]
+    width = 64
+    lateral = [b.conv(f, c, width, 1, act="HardSwish") for f, c in feats]
+    for i in range(len(lateral) - 2, -1, -1):
+        fused = b.node("Add", [lateral[i], b.upsample(lateral[i + 1], 2)])
+        lateral[i] = b.separable(fused, width, width, 5, 1)
+    for i in range(1, len(lateral)):
+        down = b.conv(lateral[i - 1], width, width, 3, 2, groups=width, act="HardSwish")
+        lateral[i] = b.separable(b.node("Add", [lateral[i], down]), width, width, 5, 1)
+    scores, boxes = [], []
+    for level in lateral:
+        y = level
+        for _ in range(2):
+            y = b.conv(y, width, width, 5, groups=width, act="HardSwish")
+            y = b.conv(y, width, width, 1, act="HardSwish")
+        cls = b.conv(y, width, classes, 1, act=None, bn=False)
+        reg = b.conv(y, width, 4 * bins, 1, act=None, bn=False)
+        scores.append(b.node("Reshape", [cls, b.init("shape", [1, classes, -1], np.int64)]))
+        boxes.append(b.node("Reshape", [reg, b.init("shape", [1, 4 * bins, -1], np.int64)]))
+    score = b.node("Sigmoid", [b.node("Concat", scores, axis=2)])
+    box = b.node("Concat", boxes, axis=2)
+    shape = [1, 3, size, size]
+    return b.model(shape, [score, box]), image_feeds(shape)
+
+
+def ctc_recogniser(seed: int = 0, height: int = 32, width: int = 160, classes: int = 2000,
+                   hidden: int = 96) -> tuple[onnx.ModelProto, Feeds]:
+    """An SVTR-style recogniser without recurrence: a separable conv backbone pooled to one
+    row, two token-mixing MatMul layers with biases and HardSwish, a LayerNorm, and a wide
+    CTC head (a MatMul to `classes`, most of the weights), softmax."""
+    b = CnnBuilder(seed)
+    y, c = b.conv("x", 3, 16, 3, 2, act="HardSwish"), 16
+    for w, stride in ((32, 2), (64, 1), (hidden, 1)):
+        y, c = b.separable(y, c, w, 3, stride), w
+    seq = b.node("Transpose", [b.node("ReduceMean", [y], axes=[2], keepdims=0)],
+                 perm=[0, 2, 1])  # [1, W, C]
+    for _ in range(2):
+        w = b.rng.standard_normal((c, c)) * np.sqrt(2 / c)
+        mixed = b.node("Add", [b.node("MatMul", [seq, b.init("mix", w)]),
+                               b.init("bias", b.rng.normal(0, 0.1, c))])
+        seq = b.node("Add", [seq, b.act(mixed, "HardSwish")])
+    seq = b.node("LayerNormalization", [seq, b.init("ln_g", b.rng.uniform(0.5, 2, c)),
+                                        b.init("ln_b", b.rng.normal(0, 0.1, c))], axis=-1)
+    head = b.rng.standard_normal((c, classes)) * 3 / np.sqrt(c)
+    probabilities = b.node("Softmax", [b.node("MatMul", [seq, b.init("ctc", head)])], axis=-1)
+    shape = [1, 3, height, width]
+    return b.model(shape, [probabilities]), image_feeds(shape)

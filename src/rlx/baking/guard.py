@@ -13,6 +13,8 @@ runtime on every calibration feed and compares every output (cosine, and max abs
 3. once the targets hold with room to spare, tensors step back up, the ones that save
    the most bytes per accuracy lost first, while the measurement allows (`_refund`).
 
+Steps and refunds aim at `HELD_OUT_MARGIN` of the allowance; `met` is judged on all of it.
+
 Why by accuracy per byte: the errors are small perturbations, so to first order their
 effects on the outputs add up, and a tensor's share is its contribution alone; what a step
 buys is that share times 1 - (e' / e)^2 (an output's 1 - cosine grows with the square of
@@ -194,9 +196,11 @@ def guard_encodings(graph: Graph, choices: Sequence[WeightChoice], feeds: Sequen
                     min_cosine: float | None = None, max_abs_error: float | None = None
                     ) -> tuple[list[WeightChoice], AccuracyReport]:
     """The choices that keep every output within the targets on `feeds` (some stepped
-    down to f16), and the report."""
-    min_cos = DEFAULT_MIN_COSINE if min_cosine is None else float(min_cosine)
-    report = AccuracyReport(True, len(feeds), min_cos, max_abs_error)
+    down their ladder, aiming at `HELD_OUT_MARGIN` of the allowance), and the report."""
+    target = DEFAULT_MIN_COSINE if min_cosine is None else float(min_cosine)
+    report = AccuracyReport(True, len(feeds), target, max_abs_error)
+    min_cos = 1 - (1 - target) * HELD_OUT_MARGIN  # what the steps and refunds aim at
+    max_abs = None if max_abs_error is None else max_abs_error * HELD_OUT_MARGIN
     runner = OutputRunner(graph, feeds, planned=len(choices) + 2)
     rows = {c.node_id: TensorAccuracy.of(c) for c in choices}
     ladder = _Ladder(graph, choices)
@@ -205,21 +209,28 @@ def guard_encodings(graph: Graph, choices: Sequence[WeightChoice], feeds: Sequen
         row = rows[c.node_id]
         row.cosine = min(a.cosine for a in alone)
         row.max_abs = max(a.max_abs for a in alone)
-        ladder.share[c.node_id] = misses(alone, min_cos, max_abs_error)
+        ladder.share[c.node_id] = misses(alone, min_cos, max_abs)
     acc = report.proposed = runner.measure(ladder.chosen(), "every weight encoded")
-    while misses(acc, min_cos, max_abs_error) > 1 and ladder.can_step():
+    while misses(acc, min_cos, max_abs) > 1 and ladder.can_step():
         worst = min(a.cosine for a in acc)
-        stepped = ladder.step(misses(acc, min_cos, max_abs_error))
+        stepped = ladder.step(misses(acc, min_cos, max_abs))
         for node_id in stepped:
             _note_step(rows[node_id], ladder.current[node_id], worst)
         acc = runner.measure(ladder.chosen(), f"{len(stepped)} weight(s) stepped down")
-    acc = _refund(runner, ladder, rows, acc, min_cos, max_abs_error)
+    acc = _refund(runner, ladder, rows, acc, min_cos, max_abs)
     report.final = acc
-    report.met = misses(acc, min_cos, max_abs_error) <= 1
+    report.met = misses(acc, target, max_abs_error) <= 1
     report.tensors = [rows[c.node_id] for c in choices]
     report.runs = runner.runs
     return ladder.chosen(), report
 
+
+HELD_OUT_MARGIN = 0.8
+"""The guard steps and refunds against this share of the allowed 1 - cosine (and max abs
+error), and reports `met` against the whole allowance: where it stops, the calibration
+feeds pass just, and other inputs may not. An SVTR-style recogniser calibrated on four
+feeds at 0.9995, stepped until they passed (0.99955), measured 0.9989 on one of 12
+held-out inputs; aiming at 0.8 of the allowance, 0.99939-0.99971."""
 
 REFUND_BELOW = 0.9
 """A guard that met its targets with the worst output under this share of its allowance

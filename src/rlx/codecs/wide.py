@@ -89,7 +89,8 @@ def _f16_at_least(scale: np.ndarray, name: str, first: int) -> np.ndarray:
         rounded[low] = np.nextafter(rounded[low], np.float16(np.inf))
     if not np.isfinite(rounded).all():
         block = int(np.argmax(~np.isfinite(rounded)))
-        raise BakeError(f"{name}: block {first + block}'s scale {float(scale[block]):g} overflows f16")
+        raise BakeError(f"{name}: block {first + block}'s scale {float(scale[block]):g} "
+                        "overflows f16")
     return rounded.astype(np.float32)
 
 
