@@ -24,14 +24,52 @@ def test_spinning_pays_only_when_the_threads_fit_on_free_cores(threads, n_cores,
     assert cores.spinning_pays(threads, n_cores, load) is spins
 
 
-def test_the_rule_reads_the_affinity_mask_and_others_load(monkeypatch):
-    """The one-minute load average counts the loading thread itself: one runnable thread
-    on a two-core mask leaves both cores free."""
+def _loadavg(tmp_path, monkeypatch, *running: int, minute: float = 0.0) -> None:
+    """The kernel's load line as `cores` reads it: the runnable count of each read in turn
+    (the last one repeated), beside a one-minute average of `minute`."""
+    path = tmp_path / "loadavg"
+    counts = iter(running)
+
+    def write(_gap: float = 0.0) -> None:
+        count = next(counts, running[-1])
+        path.write_text(f"{minute:.2f} {minute:.2f} {minute:.2f} {count}/300 4242\n")
+
+    write()
+    monkeypatch.setattr(cores, "PROC_LOADAVG", str(path))
+    monkeypatch.setattr(cores, "sleep", write)
+
+
+def test_the_rule_reads_the_affinity_mask_and_the_runnable_threads_now(tmp_path,
+                                                                      monkeypatch):
+    """The runnable count includes the loading thread itself: one runnable thread on a
+    two-core mask leaves both cores free; two CPU-bound neighbours take them."""
     monkeypatch.setattr(cores.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    monkeypatch.setattr(cores.os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    _loadavg(tmp_path, monkeypatch, 1)
     assert cores.usable_cores() == 2 and cores.spinning_pays(2)
-    monkeypatch.setattr(cores.os, "getloadavg", lambda: (3.0, 3.0, 3.0))  # two others
+    _loadavg(tmp_path, monkeypatch, 3)
     assert cores.others_load() == 2.0 and not cores.spinning_pays(2)
+
+
+def test_a_lagging_average_of_work_that_is_gone_leaves_spinning_on(tmp_path, monkeypatch):
+    """A process started just after another ended sees a one-minute average of 2 on free
+    cores: the count of runnable threads now decides."""
+    monkeypatch.setattr(cores.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    _loadavg(tmp_path, monkeypatch, 1, minute=2.0)
+    assert cores.spinning_pays(2)
+
+
+def test_a_bursty_neighbour_counts_by_how_often_it_runs(tmp_path, monkeypatch):
+    """Reads over some milliseconds are averaged: a neighbour runnable in half of them is
+    half a thread (threads 2 + 0.5 on 2 cores: spinning off)."""
+    _loadavg(tmp_path, monkeypatch, *[1, 2] * (cores.SAMPLES // 2))
+    assert cores.others_load() == pytest.approx(0.5)
+    assert not cores.spinning_pays(2, cores=2)
+
+
+def test_without_the_kernels_count_the_one_minute_average_is_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(cores, "PROC_LOADAVG", str(tmp_path / "missing"))
+    monkeypatch.setattr(cores.os, "getloadavg", lambda: (3.0, 3.0, 3.0))
+    assert cores.others_load() == 2.0
 
 
 def _spinning_entry(model) -> str | None:
@@ -47,8 +85,8 @@ def test_sessions_follow_the_rule(tmp_path, monkeypatch, prepack):
     """Both ways a session is made (over the saved prepacked model, and over the export)
     carry the rule's setting; spinning stays onnxruntime's default when it pays."""
     mlp = write_mlp(tmp_path / "mlp.rlx")
-    for busy, expected in ((3.0, "0"), (0.0, None)):
-        monkeypatch.setattr(cores.os, "getloadavg", lambda busy=busy: (busy, busy, busy))
+    for running, expected in ((3, "0"), (1, None)):
+        _loadavg(tmp_path, monkeypatch, running)
         monkeypatch.setattr(cores.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
         model = rlx.load(mlp.path, engine="onnxruntime", threads=2,
                          cache_dir=tmp_path / "cache", prepack=prepack)
