@@ -10,7 +10,10 @@ it is one (measured on OpenVINO 2026.4 with a two-MatMul model: the marked MatMu
 bit-equal to the f32 run, the other's off by bf16 rounding; set directly, both ran bf16).
 So `keep_f32` marks every operation outside the plan's bf16 set, writes the model to IR in
 a temporary folder (weights are graph inputs at this point: the file holds only the small
-constants) and reads it back.
+constants) and reads it back. The folder is private (mode 0700, no other user can swap a
+file in it) and both files are read whole into memory before it is removed: no path is
+read again once checked; a kill in between leaves that small folder (the graph without its
+weights) in the temp dir.
 
 The plan names nodes by their labels in the rlx graph; the export names each node (and its
 output) after the rlx node (`export_name`), which is how an OpenVINO operation is found
