@@ -343,8 +343,7 @@ def _choose(node: Node, values: Payload, role: WeightRole, rows: int,
     if ternary and linear and all_rows(values, is_ternary):
         candidates.append(Encoding.GGUF_TQ2_0)
     elif not lossless:
-        # exact whatever the size (MIN_BLOCK_ELEMENTS guards against error, and there is none)
-        if _on_int8_grid(values, rows, perm):
+        if _on_int8_grid(values, rows, perm):  # exact: no MIN_BLOCK_ELEMENTS to guard error
             return _grid_choice(node, values, role, rows, perm)
         if linear:
             candidates.extend(blocks)
