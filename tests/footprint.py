@@ -44,7 +44,8 @@ _cache_fills = [0]  # bytes written by unmetered() bodies so far, in this proces
 def unmetered() -> Iterator[None]:
     """Run a body that fills the suite's shared cache (a real model downloaded, a variant
     built by onnxruntime's quantiser): once per checkout, for whichever test file comes
-    first, so not that file's own writes. A fresh clone wrote 2.8 GB building variants."""
+    first, so not that file's own writes. Building every variant writes ~0.3 GB, the variant
+    files themselves (tests/variants.py works in memory)."""
     before = bytes_written()
     try:
         yield

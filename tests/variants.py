@@ -20,7 +20,10 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,6 +109,28 @@ def _quantised(model: str, source: Path, folder: Path, variants: list[str]) -> N
             quantize_static(preprocessed, target, Reader(), quant_format=fmt, **calibration)
 
 
+MEMORY = Path("/dev/shm")
+"""Linux's file system in memory, where onnxruntime's tools work when it has room."""
+
+
+@contextmanager
+def _scratch(room: int) -> Iterator[Path]:
+    """A folder for onnxruntime's tools to work in, also their working directory and where
+    their temporary files go: in memory (`MEMORY`) when it has `room` free, else beside the
+    cache. The quantiser's shape inference goes through files, copies of the model that
+    need never reach the disk (a fresh fill wrote 1.5 GB of them to the disk)."""
+    in_memory = MEMORY.is_dir() and shutil.disk_usage(MEMORY).free > room
+    with tempfile.TemporaryDirectory(dir=MEMORY if in_memory else CACHE) as tmp:
+        cwd, temp = os.getcwd(), tempfile.tempdir
+        os.chdir(tmp)  # quantize_static before 1.19 wrote its augmented model there
+        tempfile.tempdir = tmp
+        try:
+            yield Path(tmp)
+        finally:
+            os.chdir(cwd)
+            tempfile.tempdir = temp
+
+
 def _cached(model: str, variant: str) -> Path:
     return CACHE / f"{model}.{variant}.onnx"
 
@@ -123,19 +148,15 @@ def variant_path(model: str, variant: str) -> Path:
     batch = [variant]
     if variant in INTEGER:
         batch = [v for v in VARIANTS if v in INTEGER and not _cached(model, v).exists()]
-    with footprint.unmetered(), tempfile.TemporaryDirectory(dir=CACHE) as tmp:
-        folder = Path(tmp)
-        cwd = os.getcwd()
-        os.chdir(tmp)  # quantize_static before 1.19 wrote its augmented model here
-        try:
-            if variant in INTEGER:
-                _quantised(model, source, folder, batch)
-            else:
-                _optimized(source, folder, variant)
-        finally:
-            os.chdir(cwd)
+    with footprint.unmetered(), _scratch(8 * source.stat().st_size + (64 << 20)) as folder:
+        if variant in INTEGER:
+            _quantised(model, source, folder, batch)
+        else:
+            _optimized(source, folder, variant)
         for made in batch:
-            (folder / f"{made}.onnx").replace(_cached(model, made))
+            partial = _cached(model, made).with_suffix(".part")
+            shutil.copyfile(folder / f"{made}.onnx", partial)
+            partial.replace(_cached(model, made))
     return target
 
 
