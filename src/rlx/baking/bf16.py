@@ -29,10 +29,10 @@ weights, as stored, may already), nothing is planned bf16 and no ranking is run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rlx.baking.guard import OutputAccuracy, OutputRunner, misses
+from rlx.baking.guard import OutputAccuracy, OutputRunner, fewest_kept, misses
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.elementwise import Binary, BinaryOp, Cast
@@ -41,7 +41,7 @@ from rlx.ir.ops.nn import Conv
 from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter
 
-__all__ = ["Bf16Unit", "Bf16Plan", "units", "emulate_bf16", "plan_bf16", "fewest_kept"]
+__all__ = ["Bf16Unit", "Bf16Plan", "units", "emulate_bf16", "plan_bf16"]
 
 @dataclass(frozen=True)
 class Bf16Unit:
@@ -119,23 +119,6 @@ def emulate_bf16(graph: Graph, chosen: Sequence[Bf16Unit]) -> Graph:
         if node.id in results:
             rw.replace(node.id, _rounded(rw, rw.id(node.id)))
     return rw.finish()
-
-
-def fewest_kept(count: int, measure: Callable[[int], list[OutputAccuracy]], target: float
-                ) -> tuple[int, list[OutputAccuracy]]:
-    """The smallest k in 1..count for which `measure(k)` (the outputs with the k most
-    harmful groups kept f32) meets the targets, by bisection, and its accuracy, given that
-    k = 0 misses them and k = count meets them (not measured again)."""
-    low, high = 1, count
-    best: list[OutputAccuracy] = []
-    while low < high:
-        mid = (low + high) // 2
-        result = measure(mid)
-        if misses(result, target) <= 1:
-            high, best = mid, result
-        else:
-            low = mid + 1
-    return high, best
 
 
 def _by_weight(graph: Graph, found: list[Bf16Unit]) -> list[list[Bf16Unit]]:

@@ -51,7 +51,7 @@ import numpy as np
 from rlx import passes
 from rlx.artifact.precision import PrecisionPlan, exact_graph
 from rlx.baking.bf16 import plan_bf16
-from rlx.baking.guard import OutputAccuracy, OutputRunner, misses
+from rlx.baking.guard import OutputAccuracy, OutputRunner, fewest_kept, misses
 from rlx.baking.int8 import ActivationRange, Candidate, apply_int8, candidates, work
 from rlx.baking.sensitivity import calibrate, local_errors
 from rlx.errors import RlxError
@@ -172,16 +172,17 @@ def _fewest_kept(graph: Graph, ranked: list[Candidate], ranges: dict[int, Activa
     best = trial(0)  # everything int8: one run when that meets the targets
     if misses(best[2], target) <= 1:
         return 0, best
-    low, high = 1, len(ranked)  # high: known to meet them (everything f32)
-    best = trial(high)
-    while low < high:
-        mid = (low + high) // 2
-        result = trial(mid)
+    passed: dict[int, Trial] = {}  # the passing trial of the k bisection settles on
+
+    def measure(kept: int) -> list[OutputAccuracy]:
+        result = trial(kept)
         if misses(result[2], target) <= 1:
-            high, best = mid, result
-        else:
-            low = mid + 1
-    return high, best
+            passed.clear()
+            passed[kept] = result
+        return result[2]
+
+    kept, _ = fewest_kept(len(ranked), measure, target)
+    return kept, passed.get(kept) or trial(kept)
 
 
 def _plan(graph: Graph, ranked: list[Candidate], errors: dict[int, float], kept: int,

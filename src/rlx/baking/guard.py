@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,7 +51,7 @@ from rlx.runtime.session import Session
 
 __all__ = ["OutputAccuracy", "TensorAccuracy", "AccuracyReport", "guard_encodings",
            "compare_outputs", "DEFAULT_MIN_COSINE", "MIN_ARGMAX_AGREEMENT", "OutputRunner",
-           "misses"]
+           "misses", "fewest_kept"]
 
 log = logging.getLogger(__name__)
 progress = logging.getLogger("rlx.progress")  # what a terminal shows while it runs
@@ -396,3 +396,21 @@ def _note_step(row: TensorAccuracy, now: WeightChoice | None, worst: float) -> N
                   f"{row.max_abs:.3g}; {row.packed_bytes - row.proposed_bytes:+,} bytes); with "
                   f"it encoded as proposed the worst output cosine was {worst:.6f}")
     log.info("guard: %s %s", row.name, row.reason)
+
+
+def fewest_kept(count: int, measure: Callable[[int], list[OutputAccuracy]], target: float
+                ) -> tuple[int, list[OutputAccuracy]]:
+    """The smallest k in 1..count for which `measure(k)` (the outputs with the first k of a
+    ranking, most harmful first, kept f32) meets the targets, by bisection, and its
+    accuracy, given that k = 0 misses them and k = count meets them (not measured again):
+    the fast plan's int8 and bf16 parts."""
+    low, high = 1, count
+    best: list[OutputAccuracy] = []
+    while low < high:
+        mid = (low + high) // 2
+        result = measure(mid)
+        if misses(result, target) <= 1:
+            high, best = mid, result
+        else:
+            low = mid + 1
+    return high, best
