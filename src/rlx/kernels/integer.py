@@ -130,13 +130,8 @@ def centred_weight(b: np.ndarray, zero: np.ndarray,
                    shape: tuple[int, ...]) -> tuple[np.ndarray, int]:
     """b - zero (reshaped to `shape`) in float32 and the largest |value| in it; kept for a
     constant b."""
-    def make() -> np.ndarray:
-        return centred(b, zero, shape)
-
-    values = kept((b, zero), ("centred",), b.size * 4, make)
-    if values is None:
-        return make(), widest(b.dtype, zero)
-    return values, _weight_bound(b, zero, values)
+    return _kept_layout(b, zero, shape, blocked=False) or (centred(b, zero, shape),
+                                                           widest(b.dtype, zero))
 
 
 def _weight_bound(b: np.ndarray, zero: np.ndarray, values: np.ndarray) -> int:
