@@ -37,6 +37,7 @@ from rlx.ir import (
 from rlx.onnx.composite import kept_whole
 from rlx.onnx.fold import evaluated
 from rlx.onnx.node import NodeContext
+from rlx.onnx.ops.mlas_add import add_tables
 from rlx.onnx.ops.contrib_fused import attend
 from rlx.onnx.ops.control import recurrent, recurrent_lstm
 from rlx.onnx.ops.nn import _pool
@@ -91,14 +92,75 @@ def requantize(s, value: int, multiplier: int | None, zero: int | None, out: DTy
 @converter("QLinearAdd", domain=MICROSOFT)
 @kept_whole
 def qlinear_add(n: NodeContext) -> int:
-    """C = round(sa/sc (A - za) + sb/sc (B - zb)) + zc: onnxruntime's kernel scales each
-    centred operand by its ratio to the output scale, in float32."""
+    """C = round(sa/sc (A - za) + sb/sc (B - zb)) + zc, read from tables of onnxruntime's
+    fused arithmetic (`rlx.onnx.ops.mlas_add`) where the scales and zero points are
+    constants; else computed in float32 (a step off onnxruntime on some rounding ties)."""
     s = n.s
+    out = _out_type(n, 7, n.input(0))
+    tabled = _tabulated_add(n, out)
+    if tabled is not None:
+        return tabled
     sc = _f32(s, n.input(6))
     ra, rb = s.div(_f32(s, n.input(1)), sc), s.div(_f32(s, n.input(4)), sc)
     a = s.mul(_centred(n, n.input(0), _zero(n, 2)), ra)
     b = s.mul(_centred(n, n.input(3), _zero(n, 5)), rb)
-    return requantize(s, s.add(a, b), None, _zero(n, 7), _out_type(n, 7, n.input(0)))
+    return requantize(s, s.add(a, b), None, _zero(n, 7), out)
+
+
+def _tabulated_add(n: NodeContext, out: DType) -> int | None:
+    """C from `add_tables` for 8-bit A and B with constant parameters, else None. The
+    kernel's operand order is (B, A) when A is broadcast along the innermost dimension."""
+    s = n.s
+    a, b = n.input(0), n.input(3)
+    if s.dtype(a) not in _CODES or s.dtype(b) != s.dtype(a) or out != s.dtype(a):
+        return None
+    params = [_one_value(n, i) for i in range(1, 8) if i != 3]
+    if any(v is None for v in params):
+        return None
+    sa, za, sb, zb, sc, zc = params
+    ra, rb = np.float32(sa) / np.float32(sc), np.float32(sb) / np.float32(sc)
+    order = [(a, ra, za), (b, rb, zb)]
+    if _broadcast_innermost(s.shape(a).dims, s.shape(b).dims):
+        order.reverse()
+    (p, rp, zp), (q, rq, zq) = order
+    low = int(np.iinfo(out.numpy).min)
+    codes = np.arange(low, low + 256).astype(out.numpy)
+    tables = [s.const(t) for t in add_tables(codes, rp, zp, rq, zq, zc)]
+    ip, iq = _code_index(s, p), _code_index(s, q)
+    if len(tables) == 1:  # C for every pair
+        pair = s.add(s.mul(ip, s.scalar(256, DType.I32)), iq)
+        return s.gather(tables[0], pair)
+    high_p, low_p, high_q, low_q = tables
+    high = s.add(s.gather(high_p, ip), s.gather(high_q, iq))
+    y = s.add(high, s.add(s.gather(low_p, ip), s.gather(low_q, iq)))
+    return requantize(s, y, None, None, out)
+
+
+def _one_value(n: NodeContext, i: int) -> float | int | None:
+    """Input `i`'s one value when known at import (an omitted zero point is 0)."""
+    if not n.has(i):
+        return 0
+    value = n.s.value(n.input(i))
+    return None if value is None or value.size != 1 else value.reshape(()).item()
+
+
+def _broadcast_innermost(a: tuple, b: tuple) -> bool:
+    """Whether onnxruntime takes A as the scalar of each span: A has one element, or B does
+    not and A is 1 along the innermost dimension where the output is not (a symbolic
+    dimension counts as not broadcast)."""
+    def count(dims):
+        return math.prod(dims) if all(isinstance(d, int) for d in dims) else None
+
+    if count(a) == 1:
+        return True
+    if count(b) == 1:
+        return False
+    for da, db in zip(reversed((1,) * (len(b) - len(a)) + tuple(a)),
+                      reversed((1,) * (len(a) - len(b)) + tuple(b))):
+        if da == 1 and db == 1:
+            continue
+        return da == 1
+    return False
 
 
 @converter("QLinearMul", domain=MICROSOFT)
@@ -135,11 +197,15 @@ def _tabulated(s, x: int, compute) -> int:
         codes = s.const(np.arange(low, low + 256).astype(dtype.numpy))
         table = evaluated(s.graph, compute(codes))
         if table is not None:
-            index = s.cast(x, DType.I32)
-            if low:
-                index = s.sub(index, s.scalar(low, DType.I32))
-            return s.gather(s.const(table), index)
+            return s.gather(s.const(table), _code_index(s, x))
     return compute(x)
+
+
+def _code_index(s, x: int) -> int:
+    """An 8-bit code's place in a table of all 256 codes, lowest first, as int32."""
+    index = s.cast(x, DType.I32)
+    low = int(np.iinfo(s.dtype(x).numpy).min)
+    return s.sub(index, s.scalar(low, DType.I32)) if low else index
 
 
 @converter("QLinearSigmoid", domain=MICROSOFT)
