@@ -37,9 +37,9 @@ from rlx.ir import (
 from rlx.onnx.composite import kept_whole
 from rlx.onnx.fold import evaluated
 from rlx.onnx.node import NodeContext
-from rlx.onnx.ops.mlas_add import add_tables
 from rlx.onnx.ops.contrib_fused import attend
 from rlx.onnx.ops.control import recurrent, recurrent_lstm
+from rlx.onnx.ops.mlas_add import add_tables
 from rlx.onnx.ops.nn import _pool
 from rlx.onnx.ops.quant import (
     centred,
