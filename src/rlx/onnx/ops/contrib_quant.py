@@ -26,6 +26,7 @@ from rlx.codecs.mlx import AFFINE_GROUPS
 from rlx.ir import (
     Activation,
     Clamp,
+    CompareOp,
     CumSum,
     DequantMatMul,
     DType,
@@ -39,6 +40,7 @@ from rlx.onnx.fold import evaluated
 from rlx.onnx.node import NodeContext
 from rlx.onnx.ops.contrib_fused import attend
 from rlx.onnx.ops.control import recurrent, recurrent_lstm
+from rlx.onnx.ops.division_thresholds import division_thresholds
 from rlx.onnx.ops.mlas_add import add_tables
 from rlx.onnx.ops.nn import _pool
 from rlx.onnx.ops.quant import (
@@ -287,17 +289,41 @@ def qlinear_global_average_pool(n: NodeContext) -> int:
 @kept_whole
 def qlinear_average_pool(n: NodeContext) -> int:
     """AveragePool of the dequantised input in float32, quantised to Y as onnxruntime's
-    pool does: round(avg / y_scale + y_zero), the zero point added before rounding."""
+    pool does: round(avg / y_scale + y_zero), the zero point added before rounding; read
+    from thresholds (`division_thresholds`) where Y's parameters are constants."""
     s = n.s
     x = _to_channels_first(n, n.input(0))
     real = dequantize(s, x, _f32(s, n.input(1)), _zero(n, 2), F32)
-    y = s.div(_pool(n, PoolKind.AVG, real), _f32(s, n.input(3)))
-    if n.has(4):  # onnxruntime's pool adds the zero point before it rounds
-        y = s.add(y, _f32(s, n.input(4)))
+    average = _pool(n, PoolKind.AVG, real)
     out = _out_type(n, 4, n.input(0))
-    info = np.iinfo(out.numpy)
-    y = s.emit(Clamp(float(info.min), float(info.max)), s.unary(Activation.ROUND, y))
-    return _to_channels_last(n, s.cast(y, out))
+    y = _divided_by_thresholds(n, average, out)
+    if y is None:
+        y = s.div(average, _f32(s, n.input(3)))
+        if n.has(4):  # onnxruntime's pool adds the zero point before it rounds
+            y = s.add(y, _f32(s, n.input(4)))
+        info = np.iinfo(out.numpy)
+        y = s.cast(s.emit(Clamp(float(info.min), float(info.max)),
+                          s.unary(Activation.ROUND, y)), out)
+    return _to_channels_last(n, y)
+
+
+def _divided_by_thresholds(n: NodeContext, x: int, out: DType) -> int | None:
+    """saturate(rint(x / y_scale + y_zero)) (inputs 3, 4) for constant parameters: a code
+    within a step from the reciprocal's product, corrected by comparing x with the
+    thresholds of its two neighbours (exact on any engine), else None."""
+    s = n.s
+    scale, zero = _one_value(n, 3), _one_value(n, 4)
+    if scale is None or zero is None or out not in _CODES:
+        return None
+    thresholds = s.const(division_thresholds(scale, zero, out.numpy))
+    reciprocal = s.scalar(np.float32(1.0) / np.float32(scale), F32)
+    near = _code_index(s, requantize(s, x, reciprocal, _zero(n, 4), out))
+    above = s.gather(thresholds, s.add(near, s.scalar(1, DType.I32)))
+    index = s.add(near, s.cast(s.compare(CompareOp.GE, x, above), DType.I32))
+    index = s.sub(index, s.cast(s.compare(CompareOp.LT, x, s.gather(thresholds, near)),
+                                DType.I32))
+    low = int(np.iinfo(out.numpy).min)
+    return s.cast(s.add(index, s.scalar(low, DType.I32)) if low else index, out)
 
 
 @converter("QLinearSoftmax", domain=MICROSOFT)
