@@ -236,6 +236,26 @@ def test_average_pool_adds_the_zero_point_before_rounding(tmp_path, dtype):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("scales", [(0.03, 0.06), (0.07, 0.07)])
+def test_average_pool_ties_on_every_engine(tmp_path, scales, dtype):
+    """2x2 windows whose averages over y_scale fall on many halves: dividing by the constant
+    y_scale as a product with its reciprocal put up to 860 of 32,768 (int8, 0.03 / 0.06)
+    a step off on OpenVINO; the thresholds give onnxruntime's bits on every engine."""
+    z = 128 if dtype == np.uint8 else 0
+    inputs = [q((2, 16, 64, 64), dtype, 3), scale(scales[0]), zero(z + 1, dtype),
+              scale(scales[1]), zero(z + 3, dtype)]
+    model, feeds = one_node("QLinearAveragePool", inputs, kernel_shape=[2, 2], strides=[2, 2])
+    want = _plain_onnxruntime(model, feeds)
+    graph, bindings = import_onnx(model)
+    file, _ = bake(graph, bindings, BakeOptions.from_profile(BakeProfile.EXACT))
+    write_rlx(tmp_path / "pool.rlx", file)
+    require("openvino")
+    for engine in ("numpy", "onnxruntime", "openvino"):
+        got = rlx.load(tmp_path / "pool.rlx", engine=engine, threads=1).run(feeds)[0]
+        np.testing.assert_array_equal(got, want, err_msg=engine)
+
+
 def _dynamic_cases(dtype) -> dict[str, tuple[list, dict]]:
     """One node of each kept op with float outputs, its 8-bit operands of type `dtype` where
     onnxruntime has a kernel for it (quantize_dynamic's forms: constant B, per column)."""
