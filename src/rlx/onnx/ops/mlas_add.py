@@ -9,7 +9,7 @@ multiply-adds, in float32, one rounding each:
 
 where p is input A and q input B, except when A is the operand broadcast along the innermost
 dimension (its input0-scalar path passes B as p). The product p * rp is never rounded on its
-own: a float32 body (numpy, or OpenVINO, which fuses or not as it likes) lands a step off on
+own: a float32 body (numpy, or OpenVINO, which fuses or not as it likes) lands a step off
 on 1 in 700 or so of the 65,536 code pairs (90 of them for one set measured).
 
 Here C is read from tables: y = (high_p[p] + high_q[q]) + (low_p[p] + low_q[q]) in float32,
