@@ -4,10 +4,12 @@ Written by onnxruntime's quantizer (`quantize_static` in the QOperator format,
 `quantize_dynamic`, the 4-bit `MatMulNBits` tools). The arithmetic follows onnxruntime's CPU
 kernels (MLAS), so results match bit for bit: integer products and sums are exact in int32;
 requantisation is `float32(acc) * float32 multiplier`, rounded half to even, plus the zero
-point, saturated; element-wise ops (Add, Mul, Sigmoid, LeakyRelu, Concat) dequantise to
+point, saturated; element-wise ops (Mul, Sigmoid, LeakyRelu, Concat) dequantise to
 float32, compute, and quantise `round(y / scale) + zero`, as onnxruntime's lookup tables do;
 where the scales and zero points are constants, that table is computed at import and the body
-reads it (a Gather: no engine can rewrite its arithmetic).
+reads it (a Gather: no engine can rewrite its arithmetic). Add's fused multiply-adds
+(`mlas_add`) and AveragePool's division by y_scale (`division_thresholds`) are read from
+tables too.
 
 The QOperator ops (QLinearAdd ... QGemm) and quantize_dynamic's fused ones
 (MatMulIntegerToFloat, DynamicQuantizeMatMul, QAttention) are kept whole
