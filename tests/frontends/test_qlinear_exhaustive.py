@@ -15,7 +15,7 @@ import rlx
 from rlx import BakeOptions, BakeProfile, bake
 from rlx.artifact import write_rlx
 from rlx.onnx import import_onnx
-from rlx.onnx.ops.mlas_add import add_tables
+from rlx.onnx.ops.mlas_add import add_tables, mlas_add
 from tests.engines.conftest import require
 from tests.frontends.contrib.oracle import one_node
 from tests.frontends.contrib.test_quant import scale, zero
@@ -111,3 +111,33 @@ def test_qlinear_add_reads_c_when_the_split_cannot_be_exact(tmp_path):
 def test_qlinear_mul_every_pair(tmp_path, name, layout, dtype):
     """QLinearMul's integer product, requantised once, was already exact: kept so."""
     _assert_engines_match(tmp_path, "QLinearMul", _inputs(dtype, layout, MUL_SETS[name]))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_qlinear_add_single_elements_take_a_as_the_scalar(tmp_path, dtype):
+    """A and B of one element each: onnxruntime's input0-scalar path (operands swapped).
+    Run on the pairs whose two operand orders round apart, where its results differ from
+    the pairs layout's."""
+    _, sa, za, _, sb, zb, sc, zc = _inputs(dtype, "pairs", SETS["mixed"])
+    codes = _codes(dtype)
+    ra, rb = sa.value / sc.value, sb.value / sc.value
+    kernel = [mlas_add(codes[:, None], codes[None, :], ra, za.value, rb, zb.value, zc.value),
+              mlas_add(codes[None, :], codes[:, None], rb, zb.value, ra, za.value, zc.value)]
+    apart = np.argwhere(np.rint(kernel[0]) != np.rint(kernel[1]))
+    assert len(apart) > 0
+    inputs = [codes[:1], sa, za, codes[:1], sb, zb, sc, zc]
+    model, _ = one_node("QLinearAdd", inputs)
+    graph, bindings = import_onnx(model)
+    file, _ = bake(graph, bindings, BakeOptions.from_profile(BakeProfile.EXACT))
+    write_rlx(tmp_path / "node.rlx", file)
+    pairs = _onnxruntime(*one_node("QLinearAdd", _inputs(dtype, "pairs", SETS["mixed"])))
+    require("openvino")
+    models = [rlx.load(tmp_path / "node.rlx", engine=e, threads=1) for e in ENGINES]
+    swapped = 0
+    for i, j in apart:
+        feeds = {"in0": codes[i:i + 1], "in3": codes[j:j + 1]}
+        want = _onnxruntime(model, feeds)
+        swapped += int(want[0] != pairs[i * 256 + j])
+        for engine, loaded in zip(ENGINES, models):
+            np.testing.assert_array_equal(loaded.run(feeds)[0], want, err_msg=engine)
+    assert swapped > 0
