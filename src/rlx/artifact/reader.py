@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -100,6 +101,11 @@ def parse_rlx(buffer, *, verify: str = "lazy", source: str = "<buffer>") -> RlxF
     raise detached(error)  # its traceback would keep the parsed header alive
 
 
+_NO_BYTES = np.empty(0, np.uint8)
+"""The payload of every constant whose bytes are elsewhere (the weight table): one array."""
+_NO_BYTES.flags.writeable = False
+
+
 @dataclass
 class _Blob:
     offset: int  # absolute, in the buffer
@@ -164,7 +170,7 @@ class _Reader:
             self.fail(f"{user}: data must be {{'blob': index or null}}")
         index = ref["blob"]
         if index is None:
-            return np.empty(0, np.uint8)
+            return _NO_BYTES
         if not isinstance(index, int) or isinstance(index, bool) \
                 or not 0 <= index < len(self.blobs):
             self.fail(f"{user}: blob index {index!r} out of range")
@@ -270,8 +276,9 @@ def _field(entry: Any, key: str, kind: type) -> Any:
 
 
 def text_field(row: dict, key: str, default: str) -> str:
+    """A row's text, interned: encodings, dtypes, layouts and notes repeat row after row."""
     value = row.get(key, default)
-    return value if isinstance(value, str) else default
+    return sys.intern(value) if isinstance(value, str) else default
 
 
 
@@ -290,6 +297,7 @@ def weight_rows(rows: Any, graph: Graph, take: Callable[[dict, int, str], np.nda
         if not isinstance(row, dict):
             fail(f"weight {i} must be an object")
         name = _field(row, "name", str)
+        name = name if name is None else sys.intern(name)  # its constant's name, as read
         shape = _field(row, "shape", list)
         encoding = _field(row, "encoding", str)
         if name is None or shape is None or encoding is None or not all(
@@ -305,7 +313,7 @@ def weight_rows(rows: Any, graph: Graph, take: Callable[[dict, int, str], np.nda
         except RlxError as err:
             fail(f"weight {name!r}: {err}")
         weight = RlxWeight(
-            name, tuple(shape), text_field(row, "dtype", encoding), encoding,
+            name, tuple(shape), text_field(row, "dtype", encoding), sys.intern(encoding),
             take(row, nbytes, f"weight {name!r}"), note=text_field(row, "note", ""),
             layout=text_field(row, "layout", "row_major"), node_id=node_id,
             row_aligned=bool(row.get("row_aligned", True)))

@@ -121,7 +121,9 @@ def shape_from_json(value: Any):
     for d in dims:
         if not (isinstance(d, str) or (isinstance(d, int) and not isinstance(d, bool))):
             raise GraphError(f"shape dim must be an int or a name, got {d!r}")
-    return Shape(dims, DType.parse(str(value.get("dtype"))))
+    # a name such as "batch" recurs in most shapes of a graph: one string for all of them
+    return Shape([sys.intern(d) if isinstance(d, str) else d for d in dims],
+                 DType.parse(str(value.get("dtype"))))
 
 
 def _list(value: Any, what: str) -> list:
@@ -260,19 +262,17 @@ def graph_from_dict(body: Any, decode_constant: ConstantDecoder = _base64_decode
         raise GraphError("graph must be a JSON object")
     graph = Graph(str(body.get("name", "graph")))
     nodes = _list(body.get("nodes"), "graph nodes")
+    shapes: dict = {}  # nodes of one shape share one Shape (a few hundred bytes each)
     for position, entry in enumerate(nodes):
         if consume:
             nodes[position] = None
         if not isinstance(entry, dict):
             raise GraphError(f"node {position} must be an object")
         shape = shape_from_json(entry.get("shape"))
+        shape = shapes.setdefault(shape, shape)
         op = op_from_json(entry, shape, decode_constant)
-        name = entry.get("name")
-        if name is not None and not isinstance(name, str):
-            raise GraphError(f"node {position}: name must be a string")
-        origin = entry.get("origin")
-        if origin is not None and not isinstance(origin, str):
-            raise GraphError(f"node {position}: origin must be a string")
+        name = _text(entry.get("name"), f"node {position}: name")
+        origin = _text(entry.get("origin"), f"node {position}: origin")
         inputs = _list(entry.get("inputs", []), f"node {position} inputs")
         if not all(isinstance(i, int) and not isinstance(i, bool) for i in inputs):
             raise GraphError(f"node {position}: inputs must be node ids")
@@ -282,6 +282,16 @@ def graph_from_dict(body: Any, decode_constant: ConstantDecoder = _base64_decode
         raise GraphError("graph outputs must be node ids")
     graph.set_outputs(outputs)
     return graph
+
+
+def _text(value: Any, what: str) -> str | None:
+    """An optional string of a node, interned: the nodes one source node became repeat its
+    origin, and a weight row repeats its constant's name (one string object for each)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise GraphError(f"{what} must be a string")
+    return sys.intern(value)
 
 
 def graph_from_json(text: str | bytes) -> Graph:

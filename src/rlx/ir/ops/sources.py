@@ -35,6 +35,8 @@ class Param(Op):
 def as_byte_array(data) -> np.ndarray:
     """View any buffer (bytes, memoryview, mmap, numpy array) as flat uint8, without copying."""
     if isinstance(data, np.ndarray):
+        if data.dtype == np.uint8 and data.ndim == 1 and data.flags.c_contiguous:
+            return data  # a file's blob as the reader viewed it: no second view of it
         arr = np.ascontiguousarray(data)
         if arr.dtype.byteorder == ">":
             arr = arr.astype(arr.dtype.newbyteorder("<"))
