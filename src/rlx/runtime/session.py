@@ -83,10 +83,11 @@ class CompiledGraph:
                 self._constants[node.id] = node.op.array(node.tensor_shape)
             elif not isinstance(node.op, Input):
                 steps.append((node, self._resolve(node)))
-        self._steps = _plan(graph, steps, keep=set(graph.outputs) | set(self._constants))
-        self.steps: tuple[Node, ...] = tuple(st.node for st in self._steps)
+        # the plan's records live while compiling only: a run needs the loop below
+        planned = _plan(graph, steps, keep=set(graph.outputs) | set(self._constants))
+        self.steps: tuple[Node, ...] = tuple(st.node for st in planned)
         """The nodes that run, in run order (Inputs and Constants are not steps)."""
-        self.reuses: dict[int, int] = plan_reuse(graph, self._steps)
+        self.reuses: dict[int, int] = plan_reuse(graph, planned)
         """Node id -> the input position whose dying buffer that step writes its result
         into (elementwise steps after a fresh producer, `plan_reuse`)."""
         # IEEE results (inf, NaN) are values here, not warnings: one context for the whole
@@ -95,7 +96,7 @@ class CompiledGraph:
         self._loop = [(_into(st.run, st.node, self.reuses[st.node.id])
                        if st.node.id in self.reuses else st.run,
                        *_fetcher(st.inputs), st.node.id, st.frees)
-                      for st in self._steps]
+                      for st in planned]
 
     @staticmethod
     def _resolve(node: Node) -> Callable:
@@ -152,7 +153,7 @@ class CompiledGraph:
         return [values[o] for o in self.graph.outputs]
 
     def __repr__(self) -> str:
-        return f"CompiledGraph({self.graph.name!r}, {len(self._steps)} steps)"
+        return f"CompiledGraph({self.graph.name!r}, {len(self.steps)} steps)"
 
 
 def _quiet(run: Callable[..., list[np.ndarray]]) -> Callable[..., list[np.ndarray]]:
