@@ -14,6 +14,7 @@ compresses only headers within that bound, so everything it writes reads back.
 
 from __future__ import annotations
 
+import _thread
 import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple, NoReturn
@@ -81,13 +82,28 @@ def unpack_region(region: bytes, file_bytes: int, fail: Callable[[str], NoReturn
         if not 0 <= size <= limit:  # unknown sizes read as 2**64 - 1
             fail(f"compressed header would inflate to {size} bytes; at most {limit} are "
                  f"allowed in a file of {file_bytes} bytes")
-        text = zstandard.ZstdDecompressor().decompress(frame, max_output_size=limit,
-                                                        allow_extra_data=False)
+        text = _inflate(frame, limit)
     except zstandard.ZstdError as err:
         fail(f"corrupt compressed header ({err})")
     if len(text) != size:
         fail(f"compressed header inflated to {len(text)} bytes, {size} declared")
     return text, digests
+
+
+_INFLATING = _thread.allocate_lock()
+_inflaters: list = []
+
+
+def _inflate(frame: bytes, limit: int) -> bytes:
+    """The frame inflated by the process's one decompressor, made on first use: making one
+    allocates ~1 MiB for a moment, which from the second load on would stay in the heap
+    the numpy engine keeps (`rlx.runtime.heap`). One thread at a time uses it."""
+    import zstandard
+
+    with _INFLATING:
+        if not _inflaters:
+            _inflaters.append(zstandard.ZstdDecompressor())
+        return _inflaters[0].decompress(frame, max_output_size=limit, allow_extra_data=False)
 
 
 _HEADER_LIMITS = JsonLimits(max_depth=MAX_JSON_DEPTH)

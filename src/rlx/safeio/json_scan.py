@@ -27,11 +27,13 @@ from rlx.record import dataclass
 
 __all__ = ["JsonLimits", "load_json", "scan_json"]
 
-# Bytes scanned at a time. A chunk's temporaries (a dozen arrays of its length, int32 for
-# the running sums) stay resident in the allocator once freed: at 64 KiB, ~1.1 MiB of
+# Bytes scanned at a time. A chunk's temporaries (a dozen arrays of its length) stay
+# resident in the allocator once freed: at 64 KiB with int32 running sums, ~1.1 MiB of
 # anonymous memory for every process that read a header over 64 KiB (the whole heap growth
 # of loading a 413-node model was 2.3 MiB; issue 35); at 16 KiB, ~12 KiB, for ~10% more
-# scan time (7 MiB of JSON: 71 -> 78 ms).
+# scan time (7 MiB of JSON: 71 -> 78 ms). Once the numpy engine keeps freed memory
+# (`rlx.runtime.heap`) they stay in its heap whatever their size: bool and int16
+# temporaries (the sums of one chunk fit: at most 32767) take half of int32's.
 _CHUNK = 1 << 14
 _SURROGATE_ESCAPE = rb"\\u[dD][89a-fA-F]"  # compiled on first use: few headers hold a \u
 _WHITESPACE = " \t\n\r"  # JSON's four
@@ -72,24 +74,25 @@ def scan_json(raw: bytes) -> JsonShape:
     for start in range(0, len(view), _CHUNK):
         chunk = view[start:start + _CHUNK]
         quote = chunk == _QUOTE
-        inside = (np.cumsum(quote, dtype=np.int32) + parity) & 1
+        inside = np.logical_xor.accumulate(quote)  # an odd count of quotes in the chunk so far
+        if parity:
+            np.logical_not(inside, out=inside)
         parity = int(inside[-1])
-        outside = ~(inside.astype(bool) | quote)
+        outside = ~(inside | quote)
         opens = ((chunk == _OPEN) | (chunk == _OPEN_BRACE)) & outside
         closes = ((chunk == _CLOSE) | (chunk == _CLOSE_BRACE)) & outside
-        level = np.cumsum(opens.astype(np.int32) - closes, dtype=np.int32) + depth
-        deepest = max(deepest, int(level.max()))
-        depth = int(level[-1])
+        # within a chunk, levels and digit counts fit in int16; the carries are Python ints
+        level = np.cumsum(opens.astype(np.int16) - closes, dtype=np.int16)
+        deepest = max(deepest, depth + int(level.max()))
+        depth += int(level[-1])
         containers += int(np.count_nonzero(opens))
         digits = ((chunk >= ord("0")) & (chunk <= ord("9"))) & outside
-        count = np.cumsum(digits, dtype=np.int32)
-        runs = count - np.maximum.accumulate(np.where(digits, 0, count))
-        if not digits[0]:
-            run = 0
-        lead = int(np.argmin(digits)) if not digits.all() else len(chunk)
-        runs[:lead] += run
-        longest = max(longest, int(runs.max()))
-        run = int(runs[-1])
+        count = np.cumsum(digits, dtype=np.int16)
+        runs = count - np.maximum.accumulate(np.where(digits, count.dtype.type(0), count))
+        lead = len(chunk) if digits.all() else int(np.argmin(digits))  # digits going on
+        run = run if lead else 0
+        longest = max(longest, int(runs.max()), run + lead)
+        run = int(runs[-1]) + (run if lead == len(chunk) else 0)
     return JsonShape(deepest, containers, longest)
 
 
