@@ -1,8 +1,9 @@
 """Anonymous memory a numpy-engine load adds: the weights stay in the file's map, so a load
 grows the heap by its graph and plans only, <= 2% of the weight bytes for a model over 10
-MiB in every memory mode, plain or packed (issue 35). Measured in a fresh process after a
-warm-up load of a tiny model, so that rlx's imports (a fixed cost per process, not per
-model: docs/engines.md) are paid before the count starts."""
+MiB in every memory mode, plain or packed (issue 35). Measured as the growth of a second
+load of the model in a fresh process, with its bytecode cached: the first load pays rlx's
+imports for that graph (a fixed cost per process, not per model: docs/engines.md and
+`test_import_and_load_stay_within_a_byte_budget`), the second what each model costs."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,14 +28,34 @@ SIZES = {"n_in": 1024, "hidden": 4096, "n_out": 1024}  # 32 MiB of f32 weights
 _PROBE = """
 import json, sys, rlx
 from rlx.engines.mapping import anon_rss_bytes
-small, big = sys.argv[1:3]
-rlx.load(small, engine="numpy")  # rlx's imports and the engine's first-load costs
+rlx.load(sys.argv[1], engine="numpy")  # the imports this graph needs, first-load costs
 before = anon_rss_bytes()
-model = rlx.load(big, engine="numpy")
+model = rlx.load(sys.argv[1], engine="numpy")
 meta = model.file.meta
 print(json.dumps({"growth": anon_rss_bytes() - before,
                   "weights": max(meta.constant_bytes, meta.weight_bytes)}))
 """
+CHILDREN = 3  # the median of three: one child's heap can land a page or two apart
+
+
+def _with_bytecode(tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """(interpreter command, environment) that run rlx as installed: from `.pyc` files
+    (written under `tmp` by the first run), which compiling at every start would not."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return [sys.executable, "-X", f"pycache_prefix={tmp / 'pyc'}"], env
+
+
+def _second_load(path: str, tmp: Path) -> dict:
+    """The median growth of a second load of `path` over `CHILDREN` fresh processes."""
+    command, env = _with_bytecode(tmp)
+    runs = []
+    for _ in range(CHILDREN + 1):  # the first writes the bytecode
+        out = subprocess.run([*command, "-c", _PROBE, path], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        runs.append(json.loads(out.strip().splitlines()[-1]))
+    growths = sorted(r["growth"] for r in runs[1:])
+    return {"growth": growths[len(growths) // 2], "all": growths,
+            "weights": runs[-1]["weights"]}
 
 
 def _weights(rng: np.random.Generator, n_in: int, hidden: int, n_out: int) -> dict:
@@ -46,14 +68,10 @@ def _weights(rng: np.random.Generator, n_in: int, hidden: int, n_out: int) -> di
 
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory) -> dict[str, str]:
-    """profile-mode -> path, and "small" -> a tiny model of the same ops."""
+    """profile-mode -> path."""
     folder = tmp_path_factory.mktemp("load_memory")
     rng = np.random.default_rng(0)
     paths = {}
-    small = {"n_in": 64, "hidden": 8, "n_out": 8}
-    file, _ = bake(mlp_graph(**small), _weights(rng, **small), BakeOptions.from_profile("exact"))
-    write_rlx(folder / "small.rlx", file)
-    paths["small"] = str(folder / "small.rlx")
     weights = _weights(rng, **SIZES)
     for profile in ("exact", "size"):  # plain f32, and packed (q8) weights
         file, _ = bake(mlp_graph(**SIZES), weights, BakeOptions.from_profile(profile))
@@ -67,33 +85,25 @@ def artifacts(tmp_path_factory) -> dict[str, str]:
 @pytest.mark.parametrize("mode", [m.value for m in MemoryMode])
 @pytest.mark.parametrize("profile", ["exact", "size"])
 def test_a_numpy_load_grows_the_heap_by_at_most_two_percent_of_the_weights(
-        artifacts, profile, mode):
-    out = subprocess.run([sys.executable, "-c", _PROBE, artifacts["small"],
-                          artifacts[f"{profile}-{mode}"]],
-                         capture_output=True, text=True, check=True).stdout
-    measured = json.loads(out.strip().splitlines()[-1])
+        artifacts, profile, mode, tmp_path_factory):
+    measured = _second_load(artifacts[f"{profile}-{mode}"], tmp_path_factory.getbasetemp())
     assert measured["weights"] > 8 << 20, measured  # q8 packs the 32 MiB into ~8.5 MiB
     assert measured["growth"] <= LIMIT * measured["weights"], measured
 
 
-def test_a_load_costs_under_two_kib_a_node(tmp_path):
+def test_a_load_costs_under_one_and_a_quarter_kib_a_node(tmp_path):
     """What a load keeps grows with the nodes, not the weights: a chain of 2,000 Adds (4,001
-    nodes, 0.5 MiB of constants) grows the heap by < 2 KiB a node (each node's header JSON
-    freed as it is built; 2.2 KiB when the whole parsed header was held to the end)."""
+    nodes, 0.5 MiB of constants) grows the heap by < 1.25 KiB a node: 1.14 (a second load,
+    median of three), 1.40 before nodes shared their shapes, repeated strings and payload
+    views (2.2 KiB when the whole parsed header was held to the end)."""
     g = Graph("chain")
     y = g.input("x", Shape((1, 64), DType.F32))
     for i in range(2000):
         y = g.add_node(Binary(BinaryOp.ADD), [y, g.constant(np.full((1, 64), i, np.float32))])
     g.set_outputs([y])
     write_rlx(tmp_path / "chain.rlx", RlxFile.from_baked(g, []))
-    small = tmp_path / "small.rlx"
-    file, _ = bake(mlp_graph(n_in=8, hidden=8, n_out=8), _weights(RNG, 8, 8, 8),
-                   BakeOptions.from_profile("exact"))
-    write_rlx(small, file)
-    out = subprocess.run([sys.executable, "-c", _PROBE, str(small), str(tmp_path / "chain.rlx")],
-                         capture_output=True, text=True, check=True).stdout
-    growth = json.loads(out.strip().splitlines()[-1])["growth"]
-    assert growth < 2048 * (2 * 2000 + 1), growth
+    growth = _second_load(str(tmp_path / "chain.rlx"), tmp_path)["growth"]
+    assert growth < 1280 * (2 * 2000 + 1), growth
 
 
 _FROM_IMPORT = """
@@ -114,9 +124,8 @@ def test_import_and_load_stay_within_a_byte_budget(artifacts, tmp_path):
     classes) plus the load's 2%: <= 2 MB + 2% of the weights, measured as an installed
     rlx runs, with its bytecode cached (compiling the sources at every start costs 2.8 MiB
     more, and is what the 6.3 MiB measured on 2026-12-04 was)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    command = [sys.executable, "-X", f"pycache_prefix={tmp_path / 'pyc'}", "-c", _FROM_IMPORT,
-               artifacts["exact-compact"]]
+    python, env = _with_bytecode(tmp_path)
+    command = [*python, "-c", _FROM_IMPORT, artifacts["exact-compact"]]
     subprocess.run(command, env=env, capture_output=True, check=True)  # writes the .pyc files
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
     growth = json.loads(out.strip().splitlines()[-1])["growth"]
