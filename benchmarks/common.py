@@ -83,7 +83,8 @@ def summarize_times(times: Sequence[float]) -> dict[str, float | int]:
 
 def summarize_load(runs: Sequence[dict]) -> dict[str, float | int]:
     """Medians over repeated load measurements: seconds to ready (and to the first result
-    when measured), peak RSS at ready, and growth of anonymous and file-backed RSS."""
+    when measured), peak RSS at ready, growth of anonymous and file-backed RSS, and of
+    anonymous RSS for a second load of the same model."""
     def median(get: Callable[[dict], float]) -> float:
         return statistics.median(get(r) for r in runs)
 
@@ -92,6 +93,8 @@ def summarize_load(runs: Sequence[dict]) -> dict[str, float | int]:
            "RssAnon": median(lambda r: r["after"]["RssAnon"] - r["before"]["RssAnon"]),
            "RssFile": median(lambda r: r["after"]["RssFile"] - r["before"]["RssFile"]),
            "runs": len(runs)}
+    if all("second" in r for r in runs):  # the same model made ready again: per-model cost
+        out["second_RssAnon"] = median(lambda r: r["second"]["RssAnon"] - r["after"]["RssAnon"])
     if all("first_result_seconds" in r for r in runs):
         out["first_result_seconds"] = median(lambda r: r["first_result_seconds"])
     return out
