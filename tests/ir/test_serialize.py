@@ -160,3 +160,23 @@ def test_bad_graph_json_is_a_graph_error():
         graph_from_json("{")
     with pytest.raises(GraphError, match="version 9"):
         graph_from_json('{"format": "rlx-graph", "version": 9, "graph": {}}')
+
+
+def test_a_read_graph_shares_equal_ops_and_shapes_but_keeps_signed_zeros_apart():
+    """Nodes that spell one op (or one shape) alike share one object; ops are immutable
+    values, so only memory changes. The key is the attributes' JSON text: -0.0 equals 0.0
+    in Python but is another value, so a node with it keeps its own op."""
+    g = Graph("shared")
+    x = g.input("x", Shape(["batch", 4]))
+    scale = g.constant(np.ones(4, np.float32))
+    bias = g.constant(np.zeros(4, np.float32))
+    norms = [g.add_node(ops.LayerNorm(axis=-1, epsilon=eps), [x, scale, bias])
+             for eps in (1e-5, 1e-5, -0.0, 0.0)]
+    g.set_outputs(norms)
+    back = graph_from_dict(json.loads(json.dumps(graph_to_dict(g))))
+    first, again, negative, positive = (back.node(n) for n in norms)
+    assert first.op is again.op and first.shape is again.shape
+    assert negative.op is not positive.op
+    assert str(negative.op.epsilon) == "-0.0" and str(positive.op.epsilon) == "0.0"
+    assert back.node(scale).op is not back.node(bias).op  # constants stay per node
+    assert [back.node(n).op for n in norms] == [g.node(n).op for n in norms]

@@ -252,6 +252,22 @@ def op_from_json(entry: dict, shape, decode: ConstantDecoder) -> Op:
         raise GraphError(f"{name}: {err}") from None
 
 
+def _shared_op(entry: dict, shape, decode: ConstantDecoder, ops: dict[str, Op]) -> Op:
+    """`op_from_json`, made once for all the nodes that spell one op with the same
+    attributes (ops are immutable values; the key is their JSON's text, where -0.0 is not
+    0.0): a CNN's Convs and activations repeat a few ops hundreds of times. Constants and
+    ops holding subgraphs are made per node."""
+    attrs = entry.get("attrs")
+    if entry.get("op") == "Constant" or (
+            isinstance(attrs, dict) and any(isinstance(v, dict) for v in attrs.values())):
+        return op_from_json(entry, shape, decode)
+    key = repr((entry.get("op"), attrs))
+    op = ops.get(key)
+    if op is None:
+        op = ops[key] = op_from_json(entry, shape, decode)
+    return op
+
+
 def graph_from_dict(body: Any, decode_constant: ConstantDecoder = _base64_decode, *,
                     consume: bool = False) -> Graph:
     """The graph a JSON body describes. `consume`: empty the body's node list as it is read,
@@ -263,6 +279,7 @@ def graph_from_dict(body: Any, decode_constant: ConstantDecoder = _base64_decode
     graph = Graph(str(body.get("name", "graph")))
     nodes = _list(body.get("nodes"), "graph nodes")
     shapes: dict = {}  # nodes of one shape share one Shape (a few hundred bytes each)
+    ops: dict[str, Op] = {}
     for position, entry in enumerate(nodes):
         if consume:
             nodes[position] = None
@@ -270,7 +287,7 @@ def graph_from_dict(body: Any, decode_constant: ConstantDecoder = _base64_decode
             raise GraphError(f"node {position} must be an object")
         shape = shape_from_json(entry.get("shape"))
         shape = shapes.setdefault(shape, shape)
-        op = op_from_json(entry, shape, decode_constant)
+        op = _shared_op(entry, shape, decode_constant, ops)
         name = _text(entry.get("name"), f"node {position}: name")
         origin = _text(entry.get("origin"), f"node {position}: origin")
         inputs = _list(entry.get("inputs", []), f"node {position} inputs")
