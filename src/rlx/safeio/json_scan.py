@@ -4,7 +4,7 @@
 a 4 MiB header of short nested lists became 48x its size in Python objects and took 19 s
 to refuse, a 5,000-digit integer raised a bare `ValueError` (CPython's 4,300-digit limit),
 deep nesting raised `RecursionError`. `load_json` first scans the bytes once, in chunks at
-numpy speed and in bounded memory (16 KiB at a time), outside strings: nesting depth, the number of
+numpy speed and in bounded memory (8 KiB at a time), outside strings: nesting depth, the number of
 containers (the objects that cost most per byte: an empty list is 56 bytes made of 3) and
 the longest run of digits. Only then is the text parsed, on text whose object count
 and depth are bounded by its size.
@@ -27,14 +27,14 @@ from rlx.record import dataclass
 
 __all__ = ["JsonLimits", "load_json", "scan_json"]
 
-# Bytes scanned at a time. A chunk's temporaries (a dozen arrays of its length) stay
-# resident in the allocator once freed: at 64 KiB with int32 running sums, ~1.1 MiB of
-# anonymous memory for every process that read a header over 64 KiB (the whole heap growth
-# of loading a 413-node model was 2.3 MiB; issue 35); at 16 KiB, ~12 KiB, for ~10% more
-# scan time (7 MiB of JSON: 71 -> 78 ms). Once the numpy engine keeps freed memory
-# (`rlx.runtime.heap`) they stay in its heap whatever their size: bool and int16
-# temporaries (the sums of one chunk fit: at most 32767) take half of int32's.
-_CHUNK = 1 << 14
+# Bytes scanned at a time. A chunk's temporaries stay resident in the allocator once
+# freed: at 64 KiB, a dozen arrays of its length and int32 running sums held ~1.1 MiB of
+# anonymous memory in every process that read a header over 64 KiB (issue 35). Once the
+# numpy engine keeps freed memory (`rlx.runtime.heap`, from the first compile on) every
+# later load keeps its peak too: at 8 KiB, with one int32 buffer reused for the sums and
+# the masks combined in place, ~0.17 MiB (16 KiB chunks made anew: ~0.5 MiB), for ~7% more
+# scan time on a 100 KB header and ~20% on 9 MB.
+_CHUNK = 1 << 13
 _SURROGATE_ESCAPE = rb"\\u[dD][89a-fA-F]"  # compiled on first use: few headers hold a \u
 _WHITESPACE = " \t\n\r"  # JSON's four
 _QUOTE, _OPEN, _OPEN_BRACE, _CLOSE, _CLOSE_BRACE = (ord(c) for c in '"[{]}')
@@ -74,25 +74,34 @@ def scan_json(raw: bytes) -> JsonShape:
     for start in range(0, len(view), _CHUNK):
         chunk = view[start:start + _CHUNK]
         quote = chunk == _QUOTE
-        inside = np.logical_xor.accumulate(quote)  # an odd count of quotes in the chunk so far
+        # one int32 buffer for the chunk's running sums (quotes, then levels, then digits)
+        # and one bool mask outside strings; the other temporaries are in place
+        sums = np.cumsum(quote, dtype=np.int32)
+        outside = (sums & 1).astype(bool)  # inside, counting this chunk's quotes only
         if parity:
-            np.logical_not(inside, out=inside)
-        parity = int(inside[-1])
-        outside = ~(inside | quote)
-        opens = ((chunk == _OPEN) | (chunk == _OPEN_BRACE)) & outside
-        closes = ((chunk == _CLOSE) | (chunk == _CLOSE_BRACE)) & outside
-        # within a chunk, levels and digit counts fit in int16; the carries are Python ints
-        level = np.cumsum(opens.astype(np.int16) - closes, dtype=np.int16)
-        deepest = max(deepest, depth + int(level.max()))
-        depth += int(level[-1])
+            np.logical_not(outside, out=outside)
+        parity = int(outside[-1])
+        np.logical_or(outside, quote, out=outside)
+        np.logical_not(outside, out=outside)
+        opens = (chunk == _OPEN) | (chunk == _OPEN_BRACE)
+        opens &= outside
+        closes = (chunk == _CLOSE) | (chunk == _CLOSE_BRACE)
+        closes &= outside
+        np.cumsum(opens, dtype=np.int32, out=sums)
+        sums -= np.cumsum(closes, dtype=np.int32)
+        deepest = max(deepest, depth + int(sums.max()))
+        depth += int(sums[-1])
         containers += int(np.count_nonzero(opens))
-        digits = ((chunk >= ord("0")) & (chunk <= ord("9"))) & outside
-        count = np.cumsum(digits, dtype=np.int16)
-        runs = count - np.maximum.accumulate(np.where(digits, count.dtype.type(0), count))
-        lead = len(chunk) if digits.all() else int(np.argmin(digits))  # digits going on
+        digits = (chunk >= ord("0")) & (chunk <= ord("9"))
+        digits &= outside
+        np.cumsum(digits, dtype=np.int32, out=sums)
+        starts = np.where(digits, 0, sums)  # digits so far where each run began
+        np.maximum.accumulate(starts, out=starts)
+        sums -= starts
+        lead = len(chunk) if digits.all() else int(np.argmin(digits))  # a run going on
         run = run if lead else 0
-        longest = max(longest, int(runs.max()), run + lead)
-        run = int(runs[-1]) + (run if lead == len(chunk) else 0)
+        longest = max(longest, int(sums.max()), run + lead)
+        run = int(sums[-1]) + (run if lead == len(chunk) else 0)
     return JsonShape(deepest, containers, longest)
 
 
