@@ -17,13 +17,15 @@ from onnx import TensorProto, helper, numpy_helper, save
 
 from rlx.artifact import read_rlx
 
-__all__ = ["small_cnn", "mlp", "small_crnn", "image_feeds", "vector_feeds", "line_feeds"]
+__all__ = ["small_cnn", "mlp", "small_crnn", "small_detector", "image_feeds", "vector_feeds",
+           "line_feeds"]
 
 
-def _model(nodes, inits, x_shape, output: str, path: Path, opset: int = 17) -> Path:
+def _model(nodes, inits, x_shape, output: str, path: Path, opset: int = 17,
+           elem: int = TensorProto.FLOAT) -> Path:
     graph = helper.make_graph(
-        nodes, path.stem, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
-        [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)],
+        nodes, path.stem, [helper.make_tensor_value_info("x", elem, x_shape)],
+        [helper.make_tensor_value_info(output, elem, None)],
         [numpy_helper.from_array(a, n) for n, a in inits.items()])
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
     return path
@@ -76,6 +78,51 @@ def mlp(folder: Path, seed: int = 0, outlier: bool = False) -> Path:
         inits["w1"][0] = 0.0  # ... and layer 2 never reads it
     name = "mlp_outlier.onnx" if outlier else "mlp.onnx"
     return _model(nodes, inits, [8, 64], "logits", folder / name)
+
+
+def small_detector(folder: Path, seed: int = 0, dtype=np.float32) -> Path:
+    """A YOLO-style detector in miniature (`dtype` float64: the same model for a float64
+    reference): x [1, 3, 32, 32] -> Conv 3x3 /2 (27 terms) -> SiLU -> Conv 3x3 32 -> SiLU ->
+    Split into two halves; the second -> Conv 1x1 (16 terms) -> SiLU -> + itself (a
+    residual Add) -> Concat with both halves -> Conv 1x1 (48 terms) -> SiLU -> MaxPool 3x3
+    -> Concat with its input -> depthwise Conv 3x3 (9 terms) -> SiLU -> Conv 1x1 64 /2 ->
+    SiLU -> nearest Resize x2 -> Concat with the 3x3 Conv's SiLU -> Conv 3x3 32 -> SiLU ->
+    Conv 1x1 to 10 maps ("maps", the output). SiLU is written as Sigmoid and Mul, as
+    exporters write it."""
+    rng = np.random.default_rng(seed)
+    inits: dict[str, np.ndarray] = {"scales": np.array([1, 1, 2, 2], dtype),
+                                    "halves": np.array([16, 16], np.int64)}
+    nodes = []
+
+    def conv(x, name, cout, cin, k, stride=1, groups=1, silu=True):
+        inits[name + ".w"] = (rng.standard_normal((cout, cin // groups, k, k))
+                              * (2 / (k * k * cin / groups)) ** 0.5).astype(dtype)
+        inits[name + ".b"] = (rng.standard_normal(cout) * 0.1).astype(dtype)
+        nodes.append(helper.make_node("Conv", [x, name + ".w", name + ".b"], [name], name,
+                                      pads=[k // 2] * 4, strides=[stride] * 2, group=groups))
+        if not silu:
+            return name
+        nodes.extend([helper.make_node("Sigmoid", [name], [name + ".sig"]),
+                      helper.make_node("Mul", [name, name + ".sig"], [name + ".silu"])])
+        return name + ".silu"
+
+    def node(op, inputs, output, **attrs):
+        nodes.append(helper.make_node(op, inputs, [output], **attrs))
+        return output
+
+    stem = conv(conv("x", "stem", 16, 3, 3, stride=2), "c1", 32, 16, 3)
+    nodes.append(helper.make_node("Split", [stem, "halves"], ["a", "b"], axis=1))
+    res = node("Add", ["b", conv("b", "m", 16, 16, 1)], "res")
+    fused = conv(node("Concat", ["a", "b", res], "cat", axis=1), "c2", 32, 48, 1)
+    pooled = node("Concat", [fused, node("MaxPool", [fused], "pool", kernel_shape=[3, 3],
+                                         pads=[1] * 4)], "spp", axis=1)
+    down = conv(conv(pooled, "dw", 64, 64, 3, groups=64), "pw", 64, 64, 1, stride=2)
+    up = node("Resize", [down, "", "scales"], "up", mode="nearest")
+    head = conv(node("Concat", [up, stem], "neck", axis=1), "c3", 32, 96, 3)
+    conv(head, "maps", 10, 32, 1, silu=False)
+    elem = TensorProto.DOUBLE if dtype == np.float64 else TensorProto.FLOAT
+    name = "small_detector64.onnx" if dtype == np.float64 else "small_detector.onnx"
+    return _model(nodes, inits, [1, 3, 32, 32], "maps", folder / name, opset=18, elem=elem)
 
 
 def image_feeds(seed: int, n: int = 1) -> list[dict[str, np.ndarray]]:

@@ -52,7 +52,7 @@ from rlx import passes
 from rlx.artifact.precision import PrecisionPlan, exact_graph
 from rlx.baking.bf16 import plan_bf16
 from rlx.baking.guard import OutputAccuracy, OutputRunner, fewest_kept, misses
-from rlx.baking.int8 import ActivationRange, Candidate, apply_int8, candidates, work
+from rlx.baking.int8 import ActivationRange, Candidate, apply_int8, candidates, plan_int8, work
 from rlx.baking.sensitivity import calibrate, local_errors
 from rlx.errors import RlxError
 from rlx.ir.graph import Graph
@@ -112,7 +112,7 @@ def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
         feeds = [seeded_feeds(graph.inputs(), rng)[0] for _ in range(SEEDED_FEEDS)]
     assert feeds is not None
     graph, _ = fold_channel_scales(graph)  # an int8 Conv's output then follows its Relu
-    found = candidates(graph)
+    found = plan_int8(graph, candidates(graph))[0]  # narrow ones never int8 left out
     try:
         refs, ranges = calibrate(graph, found, feeds)
     except RlxError as err:
@@ -136,6 +136,9 @@ def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
     _, how, ranked, kept, (g, quantizers, accuracy) = best
     g, _ = passes.eliminate_dead_code(g)
     plan = _plan(graph, ranked, errors, kept, quantizers, how)
+    running, links = plan_int8(graph, ranked[kept:])  # narrow ones only inside a chain
+    plan.counts.update({"int8": len(running), "f32": len(ranked) - len(running),
+                        "int8 chain": len(links.nodes)})
     # on the graph bf16 engines run: the exact graph of the file, its int8 weights as stored
     bf16 = plan_bf16(exact_graph(g, plan), runner, target)
     plan.bf16, plan.counts["bf16"] = bf16.names, bf16.count
@@ -145,7 +148,7 @@ def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
                                  "outputs": [vars(a) for a in bf16.accuracy]}}
     log.info("fast plan: %s (%d numpy runs on %d calibration feed(s))", plan.summary,
              runner.runs, len(feeds))
-    return g, FastPlan(len(ranked) - kept, plan)
+    return g, FastPlan(len(running), plan)
 
 
 Trial = tuple[Graph, list[str], list[OutputAccuracy]]

@@ -7,7 +7,11 @@ float32 weight `[K, N]` and a computed activation, whose products sum at least
 activation byte for int8 to pay for quantising that activation: depthwise convolutions (9
 or 25 terms), a 3-channel image's first conv (27) and narrow 1x1 convs are memory-bound,
 and their Q/DQ pairs cost more than int8 saves (measured on a MobileNetV3 classifier:
-every Conv int8 ran 4x slower than f32 on onnxruntime). As int8 it reads
+every Conv int8 ran 4x slower than f32 on onnxruntime). Such a `narrow` candidate runs int8
+only where the plan quantises its input and reads its output quantised anyway (its input
+is another int8 node's output or chain node, its output another int8 node's input or read
+by a chain node, `rlx.baking.int8_chain`): there its Q/DQ pairs are already paid for, and
+int8 saves the f32 round trip (`plan_int8`). As int8 it reads
 
     x -> QuantizeLinear -> DequantizeLinear       (u8, scale and zero point from x's range)
     W (int8 codes) -> DequantizeLinear            (symmetric, one scale per output channel)
@@ -34,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rlx.baking.int8_chain import Chain, chain, data_inputs
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Unary
@@ -52,7 +57,8 @@ a 2-thread AMD EPYC, a Conv runs ~150 G multiply-adds/s and a matrix-vector prod
 its 6.5 MB weight at ~32 GB/s (`work`)."""
 
 __all__ = ["MIN_REDUCTION", "MACS_PER_WEIGHT_BYTE", "Candidate", "ActivationRange",
-           "candidates", "work", "quantize_weight", "Int8Emitter", "apply_int8"]
+           "candidates", "work", "quantize_weight", "Int8Emitter", "apply_int8", "plan_int8",
+           "shared_ranges"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,7 @@ class Candidate:
     output: int | None  # None: the output stays f32 (a MatMul's, or a graph output)
     axis: int  # the weight's output-channel axis
     tail: tuple[int, ...] = ()  # the nodes from the node to `output` (its bias Add, Relu)
+    narrow: bool = False  # sums fewer than MIN_REDUCTION terms (module doc)
 
     def label(self, graph: Graph) -> str:
         node = graph.node(self.node)
@@ -111,12 +118,11 @@ def candidates(graph: Graph) -> list[Candidate]:
             axis, terms = 1, dims[0]
         else:
             continue
-        if terms < MIN_REDUCTION:
-            continue
         tail = _tail(graph, node, users, relu=isinstance(node.op, Conv))
         out = tail[-1] if tail else node.id
         float_out = out in graph.outputs or isinstance(node.op, MatMul) and not tail
-        found.append(Candidate(node.id, x.id, w.id, None if float_out else out, axis, tail))
+        found.append(Candidate(node.id, x.id, w.id, None if float_out else out, axis, tail,
+                               terms < MIN_REDUCTION))
     return found
 
 
@@ -174,9 +180,11 @@ class Int8Emitter:
         self.quantizers: list[str] = []
         self._weights: dict[tuple[int, int], int] = {}  # (weight id, axis) -> its DQ
 
-    def activation(self, source_id: int, new_id: int, name: str) -> int:
-        """The DequantizeLinear of source node `source_id`'s value (at `new_id`)."""
-        scale, zero = self.ranges[source_id].parameters()
+    def activation(self, source_id: int, new_id: int, name: str,
+                   value_range: ActivationRange | None = None) -> int:
+        """The DequantizeLinear of source node `source_id`'s value (at `new_id`), over
+        `value_range` (default: the range calibration saw of it)."""
+        scale, zero = (value_range or self.ranges[source_id]).parameters()
         s, z = self.rw.emit_constant(scale), self.rw.emit_constant(zero)
         qname = self.rw.fresh_name(f"{name}/quantize")
         self.quantizers.append(qname)
@@ -204,26 +212,94 @@ class Int8Emitter:
 
 def apply_int8(graph: Graph, chosen: list[Candidate],
                ranges: dict[int, ActivationRange]) -> tuple[Graph, list[str]]:
-    """`graph` with the `chosen` candidates in QDQ form (module doc), and the names of the
-    activation quantisers inserted. A tensor read by several int8 nodes, or an int8 node's
-    output read by another, is quantised once."""
+    """`graph` with the `chosen` candidates and their chain (`rlx.baking.int8_chain`) in
+    QDQ form (module doc), and the names of the activation quantisers inserted. A tensor
+    read by several int8 nodes, or an int8 node's output read by another, is quantised
+    once."""
     rw = Rewriter(graph)
     emit = Int8Emitter(rw, ranges)
+    chosen, links = plan_int8(graph, chosen)
     by_node = {c.node: c for c in chosen}
-    by_output = {c.output: c for c in chosen if c.output is not None}
+    ranges = {**ranges, **shared_ranges(graph, links, ranges)}
+    emit.ranges = ranges
+    labels = {c.output: c.label(graph) for c in chosen if c.output is not None}
+    labels.update((n, _label(graph.node(n))) for n in links.requantised | set(links.shared))
     quantized: dict[int, int] = {}  # source id -> the DequantizeLinear standing for it
+
+    def read(source: int, label: str) -> int:
+        if source not in quantized:
+            quantized[source] = emit.activation(source, rw.id(source), label)
+        return quantized[source]
+
     for node in graph.nodes():
         c = by_node.get(node.id)
-        if c is None:
-            rw.copy(node)
+        if c is not None:
+            rw.substitute(node, node.op, emit.inputs(graph, c, read(c.activation, c.label(graph))))
+        elif node.id in links.nodes:
+            data = (i for i in data_inputs(graph, node) or () if not graph.node(i).is_tuple)
+            _emit_chain_node(emit, graph, node, {i: read(i, _label(node)) for i in data})
         else:
-            x = quantized.get(c.activation)
-            if x is None:
-                x = quantized[c.activation] = emit.activation(
-                    c.activation, rw.id(c.activation), c.label(graph))
-            rw.substitute(node, node.op, emit.inputs(graph, c, x))
-        owner = by_output.get(node.id)
-        if owner is not None:
-            quantized[node.id] = emit.activation(node.id, rw.id(node.id), owner.label(graph))
+            rw.copy(node)
+        label = labels.get(node.id)
+        if label is not None:
+            quantized[node.id] = emit.activation(node.id, rw.id(node.id), label)
             rw.replace(node.id, quantized[node.id])
     return rw.finish(), emit.quantizers
+
+
+def plan_int8(graph: Graph, chosen: list[Candidate]) -> tuple[list[Candidate], Chain]:
+    """The candidates of `chosen` that run int8, and their chain: every wide one, and the
+    narrow ones whose input the rest quantise and whose output they read quantised (module
+    doc). Starting from all of them, narrow ones that fail drop until none does (a narrow
+    one's input or reader may be another narrow one)."""
+    wide = [c for c in chosen if not c.narrow]
+    narrow = [c for c in chosen if c.narrow]
+    users = graph.users()
+    while True:
+        plan = wide + narrow
+        outputs = {c.output for c in plan if c.output is not None}
+        links = chain(graph, {c.activation for c in plan} | outputs,
+                      {c.activation for c in plan})
+        values = outputs | links.requantised | set(links.shared)
+        fed = values | {c.activation for c in wide}
+        kept = [c for c in narrow if c.activation in fed and c.output is not None and (
+            any(u in links.nodes for u in users[c.output])
+            or any(d.activation == c.output for d in plan))]
+        if len(kept) == len(narrow):
+            order = {c.node: k for k, c in enumerate(chosen)}
+            return sorted(plan, key=lambda c: order[c.node]), links
+        narrow = kept
+
+
+def shared_ranges(graph: Graph, links: Chain, ranges: dict[int, ActivationRange]
+                  ) -> dict[int, ActivationRange]:
+    """The ranges of the chain nodes that take their input's scale, in graph order."""
+    found: dict[int, ActivationRange] = {}
+    for node_id in sorted(links.shared):
+        source = links.shared[node_id]
+        found[node_id] = found.get(source) or ranges[source]
+    return found
+
+
+def _label(node: Node) -> str:
+    return node.origin or node.name or f"%{node.id}"
+
+
+def _emit_chain_node(emit: Int8Emitter, graph: Graph, node: Node, read: dict[int, int]
+                     ) -> None:
+    """`node` reading the DequantizeLinear of its quantised inputs (`read`); a SiLU as
+    Sigmoid, its quantised output and a Mul, the form onnxruntime runs on u8."""
+    rw = emit.rw
+    if graph.node(node.inputs[0]).is_tuple:  # a Split's part reads the Split as it is
+        rw.copy(node)
+        return
+    inputs = tuple(read.get(i, rw.id(i)) for i in node.inputs)
+    if isinstance(node.op, Unary) and node.op.kind is Activation.SILU:
+        x = inputs[0]
+        gate = rw.emit(Unary(Activation.SIGMOID), (x,))
+        high = emit.ranges[node.inputs[0]].high
+        gate_range = ActivationRange(0.0, float(1 / (1 + np.exp(-np.float64(high)))))
+        gate = emit.activation(node.id, gate, _label(node) + "/gate", gate_range)
+        rw.substitute(node, Binary(BinaryOp.MUL), (x, gate))
+    else:
+        rw.substitute(node, node.op, inputs)

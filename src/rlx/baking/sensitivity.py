@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from rlx.baking.int8 import ActivationRange, Candidate, Int8Emitter
+from rlx.baking.int8 import ActivationRange, Candidate, Int8Emitter, plan_int8
 from rlx.ir.graph import Graph
 from rlx.ir.ops.elementwise import Binary, BinaryOp
 from rlx.ir.ops.reduce import Reduce, ReduceOp
@@ -28,10 +28,11 @@ __all__ = ["calibrate", "local_errors", "quantised_tensors"]
 Feeds = Mapping[str, np.ndarray]
 
 
-def quantised_tensors(chosen: Sequence[Candidate]) -> list[int]:
-    """The source ids an int8 plan of `chosen` quantises (activations and outputs)."""
+def quantised_tensors(graph: Graph, chosen: Sequence[Candidate]) -> list[int]:
+    """The source ids an int8 plan of `chosen` quantises with their own range: its
+    nodes' activations and outputs, and its chain's requantised nodes."""
     ids = {c.activation for c in chosen} | {c.output for c in chosen if c.output is not None}
-    return sorted(ids)
+    return sorted(ids | plan_int8(graph, list(chosen))[1].requantised)
 
 
 def _copy(graph: Graph) -> Rewriter:
@@ -55,7 +56,7 @@ def calibrate(graph: Graph, chosen: Sequence[Candidate], feeds: Sequence[Feeds]
               ) -> tuple[list[list[np.ndarray]], dict[int, ActivationRange]]:
     """(exact outputs per feed, the range of every tensor `chosen` quantises over all
     feeds, by source id)."""
-    tensors = quantised_tensors(chosen)
+    tensors = quantised_tensors(graph, chosen)
     rw = _copy(graph)
     extra = [r for t in tensors for r in (_reduce(rw, ReduceOp.MIN, rw.id(t)),
                                           _reduce(rw, ReduceOp.MAX, rw.id(t)))]

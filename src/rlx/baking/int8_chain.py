@@ -1,0 +1,122 @@
+"""The nodes between int8 nodes that stay in 8 bits: an int8 plan's chains.
+
+An int8 Conv's output and the next int8 node's input are often one op apart: a SiLU, a
+residual Add, a Concat, a MaxPool, a nearest Resize, a Split. Computed in f32, each such
+op costs a DequantizeLinear -> f32 op -> QuantizeLinear round trip; measured on a YOLO-style
+detector (onnxruntime, 1 thread), its SiLUs alone (two DequantizeLinear each, as
+onnxruntime gives every reader its own, a Sigmoid, a Mul and a QuantizeLinear) took as
+long as its int8 Convs. Quantised on both sides, onnxruntime runs them on u8 instead:
+
+- `REQUANTISED`: an op whose output gets its own calibrated scale: Sigmoid and LeakyRelu
+  (QLinearSigmoid / QLinearLeakyRelu, a 256-entry table), Add and Mul of two quantised
+  tensors (QLinearAdd / QLinearMul), Concat (QLinearConcat), average pooling
+  (QLinearAveragePool / QLinearGlobalAveragePool), and SiLU, written as Sigmoid, its
+  quantised output (range [0, sigmoid(high)], read off its input's) and a QLinearMul;
+- `SHARED`: an op that only moves or selects values (MaxPool, nearest Resize, Reshape,
+  Transpose, Flatten, Squeeze, Unsqueeze, Slice, a Split's parts): its output takes its
+  input's scale and zero point, so onnxruntime drops the pair and runs it on u8, and the
+  quantisation is exact (it selects codes).
+
+A chain node joins when every float input it reads is quantised (an int8 node's input or
+output, or a chain node's output), and stays only where a reader needs its output quantised
+(an int8 node's input, or another chain node): a chain that ends in f32 readers would add a
+quantisation for nothing. Its output is never a graph output. The chain follows from the
+int8 nodes the plan picks, so the guard's bisection over them (`rlx.baking.fast`) checks it
+too: an int8 node kept f32 takes the chain nodes that needed it with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlx.ir.dtype import DType
+from rlx.ir.graph import Graph, Node
+from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Unary
+from rlx.ir.ops.multi import TupleGet
+from rlx.ir.ops.nn import GlobalPool, Pool, PoolKind, Resize, ResizeMode
+from rlx.ir.ops.shaping import (
+    Concat,
+    Flatten,
+    Reshape,
+    Slice,
+    Split,
+    Squeeze,
+    Transpose,
+    Unsqueeze,
+)
+from rlx.ir.ops.sources import Constant
+
+__all__ = ["Chain", "chain", "data_inputs"]
+
+_TABLES = (Activation.SIGMOID, Activation.LEAKY_RELU, Activation.SILU)
+_MOVES = (Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Slice, TupleGet)
+
+
+@dataclass
+class Chain:
+    """`requantised`: chain nodes quantised with their own calibrated range; `shared`: chain
+    node -> the quantised tensor whose scale and zero point its output takes; `split`:
+    tuple-valued chain nodes (a Split), read quantised and not quantised themselves."""
+
+    requantised: set[int] = field(default_factory=set)
+    shared: dict[int, int] = field(default_factory=dict)
+    split: set[int] = field(default_factory=set)
+
+    @property
+    def nodes(self) -> set[int]:
+        return self.requantised | set(self.shared) | self.split
+
+
+def data_inputs(graph: Graph, node: Node) -> list[int] | None:
+    """The inputs that must be quantised for `node` to run on u8, or None when it cannot."""
+    op, first = node.op, list(node.inputs[:1])
+    if isinstance(op, Unary):
+        return first if op.kind in _TABLES else None
+    if isinstance(op, Binary) and op.op in (BinaryOp.ADD, BinaryOp.MUL):
+        ins = [graph.node(i) for i in node.inputs]
+        return None if any(isinstance(i.op, Constant) for i in ins) else list(node.inputs)
+    if isinstance(op, Concat):
+        return list(node.inputs)
+    if isinstance(op, Pool | GlobalPool) or isinstance(op, Resize) and \
+            op.mode is ResizeMode.NEAREST or isinstance(op, (*_MOVES, Split)):
+        rest = (graph.node(i) for i in node.inputs[1:])  # shapes, indices, scales
+        return None if any(r.tensor_shape.dtype.is_float and not isinstance(r.op, Constant)
+                           for r in rest) else first
+    return None
+
+
+def _shares(node: Node) -> bool:
+    op = node.op
+    return isinstance(op, (*_MOVES, Split, Resize)) or \
+        isinstance(op, Pool) and op.kind is PoolKind.MAX
+
+
+def chain(graph: Graph, quantised: set[int], int8_inputs: set[int]) -> Chain:
+    """The chain of a plan whose int8 nodes quantise the tensors `quantised` and read
+    `int8_inputs` quantised (module doc)."""
+    joined: dict[int, int | None] = {}  # chain node -> the tensor it shares, or None
+    for node in graph.nodes():
+        f32 = node.is_tuple or node.tensor_shape.dtype is DType.F32
+        if not f32 or node.id in graph.outputs:
+            continue
+        data = data_inputs(graph, node)
+        if data and all(i in quantised or i in joined for i in data):
+            # a Split's part takes the scale of the Split's input
+            source = joined[data[0]] if graph.node(data[0]).is_tuple else data[0]
+            joined[node.id] = source if _shares(node) else None
+    users = graph.users()
+    kept: set[int] = set()
+    for node_id in sorted(joined, reverse=True):  # readers come after: one pass settles it
+        if node_id in int8_inputs or any(u in kept for u in users[node_id]):
+            kept.add(node_id)
+        else:
+            del joined[node_id]
+    found = Chain()
+    for node_id, source in joined.items():
+        if graph.node(node_id).is_tuple:
+            found.split.add(node_id)
+        elif source is None:
+            found.requantised.add(node_id)
+        else:
+            found.shared[node_id] = source
+    return found
