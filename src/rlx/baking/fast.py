@@ -15,6 +15,11 @@ among them) where most of its error came from 40 cheap recurrent matrix-vector p
 per multiply-add, a BERT encoder kept 15 of 18 f32 instead of 5 (its errors did not add as
 their local sizes said).
 
+The ops between int8 nodes that onnxruntime runs on u8 (`rlx.baking.int8_chain`: SiLU,
+Add, Concat, MaxPool, ...) and the narrow Convs between them follow from the int8 nodes a
+trial picks (`rlx.baking.int8.plan_int8`), so every measurement below covers them; the
+plan counts the chain's nodes as "int8 chain".
+
 k is found by bisection over the ranking: each step is a real
 measurement of the combined plan (errors of many small perturbations add up to first order,
 so fewer int8 nodes means a smaller error, which bisection relies on; the final plan is the

@@ -75,8 +75,7 @@ class Candidate:
     narrow: bool = False  # sums fewer than MIN_REDUCTION terms (module doc)
 
     def label(self, graph: Graph) -> str:
-        node = graph.node(self.node)
-        return node.origin or node.name or f"%{node.id}"
+        return _label(graph.node(self.node))
 
 
 @dataclass(frozen=True)
@@ -216,12 +215,10 @@ def apply_int8(graph: Graph, chosen: list[Candidate],
     QDQ form (module doc), and the names of the activation quantisers inserted. A tensor
     read by several int8 nodes, or an int8 node's output read by another, is quantised
     once."""
-    rw = Rewriter(graph)
-    emit = Int8Emitter(rw, ranges)
     chosen, links = plan_int8(graph, chosen)
+    rw = Rewriter(graph)
+    emit = Int8Emitter(rw, {**ranges, **shared_ranges(links, ranges)})
     by_node = {c.node: c for c in chosen}
-    ranges = {**ranges, **shared_ranges(graph, links, ranges)}
-    emit.ranges = ranges
     labels = {c.output: c.label(graph) for c in chosen if c.output is not None}
     labels.update((n, _label(graph.node(n))) for n in links.requantised | set(links.shared))
     quantized: dict[int, int] = {}  # source id -> the DequantizeLinear standing for it
@@ -271,7 +268,7 @@ def plan_int8(graph: Graph, chosen: list[Candidate]) -> tuple[list[Candidate], C
         narrow = kept
 
 
-def shared_ranges(graph: Graph, links: Chain, ranges: dict[int, ActivationRange]
+def shared_ranges(links: Chain, ranges: dict[int, ActivationRange]
                   ) -> dict[int, ActivationRange]:
     """The ranges of the chain nodes that take their input's scale, in graph order."""
     found: dict[int, ActivationRange] = {}
