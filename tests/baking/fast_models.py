@@ -83,8 +83,8 @@ def mlp(folder: Path, seed: int = 0, outlier: bool = False) -> Path:
 def small_detector(folder: Path, seed: int = 0, dtype=np.float32) -> Path:
     """A YOLO-style detector in miniature (`dtype` float64: the same model for a float64
     reference): x [1, 3, 32, 32] -> Conv 3x3 /2 (27 terms) -> SiLU -> Conv 3x3 32 -> SiLU ->
-    Split into two halves; the second -> Conv 1x1 (16 terms) -> SiLU -> + itself (a
-    residual Add) -> Concat with both halves -> Conv 1x1 (48 terms) -> SiLU -> MaxPool 3x3
+    Split into two halves; the second -> Conv 1x1 (16 terms) -> SiLU -> + itself -> Relu
+    (a residual block) -> Concat with both halves -> Conv 1x1 (48 terms) -> SiLU -> MaxPool 3x3
     -> Concat with its input -> depthwise Conv 3x3 (9 terms) -> SiLU -> Conv 1x1 64 /2 ->
     SiLU -> nearest Resize x2 -> Concat with the 3x3 Conv's SiLU -> Conv 3x3 32 -> SiLU ->
     Conv 1x1 to 10 maps ("maps", the output). SiLU is written as Sigmoid and Mul, as
@@ -112,7 +112,7 @@ def small_detector(folder: Path, seed: int = 0, dtype=np.float32) -> Path:
 
     stem = conv(conv("x", "stem", 16, 3, 3, stride=2), "c1", 32, 16, 3)
     nodes.append(helper.make_node("Split", [stem, "halves"], ["a", "b"], axis=1))
-    res = node("Add", ["b", conv("b", "m", 16, 16, 1)], "res")
+    res = node("Relu", [node("Add", ["b", conv("b", "m", 16, 16, 1)], "sum")], "res")
     fused = conv(node("Concat", ["a", "b", res], "cat", axis=1), "c2", 32, 48, 1)
     pooled = node("Concat", [fused, node("MaxPool", [fused], "pool", kernel_shape=[3, 3],
                                          pads=[1] * 4)], "spp", axis=1)

@@ -233,7 +233,8 @@ def apply_int8(graph: Graph, chosen: list[Candidate],
         if c is not None:
             rw.substitute(node, node.op, emit.inputs(graph, c, read(c.activation, c.label(graph))))
         elif node.id in links.nodes:
-            data = (i for i in data_inputs(graph, node) or () if not graph.node(i).is_tuple)
+            data = (i for i in data_inputs(graph, node) or ()  # a Relu reads its input f32
+                    if not graph.node(i).is_tuple and i not in links.inner)
             _emit_chain_node(emit, graph, node, {i: read(i, _label(node)) for i in data})
         else:
             rw.copy(node)

@@ -12,6 +12,8 @@ long as its int8 Convs. Quantised on both sides, onnxruntime runs them on u8 ins
   tensors (QLinearAdd / QLinearMul), Concat (QLinearConcat), average pooling
   (QLinearAveragePool / QLinearGlobalAveragePool), and SiLU, written as Sigmoid, its
   quantised output (range [0, sigmoid(high)], read off its input's) and a QLinearMul;
+  where such an op's only reader is a Relu, the Relu's output is quantised instead (zero
+  point 0: onnxruntime drops the Relu, as after a Conv), an Add of a residual block;
 - `SHARED`: an op that only moves or selects values (MaxPool, nearest Resize, Reshape,
   Transpose, Flatten, Squeeze, Unsqueeze, Slice, a Split's parts): its output takes its
   input's scale and zero point, so onnxruntime drops the pair and runs it on u8, and the
@@ -56,15 +58,17 @@ _MOVES = (Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Slice, TupleGet)
 class Chain:
     """`requantised`: chain nodes quantised with their own calibrated range; `shared`: chain
     node -> the quantised tensor whose scale and zero point its output takes; `split`:
-    tuple-valued chain nodes (a Split), read quantised and not quantised themselves."""
+    tuple-valued chain nodes (a Split), read quantised and not quantised themselves;
+    `inner`: chain nodes whose Relu is quantised instead of them."""
 
     requantised: set[int] = field(default_factory=set)
     shared: dict[int, int] = field(default_factory=dict)
     split: set[int] = field(default_factory=set)
+    inner: set[int] = field(default_factory=set)
 
     @property
     def nodes(self) -> set[int]:
-        return self.requantised | set(self.shared) | self.split
+        return self.requantised | set(self.shared) | self.split | self.inner
 
 
 def data_inputs(graph: Graph, node: Node) -> list[int] | None:
@@ -91,20 +95,35 @@ def _shares(node: Node) -> bool:
         isinstance(op, Pool) and op.kind is PoolKind.MAX
 
 
+def _relu_after(graph: Graph, node: Node, joined: dict[int, int | None],
+                users: list[list[int]]) -> bool:
+    """Whether `node` is a Relu and the only reader of a requantised chain node."""
+    if not (isinstance(node.op, Unary) and node.op.kind is Activation.RELU):
+        return False
+    source = node.inputs[0]
+    return source in joined and joined[source] is None and users[source] == [node.id] \
+        and not graph.node(source).is_tuple
+
+
 def chain(graph: Graph, quantised: set[int], int8_inputs: set[int]) -> Chain:
     """The chain of a plan whose int8 nodes quantise the tensors `quantised` and read
     `int8_inputs` quantised (module doc)."""
     joined: dict[int, int | None] = {}  # chain node -> the tensor it shares, or None
+    users = graph.users()
+    inner: set[int] = set()
     for node in graph.nodes():
         f32 = node.is_tuple or node.tensor_shape.dtype is DType.F32
         if not f32 or node.id in graph.outputs:
+            continue
+        if _relu_after(graph, node, joined, users):
+            inner.add(node.inputs[0])
+            joined[node.id] = None
             continue
         data = data_inputs(graph, node)
         if data and all(i in quantised or i in joined for i in data):
             # a Split's part takes the scale of the Split's input
             source = joined[data[0]] if graph.node(data[0]).is_tuple else data[0]
             joined[node.id] = source if _shares(node) else None
-    users = graph.users()
     kept: set[int] = set()
     for node_id in sorted(joined, reverse=True):  # readers come after: one pass settles it
         if node_id in int8_inputs or any(u in kept for u in users[node_id]):
@@ -115,6 +134,8 @@ def chain(graph: Graph, quantised: set[int], int8_inputs: set[int]) -> Chain:
     for node_id, source in joined.items():
         if graph.node(node_id).is_tuple:
             found.split.add(node_id)
+        elif node_id in inner:
+            found.inner.add(node_id)
         elif source is None:
             found.requantised.add(node_id)
         else:
