@@ -17,6 +17,7 @@ from rlx import BakeOptions, bake
 from rlx.artifact import write_rlx
 from rlx.baking.int8 import candidates, plan_int8
 from rlx.baking.int8_chain import Chain
+from rlx.ir.ops.quant import QuantizeLinear
 from rlx.onnx import import_onnx
 from rlx.passes.channel_scale_folding import fold_channel_scales
 from tests.baking.fast_models import image_feeds, onnxruntime_kernels, small_detector
@@ -99,3 +100,19 @@ def test_a_plan_without_int8_nodes_has_no_chain(tmp_path):
     _, report = bake(*import_onnx(small_detector(tmp_path)), BakeOptions.from_profile(
         "fast").replace(calibration=image_feeds(1, 2), min_cosine=1.0))  # 1: no int8
     assert report.precision.counts["int8"] == report.precision.counts["int8 chain"] == 0
+
+
+def test_exact_on_a_chained_file_takes_every_quantiser_out(baked):
+    """The chain's quantisers (a SiLU's gate, a MaxPool's shared scale) are the plan's too:
+    `precision="exact"` runs the file's f32 graph, on the int8 weights as stored."""
+    _, path64, out, _ = baked
+    model = rlx.load(out, engine="numpy", precision="exact")
+    graph = model.runner.compiled.graph
+    assert not any(isinstance(n.op, QuantizeLinear) for n in graph.nodes())
+    f64 = ReferenceEvaluator(str(path64))
+    fast = rlx.load(out, engine="numpy", precision="fast")
+    for feed in image_feeds(94, 2):
+        exact = f64.run(None, {"x": feed["x"].astype(np.float64)})[0]
+        # the stored int8 weights' error alone: smaller than the plan's
+        assert 1 - _cosine(model.run(feed)[0], exact) < 0.5 * (
+            1 - _cosine(fast.run(feed)[0], exact))
