@@ -97,6 +97,12 @@ CONV_CASES = [
     ((1, 2, 6, 5), (3, 2, 6, 5), 1, (3, 3), (0, 0, 0, 0), (1, 1), True),  # kernel = input
     ((1, 2, 5, 6, 4), (3, 2, 2, 3, 2), 1, (1, 2, 1), (1, 0, 1, 0, 1, 1), (2, 1, 1), True),
     ((0, 3, 5, 5), (2, 3, 3, 3), 1, (1, 1), (1, 1, 1, 1), (1, 1), True),  # empty batch
+    # im2col copies of >= 512 rows copy whole rows (kernels.nn._row_type): one GEMM, grouped,
+    # dilated taps, a stride along the rows only
+    ((1, 16, 12, 12), (8, 16, 3, 3), 1, (1, 1), (1, 1, 1, 1), (1, 1), True),
+    ((2, 8, 9, 16), (8, 2, 3, 3), 4, (1, 1), (1, 0, 1, 2), (1, 1), True),
+    ((1, 8, 10, 12), (4, 8, 3, 3), 1, (1, 1), (2, 2, 2, 2), (2, 2), False),
+    ((1, 8, 20, 12), (4, 8, 3, 3), 1, (2, 1), (1, 1, 1, 1), (1, 1), False),
     # rows that meet the input with fewer kernel rows run as pieces (kernels.nn._row_runs)
     ((1, 40, 2, 96), (40, 1, 5, 5), 40, (1, 1), (2, 2, 2, 2), (1, 1), True),
     ((1, 24, 3, 20), (24, 1, 5, 5), 24, (2, 1), (2, 2, 2, 2), (1, 1), False),
@@ -131,9 +137,11 @@ def test_conv(xs, ws, groups, strides, pads, dilations, bias):
     _check(Conv(groups=groups, **attrs), inputs, want, constant=[False, True, True])
 
 
-def test_conv_defaults_and_float64():
+@pytest.mark.parametrize("xs, ws", [((2, 3, 6, 5), (4, 3, 2, 3)),
+                                     ((1, 8, 12, 10), (4, 8, 3, 3))])  # >= 512 rows
+def test_conv_defaults_and_float64(xs, ws):
     rng = np.random.default_rng(2)
-    inputs = [_rand(rng, 2, 3, 6, 5, dtype=np.float64), _rand(rng, 4, 3, 2, 3, dtype=np.float64)]
+    inputs = [_rand(rng, *xs, dtype=np.float64), _rand(rng, *ws, dtype=np.float64)]
     _check(Conv(), inputs, _oracle("Conv", inputs))
 
 
