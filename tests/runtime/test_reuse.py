@@ -177,3 +177,27 @@ def test_random_chains_mostly_reuse():
         steps += len(compiled.steps) - 1  # the MatMul writes a new buffer
         reused += len(compiled.reuses)
     assert reused >= steps // 3, (reused, steps)
+
+
+def test_a_reused_relu_matches_float64_at_every_size():
+    """A Relu writing into its producer's buffer (`kernels.elementwise._relu_into_step`):
+    NaN, infinities and signed zeros as float64 numpy gives them, at more distinct sizes of
+    a dynamic dim than it caches zeros for, and past one block (the blockwise path)."""
+    from rlx.kernels.blockwise import BLOCK
+    from rlx.kernels.elementwise import _RELU_SHAPES
+
+    g = Graph("relu sizes")
+    x = g.input("x", Shape(("n", 4), F32))
+    out = g.unary(Activation.RELU, g.unary(Activation.NEG, x))  # NEG: a fresh buffer
+    g.set_outputs([out])
+    compiled = Session().compile(g)
+    assert out in compiled.reuses
+    rng = np.random.default_rng(4)
+    special = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0], np.float32)
+    for n in [*range(1, _RELU_SHAPES + 3), BLOCK // 4 + 1]:
+        xv = rng.standard_normal((n, 4)).astype(np.float32)
+        xv.reshape(-1)[:5] = special[:min(5, xv.size)]
+        (got,) = compiled.run({"x": xv})
+        want = np.maximum(-xv.astype(np.float64), 0).astype(np.float32)
+        np.testing.assert_array_equal(got, want)
+        assert np.array_equal(np.signbit(got), np.signbit(want))

@@ -112,6 +112,13 @@ def into(run: Callable[..., Any], node: Node, k: int) -> Callable[..., Any]:
     sizes agree unless a dim is unknown ("?"): only then are shapes compared."""
     shape = node.tensor_shape  # plan_reuse plans steps that yield one tensor only
     dtype = shape.dtype.numpy
+    if len(node.inputs) == 1:  # no *args to pack and unpack (~0.2 us a step)
+        def single(x: Any) -> Any:
+            if type(x) is np.ndarray and x.dtype == dtype and x.flags.writeable:
+                return run(x, out=x)
+            return run(x)
+
+        return single
     if "?" not in shape.dims:
         def step(*args: Any) -> Any:
             buf = args[k]
