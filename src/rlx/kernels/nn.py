@@ -293,6 +293,7 @@ class _BandedPlan:
     inner: tuple[slice, ...]  # where x lands in the padded buffer
     view: tuple[tuple[int, ...], tuple[int, ...]]  # [N, C, out rows, kh * W] and byte strides
     columns: tuple[int, int, int, int, int]  # W, W_out, and along W: stride, dilation, begin
+    windows: np.dtype | None = None  # one row's window as one element, if copied so
 
 
 _BANDED_WIDTH_PER_TAP = 8
@@ -315,10 +316,12 @@ def _banded_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
     padded = (n, c, rows + win.begin[0] + win.end[0], width)
     plane = padded[2] * width
     strides = (c * plane, plane, win.strides[0] * width, 1)
+    windows = None if n * c * out_rows < _ROW_COPY_MIN else np.dtype(
+        (np.void, win.kernel[0] * width * itemsize))
     return _BandedPlan(
         padded, (slice(None), slice(None), slice(win.begin[0], win.begin[0] + rows)),
         ((n, c, out_rows, win.kernel[0] * width), tuple(s * itemsize for s in strides)),
-        (width, out_width, win.strides[1], win.dilations[1], win.begin[1]))
+        (width, out_width, win.strides[1], win.dilations[1], win.begin[1]), windows)
 
 
 def _banded_weights(w: np.ndarray, columns: tuple[int, int, int, int, int]) -> np.ndarray:
@@ -338,18 +341,19 @@ def _banded_weights(w: np.ndarray, columns: tuple[int, int, int, int, int]) -> n
 def _banded_conv(x: np.ndarray, bands: np.ndarray, plan: _BandedPlan,
                  dt: np.dtype) -> np.ndarray:
     """The rows' windows overlap (a row stride below their length), which BLAS cannot read:
-    they are copied out first, each window one opaque element of kh * W values. A copy of
-    whole windows runs one loop step per window where NumPy's float copy (and matmul's own,
-    of the overlapping view) runs one per row of W values: 64 x 25 x 5 3x3: 21.8 -> 20.0
-    us a conv, 128 x 28 x 28: 295 -> 239 us, 256 x 14 x 14 5x5: 173 -> 130 us (thread CPU
+    matmul copies them out. From `_ROW_COPY_MIN` windows on they are copied first, each one
+    opaque element of kh * W values: a loop step per window where NumPy's float copy takes
+    one per row of W values (64 x 25 x 5 3x3: 21.9 -> 18.9 us a conv, 64 x 12 x 8: 16.7 ->
+    14.3 us, 128 x 28 x 28: 302 -> 237 us; 8 x 5 x 5, 40 windows: 3.8 -> 5.8 us; thread CPU
     time, interleaved; the same bits)."""
     xp = np.zeros(plan.padded, dt)
     xp[plan.inner] = x
-    (*outer, length), strides = plan.view
-    window = np.dtype((np.void, length * dt.itemsize))
-    windows = np.empty(outer, window)
-    np.copyto(windows, np.ndarray(outer, window, xp, 0, strides[:-1]))
-    return np.matmul(windows.view(dt).reshape(plan.view[0]), bands)
+    shape, strides = plan.view
+    if plan.windows is None:
+        return np.matmul(np.ndarray(shape, dt, xp, 0, strides), bands)
+    windows = np.empty(shape[:-1], plan.windows)
+    np.copyto(windows, np.ndarray(shape[:-1], plan.windows, xp, 0, strides[:-1]))
+    return np.matmul(windows.view(dt).reshape(shape), bands)
 
 
 def _conv_weights(w: np.ndarray, b: np.ndarray | None, groups: int, dt: np.dtype,
