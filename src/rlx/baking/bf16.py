@@ -32,9 +32,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from rlx.baking.bf16_region import fixed_nodes, label, region, rounding_points
 from rlx.baking.guard import OutputAccuracy, OutputRunner, fewest_kept, misses
 from rlx.ir.dtype import DType
-from rlx.ir.graph import Graph, Node
+from rlx.ir.graph import Graph
 from rlx.ir.ops.elementwise import Binary, BinaryOp, Cast
 from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.nn import Conv
@@ -53,7 +54,7 @@ class Bf16Unit:
     def names(self, graph: Graph) -> list[str]:
         """The labels the plan stores: the product's, and its bias Add's."""
         ids = [self.node] if self.bias is None else [self.node, self.bias]
-        return [_label(graph.node(i)) for i in ids]
+        return [label(graph.node(i)) for i in ids]
 
 
 @dataclass
@@ -68,25 +69,19 @@ class Bf16Plan:
     accuracy: list[OutputAccuracy] = field(default_factory=list)
 
 
-def _label(node: Node) -> str:
-    return node.origin or node.name or ""
-
-
 def units(graph: Graph) -> list[Bf16Unit]:
     """Every unit of the top graph (module doc), in graph order."""
     users = graph.users()
-    fixed: set[int] = set()  # nodes computed from constants only (a decoded weight)
+    fixed = fixed_nodes(graph)  # a decoded weight
     found = []
     for node in graph.nodes():
-        if isinstance(node.op, Constant) or node.inputs and fixed.issuperset(node.inputs):
-            fixed.add(node.id)
-        if node.is_tuple or not isinstance(node.op, (MatMul, Conv)) or not _label(node) \
+        if node.is_tuple or not isinstance(node.op, (MatMul, Conv)) or not label(node) \
                 or node.tensor_shape.dtype is not DType.F32 or node.inputs[1] not in fixed:
             continue
         bias = None
         if len(users[node.id]) == 1 and node.id not in graph.outputs:
             add = graph.node(users[node.id][0])
-            if isinstance(add.op, Binary) and add.op.op is BinaryOp.ADD and _label(add) \
+            if isinstance(add.op, Binary) and add.op.op is BinaryOp.ADD and label(add) \
                     and any(isinstance(graph.node(i).op, Constant) for i in add.inputs):
                 bias = add.id
         found.append(Bf16Unit(node.id, bias))
@@ -98,25 +93,30 @@ def _rounded(rw: Rewriter, value: int) -> int:
     return rw.emit(Cast(DType.F32), (rw.emit(Cast(DType.BF16), (value,)),))
 
 
-def _bf16_inputs(rw: Rewriter, node: Node) -> tuple[int, ...]:
-    """The node's new inputs with its two operands rounded to bf16 (a Conv's bias: not)."""
-    ids = rw.inputs(node)
-    return (_rounded(rw, ids[0]), _rounded(rw, ids[1]), *ids[2:])
+def bf16_nodes(graph: Graph, chosen: Sequence[Bf16Unit]) -> set[int]:
+    """The nodes that run bf16 with the `chosen` units: theirs and their region's."""
+    nodes = {u.node for u in chosen} | {u.bias for u in chosen if u.bias is not None}
+    return nodes | region(graph, nodes)
 
 
 def emulate_bf16(graph: Graph, chosen: Sequence[Bf16Unit]) -> Graph:
-    """`graph` with the `chosen` units computed as bf16 hardware does (module doc): operands
-    rounded to bf16, f32 sums (and bias), the unit's result rounded to bf16 as it is stored,
-    unless it is a graph output (OpenVINO writes those in f32)."""
-    rw = Rewriter(graph)
+    """`graph` with the `chosen` units and their region computed as bf16 hardware does
+    (module doc, `rlx.baking.bf16_region`): a product's two operands rounded to bf16 and
+    f32 sums, every node of the region rounding where OpenVINO rounds."""
+    points = rounding_points(graph, bf16_nodes(graph, chosen))
     products = {u.node for u in chosen}
-    results = {u.node if u.bias is None else u.bias for u in chosen} - set(graph.outputs)
+    rw = Rewriter(graph)
     for node in graph.nodes():
+        rounded = {k for k in range(len(node.inputs)) if (node.id, k) in points.inputs}
         if node.id in products:
-            rw.substitute(node, node.op, _bf16_inputs(rw, node))
+            rounded |= {0, 1}
+        if rounded:
+            ids = rw.inputs(node)
+            rw.substitute(node, node.op, [_rounded(rw, i) if k in rounded else i
+                                          for k, i in enumerate(ids)], node.shape)
         else:
             rw.copy(node)
-        if node.id in results:
+        if node.id in points.outputs:
             rw.replace(node.id, _rounded(rw, rw.id(node.id)))
     return rw.finish()
 
@@ -146,14 +146,15 @@ def plan_bf16(graph: Graph, runner: OutputRunner, target: float) -> Bf16Plan:
         kept, accuracy = len(ranked), measure(len(ranked))
         if misses(accuracy, target) <= 1:  # else: the file's own weights miss already
             why = {id(g): misses(runner.measure_graph(
-                emulate_bf16(graph, g), f"{_label(graph.node(g[0].node))} alone bf16"), target)
+                emulate_bf16(graph, g), f"{label(graph.node(g[0].node))} alone bf16"), target)
                 for g in ranked}
             ranked.sort(key=lambda g: -why[id(g)])  # most harmful first (stable)
             kept, found_accuracy = fewest_kept(len(ranked), measure, target)
             accuracy = found_accuracy or accuracy
-    rows = [{"node": _label(graph.node(u.node)), "op": type(graph.node(u.node).op).__name__,
+    rows = [{"node": label(graph.node(u.node)), "op": type(graph.node(u.node).op).__name__,
              "reason": _reason(why.get(id(g)), len(g))} for g in ranked[:kept] for u in g]
-    names = {name for g in ranked[kept:] for u in g for name in u.names(graph)}
+    chosen = [u for g in ranked[kept:] for u in g]
+    names = {label(graph.node(n)) for n in bf16_nodes(graph, chosen)}
     count = sum(len(g) for g in ranked[kept:])
     return Bf16Plan(sorted(names), count, len(found), rows, accuracy)
 

@@ -32,7 +32,7 @@ import openvino as ov
 
 from rlx.ir.graph import Graph, Node
 
-__all__ = ["has_bf16", "bf16_outputs", "keep_f32"]
+__all__ = ["has_bf16", "bf16_outputs", "keep_f32", "share_transposed"]
 
 _PRECISE = "precise_0"
 """The runtime-info key OpenVINO's IR writer turns into the keep-precision attribute."""
@@ -74,3 +74,39 @@ def keep_f32(core: ov.Core, model: ov.Model, bf16: set[str]) -> tuple[ov.Model, 
         data = np.frombuffer(weights.read_bytes(), np.uint8).copy()
         marked_model = core.read_model(xml.read_text(), ov.Tensor(data))
     return marked_model, f"fast: bf16 {running} nodes, f32 {marked}"
+
+
+def share_transposed(model: ov.Model) -> int:
+    """Give the MatMuls that share a constant 2-D weight one copy of it transposed, read
+    with transpose_b, and return how many weights were so copied.
+
+    The CPU plugin runs a MatMul with a constant weight as a FullyConnected over the weight
+    transposed: for a weight stored [K, N] it folds a Transpose of it per reader. An
+    unrolled RNN's 20 steps reading one [4096, 400] weight then ran on 20 private copies,
+    out of cache (40 such products: 43 ms against 8.5 with one copy, 128 MiB more RSS).
+    """
+    readers: dict[int, list[ov.Node]] = {}
+    weights: dict[int, ov.Node] = {}
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "MatMul" or op.get_attributes()["transpose_b"]:
+            continue
+        weight = op.input_value(1).get_node()
+        if weight.get_type_name() == "Constant" and len(weight.get_output_shape(0)) == 2:
+            readers.setdefault(id(weight), []).append(op)
+            weights[id(weight)] = weight
+    shared = {key: ops for key, ops in readers.items() if len(ops) >= 2}
+    for key, ops in shared.items():
+        data = np.ascontiguousarray(np.asarray(weights[key].get_data()).T)
+        transposed = ov.op.Constant(data)
+        transposed.set_friendly_name(weights[key].get_friendly_name() + "/T")
+        for op in ops:
+            _rewire(op, transposed)
+    model.validate_nodes_and_infer_types()
+    return len(shared)
+
+
+def _rewire(op: ov.Node, transposed: ov.Node) -> None:
+    """Let MatMul `op` read `transposed` with transpose_b (the op itself kept: the Python
+    API cannot copy its runtime info, the f32 mark, to a new one)."""
+    op.input(1).replace_source_output(transposed.output(0))
+    op.set_attribute("transpose_b", True)

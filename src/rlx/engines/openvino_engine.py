@@ -37,7 +37,7 @@ import openvino as ov
 from rlx.artifact.model import RlxFile
 from rlx.artifact.precision import exact_graph
 from rlx.engines.mapping import writable_alias
-from rlx.engines.openvino_bf16 import bf16_outputs, has_bf16, keep_f32
+from rlx.engines.openvino_bf16 import bf16_outputs, has_bf16, keep_f32, share_transposed
 from rlx.ir.graph import Graph
 from rlx.onnx.export import build_onnx, weight_names
 from rlx.onnx.export_quant import PackedForm
@@ -134,6 +134,8 @@ class OpenVinoRunner:
         # a bf16 run converts a served weight at every run; as a Constant, once at compile
         self._keep, self.private_weight_bytes = _bind_weights(
             model, self.arrays, self.served if bf16 is None else None)
+        if bf16 is not None:
+            share_transposed(model)
         self.model = model
         config: dict[str, str] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
         if precision == "exact" or plan is not None:
