@@ -15,8 +15,8 @@ from rlx.artifact import read_rlx, write_rlx
 from rlx.baking.bf16 import emulate_bf16, units
 from rlx.onnx import import_onnx
 from rlx.runtime import Session
-from tests.baking.bf16_models import offset_mlp
-from tests.baking.fast_models import mlp, vector_feeds
+from tests.baking.bf16_models import offset_mlp, region_cnn
+from tests.baking.fast_models import image_feeds, mlp, vector_feeds
 
 
 def _bf16_bits(x: np.ndarray) -> np.ndarray:
@@ -89,7 +89,8 @@ def _fast(path, feeds, folder):
 
 def test_the_bf16_plan_round_trips(tmp_path):
     out, plan = _fast(mlp(tmp_path), vector_feeds(1, 4), tmp_path)
-    assert plan.counts["bf16"] == 3 and plan.bf16 == ["a0", "a1", "logits", "m0", "m1", "m2"]
+    assert plan.counts["bf16"] == 3  # and the Relus between them (their region)
+    assert plan.bf16 == ["a0", "a1", "h0", "h1", "logits", "m0", "m1", "m2"]
     stored = read_rlx(out).precision_plan
     assert stored.bf16 == plan.bf16 and stored.counts == plan.counts
     assert stored.calibration["bf16"]["candidates"] == 3
@@ -97,7 +98,7 @@ def test_the_bf16_plan_round_trips(tmp_path):
 
 
 def test_the_guard_keeps_f32_the_node_bf16_loses(tmp_path):
-    path = offset_mlp(tmp_path)
+    path = offset_mlp(tmp_path, stored=True)
     out, plan = _fast(path, vector_feeds(1, 4), tmp_path)
     assert "m0" not in plan.bf16 and "m1" in plan.bf16 and plan.counts["bf16"] == 1
     assert [k["node"] for k in plan.calibration["bf16"]["kept"]] == ["m0"]
@@ -111,6 +112,45 @@ def test_the_guard_keeps_f32_the_node_bf16_loses(tmp_path):
         want = reference.run(None, feed)[0]
         assert _cosine(want, planned.run(feed)[0]) >= 0.999
         assert _cosine(want, everything.run(feed)[0]) < 0.99  # what the guard avoided
+
+
+def test_an_offset_fused_into_its_product_may_run_bf16(tmp_path):
+    """Bias, Relu and the Add taking the offset away are post-ops of the first product
+    (never stored as bf16), so all of it runs bf16 and the outputs hold."""
+    path = offset_mlp(tmp_path)
+    _, plan = _fast(path, vector_feeds(1, 4), tmp_path)
+    assert plan.bf16 == ["a0", "h0", "logits", "m0", "m1", "r0"] and not \
+        plan.calibration["bf16"]["kept"]
+
+
+def _conv(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """float64 3x3 convolution, stride 1, pads 1, NCHW."""
+    windows = np.lib.stride_tricks.sliding_window_view(
+        np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
+    return np.einsum("nchwij,kcij->nkhw", windows, w) + b[None, :, None, None]
+
+
+def test_the_region_rounds_where_a_float64_forward_stores_bf16(tmp_path):
+    """The cheap ops between the products run bf16 (Relu, MaxPool, Concat, Reshape) and
+    round where the values are stored: a product's operands, and a fused Relu's result."""
+    path = region_cnn(tmp_path)
+    _, plan = _fast(path, image_feeds(1, 4), tmp_path)
+    assert plan.bf16 == ["c0", "c1", "cat", "f", "logits", "m2", "p0", "r0", "r1"]
+    g = _exact(path)
+    inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+    x = image_feeds(90)[0]["x"]
+    got = Session().compile(emulate_bf16(g, units(g))).run({"x": x})[0]
+
+    def stored(value):  # f32 sums of exact bf16 products, the result stored as bf16
+        return _bf16_bits(value.astype(np.float32)).astype(np.float64)
+
+    w = {k: _bf16_bits(v).astype(np.float64) for k, v in inits.items() if k[0] == "w"}
+    r0 = stored(np.maximum(_conv(_bf16_bits(x).astype(np.float64), w["w0"], inits["b0"]), 0))
+    p0 = r0.reshape(1, 8, 16, 2, 16, 2).max(axis=(3, 5))
+    r1 = stored(np.maximum(_conv(p0, w["w1"], inits["b1"]), 0))
+    want = np.concatenate([p0, r1], axis=1).reshape(1, -1) @ w["w2"] + inits["b2"]
+    # f32 sums in another order: far below one bf16 rounding more or less (1e-3 here)
+    assert np.abs(got - want).max() <= np.abs(want).max() * 1e-5
 
 
 def test_products_of_two_computed_tensors_are_not_units(tmp_path):

@@ -6,6 +6,8 @@ CPU whose OPTIMIZATION_CAPABILITIES list BF16 (AVX512-BF16 or AMX)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import onnxruntime as ort
 import openvino as ov
@@ -22,7 +24,7 @@ from rlx.engines.openvino_bf16 import has_bf16, keep_f32
 from rlx.engines.openvino_engine import core
 from rlx.onnx import import_onnx
 from rlx.runtime import Session
-from tests.baking.bf16_models import offset_mlp
+from tests.baking.bf16_models import offset_mlp, region_cnn
 from tests.baking.fast_models import image_feeds, mlp, small_cnn, vector_feeds
 
 pytestmark = pytest.mark.skipif(not has_bf16(core()), reason="this CPU has no bf16")
@@ -84,8 +86,9 @@ def _planned(path, feeds, folder):
 # calibration feeds: the CNN's single images need 8 for its int8 weights (stored as int8,
 # run by OpenVINO as their f32 values) to hold held-out; the MLPs' 8 rows of random logits
 # have argmax near-ties, which a 4-feed calibration has fewer of
-@pytest.mark.parametrize("model, feeds, n", [(mlp, vector_feeds, 4), (small_cnn, image_feeds, 8),
-                                             (offset_mlp, vector_feeds, 4)])
+@pytest.mark.parametrize("model, feeds, n", [
+    (mlp, vector_feeds, 4), (small_cnn, image_feeds, 8), (offset_mlp, vector_feeds, 4),
+    (partial(offset_mlp, stored=True), vector_feeds, 4), (region_cnn, image_feeds, 8)])
 def test_fast_runs_the_bf16_plan_within_the_guard(tmp_path, model, feeds, n):
     path = model(tmp_path)
     out, plan = _planned(path, feeds(1, n), tmp_path)
@@ -97,18 +100,53 @@ def test_fast_runs_the_bf16_plan_within_the_guard(tmp_path, model, feeds, n):
         assert _cosine(reference.run(None, feed)[0], fast.run(feed)[0]) >= 0.999
 
 
-def test_the_numpy_emulation_predicts_openvino(tmp_path):
-    out, plan = _planned(mlp(tmp_path), vector_feeds(1, 4), tmp_path)
+@pytest.mark.parametrize("model, feeds", [(mlp, vector_feeds), (offset_mlp, vector_feeds),
+                                         (region_cnn, image_feeds)])
+def test_the_numpy_emulation_predicts_openvino(tmp_path, model, feeds):
+    out, plan = _planned(model(tmp_path), feeds(1, 4), tmp_path)
     file = read_rlx(out)
     graph = exact_graph(file.into_runtime_graph(), plan)
     chosen = [u for u in units(graph) if u.names(graph)[0] in plan.bf16]
     emulated, exact = (Session().compile(g) for g in (emulate_bf16(graph, chosen), graph))
     fast = rlx.load(out, engine="openvino", precision="fast")
-    for feed in vector_feeds(90, 4):
+    for feed in feeds(90, 4):
         got = fast.run(feed)[0]
         bf16_error = 1 - _cosine(exact.run(feed)[0], got)
         assert bf16_error > 0  # OpenVINO ran bf16 ...
         assert 1 - _cosine(emulated.run(feed)[0], got) <= 0.1 * bf16_error  # ... as emulated
+
+
+def _runtime_ops(compiled: ov.CompiledModel) -> list[tuple[str, str, str]]:
+    """(layer type, runtime precision, original layer names) of each executed op."""
+    info = [op.get_rt_info() for op in compiled.get_runtime_model().get_ordered_ops()]
+    return [(i["layerType"].astype(str), i["runtimePrecision"].astype(str),
+             i["originalLayersNames"].astype(str)) for i in info]
+
+
+def test_the_cheap_ops_between_products_run_bf16_with_few_reorders(tmp_path):
+    """OpenVINO's own default (bf16 everywhere) is the reference for how few precision
+    switches a bf16 run of the model needs."""
+    path = region_cnn(tmp_path)
+    out, plan = _planned(path, image_feeds(1, 8), tmp_path)
+    ours = _runtime_ops(rlx.load(out, engine="openvino", precision="fast").runner.compiled)
+    theirs = _runtime_ops(core().compile_model(str(path), "CPU"))
+    cheap = [op for op in ours if op[0] in ("Pooling", "Concatenation", "Eltwise")]
+    assert cheap and all(precision == "bf16" for _, precision, _ in cheap)
+    assert sum(t == "Reorder" for t, _, _ in ours) <= sum(t == "Reorder" for t, _, _ in theirs)
+
+
+@pytest.mark.xfail(strict=True, reason="OpenVINO 2026.4 drops the keep-f32 mark of a MatMul "
+                   "when it fuses a constant Add or Multiply into it (bias, post-op): the "
+                   "fused FullyConnected runs bf16 (a bare MatMul, or one with only a Relu "
+                   "after it, keeps f32: test_a_marked_node_stays_f32_and_the_others_run_bf16)")
+def test_a_node_the_guard_keeps_runs_f32_on_openvino(tmp_path):
+    out, plan = _planned(offset_mlp(tmp_path, stored=True), vector_feeds(1, 4), tmp_path)
+    assert "m0" not in plan.bf16 and "m1" in plan.bf16
+    ops_run = _runtime_ops(rlx.load(out, engine="openvino", precision="fast").runner.compiled)
+    products = {names: precision for kind, precision, names in ops_run
+                if kind == "FullyConnected"}
+    assert [p for names, p in products.items() if "m0" in names.split(",")] == ["f32"]
+    assert [p for names, p in products.items() if "m1" in names.split(",")] == ["bf16"]
 
 
 def test_without_bf16_the_plan_runs_f32_and_says_so(tmp_path, monkeypatch):

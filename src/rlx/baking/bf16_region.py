@@ -5,8 +5,11 @@ YOLO-style detector OpenVINO ran 78 Reorder nodes (24 ms of 105) where its own d
 bf16 everywhere, ran 25 (2.7 ms of 53). So the ops between and around bf16 products run
 bf16 too, chosen by a rule over op types and the graph (`region`): a carrier (an
 elementwise op or activation, pooling, resizing, or an op that only moves data) joins when
-one of its computed float inputs comes from a bf16 node (forward), or when every reader of
-its output is bf16 (backward: the reshape or transpose in front of a product). Reductions,
+one of its computed float inputs comes from a bf16 node (forward), or, when it only moves
+data, when every reader of its output is bf16 (backward: the reshape or transpose in front
+of a product). Arithmetic never joins backward: an Add taking a large offset away ahead of
+a product the guard kept f32 would run on the offset's bf16 rounding, which no choice of
+products could undo. Reductions,
 normalisations, Softmax, casts and shape arithmetic are never carriers: they stay f32, as
 the products the guard keeps f32 do.
 
@@ -112,7 +115,8 @@ def region(graph: Graph, products: Collection[int]) -> set[int]:
             grown.add(node.id)
     for node in reversed(list(graph.nodes())):  # backward: every reader bf16
         readers = users[node.id]
-        if node.id not in bf16 and node.id not in fixed and _carrier(node) and readers \
+        if node.id not in bf16 and node.id not in fixed and _carrier(node) and _moves(node) \
+                and readers \
                 and node.id not in graph.outputs and all(r in bf16 for r in readers):
             bf16.add(node.id)
             grown.add(node.id)
