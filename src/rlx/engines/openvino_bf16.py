@@ -32,11 +32,13 @@ import openvino as ov
 
 from rlx.ir.graph import Graph, Node
 
-__all__ = ["has_bf16", "bf16_outputs", "keep_f32", "share_transposed"]
+__all__ = ["has_bf16", "bf16_outputs", "keep_f32", "share_transposed", "f32_weights"]
 
 _PRECISE = "precise_0"
 """The runtime-info key OpenVINO's IR writer turns into the keep-precision attribute."""
 _UNMARKED = {"Parameter", "Constant", "Result"}
+_MARK = "DisablePrecisionConversion"
+"""The attribute the IR reader makes of `_PRECISE` (its runtime-info key, with a suffix)."""
 
 
 def has_bf16(core: ov.Core) -> bool:
@@ -110,3 +112,26 @@ def _rewire(op: ov.Node, transposed: ov.Node) -> None:
     API cannot copy its runtime info, the f32 mark, to a new one)."""
     op.input(1).replace_source_output(transposed.output(0))
     op.set_attribute("transpose_b", True)
+
+
+def _marked(op: ov.Node) -> bool:
+    return any(key.startswith(_MARK) for key in op.get_rt_info())
+
+
+def f32_weights(model: ov.Model) -> set[str]:
+    """The weight inputs of `model` (marked by `keep_f32`) that only f32 MatMuls read: to
+    stay inputs, set on each request, not constants.
+
+    The CPU plugin drops the keep-f32 mark of a MatMul with a constant weight when it fuses
+    a constant Add (the bias) into it as a FullyConnected: that product ran bf16 (measured
+    on OpenVINO 2026.4; a Convolution with its bias, or a MatMul with only a Relu after it,
+    keeps f32). A MatMul whose weight is an input is no FullyConnected and keeps its mark;
+    an f32 MatMul reads such a weight in place, no private copy (a fused constant Multiply
+    still drops the mark: the plan's units are products with their bias only).
+    """
+    found = set()
+    for param in model.get_parameters():
+        readers = [t.get_node() for t in param.output(0).get_target_inputs()]
+        if readers and all(r.get_type_name() == "MatMul" and _marked(r) for r in readers):
+            found.add(param.get_friendly_name())
+    return found

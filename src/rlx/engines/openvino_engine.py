@@ -37,7 +37,13 @@ import openvino as ov
 from rlx.artifact.model import RlxFile
 from rlx.artifact.precision import exact_graph
 from rlx.engines.mapping import writable_alias
-from rlx.engines.openvino_bf16 import bf16_outputs, has_bf16, keep_f32, share_transposed
+from rlx.engines.openvino_bf16 import (
+    bf16_outputs,
+    f32_weights,
+    has_bf16,
+    keep_f32,
+    share_transposed,
+)
 from rlx.ir.graph import Graph
 from rlx.onnx.export import build_onnx, weight_names
 from rlx.onnx.export_quant import PackedForm
@@ -83,10 +89,12 @@ def _read_in_place(param: ov.Node) -> bool:
 
 
 def _bind_weights(model: ov.Model, arrays: dict[str, np.ndarray],
-                  served: dict[str, np.ndarray] | None) -> tuple[list[np.ndarray], int]:
-    """Replace the weight Parameters by shared-memory Constants, except MatMul weights,
-    which go into `served` to be set on each request; the aliases to keep alive, and the
-    bytes of the Constants the plugin copies into this process's memory at compile."""
+                  served: dict[str, np.ndarray], only: set[str] | None = None
+                  ) -> tuple[list[np.ndarray], int]:
+    """Replace the weight Parameters by shared-memory Constants, except MatMul weights
+    (those in `only`, when given), which go into `served` to be set on each request; the
+    aliases to keep alive, and the bytes of the Constants the plugin copies into this
+    process's memory at compile."""
     keep, copied = [], 0
     for param in list(model.get_parameters()):
         name = param.get_friendly_name()
@@ -94,7 +102,7 @@ def _bind_weights(model: ov.Model, arrays: dict[str, np.ndarray],
             continue
         alias = writable_alias(np.ascontiguousarray(arrays[name]))
         keep.append(alias)
-        if served is not None and _multiplied_only(param):
+        if _multiplied_only(param) and (only is None or name in only):
             _serve_from_map(param, alias.shape)
             served[name] = alias
             continue
@@ -132,8 +140,9 @@ class OpenVinoRunner:
         self.served: dict[str, np.ndarray] = {}
         # private_weight_bytes: what each worker process holds apart (auto's memory="shared")
         # a bf16 run converts a served weight at every run; as a Constant, once at compile
+        # (the weights of f32 MatMuls are served: `f32_weights`)
         self._keep, self.private_weight_bytes = _bind_weights(
-            model, self.arrays, self.served if bf16 is None else None)
+            model, self.arrays, self.served, None if bf16 is None else f32_weights(model))
         if bf16 is not None:
             share_transposed(model)
         self.model = model
