@@ -5,13 +5,15 @@ YOLO-style detector OpenVINO ran 78 Reorder nodes (24 ms of 105) where its own d
 bf16 everywhere, ran 25 (2.7 ms of 53). So the ops between and around bf16 products run
 bf16 too, chosen by a rule over op types and the graph (`region`): a carrier (an
 elementwise op or activation, pooling, resizing, or an op that only moves data) joins when
-one of its computed float inputs comes from a bf16 node (forward), or, when it only moves
-data, when every reader of its output is bf16 (backward: the reshape or transpose in front
-of a product). Arithmetic never joins backward: an Add taking a large offset away ahead of
-a product the guard kept f32 would run on the offset's bf16 rounding, which no choice of
-products could undo. Reductions,
-normalisations, Softmax, casts and shape arithmetic are never carriers: they stay f32, as
-the products the guard keeps f32 do.
+all its computed float inputs come from bf16 nodes (forward: with one input f32, as a
+detector's box decoding reading anchor points computed in f32, the plugin ran it f32
+whatever the marks said, and the emulation would round where the run does not), or, when
+it only moves data, when every reader of its output is bf16 (backward: the reshape or
+transpose in front of a product). Arithmetic never joins backward: an Add taking a large
+offset away ahead of a product the guard kept f32 would run on the offset's bf16
+rounding, which no choice of products could undo. Reductions, normalisations, Softmax,
+casts and shape arithmetic are never carriers: they stay f32, as the products the guard
+keeps f32 do.
 
 Where the run rounds (`RoundingPoints`), as OpenVINO's CPU plugin does (measured on
 OpenVINO 2026.4): a bf16 node's computed float inputs are rounded to bf16 when their
@@ -109,8 +111,9 @@ def region(graph: Graph, products: Collection[int]) -> set[int]:
     bf16 = set(products)
     grown: set[int] = set()
     for node in graph.nodes():  # forward, in graph order
-        if node.id not in fixed and _carrier(node) \
-                and any(i in bf16 for i in _float_inputs(graph, node, fixed)):
+        computed = _float_inputs(graph, node, fixed)
+        if node.id not in fixed and _carrier(node) and computed \
+                and all(i in bf16 for i in computed):
             bf16.add(node.id)
             grown.add(node.id)
     for node in reversed(list(graph.nodes())):  # backward: every reader bf16
