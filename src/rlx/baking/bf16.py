@@ -3,8 +3,11 @@ bf16, checked on the calibration feeds by the same guard as the int8 part.
 
 A unit is a float32 MatMul or Conv of the top graph with a constant weight and a name the
 artifact keeps (its ONNX origin or its own), with its bias Add when that is its only reader
-and adds a constant: the products are where bf16 pays (half the bytes, twice the lanes);
-everything else (normalisations, Softmax, elementwise ops) stays f32. Products of two
+and adds a constant: the products are where bf16 pays (half the bytes, twice the lanes).
+The cheap ops between and around the units the plan runs bf16 (activations, elementwise
+ops, pooling, ops that move data) run bf16 with them, so that a run does not convert every
+tensor twice (`rlx.baking.bf16_region`); normalisations, Softmax and reductions stay f32,
+and the plan lists every bf16 node, units and region. Products of two
 computed tensors (attention's) are not units: OpenVINO fuses such a MatMul with the Softmax
 and mask Add before it into one kernel that runs in the MatMul's precision whatever the
 others' marks say (measured on a BERT encoder: the attention MatMuls bf16 took the held-out
@@ -12,11 +15,10 @@ cosine to 0.82 where the emulation, Softmax f32, saw >= 0.999). The plan is inde
 int8 part: an engine runs one or the other (onnxruntime the int8 QDQ nodes, OpenVINO bf16,
 `rlx.engines.openvino_engine`), so every unit is a candidate whatever int8 made of it.
 
-The numpy runtime is the reference of what bf16 does to a unit (`emulate_bf16`): its two
+The numpy runtime is the reference of what bf16 does (`emulate_bf16`): a unit's two
 operands (activation and weight) rounded to bf16, round to nearest even, and the products
-summed in f32 (the AVX512-BF16 dot products OpenVINO's CPU plugin uses), and the result
-(after the bias) stored as bf16, as the plugin stores a bf16 node's output (a graph output:
-f32).
+summed in f32 (the AVX512-BF16 dot products OpenVINO's CPU plugin uses); every bf16 node's
+result rounded where the plugin stores it as bf16 (`bf16_region.rounding_points`).
 The guard runs every unit so first (one run, the usual outcome); when that misses the
 targets it ranks the units by their effect alone at the outputs (one run each: a unit's own
 error says nothing of what comes after it, such as a large offset taken away downstream,
