@@ -20,7 +20,7 @@ from rlx.artifact import read_rlx, write_rlx
 from rlx.artifact.precision import exact_graph
 from rlx.baking.bf16 import emulate_bf16, units
 from rlx.engines import openvino_engine
-from rlx.engines.openvino_bf16 import has_bf16, keep_f32
+from rlx.engines.openvino_bf16 import has_bf16, keep_f32, share_transposed
 from rlx.engines.openvino_engine import core
 from rlx.onnx import import_onnx
 from rlx.runtime import Session
@@ -154,3 +154,31 @@ def test_without_bf16_the_plan_runs_f32_and_says_so(tmp_path, monkeypatch):
     exact = rlx.load(out, engine="openvino", precision="exact")
     for feed in vector_feeds(90, 2):
         np.testing.assert_array_equal(fast.run(feed)[0], exact.run(feed)[0])
+
+
+def _shared_weight_model() -> tuple[ov.Model, np.ndarray, np.ndarray]:
+    """Three MatMuls (an unrolled RNN's steps) reading one [256, 128] weight."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((256, 128)).astype(np.float32)
+    x = rng.standard_normal((3, 4, 256)).astype(np.float32)
+    p = ops.parameter(list(x.shape), np.float32, name="x")
+    weight = ops.constant(w)
+    steps = [ops.matmul(ops.gather(p, ops.constant(np.int64(k)), ops.constant(np.int64(0))),
+                        weight, False, False) for k in range(3)]
+    return ov.Model([s.output(0) for s in steps], [p]), x, w
+
+
+def test_matmuls_sharing_a_weight_read_one_transposed_copy():
+    model, x, w = _shared_weight_model()
+    assert share_transposed(model) == 1
+    products = [op for op in model.get_ordered_ops() if op.get_type_name() == "MatMul"]
+    assert len({op.input_value(1).get_node().get_friendly_name() for op in products}) == 1
+    assert all(op.get_attributes()["transpose_b"] for op in products)
+    compiled = core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    got = [np.array(v) for v in compiled.create_infer_request().infer({"x": x}).values()]
+    for k in range(3):  # float64 reference
+        np.testing.assert_allclose(got[k], x[k].astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+    # unshared, the plugin transposes the weight once per reader: 3 Transposes, 3 copies
+    kinds = [op.get_rt_info()["layerType"].astype(str)
+             for op in compiled.get_runtime_model().get_ordered_ops()]
+    assert kinds.count("FullyConnected") == 3 and "Transpose" not in kinds
