@@ -3,6 +3,9 @@ rlx builds (read back from onnxruntime's own session options)."""
 
 from __future__ import annotations
 
+import hashlib
+import threading
+
 import pytest
 
 import rlx
@@ -91,3 +94,67 @@ def test_sessions_follow_the_rule(tmp_path, monkeypatch, prepack):
         model = rlx.load(mlp.path, engine="onnxruntime", threads=2,
                          cache_dir=tmp_path / "cache", prepack=prepack)
         assert _spinning_entry(model) == expected
+
+
+def _tasks(tmp_path, monkeypatch, states: dict[str, str]) -> None:
+    """A fake /proc/self/task: one folder per thread id with its stat line's state; the
+    calling thread is runnable, as it is while reading."""
+    for tid, state in {str(threading.get_native_id()): "R", **states}.items():
+        (tmp_path / tid).mkdir(exist_ok=True)
+        (tmp_path / tid / "stat").write_text(f"{tid} (a) R (b) {state} 1 1 1 0 -1\n")
+    monkeypatch.setattr(cores, "PROC_TASKS", str(tmp_path))
+
+
+def test_settle_waits_until_the_other_threads_park(tmp_path, monkeypatch):
+    """A worker that spins for three waits, then sleeps; a command name that holds ") R "
+    is not a state; the caller's own thread is left out."""
+    _tasks(tmp_path, monkeypatch, {"9001": "R", "9002": "S"})
+    naps = []
+
+    def nap(seconds: float) -> None:
+        naps.append(seconds)
+        if len(naps) == 3:
+            _tasks(tmp_path, monkeypatch, {"9001": "S"})
+
+    monkeypatch.setattr(cores, "sleep", nap)
+    assert cores.running_threads() == 1
+    assert cores.settle() and naps == [cores.SETTLE_STEP_S] * 3
+    assert cores.running_threads() == 0
+
+
+def test_settle_gives_up_on_threads_that_never_park(tmp_path, monkeypatch):
+    _tasks(tmp_path, monkeypatch, {"9001": "R"})
+    now, naps = [0.0], []
+
+    def nap(seconds: float) -> None:
+        now[0] += seconds
+        naps.append(seconds)
+
+    monkeypatch.setattr(cores, "sleep", nap)
+    monkeypatch.setattr(cores, "monotonic", lambda: now[0])
+    assert not cores.settle()
+    steps = cores.SETTLE_S / cores.SETTLE_STEP_S
+    assert steps - 1 <= len(naps) <= steps + 1
+
+
+def test_running_threads_sees_a_thread_of_this_process_run_then_park():
+    """A thread hashing outside the GIL is running or runnable; once it waits on an event,
+    it is parked."""
+    stop, parked = threading.Event(), threading.Event()
+
+    def work() -> None:
+        data = bytes(1 << 22)
+        while not stop.is_set():
+            hashlib.sha256(data)  # releases the GIL for data this long
+        parked.wait()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    try:
+        assert any(cores.running_threads() for _ in range(200))
+    finally:
+        stop.set()
+    assert cores.settle()
+    assert cores.running_threads() == 0
+    parked.set()
+    worker.join()

@@ -15,15 +15,22 @@ processes, a restarted worker) saw a load that was gone and turned spinning off 
 cores: 1.3-1.9x slower on a 2 ms model at two threads. The kernel's count of runnable
 threads is read a few times over some milliseconds and averaged, which also weighs bursty
 neighbours by how often they run.
+
+The same question inside the process: while auto times one engine, another engine's
+threads may still run. numpy's BLAS workers (OpenBLAS) spin for about 0.1 s after each
+call, and OpenVINO timed in that window ran 1.9-2.6x slower (onnxruntime 1.1-1.2x), a
+bias no fresh process shows. `settle` waits until the process's other threads are parked.
 """
 
 from __future__ import annotations
 
 import os
-from time import sleep
+import threading
+from time import monotonic, sleep
 
 __all__ = ["usable_cores", "others_load", "shares_cores", "spinning_pays", "SAMPLES",
-           "SAMPLE_GAP_S"]
+           "SAMPLE_GAP_S",
+           "running_threads", "settle", "SETTLE_S", "SETTLE_STEP_S"]
 
 
 def usable_cores() -> int:
@@ -74,3 +81,38 @@ def spinning_pays(threads: int | None, cores: int | None = None,
     if wanted <= 1:
         return True  # no worker threads: onnxruntime's default stands
     return not shares_cores(wanted, cores, others_load() if load is None else load)
+
+
+SETTLE_S, SETTLE_STEP_S = 0.25, 0.001  # OpenBLAS's workers spin ~0.1 s (2**28 cycles)
+PROC_TASKS = "/proc/self/task"
+
+
+def running_threads() -> int:
+    """Threads of this process, the calling one left out, that are running or runnable
+    now (state R in /proc/self/task/*/stat; 0 where the platform has no such files)."""
+    try:
+        tids = os.listdir(PROC_TASKS)
+    except OSError:
+        return 0
+    me, running = threading.get_native_id(), 0
+    for tid in tids:
+        try:
+            with open(os.path.join(PROC_TASKS, tid, "stat")) as f:
+                stat = f.read()
+        except OSError:  # the thread ended between the listing and the read
+            continue
+        # the state follows the command name, in parentheses (which the name may hold too)
+        if tid != str(me) and stat[stat.rindex(")") + 2:][:1] == "R":
+            running += 1
+    return running
+
+
+def settle(limit: float = SETTLE_S) -> bool:
+    """Wait, `SETTLE_STEP_S` at a time, until no other thread of this process runs;
+    False when some still ran after `limit` seconds (threads that are not parking)."""
+    end = monotonic() + limit
+    while running_threads():
+        if monotonic() > end:
+            return False
+        sleep(SETTLE_STEP_S)
+    return True

@@ -1,17 +1,21 @@
 """Timing engine candidates against each other in one process while the machine's load
 changes under them (`engine="auto"`).
 
-Candidates take turns: a turn is `LEAD_IN` untimed calls (the previous candidate's worker
-threads, still spinning or waking, settle while they run) then timed calls for `TURN_S`,
-and the turn's time is the median of its calls. A round is one turn of each candidate; the
-order is reversed every other round, so rounds come in pairs (A, B then B, A). What is
-compared is never a candidate's own times, which follow the load, but its per-round
-ratio to the reference (the fastest of the first pair): a burst that slows both turns of
-a round cancels in their ratio, one that slows a single turn makes one outlying ratio,
-which the median leaves out, and a load rising or falling during the timing puts the
-candidate after the reference in half of the rounds and before it in the other half, so
-the median of the ratios, taken over whole pairs, sits between the two biases. A
-candidate's estimate is its median ratio times the reference's median turn.
+Candidates take turns: a turn opens, when the previous turn was another candidate's, with a
+wait until the process's other threads are parked (`settle`, `rlx.engines.cores.settle`:
+numpy's BLAS workers spin for about 0.1 s after its calls, and OpenVINO timed beside them
+ran up to 2.6x slower than in a process of its own), then `LEAD_IN` untimed calls (worker
+threads wake), then timed calls for `TURN_S`; the turn's time is the median of its calls.
+A wait that runs out (threads of the caller's own that do not park) is the last one. A
+round is one turn of each candidate; the order is reversed every other round, so rounds
+come in pairs (A, B then B, A). What is compared is never a candidate's own times, which
+follow the load, but its per-round ratio to the reference (the fastest of the first
+pair): a burst that slows both turns of a round cancels in their ratio, one that slows a
+single turn makes one outlying ratio, which the median leaves out, and a load rising or
+falling during the timing puts the candidate after the reference in half of the rounds
+and before it in the other half, so the median of the ratios, taken over whole pairs,
+sits between the two biases. A candidate's estimate is its median ratio times the
+reference's median turn.
 
 Rounds go on, a pair at a time, until the pick (`pick`: the lowest estimate, a tie within
 `TIE` won by the earliest of `preference`) is the same on the first and the second half
@@ -32,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from rlx.engines import cores
+
 __all__ = ["measure", "pick", "TURN_S", "LEAD_IN", "RUNS", "MIN_PAIRS", "TIE"]
 
 TURN_S = 0.03  # seconds of timed calls in each candidate's turn
@@ -44,17 +50,18 @@ Round = dict[str, float]
 
 
 def measure(runners: Mapping[str, Any], feeds: Mapping[str, np.ndarray], outputs: list[str],
-            clock: Callable[[], float], budget: float,
-            preference: Sequence[str] = ()) -> dict[str, float]:
+            clock: Callable[[], float], budget: float, preference: Sequence[str] = (),
+            settle: Callable[[], bool] = cores.settle) -> dict[str, float]:
     """Seconds per run of each (warmed-up) runner, in the order given (the first is timed
     first), from paired rounds of turns (module doc)."""
     rounds: list[Round] = []
     active = list(runners)
     start = clock()
+    settler = _Settler(settle)
     while True:
         order = active if len(rounds) % 2 == 0 else active[::-1]
         floor = min(rounds[0].values()) if len(rounds) == 1 else math.inf
-        rounds.append(_round(runners, order, feeds, outputs, clock,
+        rounds.append(_round(runners, order, feeds, outputs, clock, settler,
                              floor=floor if len(rounds) < 2 else None))
         if len(rounds) == 2:
             ref = min(active, key=lambda n: rounds[0][n] * rounds[1][n])
@@ -64,12 +71,27 @@ def measure(runners: Mapping[str, Any], feeds: Mapping[str, np.ndarray], outputs
             return {**_first_pair(rounds), **_estimates(rounds, active, ref)}
 
 
+class _Settler:
+    """`settle` before a turn whose candidate differs from the last one timed (a candidate
+    is not disturbed by its own threads), until a wait runs out."""
+
+    def __init__(self, settle: Callable[[], bool]):
+        self.settle, self.last, self.waits = settle, "", True
+
+    def before(self, name: str) -> None:
+        if name != self.last and self.waits:
+            self.waits = self.settle()
+        self.last = name
+
+
 def _round(runners: Mapping[str, Any], order: list[str], feeds: Mapping[str, np.ndarray],
-           outputs: list[str], clock: Callable[[], float], floor: float | None) -> Round:
+           outputs: list[str], clock: Callable[[], float], settler: _Settler,
+           floor: float | None) -> Round:
     """One turn of each in `order`; in the first pair (`floor`: the fastest turn before
     this round), a lead-in call over twice the fastest so far stands as the turn."""
     times: Round = {}
     for name in order:
+        settler.before(name)
         limit = 2 * min([floor, *times.values()]) if floor is not None else math.inf
         times[name] = statistics.median(_turn(runners[name], feeds, outputs, clock, limit))
     return times
