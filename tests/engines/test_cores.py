@@ -27,19 +27,21 @@ def test_spinning_pays_only_when_the_threads_fit_on_free_cores(threads, n_cores,
     assert cores.spinning_pays(threads, n_cores, load) is spins
 
 
-def _loadavg(tmp_path, monkeypatch, *running: int, minute: float = 0.0) -> None:
+def _loadavg(tmp_path, monkeypatch, *running: int, minute: float = 0.0) -> list[int]:
     """The kernel's load line as `cores` reads it: the runnable count of each read in turn
-    (the last one repeated), beside a one-minute average of `minute`."""
+    (the last one repeated), beside a one-minute average of `minute`; the counts written
+    (one per read) are listed in the list returned."""
     path = tmp_path / "loadavg"
-    counts = iter(running)
+    counts, written = iter(running), []
 
     def write(_gap: float = 0.0) -> None:
-        count = next(counts, running[-1])
-        path.write_text(f"{minute:.2f} {minute:.2f} {minute:.2f} {count}/300 4242\n")
+        written.append(next(counts, running[-1]))
+        path.write_text(f"{minute:.2f} {minute:.2f} {minute:.2f} {written[-1]}/300 4242\n")
 
     write()
     monkeypatch.setattr(cores, "PROC_LOADAVG", str(path))
     monkeypatch.setattr(cores, "sleep", write)
+    return written
 
 
 def test_the_rule_reads_the_affinity_mask_and_the_runnable_threads_now(tmp_path,
@@ -67,6 +69,20 @@ def test_a_bursty_neighbour_counts_by_how_often_it_runs(tmp_path, monkeypatch):
     _loadavg(tmp_path, monkeypatch, *[1, 2] * (cores.SAMPLES // 2))
     assert cores.others_load() == pytest.approx(0.5)
     assert not cores.spinning_pays(2, cores=2)
+
+
+@pytest.mark.parametrize(("running", "reads", "spins"), [
+    ([1], cores.AGREE, True),  # quiet: the first reads agree that both cores are free
+    ([3], cores.AGREE, False),  # two CPU-bound neighbours in every read
+    ([1, 1, 2], cores.SAMPLES, False),  # a neighbour in a third of the reads: all are taken
+    ([2, 1], cores.SAMPLES, False),
+])
+def test_first_reads_that_agree_decide_alone(tmp_path, monkeypatch, running, reads, spins):
+    """A steady load is read `AGREE` times, 2 gaps rather than 7; reads that disagree
+    are all taken and averaged, as before."""
+    written = _loadavg(tmp_path, monkeypatch, *running)
+    assert cores.spinning_pays(2, cores=2) is spins
+    assert len(written) == reads
 
 
 def test_without_the_kernels_count_the_one_minute_average_is_read(tmp_path, monkeypatch):
