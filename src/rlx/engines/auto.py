@@ -4,13 +4,14 @@ At the first load of a file, the installed engines are built, run once (warm-up)
 timed on the same feeds (`example`, or zeros of the declared shapes: `seeded_feeds`
 sizes symbolic dims), each as it will run afterwards (onnxruntime with its spinning rule,
 docs/engines.md).
-The candidates are timed in paired rounds of turns (`rlx.engines.turns`): a burst of other
-work, or a load that rises or falls during the timing, slows a candidate's turn and the
-reference's turn of the same pair of rounds alike, and what is compared is their ratio;
-the timing goes on until two halves of it agree on the pick, or `BUDGET_S`. Estimates
-within `turns.TIE` of the lowest are a tie, won by the earliest in `PREFERENCE`. On a
-terminal (in logging otherwise) auto says that it is measuring, for how long at most, and
-what it chose.
+The candidates are timed in paired rounds of turns (`rlx.engines.turns`; a turn waits until
+the threads of the candidate timed before it are parked, as they would be in a process of
+its own: numpy's BLAS workers spin ~0.1 s after its calls): a burst of other work, or a load
+that rises or falls during the timing, slows a candidate's turn and the reference's turn of
+the same pair of rounds alike, and what is compared is their ratio; the timing goes on until
+two halves of it agree on the pick, or `BUDGET_S`. Estimates within `turns.TIE` of the
+lowest are a tie, won by the earliest in `PREFERENCE`. On a terminal (in logging otherwise)
+auto says that it is measuring, for how long at most, and what it chose.
 
 The whole cold load is bounded, not the timing alone: beyond building the engine it
 picks (what a load of that engine costs anyway), auto spends at most about

@@ -56,13 +56,13 @@ def others_load(spare: float | None = None) -> float:
     2 gaps, not 7). Where there is no such count, the one-minute load average less this
     thread (0 where the platform has neither)."""
     try:
-        counts: list[float] = []
-        while len(counts) < SAMPLES and not _agree(counts, spare):
-            if counts:
+        others: list[float] = []  # each read's runnable count, this thread left out
+        while len(others) < SAMPLES and not _agree(others, spare):
+            if others:
                 sleep(SAMPLE_GAP_S)
             with open(PROC_LOADAVG) as f:
-                counts.append(int(f.read().split()[3].partition("/")[0]) - 1.0)
-        return max(0.0, sum(counts) / len(counts))
+                others.append(int(f.read().split()[3].partition("/")[0]) - 1.0)
+        return max(0.0, sum(others) / len(others))
     except (OSError, IndexError, ValueError):
         pass
     try:
