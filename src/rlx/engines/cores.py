@@ -100,32 +100,35 @@ SETTLE_S, SETTLE_STEP_S = 0.25, 0.001  # OpenBLAS's workers spin ~0.1 s (2**28 c
 PROC_TASKS = "/proc/self/task"
 
 
-def running_threads() -> int:
-    """Threads of this process, the calling one left out, that are running or runnable
-    now (state R in /proc/self/task/*/stat; 0 where the platform has no such files)."""
+def running_threads(ignore: frozenset[str] = frozenset()) -> set[str]:
+    """Ids of the threads of this process, the calling one and `ignore` left out, that are
+    running or runnable now (state R in /proc/self/task/*/stat; none where the platform
+    has no such files)."""
     try:
         tids = os.listdir(PROC_TASKS)
     except OSError:
-        return 0
-    me, running = threading.get_native_id(), 0
-    for tid in tids:
+        return set()
+    running, me = set(), str(threading.get_native_id())
+    for tid in set(tids) - ignore - {me}:
         try:
             with open(os.path.join(PROC_TASKS, tid, "stat")) as f:
                 stat = f.read()
         except OSError:  # the thread ended between the listing and the read
             continue
         # the state follows the command name, in parentheses (which the name may hold too)
-        if tid != str(me) and stat[stat.rindex(")") + 2:][:1] == "R":
-            running += 1
+        if stat[stat.rindex(")") + 2:][:1] == "R":
+            running.add(tid)
     return running
 
 
-def settle(limit: float = SETTLE_S) -> bool:
-    """Wait, `SETTLE_STEP_S` at a time, until no other thread of this process runs;
-    False when some still ran after `limit` seconds (threads that are not parking)."""
+def settle(ignore: frozenset[str] = frozenset(), limit: float = SETTLE_S) -> set[str]:
+    """Wait, `SETTLE_STEP_S` at a time, until no thread of this process runs but the
+    caller and `ignore`; the ids of those still running after `limit` seconds (threads
+    that do not park: the caller's own, or, on a machine loaded far past its cores,
+    OpenVINO's workers, which yield while they wait for work), none when all parked."""
     end = monotonic() + limit
-    while running_threads():
+    while running := running_threads(ignore):
         if monotonic() > end:
-            return False
+            return running
         sleep(SETTLE_STEP_S)
-    return True
+    return set()

@@ -6,7 +6,8 @@ wait until the process's other threads are parked (`settle`, `rlx.engines.cores.
 numpy's BLAS workers spin for about 0.1 s after its calls, and OpenVINO timed beside them
 ran up to 2.6x slower than in a process of its own), then `LEAD_IN` untimed calls (worker
 threads wake), then timed calls for `TURN_S`; the turn's time is the median of its calls.
-A wait that runs out (threads of the caller's own that do not park) is the last one. A
+Threads still running when a wait runs out (0.25 s: threads of the caller's own, or
+OpenVINO's workers on a machine loaded far past its cores) are not waited for again. A
 round is one turn of each candidate; the order is reversed every other round, so rounds
 come in pairs (A, B then B, A). What is compared is never a candidate's own times, which
 follow the load, but its per-round ratio to the reference (the fastest of the first
@@ -51,7 +52,7 @@ Round = dict[str, float]
 
 def measure(runners: Mapping[str, Any], feeds: Mapping[str, np.ndarray], outputs: list[str],
             clock: Callable[[], float], budget: float, preference: Sequence[str] = (),
-            settle: Callable[[], bool] = cores.settle) -> dict[str, float]:
+            settle: Callable[[frozenset[str]], set[str]] = cores.settle) -> dict[str, float]:
     """Seconds per run of each (warmed-up) runner, in the order given (the first is timed
     first), from paired rounds of turns (module doc)."""
     rounds: list[Round] = []
@@ -73,14 +74,14 @@ def measure(runners: Mapping[str, Any], feeds: Mapping[str, np.ndarray], outputs
 
 class _Settler:
     """`settle` before a turn whose candidate differs from the last one timed (a candidate
-    is not disturbed by its own threads), until a wait runs out."""
+    is not disturbed by its own threads), leaving out the threads a wait ran out on."""
 
-    def __init__(self, settle: Callable[[], bool]):
-        self.settle, self.last, self.waits = settle, "", True
+    def __init__(self, settle: Callable[[frozenset[str]], set[str]]):
+        self.settle, self.last, self.ignore = settle, "", frozenset[str]()
 
     def before(self, name: str) -> None:
-        if name != self.last and self.waits:
-            self.waits = self.settle()
+        if name != self.last:
+            self.ignore |= self.settle(self.ignore)
         self.last = name
 
 
