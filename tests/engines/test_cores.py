@@ -125,17 +125,23 @@ def test_settle_waits_until_the_other_threads_park(tmp_path, monkeypatch):
     """A worker that spins for three waits, then sleeps; a command name that holds ") R "
     is not a state; the caller's own thread is left out."""
     _tasks(tmp_path, monkeypatch, {"9001": "R", "9002": "S"})
-    naps = []
+    now, naps = [0.0], []
 
     def nap(seconds: float) -> None:
+        now[0] += seconds
         naps.append(seconds)
         if len(naps) == 3:
             _tasks(tmp_path, monkeypatch, {"9001": "S"})
 
     monkeypatch.setattr(cores, "sleep", nap)
+    monkeypatch.setattr(cores, "monotonic", lambda: now[0])
     assert cores.running_threads() == {"9001"}
-    assert cores.settle() == set() and naps == [cores.SETTLE_STEP_S] * 3
-    assert cores.running_threads() == set()
+    assert cores.settle() == set()
+    # three steps until it parked, then a rest of SETTLE_REST times that wait
+    assert naps == pytest.approx([cores.SETTLE_STEP_S] * 3
+                                 + [cores.SETTLE_REST * 3 * cores.SETTLE_STEP_S])
+    naps.clear()
+    assert cores.running_threads() == set() and cores.settle() == set() and not naps
 
 
 def test_settle_names_the_threads_that_never_park(tmp_path, monkeypatch):

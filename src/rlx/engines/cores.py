@@ -31,7 +31,8 @@ from time import monotonic, sleep
 
 __all__ = ["usable_cores", "others_load", "shares_cores", "spinning_pays", "SAMPLES",
            "SAMPLE_GAP_S", "AGREE",
-           "running_threads", "settle", "SETTLE_S", "SETTLE_STEP_S"]
+           "running_threads", "settle", "SETTLE_S", "SETTLE_STEP_S",
+           "SETTLE_REST"]
 
 
 def usable_cores() -> int:
@@ -97,6 +98,7 @@ def spinning_pays(threads: int | None, cores: int | None = None,
 
 
 SETTLE_S, SETTLE_STEP_S = 0.25, 0.001  # OpenBLAS's workers spin ~0.1 s (2**28 cycles)
+SETTLE_REST = 2.0  # times the wait, rested once the threads parked
 PROC_TASKS = "/proc/self/task"
 
 
@@ -123,12 +125,18 @@ def running_threads(ignore: frozenset[str] = frozenset()) -> set[str]:
 
 def settle(ignore: frozenset[str] = frozenset(), limit: float = SETTLE_S) -> set[str]:
     """Wait, `SETTLE_STEP_S` at a time, until no thread of this process runs but the
-    caller and `ignore`; the ids of those still running after `limit` seconds (threads
-    that do not park: the caller's own, or, on a machine loaded far past its cores,
-    OpenVINO's workers, which yield while they wait for work), none when all parked."""
-    end = monotonic() + limit
+    caller and `ignore`, then `SETTLE_REST` times as long again (the machine stays
+    disturbed a while after they park: OpenVINO right after numpy's BLAS workers parked ran
+    1.81x as slow as after a sleep, 1.16x after as long again, 0.98x after 0.2 s); the ids
+    of those still running after `limit` seconds (threads that do not park: the caller's
+    own, or, on a machine loaded far past its cores, OpenVINO's workers, which yield while
+    they wait for work), none when all parked."""
+    start, slept = monotonic(), False
     while running := running_threads(ignore):
-        if monotonic() > end:
+        if monotonic() - start > limit:
             return running
         sleep(SETTLE_STEP_S)
+        slept = True
+    if slept:
+        sleep(SETTLE_REST * (monotonic() - start))
     return set()
