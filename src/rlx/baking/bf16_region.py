@@ -179,4 +179,8 @@ def rounding_points(graph: Graph, bf16: Collection[int]) -> RoundingPoints:
               for k, i in enumerate(node.inputs)
               if i in _float_inputs(graph, node, fixed) and i not in valued
               and not fused(i, node.id)}
-    return RoundingPoints(frozenset(inputs), frozenset(outputs))
+    # a tuple is not a tensor to round: a part taken from an f32 one (a Split whose other
+    # parts go to f32 readers) is rounded as it is taken, for its readers, all bf16
+    taken = {n for n, k in inputs if graph.node(graph.node(n).inputs[k]).is_tuple}
+    inputs = {(n, k) for n, k in inputs if n not in taken}
+    return RoundingPoints(frozenset(inputs), frozenset(outputs | taken))
