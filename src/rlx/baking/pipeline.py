@@ -246,6 +246,8 @@ def bake_steps(opts: BakeOptions, bundle: WeightBundle) -> list[Step]:
         (opts.ternary, Step("pack_ternary", passes.encode_ternary_matmuls)),
         (opts.algebraic_simplify, Step("algebraic_simplify", _simplify)),
         (opts.algebraic_simplify, Step("fuse_patterns", _fuse)),
+        # per-step products of an unrolled recurrent export -> one product over all steps
+        (opts.algebraic_simplify, Step("batch_step_products", passes.batch_step_products)),
         (dce, Step("eliminate_dead_code", _dce)),
         # the late fold: what packing and simplification exposed (DCE after it is a no-op
         # when it folded nothing: the graph is the same object)

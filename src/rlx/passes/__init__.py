@@ -22,6 +22,7 @@ _LAZY = {
     "fuse_patterns": "rlx.passes.fuse",
     "resolve_shapes": "rlx.passes.shape_resolution",
     "algebraic_simplify": "rlx.passes.simplify",
+    "batch_step_products": "rlx.passes.step_batching",
     "skip_zero_matmul": "rlx.passes.zero_matmuls",
     "specialize": "rlx.passes.specialization",
     "Outcome": "rlx.passes.pipeline",
@@ -47,7 +48,8 @@ _LAZY = {
 __all__ = [
     "EncodingPlan", "HOIST_MIN_BYTES", "Outcome", "Pass", "PipelineRun", "SkipReason", "Step",
     "WeightChoice", "WeightRole", "WeightRow", "algebraic_simplify", "apply_weight_encodings",
-    "bind_packed", "captured_inputs", "dedupe_identical_constants", "eliminate_dead_code",
+    "batch_step_products", "bind_packed", "captured_inputs", "dedupe_identical_constants",
+    "eliminate_dead_code",
     "encode_ternary_matmuls", "fits_dequant_matmul", "fold_batchnorm", "fold_constants",
     "fuse_patterns", "hoist_subgraph_weights", "in_subgraphs", "matmul_choice",
     "matmul_skip_reason", "plan_ternary_matmuls", "plan_weight_encodings", "resolve_shapes",

@@ -24,7 +24,7 @@ from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter
 
-__all__ = ["dedupe_identical_constants"]
+__all__ = ["constant_key", "dedupe_identical_constants", "same_constant"]
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +39,8 @@ def dedupe_identical_constants(graph: Graph) -> tuple[Graph, int]:
         if not isinstance(op, Constant) or op.is_stripped:
             rw.copy(node)
             continue
-        same_key = kept.setdefault((node.tensor_shape.dtype, node.tensor_shape.dims,
-                                    _digest(op.data)), [])
-        original = next((k for k in same_key if _same_bytes(rw.target.node(k), node)), None)
+        same_key = kept.setdefault(constant_key(node), [])
+        original = next((k for k in same_key if same_constant(rw.target.node(k), node)), None)
         if original is None:
             same_key.append(rw.copy(node))  # a digest collision keeps both copies
             continue
@@ -53,14 +52,22 @@ def dedupe_identical_constants(graph: Graph) -> tuple[Graph, int]:
     return rw.finish(), merged
 
 
+def constant_key(node: Node) -> tuple:
+    """What identical constants share: dtype, dims and a digest of the bytes (or of the
+    deferred recipe); equal keys are confirmed with `same_constant`."""
+    assert isinstance(node.op, Constant)
+    return node.tensor_shape.dtype, node.tensor_shape.dims, _digest(node.op.data)
+
+
 def _digest(data: Payload) -> tuple[str, bytes]:
     if isinstance(data, Deferred):
         return type(data).__name__, data.fingerprint()
     return "bytes", hashlib.blake2b(data.data, digest_size=16).digest()
 
 
-def _same_bytes(a: Node, b: Node) -> bool:
-    assert isinstance(a.op, Constant) and isinstance(b.op, Constant)  # both deduped constants
+def same_constant(a: Node, b: Node) -> bool:
+    """Whether two constants of one `constant_key` hold the same bytes."""
+    assert isinstance(a.op, Constant) and isinstance(b.op, Constant)
     x, y = a.op.data, b.op.data
     if isinstance(x, Deferred) and isinstance(y, Deferred):
         return x.same(y)
