@@ -182,6 +182,8 @@ def _selection_chain(graph: Graph, node_id: int) -> tuple[int, ...]:
 def _keeps_last_axis(graph: Graph, node: Node) -> bool:
     """Whether `node` selects elements of its first input without touching its last axis."""
     op = node.op
+    if not node.inputs:
+        return False
     if isinstance(op, TupleGet):
         return isinstance(graph.node(node.inputs[0]).op, Split)
     source = graph.node(node.inputs[0])
