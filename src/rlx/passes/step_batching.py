@@ -139,25 +139,28 @@ def _same_operand(graph: Graph, lead: _Member, member: _Member) -> bool:
 
 def _keyed_member(graph: Graph, node: Node) -> tuple[tuple, _Member] | None:
     """(group key, member) when `node` is a product by a constant of a selection, else None."""
-    if isinstance(node.op, MatMul):
-        side = 0
-        if not _is_constant(graph, node.inputs[1], max_rank=2, min_rank=2):
-            return None
-    elif isinstance(node.op, Binary) and not node.is_tuple:
-        side = next((s for s in (0, 1) if _is_constant(graph, node.inputs[1 - s], max_rank=1)
-                     and graph.node(node.inputs[s]).shape == node.shape), None)
-        if side is None:
-            return None
-    else:
+    side = _selection_side(graph, node)
+    if side is None:
         return None
-    selected = node.inputs[side]
-    chain = _selection_chain(graph, selected)
+    chain = _selection_chain(graph, node.inputs[side])
     if not chain:
         return None
     root = graph.node(chain[0]).inputs[0]
     constant = graph.node(node.inputs[1 - side])
+    assert isinstance(constant.op, Constant)  # checked by _selection_side
     content = ("node", constant.id) if constant.op.is_stripped else constant_key(constant)
     return (root, node.op, side, content), _Member(node, root, chain)
+
+
+def _selection_side(graph: Graph, node: Node) -> int | None:
+    """Which input of a MatMul by a rank-2 constant, or of an elementwise op by a constant
+    of rank <= 1 that keeps the other input's shape, may be a selection (None: neither)."""
+    if isinstance(node.op, MatMul):
+        return 0 if _is_constant(graph, node.inputs[1], max_rank=2, min_rank=2) else None
+    if not isinstance(node.op, Binary) or node.is_tuple:
+        return None
+    return next((s for s in (0, 1) if _is_constant(graph, node.inputs[1 - s], max_rank=1)
+                 and graph.node(node.inputs[s]).shape == node.shape), None)
 
 
 def _is_constant(graph: Graph, node_id: int, *, max_rank: int, min_rank: int = 0) -> bool:
