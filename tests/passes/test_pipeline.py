@@ -143,6 +143,7 @@ def test_bake_steps_follow_the_options(profile):
     # Q8_0 (and f16) are chosen by the weight-encoding stage, last, on the finished graph
     assert ("encode_weights" in names) is (opts.ternary or opts.quant)
     assert ("fold_constants" in names) is opts.constant_folding
+    assert ("batch_step_products" in names) is opts.algebraic_simplify
     assert ("dedupe_identical_constants" in names) is opts.dedupe_constants
     if opts.ternary:
         assert names.index("pack_ternary") < names.index("encode_weights")
