@@ -150,3 +150,15 @@ def test_pass_leaves_look_alikes_alone(case):
         graph = _steps_graph(_gather, [W_IH, W_IH])
     new, count = checked(batch_step_products, graph)
     assert count == 0 and new is graph
+
+
+def test_fast_plan_quantises_one_batched_projection(tmp_path):
+    """The int8 plan sees one input projection of K = 64 terms (an int8 candidate) where it
+    saw T; the recurrent products (16 terms) stay float."""
+    onnx_path = tmp_path / "rnn.onnx"
+    onnx.save(_unrolled_rnn("gather", "gemm"), onnx_path)
+    calibration = [{name: np.random.default_rng(seed).standard_normal(a.shape).astype(a.dtype)
+                    for name, a in FEEDS.items()} for seed in range(3)]
+    _, report = bake(*import_onnx(onnx_path),
+                     BakeOptions.from_profile("fast").replace(calibration=calibration))
+    assert report.precision is not None and report.precision.counts["int8"] == 1
