@@ -40,7 +40,9 @@ def _cosine(a, b) -> float:
 
 def test_every_engine_meets_the_targets_on_held_out_lines(baked):
     path, out, report = baked
-    assert report.precision.counts["int8"] >= 15  # the Conv, and the cells' Gemms
+    # a Conv, the input projection of all 8 steps batched into one (batch_step_products),
+    # the 7 cells' recurrent Gemms and the head
+    assert report.precision.counts["int8"] >= 10
     reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     feeds = line_feeds(90, 4)
     wants = [reference.run(None, f)[0] for f in feeds]
@@ -73,7 +75,7 @@ def test_a_weight_every_cell_reads_is_stored_once_as_int8(baked):
     shapes = collections.Counter(
         (n.tensor_shape.dims, n.tensor_shape.dtype) for n in graph.nodes()
         if isinstance(n.op, Constant) and n.tensor_shape.rank == 2)
-    assert shapes[((512, 256), DType.I8)] == 1  # the input weight, read by 8 cells
+    assert shapes[((512, 256), DType.I8)] == 1  # the input weight (8 steps, batched)
     assert shapes[((64, 256), DType.I8)] == 1  # the recurrent weight, read by 7
     assert not any(dims in ((512, 256), (64, 256)) and dtype is DType.F32
                    for dims, dtype in shapes)
