@@ -260,3 +260,36 @@ def test_the_guards_ladder_runs_through_the_wider_codes_to_f16():
             assert (np.abs(got - exact) <= np.abs(feeds["x"]) @ (step * 0.5) + 1e-5).all()
         choice = next_rung(g, choice, users)
     assert seen == [Encoding.GGUF_Q8_0, *FINER_BLOCK_ENCODINGS, Encoding.F16]
+
+
+def test_a_calibrated_plan_searches_the_scales_of_the_same_blocks():
+    """`searched=True` (calibrated bakes): the block-encoded weights keep their encodings
+    and bytes with less error; the MatMul weight's stream is still Q8_0 blocks of W^T that
+    the gguf package decodes, to the error the plan reports and no block worse than the
+    gguf quantizer's; the ladder's wider codes are searched too, f16 has nothing to search."""
+    g, w = _model()
+    plain = {c.name: c for c in plan_weight_encodings(g).choices}
+    searched = {c.name: c for c in plan_weight_encodings(g, searched=True).choices}
+    for name in ("q8_matmul", "q8_table", "q8_conv"):
+        assert searched[name].searched and not plain[name].searched
+        assert (searched[name].encoding, searched[name].packed_bytes) == \
+            (plain[name].encoding, plain[name].packed_bytes)
+        assert searched[name].rel_error < plain[name].rel_error
+    assert not searched["f16_bias"].searched
+    encoded, _ = apply_weight_encodings(g, [searched["q8_matmul"]])
+    mm = encoded.find("mm")
+    assert mm.op == DequantMatMul(Q8, 24)
+    stream = np.asarray(encoded.node(mm.inputs[1]).op.data).reshape(-1, 34)
+    decoded = gguf.quants.dequantize(stream, GGUF[Q8]).reshape(24, 64).T.astype(np.float64)
+    weight = w["q8_matmul"].astype(np.float64)
+    error = np.linalg.norm(decoded - weight) / np.linalg.norm(weight)
+    assert error == pytest.approx(searched["q8_matmul"].rel_error, rel=1e-6)
+    reference = gguf.quants.dequantize(_gguf(w["q8_matmul"].T, Q8).reshape(-1, 34), GGUF[Q8])
+    blocks = (weight.T - decoded.T).reshape(-1, 32)
+    worse = (weight.T - reference.reshape(24, 64)).reshape(-1, 32)
+    assert ((blocks ** 2).sum(axis=1) <= (worse ** 2).sum(axis=1)).all()
+    wider = next_rung(g, searched["q8_matmul"], g.users())
+    unsearched = next_rung(g, plain["q8_matmul"], g.users())
+    assert wider is not None and unsearched is not None
+    assert wider.searched and wider.encoding is unsearched.encoding is Encoding.Q9_0
+    assert wider.rel_error < unsearched.rel_error

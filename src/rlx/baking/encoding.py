@@ -42,7 +42,9 @@ class EncodedWeights:
 def encode_weights(graph: Graph, opts: BakeOptions) -> tuple[Graph, EncodedWeights]:
     """`graph` with its large float weights stored encoded (lossless TQ2_0 only, unless
     `opts.quant`), and what was chosen and measured."""
-    plan = passes.plan_weight_encodings(graph, lossless=not opts.quant, ternary=opts.ternary)
+    # calibrated: the guard measures the searched scales, so the plan may use them
+    plan = passes.plan_weight_encodings(graph, lossless=not opts.quant, ternary=opts.ternary,
+                                        searched=bool(opts.calibration))
     # the guard weighs only what can move an output: lossless choices always stay
     lossless = [c for c in plan.choices if c.lossless]
     lossy = [c for c in plan.choices if not c.lossless]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -105,6 +106,7 @@ class _Codec:
     layout: Layout
     encode: Callable[[ArrayLike], np.ndarray]
     decode: Callable[..., np.ndarray]
+    encode_searched: Callable[[ArrayLike], np.ndarray] | None = None  # scales searched
 
 
 _CODECS: dict[Encoding, _Codec] = {}
@@ -133,7 +135,8 @@ def _make_codec(encoding: Encoding) -> _Codec:
     if encoding is Encoding.GGUF_Q8_0:
         from rlx.codecs import q8_0
 
-        return _Codec(q8_0.LAYOUT, q8_0.quantize_q8_0, q8_0.dequantize_q8_0)
+        return _Codec(q8_0.LAYOUT, q8_0.quantize_q8_0, q8_0.dequantize_q8_0,
+                      partial(q8_0.quantize_q8_0, searched=True))
     if encoding is Encoding.GGUF_TQ2_0:
         from rlx.codecs import tq2_0
 
@@ -142,7 +145,8 @@ def _make_codec(encoding: Encoding) -> _Codec:
         from rlx.codecs import wide
 
         codes = wide.BY_NAME[encoding.value]
-        return _Codec(codes.layout, codes.quantize, codes.dequantize)
+        return _Codec(codes.layout, codes.quantize, codes.dequantize,
+                      partial(codes.quantize, searched=True))
     from rlx.codecs import q8_f32
 
     return _Codec(q8_f32.LAYOUT, q8_f32.quantize_q8_f32, q8_f32.dequantize_q8_f32)
@@ -176,9 +180,14 @@ def encoded_nbytes(encoding: Encoding | str, count: int) -> int:
     return _codec(encoding).layout.nbytes(count)
 
 
-def encode(encoding: Encoding | str, values: ArrayLike) -> np.ndarray:
-    """`values` flattened row-major and encoded, as flat uint8."""
-    return _codec(encoding).encode(values)
+def encode(encoding: Encoding | str, values: ArrayLike, searched: bool = False) -> np.ndarray:
+    """`values` flattened row-major and encoded, as flat uint8; `searched`: with
+    error-minimising block scales where the encoding has a search (Q8_0, q9_0..q12_0:
+    `rlx.codecs.scale_search`), as it is elsewhere."""
+    codec = _codec(encoding)
+    if searched and codec.encode_searched is not None:
+        return codec.encode_searched(values)
+    return codec.encode(values)
 
 
 def decode(encoding: Encoding | str, data: object, count: int | None = None,

@@ -23,8 +23,10 @@ def padded_length(encoding: Encoding | str, length: int) -> int:
     return -(-length // size) * size
 
 
-def encode_rows(encoding: Encoding | str, matrix: np.ndarray) -> np.ndarray:
-    """A `[R, L]` float matrix as flat u8: R rows, each padded to whole blocks."""
+def encode_rows(encoding: Encoding | str, matrix: np.ndarray, searched: bool = False
+                ) -> np.ndarray:
+    """A `[R, L]` float matrix as flat u8: R rows, each padded to whole blocks (`searched`:
+    block scales searched, as `encode` says)."""
     matrix = np.asarray(matrix, np.float32)
     if matrix.ndim != 2:
         raise BakeError(f"encode_rows needs a [rows, length] matrix, got shape {matrix.shape}")
@@ -32,7 +34,7 @@ def encode_rows(encoding: Encoding | str, matrix: np.ndarray) -> np.ndarray:
     padded = padded_length(encoding, length)
     if padded != length:
         matrix = np.pad(matrix, ((0, 0), (0, padded - length)))
-    return encode(encoding, np.ascontiguousarray(matrix))
+    return encode(encoding, np.ascontiguousarray(matrix), searched)
 
 
 def decode_rows(encoding: Encoding | str, data: np.ndarray, rows: int,

@@ -11,6 +11,8 @@ packed little-endian bit by bit (value 0's lowest bit is bit 0 of the first code
 `d` is max|x| / (2^(bits-1) - 1) rounded UP to f16, and the codes are computed with that
 stored scale: with 12-bit codes, rounding the scale to nearest after computing the codes
 (as Q8_0 does) would move the largest codes by half a step. Decoded value = code * d.
+`searched=True` quantises with error-minimising scales instead (`rlx.codecs.scale_search`,
+codes down to -2^(bits-1), which offset binary holds): the same layout and decoder.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rlx.codecs._blocks import Layout, block_scale, inverse_scale, round_half_away
+from rlx.codecs.scale_search import search_scales
 from rlx.errors import BakeError
 
 if TYPE_CHECKING:
@@ -40,22 +43,25 @@ class Wide:
         self.limit = (1 << (bits - 1)) - 1  # codes lie in [-limit, limit]
         self.layout = Layout(name, _BLOCK, 2 + _BLOCK * bits // 8)
 
-    def quantize(self, values: ArrayLike) -> np.ndarray:
-        """`values` (size a multiple of 32) as blocks of `bits`-bit codes (module doc), a
-        slab of blocks at a time (the bits of a slab are a temporary of 8 bytes a bit)."""
+    def quantize(self, values: ArrayLike, searched: bool = False) -> np.ndarray:
+        """`values` (size a multiple of 32) as blocks of `bits`-bit codes (module doc), with
+        error-minimising scales when `searched`, a slab of blocks at a time (the bits of a
+        slab are a temporary of 8 bytes a bit)."""
         blocks = self.layout.value_blocks(values)
         out = np.empty((len(blocks), self.layout.block_bytes), np.uint8)
         for first in range(0, len(blocks), _SLAB_BLOCKS):
             out[first:first + _SLAB_BLOCKS] = self._quantize_slab(
-                blocks[first:first + _SLAB_BLOCKS], first)
+                blocks[first:first + _SLAB_BLOCKS], first, searched)
         return out.reshape(-1)
 
-    def _quantize_slab(self, blocks: np.ndarray, first: int) -> np.ndarray:
+    def _quantize_slab(self, blocks: np.ndarray, first: int, searched: bool) -> np.ndarray:
         name = self.layout.name
         scale = _f16_at_least(block_scale(np.abs(blocks).max(axis=1), self.limit, name, first),
                               name, first)
         codes = round_half_away(blocks * inverse_scale(scale)[:, None])
         np.clip(codes, -self.limit, self.limit, out=codes)  # 1/d rounded: a hair over
+        if searched:
+            search_scales(blocks, codes, scale, -self.limit - 1, self.limit)
         out = np.empty((len(blocks), self.layout.block_bytes), np.uint8)
         out[:, :2] = scale.astype(_F16_LE).view(np.uint8).reshape(-1, 2)
         unsigned = (codes.astype(np.int32) + (self.limit + 1)).astype(np.uint16)

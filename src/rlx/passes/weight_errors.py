@@ -57,26 +57,26 @@ def normalised_rows(stored: np.ndarray, channels: int) -> np.ndarray:
 
 
 def weight_error(values: Payload, encoding: Encoding, rows: int, perm: tuple[int, ...],
-                 channels: int, scaled: bool = False) -> WeightError:
+                 channels: int, scaled: bool = False, searched: bool = False) -> WeightError:
     """The error of `values` stored as `rows` encoded rows in `perm` order, its `channels`
     rows (in stored order) normalised by their row exponents first when `scaled`. A `[K, N]`
     MatMul weight's Q8_0 stream of W^T (or its f16) is measured down its columns, and an
     untransposed weight a block of its channels (or leading rows) at a time (`values`
     deferred stays unread whole); the rest (transposed layouts of padded rows) read it
-    whole."""
+    whole. `searched`: block scales searched (`rlx.codecs.encode`)."""
     length = values.size // rows
     if perm == (1, 0) and not scaled and rows == values.shape[1] and (
             encoding is Encoding.F16 or encoding is Encoding.GGUF_Q8_0
             and padded_length(encoding, length) == length):
-        return _column_errors(values, encoding)
+        return _column_errors(values, encoding, searched)
     if not perm and rows in (1, channels) and (channels > 1 or not scaled):
-        return _untransposed_errors(values, encoding, rows, channels, scaled)
+        return _untransposed_errors(values, encoding, rows, channels, scaled, searched)
     stored = stored_matrix(materialize(values), rows, perm)
-    return _summary(*_squared_errors(stored, encoding, channels, scaled))
+    return _summary(*_squared_errors(stored, encoding, channels, scaled, searched))
 
 
 def _untransposed_errors(values: Payload, encoding: Encoding, rows: int, channels: int,
-                         scaled: bool) -> WeightError:
+                         scaled: bool, searched: bool) -> WeightError:
     """`weight_error` of a weight stored untransposed, as its channels' own rows or as one
     row, a block of units at a time: its channels, or (one channel) the rows of its leading
     axis. Where the units run together in one row, a block holds whole encoding blocks, so
@@ -90,7 +90,7 @@ def _untransposed_errors(values: Payload, encoding: Encoding, rows: int, channel
     for block in row_blocks(by_unit, multiple, SLAB_BYTES):
         block = np.asarray(block, np.float32)
         stored = block if own_rows else block.reshape(1, -1)
-        sums.append(_squared_errors(stored, encoding, len(block), scaled))
+        sums.append(_squared_errors(stored, encoding, len(block), scaled, searched))
     diff2, norm2 = (np.concatenate(parts) for parts in zip(*sums))
     if channels == 1:
         diff2, norm2 = diff2.sum(keepdims=True), norm2.sum(keepdims=True)
@@ -103,13 +103,13 @@ def stored_rows(values: Payload, rows: int) -> Payload:
     return values.reshape((rows, values.size // max(rows, 1)))
 
 
-def _squared_errors(stored: np.ndarray, encoding: Encoding, channels: int, scaled: bool
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def _squared_errors(stored: np.ndarray, encoding: Encoding, channels: int, scaled: bool,
+                    searched: bool) -> tuple[np.ndarray, np.ndarray]:
     """Per channel of the `[rows, L]` matrix `stored` encoded (its `channels` rows
     normalised first when `scaled`), the squared error and the squared norm."""
     rows, length = stored.shape
     encoded = normalised_rows(stored, channels) if scaled else stored
-    decoded = decode_rows(encoding, encode_rows(encoding, encoded), rows, length)
+    decoded = decode_rows(encoding, encode_rows(encoding, encoded, searched), rows, length)
     if scaled:
         exponents = row_exponents(stored.reshape(channels, -1))
         decoded = scale_rows(decoded.reshape(channels, -1), exponents)
@@ -125,14 +125,14 @@ of the weight and a difference beside it (two weights' worth of temporaries, whi
 streaming bake of 64 MiB weights over its memory bound)."""
 
 
-def _column_errors(values: Payload, encoding: Encoding) -> WeightError:
+def _column_errors(values: Payload, encoding: Encoding, searched: bool) -> WeightError:
     """The error of a `[K, N]` MatMul weight stored as the Q8_0 stream (or f16) of W^T (its
     N rows run down the columns), a slab of whole blocks of K at a time."""
     k, n = values.shape
     diff2, norm2 = np.zeros(n), np.zeros(n)
     for block in row_blocks(values, encoding.block_size, SLAB_BYTES):
         slab = np.asarray(block, np.float32)
-        decoded = roundtrip_q8_0_columns(slab) if encoding is Encoding.GGUF_Q8_0 else \
+        decoded = roundtrip_q8_0_columns(slab, searched) if encoding is Encoding.GGUF_Q8_0 else \
             slab.astype(np.float16).astype(np.float32)
         gap = slab - decoded
         diff2 += np.einsum("kn,kn->n", gap, gap, dtype=np.float64)

@@ -1,0 +1,57 @@
+"""Error-minimising block scales: the codes of a block under the f16 scale, of those tried,
+that decodes it with the least squared error.
+
+A block quantiser's scale max|x| / limit puts the largest value on a code and leaves the
+rest wherever they fall; a slightly larger scale moves every code, and for some blocks the
+values then land nearer their codes. Trying `SEARCH_FACTORS` times that scale (each rounded
+to f16, the codes computed with the scale stored) and keeping, per block, the best decode
+measured 0.87-0.92x the error of max / limit on normal and Student-t blocks for 8- and
+10-bit codes (llama.cpp searches its k-quants' scales likewise). The blocks stay what they
+were: a scale and codes in range, decoded by the format's own decoder (the `gguf` package's
+for Q8_0). A block keeps its plain codes unless a trial is strictly better in float64, so
+no block gets worse.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlx.codecs._blocks import inverse_scale, round_half_away
+
+__all__ = ["SEARCH_FACTORS", "search_scales"]
+
+SEARCH_FACTORS = 1 + np.arange(-2, 41, dtype=np.float32) / 200
+"""The multiples of max / limit tried: 0.99 to 1.2 in steps of 0.005. Measured on normal
+blocks, 8-bit codes: 1-1.1 in 11 steps 0.92x the plain error, 21 steps 0.90x, this grid
+0.89x; factors under 0.99 (clipping the largest value) were almost never the best."""
+
+_STRICTLY = 1 - 1e-12  # a trial must beat the block's error by more than rounding in a sum
+
+
+def search_scales(blocks: np.ndarray, codes: np.ndarray, scales: np.ndarray, lowest: int,
+                  highest: int) -> None:
+    """Replace, in place, a block's `codes` (`[B, size]` float32, integral) and stored
+    `scales` (`[B]` float32 holding f16 values) by the trial's that decodes the float32
+    `blocks` with less squared error; trial codes lie in [lowest, highest]."""
+    values = blocks.astype(np.float64)
+    best = _squared_errors(values, codes, scales)
+    base = np.abs(blocks).max(axis=1) / np.float32(highest)
+    for factor in SEARCH_FACTORS:
+        with np.errstate(over="ignore"):
+            trial_scales = (base * factor).astype(np.float16).astype(np.float32)
+        finite = np.isfinite(trial_scales)
+        trial_scales[~finite] = 0
+        trial = round_half_away(blocks * inverse_scale(trial_scales)[:, None])
+        np.clip(trial, lowest, highest, out=trial)
+        errors = _squared_errors(values, trial, trial_scales)
+        better = finite & (errors < best * _STRICTLY)
+        codes[better] = trial[better]
+        scales[better] = trial_scales[better]
+        best[better] = errors[better]
+
+
+def _squared_errors(values: np.ndarray, codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """Per block, the float64 squared error against `values` of `codes * scales` in
+    float32, as the decoders compute it."""
+    gap = values - (codes * scales[:, None]).astype(np.float64)
+    return np.einsum("ij,ij->i", gap, gap)
