@@ -199,8 +199,7 @@ class WeightChoice:
     @property
     def label(self) -> str:
         """How reports name the storage: the encoding, with its row exponents."""
-        return self.encoding.label + (" + row exponents" if self.scale_rows else "") + \
-            (", scales searched" if self.searched else "")
+        return self.encoding.label + (" + row exponents" if self.scale_rows else "")
 
 
 @dataclass(frozen=True)
