@@ -25,33 +25,45 @@ SEARCH_FACTORS = 1 + np.arange(-2, 41, dtype=np.float32) / 200
 blocks, 8-bit codes: 1-1.1 in 11 steps 0.92x the plain error, 21 steps 0.90x, this grid
 0.89x; factors under 0.99 (clipping the largest value) were almost never the best."""
 
-_STRICTLY = 1 - 1e-12  # a trial must beat the block's error by more than rounding in a sum
+_STRICTLY = 1 - 1e-12  # a search must beat a block's error by more than rounding in a sum
 
 
 def search_scales(blocks: np.ndarray, codes: np.ndarray, scales: np.ndarray, lowest: int,
                   highest: int) -> None:
     """Replace, in place, a block's `codes` (`[B, size]` float32, integral) and stored
     `scales` (`[B]` float32 holding f16 values) by the trial's that decodes the float32
-    `blocks` with less squared error; trial codes lie in [lowest, highest]."""
-    values = blocks.astype(np.float64)
-    best = _squared_errors(values, codes, scales)
+    `blocks` with less squared error; trial codes lie in [lowest, highest].
+
+    Trials are compared in float32, with codes rounded half to even (any codes in range
+    make a valid block, so the rounding need not be the plain quantiser's): one pass fewer
+    each. Only the best trial is checked in float64 against the plain codes, which a block
+    keeps unless the trial is strictly better."""
+    best_codes, best_scales = codes.copy(), scales.copy()
+    best = _squared_errors(blocks, codes, scales)
     base = np.abs(blocks).max(axis=1) / np.float32(highest)
+    trial = np.empty_like(blocks)
     for factor in SEARCH_FACTORS:
         with np.errstate(over="ignore"):
             trial_scales = (base * factor).astype(np.float16).astype(np.float32)
         finite = np.isfinite(trial_scales)
         trial_scales[~finite] = 0
-        trial = round_half_away(blocks * inverse_scale(trial_scales)[:, None])
+        np.multiply(blocks, inverse_scale(trial_scales)[:, None], out=trial)
+        np.rint(trial, out=trial)
         np.clip(trial, lowest, highest, out=trial)
-        errors = _squared_errors(values, trial, trial_scales)
-        better = finite & (errors < best * _STRICTLY)
-        codes[better] = trial[better]
-        scales[better] = trial_scales[better]
+        errors = _squared_errors(blocks, trial, trial_scales)
+        better = finite & (errors < best)
+        best_codes[better] = trial[better]
+        best_scales[better] = trial_scales[better]
         best[better] = errors[better]
+    values = blocks.astype(np.float64)
+    better = _squared_errors(values, best_codes, best_scales) < \
+        _squared_errors(values, codes, scales) * _STRICTLY
+    codes[better] = best_codes[better]
+    scales[better] = best_scales[better]
 
 
 def _squared_errors(values: np.ndarray, codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
-    """Per block, the float64 squared error against `values` of `codes * scales` in
-    float32, as the decoders compute it."""
-    gap = values - (codes * scales[:, None]).astype(np.float64)
+    """Per block, the squared error against `values` (in their dtype) of `codes * scales`
+    in float32, as the decoders compute it."""
+    gap = values - (codes * scales[:, None]).astype(values.dtype, copy=False)
     return np.einsum("ij,ij->i", gap, gap)
