@@ -4,9 +4,10 @@ that decodes it with the least squared error.
 A block quantiser's scale max|x| / limit puts the largest value on a code and leaves the
 rest wherever they fall; a slightly larger scale moves every code, and for some blocks the
 values then land nearer their codes. Trying `SEARCH_FACTORS` times that scale (each rounded
-to f16, the codes computed with the scale stored) and keeping, per block, the best decode
-measured 0.87-0.92x the error of max / limit on normal and Student-t blocks for 8- and
-10-bit codes (llama.cpp searches its k-quants' scales likewise). The blocks stay what they
+to f16, the codes computed with the scale stored), each trial's codes also with their
+least-squares scale, and keeping per block the best decode measured 0.87x the error of
+max / limit on normal blocks and 0.87-0.91x on Student-t (3) ones, for Q8_0 and q9_0 to
+q12_0 (llama.cpp searches its k-quants' scales likewise). The blocks stay what they
 were: a scale and codes in range, decoded by the format's own decoder (the `gguf` package's
 for Q8_0). A block keeps its plain codes unless a trial is strictly better in float64, so
 no block gets worse.

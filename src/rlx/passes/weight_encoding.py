@@ -26,7 +26,7 @@ f16 only. Exactly ternary weights (-1/0/+1) are proposed as TQ2_0, which is loss
 `next_rung`s: 9- to 12-bit codes (`FINER_BLOCK_ENCODINGS`, decoded whole, with row
 exponents where they pay as for Q8_0), then f16, then full precision. `searched=True` (a
 calibrated bake: the guard measures what it gives) quantises the block encodings with
-error-minimising scales (`rlx.codecs.scale_search`): the same blocks, 0.87-0.92x the error
+error-minimising scales (`rlx.codecs.scale_search`): the same blocks, 0.87-0.91x the error
 for the same bytes; without it Q8_0 streams are the `gguf` package's bytes.
 
 The int8 codes a DequantizeLinear reads stay as they are (it is not folded where that
