@@ -148,7 +148,8 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 class OutputRunner:
     """Runs variants of one graph on the feeds with the numpy runtime and compares their
     outputs with the graph's own (`refs`, computed once unless given); each run is one step
-    of one progress line (`planned` runs: the total, until the guard needs more)."""
+    of one progress line (`planned` runs: the total, until the guard needs more). The
+    weights' encoded streams are kept, by choice, for the runs after (`streams`)."""
 
     def __init__(self, graph: Graph, feeds: Sequence[Feeds],
                  refs: Sequence[Sequence[np.ndarray]] | None = None,
@@ -156,6 +157,7 @@ class OutputRunner:
         self.graph, self.feeds, self.class_scores = graph, list(feeds), tuple(class_scores)
         self.planned = planned
         self.runs = 0
+        self.streams: dict[WeightChoice, np.ndarray] = {}
         if refs is None:
             self._progress("the exact graph")
         compiled = Session().compile(graph)
@@ -164,7 +166,8 @@ class OutputRunner:
         self.runs = 0 if refs is not None else 1
 
     def measure(self, choices: Sequence[WeightChoice], what: str) -> list[OutputAccuracy]:
-        encoded, _ = apply_weight_encodings(self.graph, list(choices), quiet=True)
+        encoded, _ = apply_weight_encodings(self.graph, list(choices), quiet=True,
+                                            streams=self.streams)
         return self.measure_graph(encoded, what)
 
     def measure_graph(self, graph: Graph, what: str) -> list[OutputAccuracy]:

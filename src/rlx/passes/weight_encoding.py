@@ -458,9 +458,12 @@ def _on_int8_grid(values: Payload, rows: int, perm: tuple[int, ...]) -> bool:
 
 
 def apply_weight_encodings(graph: Graph, choices: tuple[WeightChoice, ...] | list[WeightChoice],
-                           *, quiet: bool = False) -> tuple[Graph, int]:
+                           *, quiet: bool = False, streams: dict[WeightChoice, np.ndarray] | None
+                           = None) -> tuple[Graph, int]:
     """The graph with each chosen constant stored encoded; (graph, constants encoded).
-    `quiet`: no progress records (the accuracy guard encodes a weight at a time, often)."""
+    `quiet`: no progress records (the accuracy guard encodes a weight at a time, often).
+    `streams`: encoded streams by choice, read from and added to (the guard encodes the
+    same choices in every run, and searched scales cost 15x a plain Q8_0 encoding)."""
     by_id = {c.node_id: c for c in choices}
     if not by_id:
         return graph, 0
@@ -473,7 +476,7 @@ def apply_weight_encodings(graph: Graph, choices: tuple[WeightChoice, ...] | lis
             if not quiet:
                 progress.debug("encoding %s as %s", choice.name, choice.encoding,
                                extra={"progress": (len(packed), len(by_id))})
-            packed[node.id] = _emit(rw, node, choice, node.id in kept)
+            packed[node.id] = _emit(rw, node, choice, node.id in kept, streams)
             continue
         weight = _rewritten_weight(node, by_id)
         if weight is None:
@@ -515,12 +518,19 @@ def _still_read(graph: Graph, by_id: dict[int, WeightChoice]) -> set[int]:
     return {w for w, c in by_id.items() if c.role.reads_rows and reads[w] > 0}
 
 
-def _emit(rw: Rewriter, node: Node, choice: WeightChoice, keep: bool) -> int:
+def _emit(rw: Rewriter, node: Node, choice: WeightChoice, keep: bool,
+          streams: dict[WeightChoice, np.ndarray] | None) -> int:
     """The packed constant of `node` (and, for whole-decoded roles, its DecodeWeight in
     `node`'s place); with `keep`, `node` stays too and the packed constant is named
-    `<name>.<encoding>`."""
+    `<name>.<encoding>`. Its stream is taken from `streams` (encoded and added there when
+    missing) when given."""
     assert isinstance(node.op, Constant)  # choices are of constants
-    stream = _stream(node.op.data, choice)
+    if streams is None:
+        stream: Payload = _stream(node.op.data, choice)
+    else:
+        if choice not in streams:
+            streams[choice] = materialize(_stream(node.op.data, choice))
+        stream = streams[choice]
     if choice.role.reads_rows:
         if keep:
             rw.copy(node)
