@@ -3,7 +3,8 @@ inputs at min cosine 0.9995: every output's cosine >= 0.999 against onnxruntime 
 (held-out) inputs, on every engine (the wider codes and row exponents go through the ONNX
 export to onnxruntime and OpenVINO), and <= 0.30x the exact file where >= 90% of the float
 weights are read by Conv/MatMul/Gemm (the targets of issue 33; the CRNN's LSTM holds 39% of
-its weights)."""
+its weights). The anchor-free detector is baked at four seeds: its ratio lands within 0.015
+of the target, and where depends on the weights drawn."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ CALIBRATION_SEEDS = (100, 101, 102, 103)
 HELD_OUT_SEEDS = (1, 2, 3)
 MODELS = {
     "db-detector": (db_detector, {}),
-    "anchor-free-detector": (anchor_free_detector, {}),
+    **{f"anchor-free-detector-{seed}": (anchor_free_detector, {"seed": seed})
+       for seed in range(4)},  # 0.301-0.303x before the scale search, seeds 1-3
     "ctc-recogniser": (ctc_recogniser, {}),
     "crnn": (crnn, {}),
 }
