@@ -149,7 +149,8 @@ class OutputRunner:
     """Runs variants of one graph on the feeds with the numpy runtime and compares their
     outputs with the graph's own (`refs`, computed once unless given); each run is one step
     of one progress line (`planned` runs: the total, until the guard needs more). The
-    weights' encoded streams are kept, by choice, for the runs after (`streams`)."""
+    weights' encoded streams of the last run are kept, by choice, for the runs after
+    (`streams`)."""
 
     def __init__(self, graph: Graph, feeds: Sequence[Feeds],
                  refs: Sequence[Sequence[np.ndarray]] | None = None,
@@ -168,6 +169,9 @@ class OutputRunner:
     def measure(self, choices: Sequence[WeightChoice], what: str) -> list[OutputAccuracy]:
         encoded, _ = apply_weight_encodings(self.graph, list(choices), quiet=True,
                                             streams=self.streams)
+        # the streams of these choices only: about one file's worth held, not every rung's
+        for stale in self.streams.keys() - set(choices):
+            del self.streams[stale]
         return self.measure_graph(encoded, what)
 
     def measure_graph(self, graph: Graph, what: str) -> list[OutputAccuracy]:
