@@ -2,8 +2,10 @@
 MLP ending in logits and a CRNN (Convs, then an unrolled LSTM) ending in per-step scores,
 written with onnx.helper so onnxruntime runs the original as the independent f32
 reference. `outlier=True` gives the MLP a hidden unit whose huge constant activation (a
-bias of 1000, read by a zero row of the next weight) changes nothing in f32 but takes a
-per-tensor u8 scale's whole range: the next layer is the sensitive node."""
+bias of 1000, its part in the next layer cancelled by that layer's bias) changes nothing in
+f32 but takes a per-tensor u8 scale's whole range, or, smoothed (`rlx.baking.smoothing`),
+its weight row takes the whole range of every output channel's scale: the next layer is
+the sensitive node."""
 
 from __future__ import annotations
 
@@ -75,7 +77,7 @@ def mlp(folder: Path, seed: int = 0, outlier: bool = False) -> Path:
             x = f"h{i}"
     if outlier:
         inits["b0"][0] = 1000.0  # hidden unit 0 of layer 1: always 1000
-        inits["w1"][0] = 0.0  # ... and layer 2 never reads it
+        inits["b1"] -= 1000.0 * inits["w1"][0]  # ... whose part layer 2's bias cancels
     name = "mlp_outlier.onnx" if outlier else "mlp.onnx"
     return _model(nodes, inits, [8, 64], "logits", folder / name)
 
@@ -205,14 +207,16 @@ def line_feeds(seed: int, n: int = 1, steps: int = 8) -> list[dict[str, np.ndarr
 def onnxruntime_kernels(path, folder) -> collections.Counter:
     """The op types onnxruntime runs for the fast file at `path` after its own fusions
     (its optimised model, written to `folder`): QLinearConv / QGemm where int8 kernels run."""
-    from rlx.engines.onnxruntime_engine import export_for_ort
+    from rlx.engines.onnxruntime_engine import disabled_optimizers, export_for_ort
 
     file = read_rlx(path)
-    model_bytes, placer, _ = export_for_ort(file, file.into_runtime_graph())
+    graph = file.into_runtime_graph()
+    model_bytes, placer, _ = export_for_ort(file, graph)
     so = ort.SessionOptions()
     so.optimized_model_filepath = str(folder / "optimized.onnx")
     bound = placer.bind(so, in_place=False)  # the weights, alive until the session is made
-    ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+    ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"],
+                         disabled_optimizers=disabled_optimizers(graph))
     del bound
     optimized = onnx.load(so.optimized_model_filepath, load_external_data=False)
     return collections.Counter(n.op_type for n in optimized.graph.node)

@@ -16,16 +16,24 @@ int8 saves the f32 round trip (`plan_int8`). As int8 it reads
     x -> QuantizeLinear -> DequantizeLinear       (u8, scale and zero point from x's range)
     W (int8 codes) -> DequantizeLinear            (symmetric, one scale per output channel)
 
-and its output goes through the same activation pair where onnxruntime needs one to run
-an int8 kernel: a Conv's after its bias Add and its Relu (QLinearConv, the Relu fused;
-measured, an unquantised Conv output leaves the Conv f32), a MatMul's after its bias Add
-(QGemm; unquantised, onnxruntime fuses MatMul + Add into an f32 Gemm over dequantised
-weights, measured 10x slower than f32 on an unrolled CRNN). A MatMul without a constant
-bias keeps an f32 output (MatMulIntegerToFloat). Each quantisation of an output adds
-about as much error as the node's own (measured on a CRNN: a Conv's relative error 0.012
-with it, 0.006 without), so where the next node quantises the same tensor (after a Relu)
-the two are one. OpenVINO's low-precision transformations run this form as u8 x i8; the
-numpy runtime computes the same numerics op by op, as the reference.
+A Conv's output goes through the same activation pair, after its bias Add and its Relu:
+onnxruntime needs it to run QLinearConv (the Relu fused; measured, an unquantised Conv
+output leaves the Conv f32). Each quantisation of an output adds about as much error as the
+node's own (measured on a CRNN: a Conv's relative error 0.012 with it, 0.006 without), so
+where the next node quantises the same tensor (after a Relu) the two are one. A MatMul's
+output stays f32, its bias Add after it: onnxruntime runs that as MatMulIntegerToFloat and
+an Add, as fast as QGemm with a quantised output (0.20 ms either way for [64, 1536] x
+[1536, 384] on one Zen 4 thread) and without the output's error, most of the node's on a
+BERT encoder's FFN output (outlier channels: relative error 0.131 with it, 0.026 without;
+once its fusion of MatMul + Add into one f32 Gemm over dequantised weights, 1.8 ms there,
+is off: `rlx.engines.onnxruntime_engine.disabled_optimizers`). OpenVINO's low-precision
+transformations run this form as u8 x i8; the numpy runtime computes the same numerics op
+by op, as the reference.
+
+A MatMul of two computed tensors (attention's Q.K^T and P.V) stays f32: as u8 x u8
+onnxruntime runs it no faster at a 64-token sequence (0.041 ms either way for 12 heads
+[64, 32] x [32, 64]) and 16% faster at 128 tokens (0.21 vs 0.25 ms), on about 3% of a
+BERT layer's multiply-adds, for a second quantisation of each input.
 
 u8 activations and s8 weights are the pair the VNNI instructions multiply; the activation
 range always holds 0, so zero (padding, ReLU's floor) is exact.
@@ -34,7 +42,7 @@ range always holds 0, so zero (padding, ReLU's floor) is exact.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -71,7 +79,7 @@ class Candidate:
     weight: int
     output: int | None  # None: the output stays f32 (a MatMul's, or a graph output)
     axis: int  # the weight's output-channel axis
-    tail: tuple[int, ...] = ()  # the nodes from the node to `output` (its bias Add, Relu)
+    tail: tuple[int, ...] = ()  # its bias Add (and a Conv's Relu): local error measured after
     narrow: bool = False  # sums fewer than MIN_REDUCTION terms (module doc)
 
     def label(self, graph: Graph) -> str:
@@ -80,10 +88,15 @@ class Candidate:
 
 @dataclass(frozen=True)
 class ActivationRange:
-    """What calibration saw of a tensor: its smallest and largest value."""
+    """What calibration saw of a tensor: its smallest and largest value; for a MatMul's
+    activation those of each channel of its last axis (`channels`: lows, highs); and when it
+    is smoothed (`rlx.baking.smoothing`), the factors each channel is divided by before it is
+    quantised, `low` and `high` then being the range of the divided tensor."""
 
     low: float
     high: float
+    channels: tuple[np.ndarray, np.ndarray] | None = field(default=None, compare=False)
+    smooth: np.ndarray | None = field(default=None, compare=False)
 
     def parameters(self) -> tuple[np.ndarray, np.ndarray]:
         """(scale f32 [], zero point u8 []): [min(low, 0), max(high, 0)] onto 0..255."""
@@ -119,7 +132,7 @@ def candidates(graph: Graph) -> list[Candidate]:
             continue
         tail = _tail(graph, node, users, relu=isinstance(node.op, Conv))
         out = tail[-1] if tail else node.id
-        float_out = out in graph.outputs or isinstance(node.op, MatMul) and not tail
+        float_out = out in graph.outputs or isinstance(node.op, MatMul)
         found.append(Candidate(node.id, x.id, w.id, None if float_out else out, axis, tail,
                                terms < MIN_REDUCTION))
     return found
@@ -137,8 +150,9 @@ def work(graph: Graph, c: Candidate) -> float:
 
 
 def _tail(graph: Graph, node: Node, users: list[list[int]], relu: bool) -> tuple[int, ...]:
-    """The nodes the quantised output comes after (module doc): the bias Add, then (`relu`)
-    the Relu, each when it is the only reader of the one before."""
+    """The nodes after `node` its local error is measured on: its bias Add, then (`relu`)
+    the Relu, each when it is the only reader of the one before; a Conv's output is
+    quantised after them (module doc)."""
     tail: list[int] = []
     last = node
     while len(users[last.id]) == 1 and last.id not in graph.outputs:
@@ -177,13 +191,19 @@ class Int8Emitter:
     def __init__(self, rw: Rewriter, ranges: dict[int, ActivationRange]):
         self.rw, self.ranges = rw, ranges  # ranges: by source node id
         self.quantizers: list[str] = []
-        self._weights: dict[tuple[int, int], int] = {}  # (weight id, axis) -> its DQ
+        # (weight id, axis, the activation whose factors scale it) -> its DequantizeLinear
+        self._weights: dict[tuple[int, int, int | None], int] = {}
 
     def activation(self, source_id: int, new_id: int, name: str,
                    value_range: ActivationRange | None = None) -> int:
         """The DequantizeLinear of source node `source_id`'s value (at `new_id`), over
-        `value_range` (default: the range calibration saw of it)."""
-        scale, zero = (value_range or self.ranges[source_id]).parameters()
+        `value_range` (default: the range calibration saw of it), divided by its smoothing
+        factors first where it has them."""
+        found = value_range or self.ranges[source_id]
+        scale, zero = found.parameters()
+        if found.smooth is not None:
+            inverse = self.rw.emit_constant((1 / found.smooth).astype(np.float32))
+            new_id = self.rw.emit(Binary(BinaryOp.MUL), (new_id, inverse))
         s, z = self.rw.emit_constant(scale), self.rw.emit_constant(zero)
         qname = self.rw.fresh_name(f"{name}/quantize")
         self.quantizers.append(qname)
@@ -198,13 +218,17 @@ class Int8Emitter:
         return self.rw.emit(DequantizeLinear(axis=axis), ids)
 
     def inputs(self, graph: Graph, c: Candidate, activation: int) -> tuple[int, ...]:
-        """Candidate `c`'s inputs: `activation` (a new id), its weight as int8 codes, the
-        rest as they are."""
+        """Candidate `c`'s inputs: `activation` (a new id), its weight as int8 codes (its
+        rows times the activation's smoothing factors, where it has them), the rest as they
+        are."""
         node = graph.node(c.node)
-        key = (c.weight, c.axis)
+        smooth = self.ranges[c.activation].smooth
+        key = (c.weight, c.axis, None if smooth is None else c.activation)
         if key not in self._weights:  # a weight shared by many nodes (an unrolled RNN's)
             weight = constant_value(graph.node(c.weight))
             assert weight is not None  # candidates have constant weights
+            if smooth is not None:
+                weight = weight * smooth[:, None]
             self._weights[key] = self.weight(weight, c.axis)
         return (activation, self._weights[key], *(self.rw.id(i) for i in node.inputs[2:]))
 

@@ -1,6 +1,7 @@
 """What the fast plan measures on the calibration feeds, each in one numpy run per feed.
 
-- `calibrate`: the exact outputs and the range of every tensor an int8 node would quantise.
+- `calibrate`: the exact outputs and the range of every tensor an int8 node would quantise
+  (of each channel of its last axis, for a MatMul's activation: `rlx.baking.smoothing`).
   The ranges are reduced inside the graph (ReduceMin / ReduceMax as extra outputs), so a
   run holds no intermediate tensor beyond its usual life.
 - `local_errors`: each candidate's own error: beside the exact graph, a branch per
@@ -19,6 +20,7 @@ import numpy as np
 from rlx.baking.int8 import ActivationRange, Candidate, Int8Emitter, plan_int8
 from rlx.ir.graph import Graph
 from rlx.ir.ops.elementwise import Binary, BinaryOp
+from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.reduce import Reduce, ReduceOp
 from rlx.ir.rewrite import Rewriter
 from rlx.runtime.session import Session
@@ -48,28 +50,38 @@ def _with_outputs(rw: Rewriter, graph: Graph, extra: list[int]) -> Graph:
     return g
 
 
-def _reduce(rw: Rewriter, op: ReduceOp, value: int) -> int:
-    return rw.emit(Reduce(op, axes=None, keepdims=False), (value,))
+def _reduce(rw: Rewriter, op: ReduceOp, value: int, axes: tuple[int, ...] | None = None
+            ) -> int:
+    return rw.emit(Reduce(op, axes=axes, keepdims=False), (value,))
 
 
 def calibrate(graph: Graph, chosen: Sequence[Candidate], feeds: Sequence[Feeds]
               ) -> tuple[list[list[np.ndarray]], dict[int, ActivationRange]]:
     """(exact outputs per feed, the range of every tensor `chosen` quantises over all
-    feeds, by source id)."""
+    feeds, by source id; per last-axis channel too for a MatMul's activation)."""
     tensors = quantised_tensors(graph, chosen)
+    channelled = {c.activation for c in chosen if isinstance(graph.node(c.node).op, MatMul)}
     rw = _copy(graph)
-    extra = [r for t in tensors for r in (_reduce(rw, ReduceOp.MIN, rw.id(t)),
-                                          _reduce(rw, ReduceOp.MAX, rw.id(t)))]
+    extra = []
+    for t in tensors:
+        axes = tuple(range(graph.node(t).tensor_shape.rank - 1)) if t in channelled else None
+        extra += [_reduce(rw, ReduceOp.MIN, rw.id(t), axes),
+                  _reduce(rw, ReduceOp.MAX, rw.id(t), axes)]
     compiled = Session().compile(_with_outputs(rw, graph, extra))
     n = len(graph.outputs)
-    refs, low, high = [], {t: np.inf for t in tensors}, {t: -np.inf for t in tensors}
+    refs: list[list[np.ndarray]] = []
+    low: dict[int, np.ndarray] = {}
+    high: dict[int, np.ndarray] = {}
     for feed in feeds:
         values = compiled.run(feed)
         refs.append(values[:n])
         for k, t in enumerate(tensors):
-            low[t] = min(low[t], float(values[n + 2 * k]))
-            high[t] = max(high[t], float(values[n + 2 * k + 1]))
-    return refs, {t: ActivationRange(low[t], high[t]) for t in tensors}
+            lo, hi = (np.asarray(v, np.float64) for v in values[n + 2 * k:n + 2 * k + 2])
+            low[t] = np.minimum(low[t], lo) if t in low else lo
+            high[t] = np.maximum(high[t], hi) if t in high else hi
+    return refs, {t: ActivationRange(float(low[t].min()), float(high[t].max()),
+                                     (low[t], high[t]) if t in channelled else None)
+                  for t in tensors}
 
 
 def local_errors(graph: Graph, chosen: Sequence[Candidate], ranges: dict[int, ActivationRange],

@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # a warm load (rlx.engines.warm) imports no graph IR
     from rlx.ir.graph import Graph
 
 __all__ = ["OrtRunner", "build", "PREPACK_MODES", "saved_session", "session_options",
-           "export_for_ort", "SPINNING_KEY"]
+           "export_for_ort", "disabled_optimizers", "SPINNING_KEY"]
 
 log = Logger("rlx.engines")
 
@@ -183,6 +183,16 @@ def saved_session(folder: Path, threads: int | None) -> ort.InferenceSession:
     return ort.InferenceSession(str(folder / MODEL_FILE), so, providers=["CPUExecutionProvider"])
 
 
+def disabled_optimizers(graph: Graph) -> list[str]:
+    """The onnxruntime fusions a graph with int8 nodes runs without: MatMulAddFusion, which
+    turns an int8 MatMul and its bias Add into one f32 Gemm over dequantised weights, where
+    without it they run as MatMulIntegerToFloat and an Add (`rlx.baking.int8`)."""
+    from rlx.ir.ops.quant import DequantizeLinear
+
+    quantised = any(isinstance(n.op, DequantizeLinear) for n in graph.nodes())
+    return ["MatMulAddFusion"] if quantised else []
+
+
 def export_for_ort(file: RlxFile, graph: Graph) -> tuple[bytes, _Placer, Any]:
     """(serialised model, where its weights went, export summary). Imports onnx."""
     from rlx.onnx.export import build_onnx, weight_names
@@ -207,6 +217,7 @@ class OrtRunner:
     cached: Path | None  # the prepacked model this session maps
     session: ort.InferenceSession
     variant: tuple[str, ...] = ()  # which of a file's models the saved cache holds
+    disabled: list[str]  # onnxruntime fusions left off (`disabled_optimizers`)
 
     def __init__(self, file: RlxFile, graph: Graph, threads: int | None,
                  cache_dir: str | os.PathLike | None = None, prepack: str = "mapped",
@@ -217,6 +228,7 @@ class OrtRunner:
         self._start(file, prepack)
         self.precision = precision
         self.variant = variant
+        self.disabled = disabled_optimizers(graph)
         if self.prepack == "mapped" and _saved_unreadably(graph):
             self.prepack = "heap"
         if self.prepack == "mapped":
@@ -241,8 +253,8 @@ class OrtRunner:
             if self.prepack == "off":
                 so.add_session_config_entry("session.disable_prepacking", "1")
             try:
-                return ort.InferenceSession(model_bytes, so,
-                                            providers=["CPUExecutionProvider"])
+                return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"],
+                                            disabled_optimizers=self.disabled)
             except Exception as err:  # noqa: BLE001 - the second way raises it again
                 if not in_place:
                     raise
@@ -278,6 +290,7 @@ class OrtRunner:
         self.mapped, self.in_memory, self.bound, self.files = {}, {}, [], []
         self.prepack = prepack
         self.cached = None
+        self.disabled = []
 
     def _export(self, file: RlxFile, graph: Graph) -> tuple[bytes, _Placer]:
         model_bytes, placer, self.summary = export_for_ort(file, graph)
@@ -347,7 +360,8 @@ class OrtRunner:
                     ("session.optimized_model_external_initializers_min_size_in_bytes", "1024"),
                     ("session.save_external_prepacked_constant_initializers", "1")):
                 so.add_session_config_entry(entry, value)
-            ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+            ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"],
+                                 disabled_optimizers=self.disabled)
             del keep
             save_manifest(tmp, key)
             _discard(folder)  # a damaged or foreign entry: replaced, not trusted

@@ -1,0 +1,118 @@
+"""The fast profile on a transformer encoder block: its projections run int8 with f32
+outputs, attention's activation-by-activation MatMuls stay f32 (`rlx.baking.int8`), and the
+guard keeps the node an outlier channel ruins f32.
+
+References are independent of rlx: onnxruntime on the original f32 ONNX model, and the
+block's float64 numpy forward pass. Held-out feeds (seeds 90..) are never the calibration
+ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+
+import rlx
+from rlx import BakeOptions, bake
+from rlx.artifact import write_rlx
+from rlx.baking.int8 import apply_int8, candidates
+from rlx.baking.sensitivity import calibrate
+from rlx.baking.smoothing import smooth_ranges
+from rlx.ir.ops.elementwise import Binary, BinaryOp
+from rlx.ir.ops.linalg import MatMul
+from rlx.onnx import import_onnx
+from rlx.runtime import Session
+from tests.baking.attention_models import encoder_block, encoder_forward, token_feeds
+from tests.baking.fast_models import onnxruntime_kernels
+
+
+def _cosine(a, b) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def _fast(path, tmp_path):
+    file, report = bake(*import_onnx(path), BakeOptions.from_profile("fast").replace(
+        calibration=token_feeds(1, 4)))
+    out = tmp_path / f"{path.stem}.rlx"
+    write_rlx(out, file)
+    return out, report
+
+
+def _muls(graph) -> int:
+    return sum(isinstance(n.op, Binary) and n.op.op is BinaryOp.MUL for n in graph.nodes())
+
+
+def _exact_graph(path):
+    exact, _ = bake(*import_onnx(path), BakeOptions.from_profile("exact"))
+    return exact.into_runtime_graph()
+
+
+def test_only_matmuls_with_a_constant_weight_are_candidates(tmp_path):
+    graph = _exact_graph(encoder_block(tmp_path))
+    matmuls = [n for n in graph.nodes() if isinstance(n.op, MatMul)]
+    found = candidates(graph)
+    assert len(matmuls) == 8 and len(found) == 6  # Q.K^T and P.V are not candidates
+    assert all(c.output is None for c in found)  # f32 outputs
+
+
+def test_the_block_runs_int8_projections_within_the_targets_held_out(tmp_path):
+    path = encoder_block(tmp_path)
+    out, report = _fast(path, tmp_path)
+    int8 = report.precision.counts["int8"]
+    assert int8 >= 4
+    kinds = onnxruntime_kernels(out, tmp_path)
+    # each int8 projection in one integer kernel with an f32 output, its bias Add apart;
+    # no quantised output, no int8 attention product
+    assert kinds["MatMulIntegerToFloat"] == int8
+    assert not kinds["QGemm"] and not kinds["QLinearMatMul"] and not kinds["Gemm"]
+    assert not kinds["DequantizeLinear"]  # every Q/DQ pair fused into a kernel
+    reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for engine in ("numpy", "onnxruntime", "openvino"):
+        model = rlx.load(out, engine=engine, precision="fast")
+        for feed in token_feeds(90, 4):
+            got = model.run(feed)[0]
+            assert _cosine(reference.run(None, feed)[0], got) >= 0.999
+            assert _cosine(encoder_forward(feed["x"]), got) >= 0.999
+
+
+def test_the_guard_keeps_the_projection_an_outlier_ruins_f32(tmp_path):
+    path = encoder_block(tmp_path, outlier=True)
+    x = token_feeds(91)[0]["x"]
+    graph = _exact_graph(path)
+    found = candidates(graph)
+    _, ranges = calibrate(graph, found, token_feeds(1, 4))
+    everywhere, _ = apply_int8(graph, found, ranges)  # no guard: every candidate int8
+    unguarded = Session().compile(everywhere).run({"x": x})[0]
+    assert _cosine(unguarded, encoder_forward(x, outlier=True)) < 0.999
+    out, report = _fast(path, tmp_path)
+    kept = {row["node"]: row for row in report.precision.kept}
+    assert "f2m" in kept and kept["f2m"]["op"] == "MatMul"  # reads the outlier's tensor
+    assert report.precision.counts["int8"] >= 3
+    for engine in ("numpy", "onnxruntime"):
+        model = rlx.load(out, engine=engine, precision="fast")
+        for feed in token_feeds(92, 3):
+            want = encoder_forward(feed["x"], outlier=True)
+            assert _cosine(model.run(feed)[0], want) >= 0.999
+
+
+def test_smoothing_moves_an_outlier_channel_into_the_weights(tmp_path):
+    """Channel 0 of the hidden states 40x the others: the projections reading them are
+    smoothed, their error against float64 falls; even hidden states are left alone."""
+    graph = _exact_graph(encoder_block(tmp_path))
+    found = candidates(graph)
+    _, even = calibrate(graph, found, token_feeds(1, 4))
+    assert all(r.smooth is None for r in smooth_ranges(graph, found, even).values())
+    _, ranges = calibrate(graph, found, token_feeds(1, 4, loud=40.0))
+    smoothed = smooth_ranges(graph, found, ranges)
+    source = graph.inputs()[0].id
+    assert sum(c.activation == source for c in found) == 3  # Q, K and V read x
+    factors = smoothed[source].smooth
+    assert factors is not None and factors[0] > 4 * np.median(factors)
+    plain, _ = apply_int8(graph, found, ranges)
+    even_out, _ = apply_int8(graph, found, smoothed)
+    assert _muls(even_out) > _muls(plain)  # x divided by the factors, before its quantiser
+    for feed in token_feeds(93, 3, loud=40.0):
+        want = encoder_forward(feed["x"])
+        before = 1 - _cosine(Session().compile(plain).run(feed)[0], want)
+        after = 1 - _cosine(Session().compile(even_out).run(feed)[0], want)
+        assert after < 0.5 * before, (before, after)
