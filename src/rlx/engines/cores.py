@@ -9,6 +9,12 @@ turns spinning off when, at load, `threads` plus the other runnable threads exce
 cores in the process's affinity mask. With one thread there are no workers and nothing to
 decide.
 
+numpy's BLAS (OpenBLAS) and rlx's own parallel kernels have no spinning switch, and each
+of their calls waits until every one of its threads has run: beside other work, a call
+waits for a descheduled worker. At load 5 on 2 cores, two threads ran a CRNN 10-40x and a
+BERT encoder 5x slower than one. So the numpy engine runs at the threads that fit on the
+free cores (`threads_that_fit`), at least one, read when it loads.
+
 The other runnable threads are counted now, not as the one-minute load average: that
 average lags, so a process started just after another ended (a benchmark's fresh
 processes, a restarted worker) saw a load that was gone and turned spinning off on free
@@ -30,7 +36,7 @@ import threading
 from time import monotonic, sleep
 
 __all__ = ["usable_cores", "others_load", "shares_cores", "spinning_pays", "SAMPLES",
-           "SAMPLE_GAP_S", "AGREE",
+           "SAMPLE_GAP_S", "AGREE", "threads_that_fit",
            "running_threads", "settle", "SETTLE_S", "SETTLE_STEP_S",
            "SETTLE_REST"]
 
@@ -95,6 +101,24 @@ def spinning_pays(threads: int | None, cores: int | None = None,
         return True  # no worker threads: onnxruntime's default stands
     load = others_load(spare=cores - wanted) if load is None else load
     return not shares_cores(wanted, cores, load)
+
+
+def threads_that_fit(threads: int | None, cores: int | None = None,
+                     load: float | None = None) -> int | None:
+    """The threads a pool whose workers wait for each other (numpy's BLAS, rlx's own
+    `kernels.parallel`) should run at: `threads` (None: one per core, kept None) when they
+    fit beside `load` on `cores`, else as many as the free cores hold, at least 1. Such a
+    pool's every call needs all its threads running at once; beside other work each call
+    waits for a descheduled worker (docs/engines.md has the measurements). `cores` and
+    `load` default to this machine's, now; 1 thread decides nothing."""
+    cores = usable_cores() if cores is None else cores
+    wanted = cores if threads is None else threads
+    if wanted <= 1:
+        return threads
+    load = others_load(spare=cores - wanted) if load is None else load
+    if not shares_cores(wanted, cores, load):
+        return threads
+    return max(1, min(wanted, int(cores - load)))
 
 
 SETTLE_S, SETTLE_STEP_S = 0.25, 0.001  # OpenBLAS's workers spin ~0.1 s (2**28 cycles)

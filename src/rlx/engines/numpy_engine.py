@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from rlx.artifact.model import RlxFile
+from rlx.engines.cores import threads_that_fit
 from rlx.ir.graph import Graph
 from rlx.runtime.inline import inline_composites
 from rlx.runtime.session import CompiledGraph
@@ -26,9 +27,9 @@ class NumpyRunner:
         self.compiled = CompiledGraph(inline_composites(graph))
         self.compile_seconds = time.perf_counter() - start  # `rlx-bake run` reports it
         self.precision = precision
-        self.threads = threads
+        self.threads = threads_that_fit(threads)  # fewer when the cores are shared (`cores`)
         self._pools: list = []  # the thread pools (BLAS, OpenMP) a run sets to `threads`
-        if threads is not None:
+        if self.threads is not None:
             import threadpoolctl
 
             self._pools = threadpoolctl.ThreadpoolController().lib_controllers  # found once
