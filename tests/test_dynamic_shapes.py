@@ -10,7 +10,7 @@ import pytest
 
 from rlx import BakeOptions, BakeProfile, bake
 from rlx.errors import RlxError
-from rlx.onnx import import_onnx
+from rlx.onnx import export_onnx, import_onnx
 from rlx.runtime import Session
 from tests.real_models import fetch
 
@@ -81,3 +81,35 @@ def test_silero_vad_at_other_batches():
                  "state": np.zeros((2, batch, 128), np.float32), "sr": np.array(16000)}
         for g, w in zip(ours.run(feeds), oracle.run(None, feeds)):
             assert g.shape == w.shape and np.max(np.abs(g - w)) <= 1e-4
+
+
+def test_silero_vad_without_input_shapes():
+    """Imported with symbolic dims, silero-vad's `squeeze(-1)` Ifs keep the rank its LSTM
+    takes (rlx.onnx.branch_ranks): any chunk short enough to squeeze to one frame runs, on
+    numpy and exported to onnxruntime; a longer one fails, in rlx as in onnxruntime."""
+    path = fetch("silero-vad")
+    oracle = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    graph, bindings = import_onnx(path)
+    file, _ = bake(graph, bindings, BakeOptions.from_profile(BakeProfile.FOLD))
+    runnable = file.into_runtime_graph()
+    ours = Session().compile(runnable)
+    exported = ort.InferenceSession(export_onnx(runnable).SerializeToString(),
+                                    providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+
+    def feeds(batch, samples):
+        return {"input": (rng.standard_normal((batch, samples)) * 0.1).astype(np.float32),
+                "state": (rng.standard_normal((2, batch, 128)) * 0.1).astype(np.float32),
+                "sr": np.array(16000)}
+
+    for batch, samples in ((1, 512), (1, 576), (2, 576), (3, 256)):
+        given = feeds(batch, samples)
+        want = oracle.run(None, given)
+        for got in (ours.run(given), exported.run(None, given)):
+            for g, w in zip(got, want):
+                assert g.shape == w.shape and np.max(np.abs(g - w)) <= 1e-4
+    too_long = feeds(1, 1152)
+    with pytest.raises(Exception):  # noqa: B017  (onnxruntime's own error kinds)
+        oracle.run(None, too_long)
+    with pytest.raises(RlxError, match="the graph after the If was built for"):
+        ours.run(too_long)

@@ -17,7 +17,7 @@ from rlx.ir.graph import Graph
 from rlx.ir.rewrite import Rewriter
 from rlx.ir.shape import UNKNOWN, Dim, Shape
 
-__all__ = ["with_declared_outputs"]
+__all__ = ["with_declared_outputs", "declared_rank_misses"]
 
 
 def with_declared_outputs(graph: Graph, declared: Sequence[ValueInfoProto]) -> Graph:
@@ -42,6 +42,16 @@ def with_declared_outputs(graph: Graph, declared: Sequence[ValueInfoProto]) -> G
         else:
             rw.copy(node)
     return rw.finish()
+
+
+def declared_rank_misses(graph: Graph, declared: Sequence[ValueInfoProto]) -> int:
+    """How many outputs have another rank than the file declares (ONNX Runtime only warns;
+    rlx uses the count to choose between If branches of different ranks)."""
+    misses = 0
+    for node_id, value in zip(graph.outputs, declared):
+        shape, dims = graph.node(node_id).shape, _declared_dims(value)
+        misses += isinstance(shape, Shape) and dims is not None and len(dims) != shape.rank
+    return misses
 
 
 def _declared_dims(value: ValueInfoProto) -> list[Dim] | None:

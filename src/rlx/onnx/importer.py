@@ -26,7 +26,8 @@ from rlx.ir import Graph, Shape, verify
 from rlx.ir.graph import unique_name
 from rlx.ir.shape import UNKNOWN
 from rlx.onnx import ops  # noqa: F401  (registers the converters)
-from rlx.onnx.declared import with_declared_outputs
+from rlx.onnx.branch_ranks import BranchRanks
+from rlx.onnx.declared import declared_rank_misses, with_declared_outputs
 from rlx.onnx.external import ExternalData
 from rlx.onnx.layouts import refuse_layouts
 from rlx.onnx.node import NodeContext, node_label, node_origin
@@ -154,9 +155,15 @@ class Importer:
         self.expansion_budget = MIN_EXPANSION + EXPANSION_PER_NODE * written
         self._expanding = 0  # > 0 while converting the body of a function-defined node
         self.producers: dict[str, str] = {}  # value name -> op type of the node writing it
+        self.branch_ranks = BranchRanks()  # If nodes whose branches differ in rank
 
     # -- driver ------------------------------------------------------------------------------
     def run(self) -> tuple[Graph, dict[str, np.ndarray]]:
+        """The model's graph and bindings (converted again per rank of an If that needs it,
+        see `rlx.onnx.branch_ranks`)."""
+        return self.branch_ranks.settle(self._run, outermost=True)
+
+    def _run(self) -> tuple[Graph, dict[str, np.ndarray]]:
         graph = self.model.graph
         refuse_layouts(graph)
         unsupported = sorted(set(self._unsupported(graph.node, self.opsets)))
@@ -192,6 +199,7 @@ class Importer:
         self.convert_graph_body(scope, graph)
         outputs = [(o.name, scope.get(o.name)) for o in graph.output]
         result = with_declared_outputs(finish_graph(scope.graph, outputs), graph.output)
+        self.branch_ranks.misfits += declared_rank_misses(result, graph.output)
         used = {n.source_name for n in result.params()}
         try:
             verify(result)

@@ -114,6 +114,12 @@ class Subgraph:
         if len(shapes) != len(body.input):
             raise ModelImportError(f"subgraph {name!r} declares {len(body.input)} inputs, "
                                    f"its op passes {len(shapes)}")
+        return parent.importer.branch_ranks.settle(
+            lambda: cls._convert(parent, body, shapes, name, free, capture_at))
+
+    @classmethod
+    def _convert(cls, parent: Scope, body: GraphProto, shapes: Sequence[Shape], name: str,
+                 free: Sequence[str] | None, capture_at: int | None) -> Subgraph:
         scope = Scope(parent.importer, name, parent)
         declared = list(zip(body.input, shapes))
         at = len(declared) if capture_at is None else capture_at

@@ -28,6 +28,7 @@ from rlx.ir import (
     Shape,
 )
 from rlx.ir.shape import UNKNOWN
+from rlx.onnx.branch_ranks import BRANCHES, BranchRankError
 from rlx.onnx.node import NodeContext
 from rlx.onnx.registry import converter
 from rlx.onnx.scope import Subgraph
@@ -48,8 +49,7 @@ def if_(n: NodeContext):
             n.s.importer.convert_graph_body(n.s, taken)
             return [n.s.get(o.name) for o in taken.output]
     free = list(dict.fromkeys(v for b in branches for v in n.s.importer.free_variables(b)))
-    then, other = _branches(n, branches, free)
-    _align_scalars(then.graph, other.graph)
+    then, other = _keep_one_rank(n, *_branches(n, branches, free))
     node = n.s.emit(If(then.graph, other.graph), n.input(0), *then.captured)
     return n.s.parts(node)
 
@@ -60,9 +60,11 @@ def _branches(n: NodeContext, branches, free: list[str]) -> tuple[Subgraph, Subg
     as long as it is not taken, as in ONNX Runtime. Both failing is an import error."""
     converted: list[Subgraph | None] = []
     errors: list[ModelImportError] = []
-    for branch, which in zip(branches, ("then", "else")):
+    for branch, which in zip(branches, BRANCHES):
         try:
             converted.append(Subgraph.convert(n.s, branch, [], f"{n.label} {which}", free=free))
+        except BranchRankError:
+            raise  # not this branch's failure: settled around the If (see branch_ranks)
         except ModelImportError as err:
             converted.append(None)
             errors.append(err)
@@ -70,16 +72,40 @@ def _branches(n: NodeContext, branches, free: list[str]) -> tuple[Subgraph, Subg
         raise errors[0]
     if errors:
         good = next(c for c in converted if c is not None)
-        failing = _failing_like(good, f"this branch of {n.label} does not fit the graph's "
-                                      f"shapes: {errors[0]}")
+        failing = _failing_like(n, good, f"this branch of {n.label} does not fit the "
+                                         f"graph's shapes: {errors[0]}")
         converted = [c if c is not None else failing for c in converted]
     then, other = converted
     assert then is not None and other is not None  # a failed branch was replaced above
     return then, other
 
 
-def _failing_like(template: Subgraph, message: str) -> Subgraph:
-    """A subgraph with `template`'s inputs whose every output is a `Fail`."""
+def _keep_one_rank(n: NodeContext, then: Subgraph, other: Subgraph
+                   ) -> tuple[Subgraph, Subgraph]:
+    """The branches, with one rank per output: where they differ beyond a one-element value
+    (see `_align_scalars`), the branch `branch_ranks` keeps, the other made `Fail`."""
+    _align_scalars(then.graph, other.graph)
+    pairs = zip(then.output_shapes(), other.output_shapes())
+    differ = next(((k, a, b) for k, (a, b) in enumerate(pairs) if a.rank != b.rank), None)
+    if differ is None:
+        return then, other
+    k, a, b = differ
+    what = f"{n.label}: output {k} is {a} in the then branch and {b} in the else branch"
+    kept = n.s.importer.branch_ranks.kept.get(n.label)
+    if kept is None:
+        raise BranchRankError(n.label, f"{what} (ranks differ; if that depends on input "
+                                       "sizes, fix them: input_shapes=, --input-shapes)")
+    dropped = BRANCHES[1 - kept]
+    failing = _failing_like(n, (then, other)[kept], (
+        f"{what}; the {dropped} branch was taken, but the graph after the If was built for "
+        f"the {BRANCHES[kept]} branch's ranks, the only ones the rest of the model accepts"))
+    return (then, failing) if kept == 0 else (failing, other)
+
+
+def _failing_like(n: NodeContext, template: Subgraph, message: str) -> Subgraph:
+    """A subgraph with `template`'s inputs whose every output is a `Fail` (a misfit of the
+    import, see `branch_ranks`)."""
+    n.s.importer.branch_ranks.misfits += 1
     graph = Graph(f"{template.graph.name}.unreachable")
     for node in template.graph.inputs():
         graph.input(node.source_name, node.tensor_shape)

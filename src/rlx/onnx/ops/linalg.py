@@ -26,6 +26,9 @@ def gemm(n: NodeContext) -> int:
     fold the transposes into the weights and pack them like any MatMul weight."""
     s = n.s
     a, b = n.input(0), n.input(1)
+    for operand, name in ((a, "A"), (b, "B")):
+        if s.rank(operand) != 2:  # as onnxruntime: Gemm is no batched MatMul
+            raise n.fail(f"{name} must have rank 2, got {s.shape(operand)}")
     if n.attr("transA", 0):
         a = s.transpose(a, (1, 0))
     if n.attr("transB", 0):
