@@ -117,3 +117,47 @@ def test_ranks_nothing_tells_apart_are_an_import_error():
         import_onnx(proto)
     graph, _ = import_onnx(proto, input_shapes={"x": (2, CHANNELS, 1)})
     assert graph.node(graph.outputs[0]).tensor_shape.dims == (2, CHANNELS)
+
+
+def test_ranks_that_both_fail_after_the_if_are_an_import_error():
+    """A Gemm whose weight fits neither rank's K (nor rank 3 at all)."""
+    wrong = numpy_helper.from_array(np.ones((CHANNELS + 1, 4), np.float32), "w")
+    proto = _model([helper.make_node("Gemm", ["s", "w"], ["y"])], [wrong], None)
+    with pytest.raises(ModelImportError, match="with either branch's ranks the graph fails"):
+        import_onnx(proto)
+
+
+def test_settling_many_ifs_has_a_budget():
+    """Ifs that only the declared outputs tell apart are settled together (2 tries each,
+    multiplied): past `MAX_TRIES` the import stops with a typed error, not after 2**n."""
+    from rlx.onnx import branch_ranks
+
+    count = 9  # 2**9 tries > MAX_TRIES
+    assert 2 ** count > branch_ranks.MAX_TRIES
+    nodes, outputs = [], []
+    for k in range(count):
+        renamed = [_rename(node, f"_{k}") for node in _squeeze_if_one("x", f"y{k}")]
+        nodes += renamed
+        outputs.append(helper.make_tensor_value_info(f"y{k}", F, ["batch", CHANNELS]))
+    graph = helper.make_graph(nodes, "many", [helper.make_tensor_value_info(
+        "x", F, ["batch", CHANNELS, "time"])], outputs)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelImportError, match=f"over {branch_ranks.MAX_TRIES} conversions"):
+        import_onnx(proto)
+    few = helper.make_graph(nodes[:12], "two", graph.input, outputs[:2])
+    graph, _ = import_onnx(helper.make_model(few, opset_imports=proto.opset_import))
+    assert [graph.node(o).tensor_shape.rank for o in graph.outputs] == [2, 2]
+
+
+def _rename(node: onnx.NodeProto, suffix: str) -> onnx.NodeProto:
+    """`node` with its intermediate values (not x, not the outputs y*) made unique."""
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+
+    def renamed(name: str) -> str:
+        return name if name == "x" or name.startswith("y") else name + suffix
+
+    copy.input[:] = [renamed(n) for n in copy.input]
+    copy.output[:] = [renamed(n) for n in copy.output]
+    copy.name = (copy.name or copy.op_type) + suffix
+    return copy

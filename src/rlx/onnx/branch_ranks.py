@@ -28,6 +28,10 @@ T = TypeVar("T")
 
 BRANCHES = ("then", "else")
 
+MAX_TRIES = 256
+"""Branch choices tried per import, at most: each converts a graph body again, and Ifs
+that only the graph's outputs tell apart multiply the tries (2 per If)."""
+
 
 class BranchRankError(ModelImportError):
     """An If (`label`) whose branches return an output with different ranks, not yet
@@ -46,6 +50,7 @@ class BranchRanks:
     def __init__(self) -> None:
         self.kept: dict[str, int] = {}
         self.misfits = 0
+        self.tries = 0
 
     def settle(self, convert: Callable[[], T], outermost: bool = False) -> T:
         """`convert()`, converting again per branch for each rank-differing If it meets:
@@ -59,6 +64,10 @@ class BranchRanks:
         failure: ModelImportError | None = None
         outer = dict(self.kept)
         for branch in range(len(BRANCHES)):
+            self.tries += 1
+            if self.tries > MAX_TRIES:
+                raise ModelImportError(f"{first}; settling such Ifs takes over {MAX_TRIES} "
+                                       "conversions") from None
             self.kept = {**outer, label: branch}
             before = self.misfits
             try:
@@ -70,6 +79,8 @@ class BranchRanks:
                 failure = err
                 continue
             except ModelImportError as err:
+                if self.tries > MAX_TRIES:
+                    raise
                 failure = err
                 continue
             fitting.append((self.misfits - before, result, self.kept))
