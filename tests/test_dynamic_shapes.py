@@ -97,13 +97,13 @@ def test_silero_vad_without_input_shapes():
                                     providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(5)
 
-    def feeds(batch, samples):
+    def feeds(batch, samples, sr=16000):
         return {"input": (rng.standard_normal((batch, samples)) * 0.1).astype(np.float32),
                 "state": (rng.standard_normal((2, batch, 128)) * 0.1).astype(np.float32),
-                "sr": np.array(16000)}
+                "sr": np.array(sr)}
 
-    for batch, samples in ((1, 512), (1, 576), (2, 576), (3, 256)):
-        given = feeds(batch, samples)
+    for size in ((1, 512), (1, 576), (2, 576), (3, 256), (1, 256, 8000), (2, 288, 8000)):
+        given = feeds(*size)
         want = oracle.run(None, given)
         for got in (ours.run(given), exported.run(None, given)):
             for g, w in zip(got, want):
