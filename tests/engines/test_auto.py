@@ -137,6 +137,7 @@ def test_warm_onnxruntime_load_does_not_import_onnx(tmp_path):
     key = next(iter(json.loads((tmp_path / "c" / "engines.json").read_text())))
     data = json.loads((tmp_path / "c" / "engines.json").read_text())
     data[key]["engine"] = "onnxruntime"  # whatever was fastest here, warm onnxruntime
+    data[key]["unbuilt"] = []  # a busy machine's cold budget may have left some unbuilt
     if not list((tmp_path / "c" / "onnxruntime").glob("*/model.onnx")):
         pytest.fail("onnxruntime's prepacked model was not cached next to the choice")
     (tmp_path / "c" / "engines.json").write_text(json.dumps(data))
@@ -330,3 +331,60 @@ def test_candidates_the_cold_budget_left_unbuilt_are_measured_at_later_loads(tmp
     # builds nothing)
     assert entries[2] == entries[1] and picks[2] == entries[1]["engine"]
     assert built[2] in ([], [picks[2]])
+
+
+def test_feeds_that_fail_on_every_engine_warn_of_none(tmp_path, monkeypatch, caplog):
+    """An engine that builds but fails on feeds the numpy reference cannot run either is
+    not said to be unable to take the file, at this load or at the cached ones after."""
+    mlp = write_mlp(tmp_path / "mlp.rlx")
+    real = auto._build
+
+    def build(name, *args):
+        runner = real(name, *args)
+
+        class Failing:
+            def __init__(self):
+                self.name, self.precision, self.inner = runner.name, runner.precision, runner
+
+            def run(self, feeds_, outputs):
+                raise ValueError("these feeds do not fit the model")
+
+        return Failing()
+
+    monkeypatch.setattr(auto, "_build", build)
+    monkeypatch.setattr(auto, "COLD_BUDGET_S", 1e9)
+    with caplog.at_level("INFO", logger="rlx.engines"):
+        rlx.load(mlp.path, cache_dir=tmp_path / "cache")
+        rlx.load(mlp.path, cache_dir=tmp_path / "cache")
+    assert not [r for r in caplog.records if "cannot take" in r.getMessage()]
+    assert any("measurement feeds do not run on" in r.getMessage() for r in caplog.records)
+    assert not next(iter(_cache(tmp_path).values()))["failed"]
+
+
+def test_an_engine_failing_on_feeds_the_reference_runs_cannot_take_the_file(
+        tmp_path, monkeypatch, caplog):
+    mlp = write_mlp(tmp_path / "mlp.rlx")
+    real = auto._build
+    broken = next(n for n in registry.available_engines() if n != "numpy")
+
+    def build(name, *args):
+        runner = real(name, *args)
+        if name != broken:
+            return runner
+
+        class Failing:
+            def __init__(self):
+                self.name, self.precision, self.inner = runner.name, runner.precision, runner
+
+            def run(self, feeds_, outputs):
+                raise ValueError("a kernel this engine lacks")
+
+        return Failing()
+
+    monkeypatch.setattr(auto, "_build", build)
+    monkeypatch.setattr(auto, "COLD_BUDGET_S", 1e9)
+    with caplog.at_level("WARNING", logger="rlx.engines"):
+        model = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
+    assert model.engine != broken
+    assert any(f"{broken} cannot take" in r.getMessage() for r in caplog.records)
+    assert broken in next(iter(_cache(tmp_path).values()))["failed"]

@@ -206,12 +206,15 @@ def cached_choice(content: str, *, threads: int | None, precision: str,
 @dataclass
 class _WarmUp:
     """Every runner that builds (the unmeasured pick is one), those that also ran the
-    feeds (the timed candidates), why the others failed, the seconds each took to build
-    and run once (failed or not), and the candidates left unbuilt (the cold budget)."""
+    feeds (the timed candidates), why the others failed (to build, or to run feeds the
+    numpy reference runs), why built ones did not run feeds that may not fit the model
+    (`unrun`), the seconds each took to build and run once (failed or not), and the
+    candidates left unbuilt (the cold budget)."""
 
     built: dict[str, Any] = field(default_factory=dict)
     runners: dict[str, Any] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    unrun: dict[str, str] = field(default_factory=dict)
     warmed: dict[str, float] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     builds: dict[str, float] = field(default_factory=dict)
@@ -256,14 +259,28 @@ def _warm_up(engines, build, feeds: dict, outputs: list[str], path: str,
             done.warmed[name] = clock() - start
             log.info("auto: %s built and run once in %.0f ms", name, done.warmed[name] * 1e3)
         except Exception as err:  # noqa: BLE001 - an engine that fails is not a candidate
-            done.failed[name] = " ".join(str(err).split())[:200]
-            log.warning("auto: %s cannot take %s: %s", name, path, done.failed[name])
+            (done.unrun if name in done.built else done.failed)[name] = \
+                " ".join(str(err).split())[:200]
         done.builds[name] = clock() - start
+    _tell_failures(done, path)
     if done.skipped:
         _tell("auto: not building %s: over the %.1f s bound (builds took %s)",
               ", ".join(done.skipped), COLD_BUDGET_S,
               ", ".join(f"{n} {s:.1f} s" for n, s in done.builds.items()))
     return done
+
+
+def _tell_failures(done: _WarmUp, path: str) -> None:
+    """Warn of the engines that cannot take the file. One that builds but fails on the
+    feeds is one only when the numpy reference runs them: otherwise the feeds (zeros at
+    symbolic dims of 1) may not fit the model, and that is no engine's fault (logged)."""
+    if "numpy" in done.runners:
+        done.failed.update(done.unrun)
+    elif done.unrun:
+        log.info("auto: the measurement feeds do not run on %s (%s)", ", ".join(done.unrun),
+                 "; ".join(f"{n}: {why}" for n, why in done.unrun.items()))
+    for name in done.failed:
+        log.warning("auto: %s cannot take %s: %s", name, path, done.failed[name])
 
 
 def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, precision: str,
@@ -335,10 +352,12 @@ def _leave_out_copies(built: dict[str, Any], runners: dict[str, Any], graph: Gra
 
 def _pick(w: _WarmUp, feeds: dict, outputs: list[str]) -> tuple[str, str, dict[str, float]]:
     """(the engine, how it was chosen, the medians in ms) from what warmed up."""
-    if "numpy" in w.failed or not w.runners:
+    if "numpy" in w.failed or "numpy" in w.unrun or not w.runners:
         # the feeds (not the engines) fail: take the preferred engine that builds
         pick = next((n for n in PREFERENCE if n in w.built), "numpy")
-        return pick, "unmeasured (the measurement feeds do not run on the numpy reference)", {}
+        where = "the numpy reference" if "numpy" in w.failed or "numpy" in w.unrun \
+            else "any engine built"
+        return pick, f"unmeasured (the measurement feeds do not run on {where})", {}
     if len(w.runners) == 1:
         only = "the only candidate left" + (" within the time bound" if w.skipped else "")
         return next(iter(w.runners)), only, {}
