@@ -143,6 +143,9 @@ def _conv_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
     g = op.groups
     n, c, *sizes = x_shape
     out = win.conv_sizes(sizes)
+    if min(out, default=1) < 1:
+        raise ValueError(f"input of spatial size {tuple(sizes)} is too small for the kernel "
+                         f"{tuple(win.kernel)} (output size {tuple(out)})")
     padded = (n, c, *(s + b + e for s, b, e in zip(sizes, win.begin, win.end)))
     inner = None
     if any(win.begin) or any(win.end):
@@ -260,6 +263,9 @@ def _channels_last_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, 
     win = op.window(w_shape[2:], x_shape[2:])
     n, c, *sizes = x_shape
     out = win.conv_sizes(sizes)
+    if min(out, default=1) < 1:
+        raise ValueError(f"input of spatial size {tuple(sizes)} is too small for the kernel "
+                         f"{tuple(win.kernel)} (output size {tuple(out)})")
     padded = (n, *(s + b + e for s, b, e in zip(sizes, win.begin, win.end)), c)
     elems = [math.prod(padded[a + 1:]) for a in range(len(padded))]  # C-order strides
     spatial = elems[1:-1]

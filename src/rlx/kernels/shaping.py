@@ -217,6 +217,11 @@ def _pad_plan(mode: PadMode, shape: tuple[int, ...], pads: tuple[int, ...]):
     sizes = [len(range(n)[c]) for n, c in zip(shape, crop)]
     widths = [(max(b, 0), max(e, 0)) for b, e in zip(begins, ends)]
     out = tuple(n + b + e for n, (b, e) in zip(sizes, widths))
+    for axis, (n, w) in enumerate(zip(sizes, widths)):
+        if mode is PadMode.REFLECT and max(w) >= n > 0 or n == 0 and any(w) \
+                and mode is not PadMode.CONSTANT:
+            raise ValueError(f"{mode.value} pads {w} of axis {axis} need more than its {n} "
+                             "element(s)")
     if mode is PadMode.CONSTANT:
         return crop, tuple(slice(b, b + n) for n, (b, _) in zip(sizes, widths)), out
     takes = [(axis, np.pad(np.arange(n), w, mode=mode.value))
