@@ -24,7 +24,7 @@ with a bias into "NAME/WithoutBiases" and an Add named NAME).
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -32,13 +32,12 @@ import openvino as ov
 
 from rlx.ir.graph import Graph, Node
 
-__all__ = ["has_bf16", "bf16_outputs", "keep_f32", "share_transposed", "f32_weights"]
+__all__ = ["has_bf16", "bf16_outputs", "keep_f32", "share_transposed",
+           "unfolded_operands"]
 
 _PRECISE = "precise_0"
 """The runtime-info key OpenVINO's IR writer turns into the keep-precision attribute."""
 _UNMARKED = {"Parameter", "Constant", "Result"}
-_MARK = "DisablePrecisionConversion"
-"""The attribute the IR reader makes of `_PRECISE` (its runtime-info key, with a suffix)."""
 
 
 def has_bf16(core: ov.Core) -> bool:
@@ -64,8 +63,7 @@ def keep_f32(core: ov.Core, model: ov.Model, bf16: set[str]) -> tuple[ov.Model, 
     for op in model.get_ordered_ops():
         if op.get_type_name() in _UNMARKED:
             continue
-        names = set().union(*(o.get_names() for o in op.outputs()))
-        if names & bf16 or op.get_friendly_name().split("/")[0] in bf16:
+        if _runs_bf16(op, bf16):
             running += 1
         else:
             op.get_rt_info()[_PRECISE] = ""
@@ -114,24 +112,94 @@ def _rewire(op: ov.Node, transposed: ov.Node) -> None:
     op.set_attribute("transpose_b", True)
 
 
-def _marked(op: ov.Node) -> bool:
-    return any(key.startswith(_MARK) for key in op.get_rt_info())
+_PRODUCTS = {"MatMul", "Convolution", "GroupConvolution"}
+_SHAPING = {"Reshape", "Unsqueeze", "Squeeze", "Broadcast", "Transpose", "Convert"}
+"""Ops the plugin folds on a constant input (their other inputs constant too)."""
 
 
-def f32_weights(model: ov.Model) -> set[str]:
-    """The weight inputs of `model` (marked by `keep_f32`) that only f32 MatMuls read: to
-    stay inputs, set on each request, not constants.
+def _runs_bf16(op: ov.Node, bf16: set[str]) -> bool:
+    """Whether `keep_f32` leaves `op` to bf16: it writes a tensor named in `bf16`, or its
+    name does up to a "/" (module doc)."""
+    names = set().union(*(o.get_names() for o in op.outputs()))
+    return bool(names & bf16) or op.get_friendly_name().split("/")[0] in bf16
 
-    The CPU plugin drops the keep-f32 mark of a MatMul with a constant weight when it fuses
-    a constant Add (the bias) into it as a FullyConnected: that product ran bf16 (measured
-    on OpenVINO 2026.4; a Convolution with its bias, or a MatMul with only a Relu after it,
-    keeps f32). A MatMul whose weight is an input is no FullyConnected and keeps its mark;
-    an f32 MatMul reads such a weight in place, no private copy (a fused constant Multiply
-    still drops the mark: the plan's units are products with their bias only).
+
+def _fixed_source(value: ov.Output, weights: Collection[str]) -> ov.Node | None:
+    """The Constant or weight input `value` is made of, through shaping ops, if it is so
+    (the plugin sees it as a constant once weights are bound); else None."""
+    node = value.get_node()
+    kind = node.get_type_name()
+    if kind == "Constant" or kind == "Parameter" and node.get_friendly_name() in weights:
+        return node
+    rest = [node.input_value(k).get_node() for k in range(1, node.get_input_size())]
+    if kind in _SHAPING and all(r.get_type_name() == "Constant" for r in rest):
+        return _fixed_source(node.input_value(0), weights)
+    return None
+
+
+def _product_behind(value: ov.Output, bf16: set[str], weights: Collection[str]) -> bool:
+    """Whether `value` is an f32 product's with a constant weight, maybe through f32 Adds
+    and Multiplies of a constant (what the plugin folds into that product)."""
+    node = value.get_node()
+    kind = node.get_type_name()
+    if _runs_bf16(node, bf16) or node.get_input_size() != 2:
+        return False
+    if kind in _PRODUCTS:
+        return _fixed_source(node.input_value(1), weights) is not None
+    if kind not in ("Add", "Multiply"):
+        return False
+    data = [k for k in (0, 1) if _fixed_source(node.input_value(k), weights) is None]
+    return len(data) == 1 and _product_behind(node.input_value(data[0]), bf16, weights)
+
+
+def _readers(node: ov.Node) -> list[ov.Node]:
+    return [t.get_node() for t in node.output(0).get_target_inputs()]
+
+
+def _unfolded(op: ov.Node, bf16: set[str], weights: Collection[str]) -> ov.Node | None:
+    """The fixed operand of f32 `op` that must stay an input to keep it f32 (see
+    `unfolded_operands`), if any."""
+    kind = op.get_type_name()
+    if kind == "MatMul":
+        source = _fixed_source(op.input_value(1), weights)
+        if source is not None and all(r.get_type_name() == "MatMul" and not _runs_bf16(r, bf16)
+                                      for r in _readers(source)):
+            return source
+    if kind == "Multiply":
+        for k in (0, 1):
+            source = _fixed_source(op.input_value(k), weights)
+            if source is not None and _product_behind(op.input_value(1 - k), bf16, weights):
+                return source
+    return None
+
+
+def unfolded_operands(model: ov.Model, bf16: set[str],
+                      weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The constant operands that must stay inputs of `model`, set on each request, for the
+    operations outside `bf16` to keep f32: by name, with their values (a Constant among
+    them is made a Parameter of its name first). Call before `keep_f32`.
+
+    The CPU plugin drops the keep-f32 mark when it rewrites a product with a constant
+    weight into a new operation: a MatMul with its bias Add into a FullyConnected, and a
+    MatMul or a Convolution followed by a Multiply of a constant (behind Adds of one too:
+    a BatchNorm's) into one over the scaled weight; those then ran bf16 (measured on
+    OpenVINO 2026.4, at 1 and 2 threads). A Convolution's bias, and a Relu, Clamp, Sigmoid
+    or Swish after a product, are fused as post-ops and keep the mark. So the weight of an
+    f32 MatMul (if only f32 MatMuls read it: an f32 MatMul reads an input in place, a bf16
+    one would convert it at every run) and the scale of such a Multiply stay inputs: the
+    product is no FullyConnected, nothing is folded into its weight.
     """
-    found = set()
-    for param in model.get_parameters():
-        readers = [t.get_node() for t in param.output(0).get_target_inputs()]
-        if readers and all(r.get_type_name() == "MatMul" and _marked(r) for r in readers):
-            found.add(param.get_friendly_name())
+    kept = [op for op in model.get_ordered_ops()
+            if op.get_type_name() not in _UNMARKED and not _runs_bf16(op, bf16)]
+    sources = {id(s): s for s in (_unfolded(op, bf16, weights) for op in kept) if s}
+    found = {}
+    for source in sources.values():
+        name = source.get_friendly_name()
+        if source.get_type_name() == "Parameter":
+            found[name] = weights[name]
+            continue
+        found[name] = np.array(source.get_data(), copy=True)
+        param = ov.opset13.parameter(list(found[name].shape), found[name].dtype, name=name)
+        source.output(0).replace(param.output(0))
+        model.add_parameters([param])
     return found

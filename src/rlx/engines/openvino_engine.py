@@ -39,10 +39,10 @@ from rlx.artifact.precision import exact_graph
 from rlx.engines.mapping import writable_alias
 from rlx.engines.openvino_bf16 import (
     bf16_outputs,
-    f32_weights,
     has_bf16,
     keep_f32,
     share_transposed,
+    unfolded_operands,
 )
 from rlx.ir.graph import Graph
 from rlx.onnx.export import build_onnx, weight_names
@@ -88,11 +88,23 @@ def _read_in_place(param: ov.Node) -> bool:
                                for u in users)
 
 
+def _serve(model: ov.Model, arrays: dict[str, np.ndarray],
+           served: dict[str, np.ndarray]) -> None:
+    """Make the inputs of `model` named in `arrays` served weights (`_serve_from_map`),
+    before the f32 marks, which then cover the Reshape each gets (unmarked, it ran bf16
+    and rounded the weight)."""
+    for param in model.get_parameters():
+        name = param.get_friendly_name()
+        if name in arrays:
+            served[name] = writable_alias(np.ascontiguousarray(arrays[name]))
+            _serve_from_map(param, served[name].shape)
+
+
 def _bind_weights(model: ov.Model, arrays: dict[str, np.ndarray],
-                  served: dict[str, np.ndarray], only: set[str] | None = None
+                  served: dict[str, np.ndarray], serve: bool = True
                   ) -> tuple[list[np.ndarray], int]:
     """Replace the weight Parameters by shared-memory Constants, except MatMul weights
-    (those in `only`, when given), which go into `served` to be set on each request; the
+    (when `serve`), which go into `served` to be set on each request; the
     aliases to keep alive, and the bytes of the Constants the plugin copies into this
     process's memory at compile."""
     keep, copied = [], 0
@@ -102,7 +114,7 @@ def _bind_weights(model: ov.Model, arrays: dict[str, np.ndarray],
             continue
         alias = writable_alias(np.ascontiguousarray(arrays[name]))
         keep.append(alias)
-        if _multiplied_only(param) and (only is None or name in only):
+        if serve and _multiplied_only(param):
             _serve_from_map(param, alias.shape)
             served[name] = alias
             continue
@@ -135,14 +147,17 @@ class OpenVinoRunner:
         self.summary = result.summary
         self.arrays = result.inputs_bound
         model = core().read_model(result.model.SerializeToString())
-        if bf16 is not None:
-            model, self.precision = keep_f32(core(), model, bf16)
         self.served: dict[str, np.ndarray] = {}
+        kept: dict[str, np.ndarray] = {}  # the operands f32 ops need as inputs, served
+        if bf16 is not None:
+            kept = unfolded_operands(model, bf16, self.arrays)
+            _serve(model, kept, self.served)
+            model, self.precision = keep_f32(core(), model, bf16)
         # private_weight_bytes: what each worker process holds apart (auto's memory="shared")
         # a bf16 run converts a served weight at every run; as a Constant, once at compile
-        # (the weights of f32 MatMuls are served: `f32_weights`)
+        bound = {name: array for name, array in self.arrays.items() if name not in kept}
         self._keep, self.private_weight_bytes = _bind_weights(
-            model, self.arrays, self.served, None if bf16 is None else f32_weights(model))
+            model, bound, self.served, serve=bf16 is None)
         if bf16 is not None:
             share_transposed(model)
         self.model = model
