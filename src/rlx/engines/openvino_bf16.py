@@ -114,7 +114,7 @@ def _rewire(op: ov.Node, transposed: ov.Node) -> None:
 
 _PRODUCTS = {"MatMul", "Convolution", "GroupConvolution"}
 _SHAPING = {"Reshape", "Unsqueeze", "Squeeze", "Broadcast", "Transpose", "Convert"}
-"""Ops the plugin folds on a constant input (their other inputs constant too)."""
+"""Ops the plugin folds on a constant input (their other inputs shape-only too)."""
 
 
 def _runs_bf16(op: ov.Node, bf16: set[str]) -> bool:
@@ -132,9 +132,19 @@ def _fixed_source(value: ov.Output, weights: Collection[str]) -> ov.Node | None:
     if kind == "Constant" or kind == "Parameter" and node.get_friendly_name() in weights:
         return node
     rest = [node.input_value(k).get_node() for k in range(1, node.get_input_size())]
-    if kind in _SHAPING and all(r.get_type_name() == "Constant" for r in rest):
+    if kind in _SHAPING and all(_shape_only(r) for r in rest):
         return _fixed_source(node.input_value(0), weights)
     return None
+
+
+def _shape_only(node: ov.Node) -> bool:
+    """Whether `node` computes from Constants and tensor shapes only (the ONNX frontend's
+    target shape for a Conv bias), which the plugin folds on static shapes."""
+    kind = node.get_type_name()
+    if kind in ("Constant", "ShapeOf"):
+        return True
+    return kind != "Parameter" and all(
+        _shape_only(node.input_value(k).get_node()) for k in range(node.get_input_size()))
 
 
 def _product_behind(value: ov.Output, bf16: set[str], weights: Collection[str]) -> bool:
