@@ -12,12 +12,13 @@ import numpy as np
 import onnxruntime as ort
 import openvino as ov
 import pytest
+from onnx import TensorProto, helper, numpy_helper, save
 from openvino import opset13 as ops
 
 import rlx
 from rlx import BakeOptions, bake
 from rlx.artifact import read_rlx, write_rlx
-from rlx.artifact.precision import exact_graph
+from rlx.artifact.precision import PrecisionPlan, exact_graph
 from rlx.baking.bf16 import emulate_bf16, units
 from rlx.engines import openvino_engine
 from rlx.engines.openvino_bf16 import has_bf16, keep_f32, share_transposed
@@ -137,13 +138,96 @@ def test_the_cheap_ops_between_products_run_bf16_with_few_reorders(tmp_path):
 
 def test_a_node_the_guard_keeps_runs_f32_on_openvino(tmp_path):
     """With its bias Add after it (which the plugin fuses into a product with a constant
-    weight, dropping the f32 mark: `openvino_bf16.f32_weights`)."""
+    weight, dropping the f32 mark: `openvino_bf16.unfolded_operands`)."""
     out, plan = _planned(offset_mlp(tmp_path, stored=True), vector_feeds(1, 4), tmp_path)
     assert "m0" not in plan.bf16 and "m1" in plan.bf16
     ops_run = _runtime_ops(rlx.load(out, engine="openvino", precision="fast").runner.compiled)
     products = [precision for kind, precision, _ in ops_run
                 if kind in ("FullyConnected", "MatMul")]
     assert products == ["f32", "bf16"]  # m0, m1 in graph order
+
+
+_TAILS = {  # ONNX nodes after the product "p", ending in "t"; float64 reference
+    "none": ([("Identity", ["p"])], lambda p, b, s: p),
+    "add": ([("Add", ["p", "b"])], lambda p, b, s: p + b),
+    "mul": ([("Mul", ["p", "s"])], lambda p, b, s: p * s),
+    "add_mul": ([("Add", ["p", "b"]), ("Mul", ["t0", "s"])], lambda p, b, s: (p + b) * s),
+    "batchnorm": ([("Mul", ["p", "s"]), ("Add", ["t0", "b"])], lambda p, b, s: p * s + b),
+    "relu": ([("Relu", ["p"])], lambda p, b, s: np.maximum(p, 0)),
+    "clamp": ([("Clip", ["p", "lo", "hi"])], lambda p, b, s: np.clip(p, -1, 1)),
+    "sigmoid": ([("Sigmoid", ["p"])], lambda p, b, s: 1 / (1 + np.exp(-p))),
+    "swish": ([("Sigmoid", ["p"]), ("Mul", ["p", "t0"])], lambda p, b, s: p / (1 + np.exp(-p))),
+}
+
+
+def _conv3x3(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """A 3x3 convolution, padding 1, in float64: the sum of nine shifted products."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    padded, (h, width) = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), x.shape[2:]
+    return sum(np.einsum("nchw,oc->nohw", padded[:, :, i:i + h, j:j + width], w[:, :, i, j])
+               for i in range(3) for j in range(3))
+
+
+def _product_then(folder, product: str, tail: str):
+    """x -> product "p" (MatMul, Gemm with transB or Conv, constant weight) -> `tail` ("t",
+    an output) -> Reshape -> MatMul "z" (the only bf16 node of the plan); the file, x, and
+    t in float64 from x and the weight rounded as given (bf16 operands: what a bf16 run
+    computes before its output is rounded)."""
+    rng = np.random.default_rng(0)
+    conv = product == "Conv"
+    shape, channels = ([1, 16, 16, 16], (1, 32, 1, 1)) if conv else ([16, 256], (256,))
+    w = (rng.standard_normal((32, 16, 3, 3) if conv else (256, 256)) / 16).astype(np.float32)
+    width = 32 * 16 * 16 if conv else 256
+    inits = {"w": w, "s": (rng.standard_normal(channels) * 0.5 + 1).astype(np.float32),
+             "b": (rng.standard_normal(channels) * 0.5).astype(np.float32),
+             "lo": np.float32(-1), "hi": np.float32(1), "flat": np.array([shape[0], width]),
+             "w2": (rng.standard_normal((width, 64)) / 16).astype(np.float32)}
+    attrs = {"Conv": {"pads": [1, 1, 1, 1]}, "Gemm": {"transB": 1}}.get(product, {})
+    steps, reference = _TAILS[tail]
+    nodes = [helper.make_node(product, ["x", "w"], ["p"], name="p", **attrs)]
+    nodes += [helper.make_node(op, ins, [f"t{k}" if k < len(steps) - 1 else "t"])
+              for k, (op, ins) in enumerate(steps)]
+    nodes += [helper.make_node("Reshape", ["t", "flat"], ["f"]),
+              helper.make_node("MatMul", ["f", "w2"], ["z"], name="z")]
+    graph = helper.make_graph(
+        nodes, "product_then", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("t", "z")],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()])
+    path = folder / f"{product}_{tail}.onnx"
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    file, _ = bake(*import_onnx(path), BakeOptions())
+    file.meta.precision_plan = PrecisionPlan({"bf16": 1, "f32": 1}, bf16=["z"]).to_json()
+    write_rlx(folder / "planned.rlx", file)
+    x = rng.standard_normal(shape).astype(np.float32)
+
+    def expected(round_operands) -> np.ndarray:
+        a, b = round_operands(x), round_operands(w)
+        p = _conv3x3(a, b) if conv else a.astype(np.float64) @ (b.T if product == "Gemm" else b)
+        return reference(p, inits["b"].astype(np.float64), inits["s"].astype(np.float64))
+
+    return folder / "planned.rlx", x, expected
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("tail", list(_TAILS))
+@pytest.mark.parametrize("product", ["MatMul", "Gemm", "Conv"])
+def test_a_kept_product_runs_f32_whatever_follows_it(tmp_path, product, tail, threads):
+    """The plugin folds a constant Multiply after a product into its weight and a MatMul
+    with its bias into a FullyConnected, new ops without the f32 mark (`unfolded_operands`);
+    the kept product must still compute in f32, to within f32 rounding of the float64
+    result, where the same product of bf16 operands is off by far more."""
+    path, x, expected = _product_then(tmp_path, product, tail)
+    fast = rlx.load(path, engine="openvino", precision="fast", threads=threads)
+    got = fast.run({"x": x})[0]
+    exact, as_bf16 = expected(lambda a: a), expected(_bf16)
+    scale = np.abs(exact).max()
+    assert np.abs(as_bf16 - exact).max() > 1e-3 * scale  # bf16 operands would show
+    assert np.abs(got - exact).max() <= 1e-5 * scale
+    ops_run = _runtime_ops(fast.runner.compiled)
+    kinds = ("MatMul", "FullyConnected", "Convolution")
+    products = {names: precision for kind, precision, names in ops_run if kind in kinds}
+    assert [p for names, p in products.items() if "z" not in names.split(",")] == ["f32"]
+    assert [p for names, p in products.items() if "z" in names.split(",")] == ["bf16"]
 
 
 def test_without_bf16_the_plan_runs_f32_and_says_so(tmp_path, monkeypatch):
