@@ -112,7 +112,7 @@ def _rewire(op: ov.Node, transposed: ov.Node) -> None:
     op.set_attribute("transpose_b", True)
 
 
-_PRODUCTS = {"MatMul", "Convolution", "GroupConvolution"}
+_PRODUCTS = {"MatMul", "Convolution"}
 _SHAPING = {"Reshape", "Unsqueeze", "Squeeze", "Broadcast", "Transpose", "Convert"}
 """Ops the plugin folds on a constant input (their other inputs shape-only too)."""
 
@@ -129,7 +129,7 @@ def _fixed_source(value: ov.Output, weights: Collection[str]) -> ov.Node | None:
     (the plugin sees it as a constant once weights are bound); else None."""
     node = value.get_node()
     kind = node.get_type_name()
-    if kind == "Constant" or kind == "Parameter" and node.get_friendly_name() in weights:
+    if kind == "Constant" or (kind == "Parameter" and node.get_friendly_name() in weights):
         return node
     rest = [node.input_value(k).get_node() for k in range(1, node.get_input_size())]
     if kind in _SHAPING and all(_shape_only(r) for r in rest):
@@ -191,20 +191,21 @@ def unfolded_operands(model: ov.Model, bf16: set[str],
 
     The CPU plugin drops the keep-f32 mark when it rewrites a product with a constant
     weight into a new operation: a MatMul with its bias Add into a FullyConnected, and a
-    MatMul or a Convolution followed by a Multiply of a constant (behind Adds of one too:
-    a BatchNorm's) into one over the scaled weight; those then ran bf16 (measured on
-    OpenVINO 2026.4, at 1 and 2 threads). A Convolution's bias, and a Relu, Clamp, Sigmoid
-    or Swish after a product, are fused as post-ops and keep the mark. So the weight of an
-    f32 MatMul (if only f32 MatMuls read it: an f32 MatMul reads an input in place, a bf16
-    one would convert it at every run) and the scale of such a Multiply stay inputs: the
-    product is no FullyConnected, nothing is folded into its weight.
+    MatMul or a Convolution followed by a Multiply of a constant (a scalar, a per-channel
+    scale, behind Adds of a constant too: a BatchNorm's) into one over the scaled weight;
+    those then ran bf16 (measured on OpenVINO 2026.4, at 1 and 2 threads). A Convolution's
+    bias, a Relu, Clamp, Sigmoid or Swish after a product, and anything after a grouped
+    Convolution keep the mark. So the weight of an f32 MatMul (if only f32 MatMuls read it:
+    an f32 MatMul reads an input in place, a bf16 one would convert it at every run) and
+    the scale of such a Multiply stay inputs: the product is no FullyConnected, nothing is
+    folded into its weight.
     """
     kept = [op for op in model.get_ordered_ops()
             if op.get_type_name() not in _UNMARKED and not _runs_bf16(op, bf16)]
-    sources = {id(s): s for s in (_unfolded(op, bf16, weights) for op in kept) if s}
+    sources = {s.get_friendly_name(): s for s in (_unfolded(op, bf16, weights) for op in kept)
+               if s is not None}
     found = {}
-    for source in sources.values():
-        name = source.get_friendly_name()
+    for name, source in sources.items():
         if source.get_type_name() == "Parameter":
             found[name] = weights[name]
             continue
