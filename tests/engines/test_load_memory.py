@@ -107,8 +107,12 @@ def test_a_load_costs_under_one_and_a_quarter_kib_a_node(tmp_path):
 
 
 _FROM_IMPORT = """
-import json, sys
+import json, os, sys
 import numpy
+# one core: the numpy engine's thread rule (`cores.threads_that_fit`) then has nothing to
+# decide, where on a busy machine it would cut the threads and import threadpoolctl to set
+# them (0.7 MB): the budget is the load path's, at any machine load
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 from rlx.engines.mapping import anon_rss_bytes
 before = anon_rss_bytes()
 import rlx
