@@ -81,3 +81,59 @@ def test_searched_wide_blocks_decode_as_the_format_says_and_no_block_loses(encod
     assert (_block_errors(x, by_reference) <= _block_errors(x, plain)).all()
     if name == "normal-37":
         assert np.linalg.norm(by_reference - x) < 0.95 * np.linalg.norm(plain - x)
+
+
+def _importance(size: int, seed: int = 11) -> np.ndarray:
+    """Per-value weights spread over four decades, some zero: what activations' mean
+    squares look like across channels (dead ReLU channels among them)."""
+    rng = np.random.default_rng(seed)
+    weights = (10.0 ** rng.uniform(-2, 2, size)).astype(np.float32)
+    weights[rng.random(size) < 0.05] = 0
+    return weights
+
+
+def _weighted_block_errors(x, decoded, weights) -> np.ndarray:
+    gap = np.asarray(x, np.float64).reshape(-1, 32) - np.asarray(decoded, np.float64
+                                                                  ).reshape(-1, 32)
+    return (gap * gap * np.asarray(weights, np.float64).reshape(-1, 32)).sum(axis=1)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_weighted_q8_0_blocks_decode_with_gguf_and_no_block_loses_weighted(name):
+    x = CASES[name]
+    weights = _importance(x.size)
+    stream = encode(Encoding.GGUF_Q8_0, x, searched=True, importance=weights)
+    assert stream.size == quantize(x, Q8_0).size
+    by_gguf = dequantize(stream.reshape(-1, 34), Q8_0).reshape(-1)
+    np.testing.assert_array_equal(dequantize_q8_0(stream), by_gguf)
+    plain = dequantize(quantize(x, Q8_0), Q8_0).reshape(-1)
+    unweighted = dequantize(encode(Encoding.GGUF_Q8_0, x, searched=True).reshape(-1, 34), Q8_0)
+    weighted = _weighted_block_errors(x, by_gguf, weights)
+    assert (weighted <= _weighted_block_errors(x, plain, weights)).all()
+    if name == "normal-4096":  # the weighting pays over the unweighted search's blocks
+        assert weighted.sum() < 0.9 * _weighted_block_errors(x, unweighted, weights).sum()
+
+
+@pytest.mark.parametrize("encoding", sorted(WIDE, key=str))
+@pytest.mark.parametrize("name", ["normal-37", "spikes", "zeros", "constant-rows"])
+def test_weighted_wide_blocks_decode_as_the_format_says_and_no_block_loses_weighted(
+        encoding, name):
+    x = CASES[name]
+    weights = _importance(x.size)
+    stream = encode(encoding, x, searched=True, importance=weights)
+    assert stream.size == encode(encoding, x).size
+    by_reference = _reference_decode(stream, WIDE[encoding])
+    np.testing.assert_array_equal(decode(encoding, stream, x.size), by_reference)
+    plain = _reference_decode(encode(encoding, x), WIDE[encoding])
+    assert (_weighted_block_errors(x, by_reference, weights)
+            <= _weighted_block_errors(x, plain, weights)).all()
+
+
+def test_weighted_columns_are_the_weighted_stream_of_the_transpose():
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((128, 40)).astype(np.float32)
+    importance = _importance(128).reshape(128, 1)  # one per row of K, as a MatMul's
+    stream = encode(Encoding.GGUF_Q8_0, np.ascontiguousarray(w.T), searched=True,
+                    importance=np.ascontiguousarray(np.broadcast_to(importance, w.shape).T))
+    want = dequantize(stream.reshape(-1, 34), Q8_0).reshape(40, 128).T
+    np.testing.assert_array_equal(roundtrip_q8_0_columns(w, True, importance), want)

@@ -106,7 +106,7 @@ class _Codec:
     layout: Layout
     encode: Callable[[ArrayLike], np.ndarray]
     decode: Callable[..., np.ndarray]
-    encode_searched: Callable[[ArrayLike], np.ndarray] | None = None  # scales searched
+    encode_searched: Callable[..., np.ndarray] | None = None  # scales searched
 
 
 _CODECS: dict[Encoding, _Codec] = {}
@@ -180,13 +180,15 @@ def encoded_nbytes(encoding: Encoding | str, count: int) -> int:
     return _codec(encoding).layout.nbytes(count)
 
 
-def encode(encoding: Encoding | str, values: ArrayLike, searched: bool = False) -> np.ndarray:
+def encode(encoding: Encoding | str, values: ArrayLike, searched: bool = False,
+           importance: ArrayLike | None = None) -> np.ndarray:
     """`values` flattened row-major and encoded, as flat uint8; `searched`: with
     error-minimising block scales where the encoding has a search (Q8_0, q9_0..q12_0:
-    `rlx.codecs.scale_search`), as it is elsewhere."""
+    `rlx.codecs.scale_search`; the error weighted by `importance`, one a value in the same
+    order, if given), as it is elsewhere."""
     codec = _codec(encoding)
     if searched and codec.encode_searched is not None:
-        return codec.encode_searched(values)
+        return codec.encode_searched(values, importance=importance)
     return codec.encode(values)
 
 

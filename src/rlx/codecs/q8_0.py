@@ -34,13 +34,16 @@ __all__ = ["quantize_q8_0", "dequantize_q8_0", "roundtrip_q8_0_columns"]
 LAYOUT = Layout("gguf_q8_0", 32, 34)
 
 
-def quantize_q8_0(values: ArrayLike, searched: bool = False) -> np.ndarray:
+def quantize_q8_0(values: ArrayLike, searched: bool = False,
+                  importance: ArrayLike | None = None) -> np.ndarray:
     """`values` (any float array, flattened row-major, size a multiple of 32) as Q8_0 bytes,
-    with error-minimising scales when `searched` (module doc).
+    with error-minimising scales when `searched` (module doc), the error weighted by
+    `importance` (one a value, in the same order) if given.
 
     A slab of blocks at a time: the temporaries stay in cache, twice as fast on a weight
     of 64 MiB (measured: 0.15 s -> 0.08 s), and the same bytes."""
     blocks = LAYOUT.value_blocks(values)
+    weights = None if importance is None else LAYOUT.value_blocks(importance)
     out = np.empty((len(blocks), LAYOUT.block_bytes), dtype=np.uint8)
     for first in range(0, len(blocks), _SLAB_BLOCKS):
         slab = blocks[first:first + _SLAB_BLOCKS]
@@ -48,7 +51,8 @@ def quantize_q8_0(values: ArrayLike, searched: bool = False) -> np.ndarray:
         codes = round_half_away(slab * inverse_scale(scale)[:, None])
         if searched:
             scale = f16_scale_values(f16_scale_bytes(scale)).reshape(-1)
-            search_scales(slab, codes, scale, -128, 127)
+            search_scales(slab, codes, scale, -128, 127,
+                          None if weights is None else weights[first:first + _SLAB_BLOCKS])
         out[first:first + len(slab), :2] = f16_scale_bytes(scale)
         # |x * (1/d)| is 127 + rounding at most
         out[first:first + len(slab), 2:] = codes.astype(np.int8).view(np.uint8)
@@ -65,10 +69,11 @@ def dequantize_q8_0(data: object, count: int | None = None) -> np.ndarray:
     return codes.reshape(-1)
 
 
-def roundtrip_q8_0_columns(matrix: np.ndarray, searched: bool = False) -> np.ndarray:
-    """`dequantize_q8_0(quantize_q8_0(matrix.T, searched))`, transposed back: the `[K, N]`
-    matrix in blocks of 32 down its columns (K whole blocks). Without `searched`, computed
-    without transposing.
+def roundtrip_q8_0_columns(matrix: np.ndarray, searched: bool = False,
+                           importance: np.ndarray | None = None) -> np.ndarray:
+    """`dequantize_q8_0(quantize_q8_0(matrix.T, searched, importance.T))`, transposed back:
+    the `[K, N]` matrix in blocks of 32 down its columns (K whole blocks; `importance`
+    broadcast to `[K, N]`). Without `searched`, computed without transposing.
 
     The same float32 operations on the same values, so the same decoded values: what a
     MatMul weight stored as the Q8_0 stream of W^T reads as, for measuring its error.
@@ -78,7 +83,9 @@ def roundtrip_q8_0_columns(matrix: np.ndarray, searched: bool = False) -> np.nda
         raise BakeError(f"{LAYOUT.name}: {k} rows are not whole blocks of {LAYOUT.block_size}")
     values = np.asarray(matrix, np.float32)
     if searched:
-        stream = quantize_q8_0(np.ascontiguousarray(values.T), searched=True)
+        weights = None if importance is None else \
+            np.ascontiguousarray(np.broadcast_to(importance, (k, n)).T, np.float32)
+        stream = quantize_q8_0(np.ascontiguousarray(values.T), True, weights)
         return np.ascontiguousarray(dequantize_q8_0(stream).reshape(n, k).T)
     out = np.empty((k, n), np.float32)
     step = 2 * LAYOUT.block_size

@@ -23,18 +23,22 @@ def padded_length(encoding: Encoding | str, length: int) -> int:
     return -(-length // size) * size
 
 
-def encode_rows(encoding: Encoding | str, matrix: np.ndarray, searched: bool = False
-                ) -> np.ndarray:
+def encode_rows(encoding: Encoding | str, matrix: np.ndarray, searched: bool = False,
+                importance: np.ndarray | None = None) -> np.ndarray:
     """A `[R, L]` float matrix as flat u8: R rows, each padded to whole blocks (`searched`:
-    block scales searched, as `encode` says)."""
+    block scales searched, weighted by `importance` broadcast to `[R, L]` if given, as
+    `encode` says; the padding weighs nothing)."""
     matrix = np.asarray(matrix, np.float32)
     if matrix.ndim != 2:
         raise BakeError(f"encode_rows needs a [rows, length] matrix, got shape {matrix.shape}")
     rows, length = matrix.shape
     padded = padded_length(encoding, length)
+    weights = None if importance is None else \
+        np.pad(np.broadcast_to(np.asarray(importance, np.float32), matrix.shape),
+               ((0, 0), (0, padded - length)))
     if padded != length:
         matrix = np.pad(matrix, ((0, 0), (0, padded - length)))
-    return encode(encoding, np.ascontiguousarray(matrix), searched)
+    return encode(encoding, np.ascontiguousarray(matrix), searched, weights)
 
 
 def decode_rows(encoding: Encoding | str, data: np.ndarray, rows: int,

@@ -11,6 +11,10 @@ q12_0 (llama.cpp searches its k-quants' scales likewise). The blocks stay what t
 were: a scale and codes in range, decoded by the format's own decoder (the `gguf` package's
 for Q8_0). A block keeps its plain codes unless a trial is strictly better in float64, so
 no block gets worse.
+
+Given `weights` (a value's importance: `rlx.baking.importance`, the mean square of the
+activation it multiplies), the error minimised and checked is sum w (x - decoded)^2, and
+the least-squares scale is weighted alike: llama.cpp's imatrix, for these blocks.
 """
 
 from __future__ import annotations
@@ -30,10 +34,11 @@ _STRICTLY = 1 - 1e-12  # a search must beat a block's error by more than roundin
 
 
 def search_scales(blocks: np.ndarray, codes: np.ndarray, scales: np.ndarray, lowest: int,
-                  highest: int) -> None:
+                  highest: int, weights: np.ndarray | None = None) -> None:
     """Replace, in place, a block's `codes` (`[B, size]` float32, integral) and stored
     `scales` (`[B]` float32 holding f16 values) by the trial's that decodes the float32
-    `blocks` with less squared error; trial codes lie in [lowest, highest].
+    `blocks` with less squared error (weighted by `weights`, `[B, size]` >= 0, if given);
+    trial codes lie in [lowest, highest].
 
     Each trial's codes are also tried with their least-squares scale sum(x c) / sum(c c)
     rounded to f16 (0.886 -> 0.871x the plain error on normal blocks, for 1.5x the time).
@@ -42,7 +47,7 @@ def search_scales(blocks: np.ndarray, codes: np.ndarray, scales: np.ndarray, low
     each. Only the best trial is checked in float64 against the plain codes, which a block
     keeps unless the trial is strictly better."""
     best_codes, best_scales = codes.copy(), scales.copy()
-    best = _squared_errors(blocks, codes, scales)
+    best = _squared_errors(blocks, codes, scales, weights)
     base = np.abs(blocks).max(axis=1) / np.float32(highest)
     trial = np.empty_like(blocks)
     for factor in SEARCH_FACTORS:
@@ -51,17 +56,17 @@ def search_scales(blocks: np.ndarray, codes: np.ndarray, scales: np.ndarray, low
         np.rint(trial, out=trial)
         np.clip(trial, lowest, highest, out=trial)
         with np.errstate(divide="ignore", invalid="ignore"):
-            fitted = _f16(np.einsum("ij,ij->i", blocks, trial)
-                          / np.einsum("ij,ij->i", trial, trial))
+            fitted = _f16(_dot(blocks, trial, weights) / _dot(trial, trial, weights))
         for trial_scales in (grid, fitted):
-            errors = _squared_errors(blocks, trial, trial_scales)
+            errors = _squared_errors(blocks, trial, trial_scales, weights)
             better = errors < best
             best_codes[better] = trial[better]
             best_scales[better] = trial_scales[better]
             best[better] = errors[better]
     values = blocks.astype(np.float64)
-    better = _squared_errors(values, best_codes, best_scales) < \
-        _squared_errors(values, codes, scales) * _STRICTLY
+    exact = None if weights is None else weights.astype(np.float64)
+    better = _squared_errors(values, best_codes, best_scales, exact) < \
+        _squared_errors(values, codes, scales, exact) * _STRICTLY
     codes[better] = best_codes[better]
     scales[better] = best_scales[better]
 
@@ -76,8 +81,16 @@ def _f16(scales: np.ndarray) -> np.ndarray:
     return rounded
 
 
-def _squared_errors(values: np.ndarray, codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
-    """Per block, the squared error against `values` (in their dtype) of `codes * scales`
-    in float32, as the decoders compute it."""
+def _squared_errors(values: np.ndarray, codes: np.ndarray, scales: np.ndarray,
+                    weights: np.ndarray | None) -> np.ndarray:
+    """Per block, the squared error (weighted by `weights` if given) against `values` (in
+    their dtype) of `codes * scales` in float32, as the decoders compute it."""
     gap = values - (codes * scales[:, None]).astype(values.dtype, copy=False)
-    return np.einsum("ij,ij->i", gap, gap)
+    return _dot(gap, gap, weights)
+
+
+def _dot(a: np.ndarray, b: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+    """Per block (row), sum a b, each product times its weight if `weights`."""
+    if weights is None:
+        return np.einsum("ij,ij->i", a, b)
+    return np.einsum("ij,ij,ij->i", a, b, weights)

@@ -43,25 +43,30 @@ class Wide:
         self.limit = (1 << (bits - 1)) - 1  # codes lie in [-limit, limit]
         self.layout = Layout(name, _BLOCK, 2 + _BLOCK * bits // 8)
 
-    def quantize(self, values: ArrayLike, searched: bool = False) -> np.ndarray:
+    def quantize(self, values: ArrayLike, searched: bool = False,
+                 importance: ArrayLike | None = None) -> np.ndarray:
         """`values` (size a multiple of 32) as blocks of `bits`-bit codes (module doc), with
-        error-minimising scales when `searched`, a slab of blocks at a time (the bits of a
-        slab are a temporary of 8 bytes a bit)."""
+        error-minimising scales when `searched` (weighted by `importance`, one a value, if
+        given), a slab of blocks at a time (the bits of a slab are a temporary of 8 bytes a
+        bit)."""
         blocks = self.layout.value_blocks(values)
+        weights = None if importance is None else self.layout.value_blocks(importance)
         out = np.empty((len(blocks), self.layout.block_bytes), np.uint8)
         for first in range(0, len(blocks), _SLAB_BLOCKS):
-            out[first:first + _SLAB_BLOCKS] = self._quantize_slab(
-                blocks[first:first + _SLAB_BLOCKS], first, searched)
+            slab = slice(first, first + _SLAB_BLOCKS)
+            out[slab] = self._quantize_slab(blocks[slab], first, searched,
+                                            None if weights is None else weights[slab])
         return out.reshape(-1)
 
-    def _quantize_slab(self, blocks: np.ndarray, first: int, searched: bool) -> np.ndarray:
+    def _quantize_slab(self, blocks: np.ndarray, first: int, searched: bool,
+                       weights: np.ndarray | None) -> np.ndarray:
         name = self.layout.name
         scale = _f16_at_least(block_scale(np.abs(blocks).max(axis=1), self.limit, name, first),
                               name, first)
         codes = round_half_away(blocks * inverse_scale(scale)[:, None])
         np.clip(codes, -self.limit, self.limit, out=codes)  # 1/d rounded: a hair over
         if searched:
-            search_scales(blocks, codes, scale, -self.limit - 1, self.limit)
+            search_scales(blocks, codes, scale, -self.limit - 1, self.limit, weights)
         out = np.empty((len(blocks), self.layout.block_bytes), np.uint8)
         out[:, :2] = scale.astype(_F16_LE).view(np.uint8).reshape(-1, 2)
         unsigned = (codes.astype(np.int32) + (self.limit + 1)).astype(np.uint16)
