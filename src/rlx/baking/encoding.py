@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from rlx import passes
 from rlx.baking.guard import AccuracyReport, TensorAccuracy, guard_encodings
+from rlx.baking.importance import input_importance
 from rlx.baking.options import BakeOptions
 from rlx.ir.graph import Graph
 from rlx.passes.weight_encoding import WeightChoice
@@ -42,9 +43,13 @@ class EncodedWeights:
 def encode_weights(graph: Graph, opts: BakeOptions) -> tuple[Graph, EncodedWeights]:
     """`graph` with its large float weights stored encoded (lossless TQ2_0 only, unless
     `opts.quant`), and what was chosen and measured."""
-    # calibrated: the guard measures the searched scales, so the plan may use them
+    # calibrated: the guard measures the searched scales, so the plan may use them, their
+    # error weighted by what the calibration feeds multiply each value by
+    searched = bool(opts.calibration)
+    importance = input_importance(graph, opts.calibration) \
+        if opts.calibration and opts.quant else {}
     plan = passes.plan_weight_encodings(graph, lossless=not opts.quant, ternary=opts.ternary,
-                                        searched=bool(opts.calibration))
+                                        searched=searched, importance=importance)
     # the guard weighs only what can move an output: lossless choices always stay
     lossless = [c for c in plan.choices if c.lossless]
     lossy = [c for c in plan.choices if not c.lossless]

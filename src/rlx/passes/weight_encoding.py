@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -161,7 +161,9 @@ class WeightChoice:
     ||w - decoded|| / ||w||, `row_error` its worst output channel's (`weight_errors`).
     `scale_rows` > 0: the stored tensor's rows (as that many rows) were normalised by
     powers of two, whose exponents an int8 constant beside the stream holds
-    (`DecodeWeight`). `searched`: its block scales are error-minimising (`rlx.codecs.encode`).
+    (`DecodeWeight`). `searched`: its block scales are error-minimising (`rlx.codecs.encode`),
+    the error weighted by `importance` (broadcastable to `shape`) if given; a weight's
+    importance is its own, so it takes no part in comparing choices.
     """
 
     node_id: int
@@ -177,6 +179,7 @@ class WeightChoice:
     row_error: float = 0.0
     scale_rows: int = 0
     searched: bool = False
+    importance: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def lossless(self) -> bool:
@@ -218,11 +221,14 @@ class EncodingPlan:
 
 
 def plan_weight_encodings(graph: Graph, lossless: bool = False, ternary: bool = True,
-                          min_elements: int = MIN_ELEMENTS, searched: bool = False
+                          min_elements: int = MIN_ELEMENTS, searched: bool = False,
+                          importance: Mapping[int, np.ndarray] | None = None
                           ) -> EncodingPlan:
     """A choice per large float32 weight constant, and why the others stay (module doc).
     `ternary=False` never proposes TQ2_0 (ternary weights are then treated like any other);
-    `searched`: block encodings with error-minimising scales."""
+    `searched`: block encodings with error-minimising scales, weighted by a weight's
+    `importance` (by node id: `rlx.baking.importance`) where given."""
+    importance = importance or {}
     users = graph.users()
     quantised = reaching_a_rounding(graph)
     choices: list[WeightChoice] = []
@@ -246,7 +252,7 @@ def plan_weight_encodings(graph: Graph, lossless: bool = False, ternary: bool = 
         if lossless and not _may_be_ternary(payload, role, ternary):
             continue  # nothing lossless to propose (what `_choose` finds, without reading all)
         choice, reason = _choose(node, payload, role, rows, perm, lossless, ternary,
-                                 searched=searched)
+                                 searched=searched, importance=importance.get(node.id))
         if choice is None:
             if reason:
                 skipped[reason] += 1
@@ -328,16 +334,17 @@ def next_rung(graph: Graph, choice: WeightChoice, users: list[list[int]]
     assert payload is not None  # the plan chose it: a constant with its bytes
     role, rows, perm = weight_role(graph, node, payload.shape, users[node.id])
     found, _ = _choose(node, payload, role, rows, perm, lossless=False, ternary=False,
-                       blocks=finer, searched=choice.searched)
+                       blocks=finer, searched=choice.searched, importance=choice.importance)
     return found
 
 
 def _choose(node: Node, values: Payload, role: WeightRole, rows: int,
             perm: tuple[int, ...], lossless: bool, ternary: bool,
-            blocks: tuple[Encoding, ...] = LOSSY_BLOCK_ENCODINGS, searched: bool = False
-            ) -> tuple[WeightChoice | None, str | None]:
+            blocks: tuple[Encoding, ...] = LOSSY_BLOCK_ENCODINGS, searched: bool = False,
+            importance: np.ndarray | None = None) -> tuple[WeightChoice | None, str | None]:
     """The choice for one weight (module doc): the first of the block encodings `blocks`
-    that is smaller than f16 (its scales searched when `searched`), else f16. A deferred
+    that is smaller than f16 (its scales searched when `searched`, weighted by
+    `importance` if given), else f16. A deferred
     MatMul weight is read a slab at a time: its stream of W^T is checked and measured down
     its columns."""
     shape = tuple(int(d) for d in values.shape)
@@ -379,7 +386,8 @@ def _choose(node: Node, values: Payload, role: WeightRole, rows: int,
             return None, "f16 would overflow"
         try:
             error, scale_rows = (WeightError(0.0, 0.0), 0) if tq2 else \
-                _error_and_scales(values, encoding, role, rows, perm, channels, search)
+                _error_and_scales(values, encoding, role, rows, perm, channels, search,
+                                  importance if search else None)
         except BakeError as err:  # the codec refuses these values (a Q8_0 scale past f16)
             log.debug("%s: not %s: %s", node.label, encoding, err)
             continue
@@ -392,7 +400,7 @@ def _choose(node: Node, values: Payload, role: WeightRole, rows: int,
             role, rows, perm = WeightRole.OTHER, 1, ()  # plain floats: no rows to keep
         return WeightChoice(node.id, node.name or node.label, role, encoding, shape, rows, perm,
                             values.nbytes, nbytes, error.whole, error.worst_row,
-                            scale_rows, search), None
+                            scale_rows, search, importance if search else None), None
     return None, None
 
 
@@ -401,17 +409,19 @@ def _fits_f16(values: np.ndarray) -> bool:
 
 
 def _error_and_scales(values: Payload, encoding: Encoding, role: WeightRole, rows: int,
-                      perm: tuple[int, ...], channels: int, searched: bool
-                      ) -> tuple[WeightError, int]:
-    """The error of `values` in `encoding` (scales searched when `searched`), and the rows
+                      perm: tuple[int, ...], channels: int, searched: bool,
+                      importance: np.ndarray | None) -> tuple[WeightError, int]:
+    """The error of `values` in `encoding` (scales searched when `searched`, weighted by
+    `importance` if given), and the rows
     it takes row exponents for (0: none). A lossy block encoding decoded whole takes them
     where its worst row loses more than `ROW_SCALE_GAIN` times what it loses with them: a
     byte a channel."""
-    plain = weight_error(values, encoding, rows, perm, channels, searched=searched)
+    plain = weight_error(values, encoding, rows, perm, channels, searched=searched,
+                         importance=importance)
     if encoding not in _ROW_SCALED or role not in DECODED_WHOLE:
         return plain, 0
     scaled = weight_error(values, encoding, rows, perm, channels, scaled=True,
-                          searched=searched)
+                          searched=searched, importance=importance)
     if plain.worst_row > ROW_SCALE_GAIN * scaled.worst_row:
         return scaled, channels
     return plain, 0
@@ -560,14 +570,16 @@ def _stream(data: Payload, choice: WeightChoice) -> Payload:
     `rowwise`): the bytes of the whole weight encoded at once, since rows are padded to
     whole blocks and row exponents are a row's own."""
     rows = _stream_rows(choice)
+    weights = () if choice.importance is None else \
+        (np.broadcast_to(choice.importance, choice.shape),)
     if rows:
         stored = stored_rows(_float32(data, choice.shape), rows)
-        by_rows = compute(_encoded_rows, (stored,),
+        by_rows = compute(_encoded_rows, (stored, *(stored_rows(w, rows) for w in weights)),
                           (choice.encoding, bool(choice.scale_rows), choice.searched),
                           (rows, choice.stream_bytes // rows), np.uint8, rowwise=True)
         return by_rows.reshape((choice.stream_bytes,))
     matmul = choice.role is WeightRole.MATMUL
-    return compute(_encoded, (data,),
+    return compute(_encoded, (data, *weights),
                    (choice.encoding, matmul, choice.shape, choice.rows, choice.perm,
                     choice.scale_rows, choice.searched),
                    (choice.stream_bytes,), np.uint8, streamed=True)
@@ -586,25 +598,26 @@ def _stream_rows(choice: WeightChoice) -> int:
     return choice.rows
 
 
-def _encoded_rows(encoding: Encoding, scaled: bool, searched: bool, stored: np.ndarray
-                  ) -> np.ndarray:
+def _encoded_rows(encoding: Encoding, scaled: bool, searched: bool, stored: np.ndarray,
+                  importance: np.ndarray | None = None) -> np.ndarray:
     """Rows of a weight stored untransposed, encoded (normalised by their row exponents
-    first when `scaled`; scales searched when `searched`)."""
+    first when `scaled`; scales searched when `searched`, weighted by `importance`, the
+    same rows, if given)."""
     stored = np.asarray(stored, np.float32)
     return encode_rows(encoding, normalised_rows(stored, len(stored)) if scaled else stored,
-                       searched)
+                       searched, importance)
 
 
 def _encoded(encoding: Encoding, matmul: bool, shape: tuple[int, ...], rows: int,
-             perm: tuple[int, ...], scale_rows: int, searched: bool, data: Payload
-             ) -> np.ndarray:
+             perm: tuple[int, ...], scale_rows: int, searched: bool, data: Payload,
+             importance: np.ndarray | None = None) -> np.ndarray:
     """The stored stream of an f32 weight's bytes: the GGUF stream of W^T for a MatMul
     weight (K whole blocks), else `rows` encoded rows of the weight in `perm` order (its
     `scale_rows` rows normalised by their row exponents first, when > 0; scales searched
-    when `searched`). Given `data`
+    when `searched`, weighted by `importance`, in the weight's shape, if given). Given `data`
     unread (`rlx.deferred.Computed`'s `streamed`), it reads what it needs."""
     if matmul:
-        return _column_stream(encoding, _float32(data, shape), searched)
+        return _column_stream(encoding, _float32(data, shape), searched, importance)
     if encoding is Encoding.Q8_F32 and not perm:
         return _grid_stream(stored_rows(_float32(data, shape), rows))
     values = np.asarray(_float32(data, shape))
@@ -615,7 +628,8 @@ def _encoded(encoding: Encoding, matmul: bool, shape: tuple[int, ...], rows: int
         return _grid_rows(stored, steps)
     if scale_rows:
         stored = normalised_rows(stored, scale_rows)
-    return encode_rows(encoding, stored, searched)
+    weights = None if importance is None else stored_matrix(importance, rows, perm)
+    return encode_rows(encoding, stored, searched, weights)
 
 
 def _float32(data: Payload, shape: tuple[int, ...]) -> Payload:
@@ -626,7 +640,8 @@ def _float32(data: Payload, shape: tuple[int, ...]) -> Payload:
     return byte_view(materialize(data)).view(np.float32).reshape(shape)
 
 
-def _column_stream(encoding: Encoding, values: Payload, searched: bool) -> np.ndarray:
+def _column_stream(encoding: Encoding, values: Payload, searched: bool,
+                   importance: np.ndarray | None = None) -> np.ndarray:
     """The `encoding` stream of W^T for a float32 `[K, N]` weight (K whole blocks), encoded a
     slab of whole blocks of K at a time into its place in the stream: blocks are encoded
     each on its own, so the bytes are those of the whole transpose's, without holding the
@@ -637,7 +652,9 @@ def _column_stream(encoding: Encoding, values: Payload, searched: bool) -> np.nd
     done = 0
     for slab in row_blocks(values, block, SLAB_BYTES):
         count = len(slab) // block
-        encoded = encode(encoding, transposed(np.asarray(slab, np.float32)), searched)
+        weights = None if importance is None else transposed(
+            np.asarray(importance[done * block:done * block + len(slab)], np.float32))
+        encoded = encode(encoding, transposed(np.asarray(slab, np.float32)), searched, weights)
         stream[:, done:done + count] = encoded.reshape(n, count, block_bytes)
         done += count
     return stream.reshape(-1)

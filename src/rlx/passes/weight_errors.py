@@ -57,26 +57,33 @@ def normalised_rows(stored: np.ndarray, channels: int) -> np.ndarray:
 
 
 def weight_error(values: Payload, encoding: Encoding, rows: int, perm: tuple[int, ...],
-                 channels: int, scaled: bool = False, searched: bool = False) -> WeightError:
+                 channels: int, scaled: bool = False, searched: bool = False,
+                 importance: np.ndarray | None = None) -> WeightError:
     """The error of `values` stored as `rows` encoded rows in `perm` order, its `channels`
     rows (in stored order) normalised by their row exponents first when `scaled`. A `[K, N]`
     MatMul weight's Q8_0 stream of W^T (or its f16) is measured down its columns, and an
     untransposed weight a block of its channels (or leading rows) at a time (`values`
     deferred stays unread whole); the rest (transposed layouts of padded rows) read it
-    whole. `searched`: block scales searched (`rlx.codecs.encode`)."""
+    whole. `searched`: block scales searched (`rlx.codecs.encode`), weighted by
+    `importance` (broadcastable to the weight's shape) if given."""
     length = values.size // rows
+    weights = None if importance is None else np.broadcast_to(importance, values.shape)
     if perm == (1, 0) and not scaled and rows == values.shape[1] and (
             encoding is Encoding.F16 or encoding is Encoding.GGUF_Q8_0
             and padded_length(encoding, length) == length):
-        return _column_errors(values, encoding, searched)
+        return _column_errors(values, encoding, searched, weights)
     if not perm and rows in (1, channels) and (channels > 1 or not scaled):
-        return _untransposed_errors(values, encoding, rows, channels, scaled, searched)
+        return _untransposed_errors(values, encoding, rows, channels, scaled, searched,
+                                    weights)
     stored = stored_matrix(materialize(values), rows, perm)
-    return _summary(*_squared_errors(stored, encoding, channels, scaled, searched))
+    stored_weights = None if weights is None else stored_matrix(weights, rows, perm)
+    return _summary(*_squared_errors(stored, encoding, channels, scaled, searched,
+                                     stored_weights))
 
 
 def _untransposed_errors(values: Payload, encoding: Encoding, rows: int, channels: int,
-                         scaled: bool, searched: bool) -> WeightError:
+                         scaled: bool, searched: bool, weights: np.ndarray | None
+                         ) -> WeightError:
     """`weight_error` of a weight stored untransposed, as its channels' own rows or as one
     row, a block of units at a time: its channels, or (one channel) the rows of its leading
     axis. Where the units run together in one row, a block holds whole encoding blocks, so
@@ -86,11 +93,15 @@ def _untransposed_errors(values: Payload, encoding: Encoding, rows: int, channel
     own_rows = rows == units
     multiple = 1 if own_rows else \
         encoding.block_size // math.gcd(by_unit.shape[1], encoding.block_size)
-    sums = []
+    unit_weights = None if weights is None else weights.reshape(units, -1)
+    sums, done = [], 0
     for block in row_blocks(by_unit, multiple, SLAB_BYTES):
         block = np.asarray(block, np.float32)
         stored = block if own_rows else block.reshape(1, -1)
-        sums.append(_squared_errors(stored, encoding, len(block), scaled, searched))
+        part = None if unit_weights is None else \
+            unit_weights[done:done + len(block)].reshape(stored.shape)
+        sums.append(_squared_errors(stored, encoding, len(block), scaled, searched, part))
+        done += len(block)
     diff2, norm2 = (np.concatenate(parts) for parts in zip(*sums))
     if channels == 1:
         diff2, norm2 = diff2.sum(keepdims=True), norm2.sum(keepdims=True)
@@ -104,12 +115,15 @@ def stored_rows(values: Payload, rows: int) -> Payload:
 
 
 def _squared_errors(stored: np.ndarray, encoding: Encoding, channels: int, scaled: bool,
-                    searched: bool) -> tuple[np.ndarray, np.ndarray]:
+                    searched: bool, weights: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """Per channel of the `[rows, L]` matrix `stored` encoded (its `channels` rows
-    normalised first when `scaled`), the squared error and the squared norm."""
+    normalised first when `scaled`; its search weighted by `weights`, `[rows, L]`, if
+    given), the squared error and the squared norm."""
     rows, length = stored.shape
     encoded = normalised_rows(stored, channels) if scaled else stored
-    decoded = decode_rows(encoding, encode_rows(encoding, encoded, searched), rows, length)
+    decoded = decode_rows(encoding, encode_rows(encoding, encoded, searched, weights), rows,
+                          length)
     if scaled:
         exponents = row_exponents(stored.reshape(channels, -1))
         decoded = scale_rows(decoded.reshape(channels, -1), exponents)
@@ -125,15 +139,19 @@ of the weight and a difference beside it (two weights' worth of temporaries, whi
 streaming bake of 64 MiB weights over its memory bound)."""
 
 
-def _column_errors(values: Payload, encoding: Encoding, searched: bool) -> WeightError:
+def _column_errors(values: Payload, encoding: Encoding, searched: bool,
+                   weights: np.ndarray | None) -> WeightError:
     """The error of a `[K, N]` MatMul weight stored as the Q8_0 stream (or f16) of W^T (its
     N rows run down the columns), a slab of whole blocks of K at a time."""
     k, n = values.shape
     diff2, norm2 = np.zeros(n), np.zeros(n)
+    done = 0
     for block in row_blocks(values, encoding.block_size, SLAB_BYTES):
         slab = np.asarray(block, np.float32)
-        decoded = roundtrip_q8_0_columns(slab, searched) if encoding is Encoding.GGUF_Q8_0 else \
-            slab.astype(np.float16).astype(np.float32)
+        part = None if weights is None else weights[done:done + len(slab)]
+        done += len(slab)
+        decoded = roundtrip_q8_0_columns(slab, searched, part) \
+            if encoding is Encoding.GGUF_Q8_0 else slab.astype(np.float16).astype(np.float32)
         gap = slab - decoded
         diff2 += np.einsum("kn,kn->n", gap, gap, dtype=np.float64)
         norm2 += np.einsum("kn,kn->n", slab, slab, dtype=np.float64)
