@@ -16,31 +16,38 @@ from rlx.passes.weight_encoding import apply_weight_encodings, plan_weight_encod
 RNG = np.random.default_rng(3)
 WEIGHTS = {"w": RNG.standard_normal((64, 48)).astype(np.float32),
            "k1": RNG.standard_normal((16, 8, 3, 3)).astype(np.float32),
-           "k2": RNG.standard_normal((32, 4, 3, 3)).astype(np.float32)}
+           "k2": RNG.standard_normal((32, 4, 3, 3)).astype(np.float32),
+           "k3": RNG.standard_normal((16, 32, 1, 1)).astype(np.float32)}
 
 
 def _graph():
     """x [2, 5, 64] @ w [64, 48]; image [2, 8, 10, 10] through a 3x3 conv (8 -> 16) and a
-    grouped 3x3 conv (16 -> 32, 4 groups)."""
+    grouped 3x3 conv (16 -> 32, 4 groups); wide [2, 32, 6, 6] through a 1x1 conv (32 -> 16:
+    rows of whole blocks, stored row by row)."""
     g = Graph("importance")
     x = g.input("x", Shape([2, 5, 64]))
     image = g.input("image", Shape([2, 8, 10, 10]))
     w = g.constant(WEIGHTS["w"], name="w")
     k1 = g.constant(WEIGHTS["k1"], name="k1")
     k2 = g.constant(WEIGHTS["k2"], name="k2")
+    wide = g.input("wide", Shape([2, 32, 6, 6]))
+    k3 = g.constant(WEIGHTS["k3"], name="k3")
+    conv3 = g.add_node(Conv(strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1)), (wide, k3))
     conv1 = g.add_node(Conv(strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1)),
                        (image, k1))
     conv2 = g.add_node(Conv(strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1), groups=4),
                        (conv1, k2))
-    g.set_outputs([g.matmul(x, w), conv2])
-    return g, w, k1, k2
+    g.set_outputs([g.matmul(x, w), conv2, conv3])
+    return g, w, k1, k2, k3
 
 
 def _feeds(seed):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((2, 5, 64)).astype(np.float32) * np.linspace(0.1, 3, 64)
     image = rng.standard_normal((2, 8, 10, 10)) * np.arange(1, 9)[:, None, None]
-    return {"x": x.astype(np.float32), "image": image.astype(np.float32)}
+    wide = rng.standard_normal((2, 32, 6, 6)) * rng.uniform(0, 4, 32)[:, None, None]
+    return {"x": x.astype(np.float32), "image": image.astype(np.float32),
+            "wide": wide.astype(np.float32)}
 
 
 def _conv(x, k):
@@ -55,7 +62,7 @@ def _conv(x, k):
 
 
 def test_importance_is_the_mean_square_of_each_weight_value_s_input_channel():
-    g, w, k1, k2 = _graph()
+    g, w, k1, k2, k3 = _graph()
     feeds = [_feeds(s) for s in range(3)]
     found = input_importance(g, feeds)
     x = np.stack([f["x"] for f in feeds]).astype(np.float64)
@@ -65,6 +72,8 @@ def test_importance_is_the_mean_square_of_each_weight_value_s_input_channel():
     want_k1 = (image ** 2).mean(axis=(0, 1, 3, 4))  # [8]: input channels
     by_channel = (mid ** 2).mean(axis=(0, 1, 3, 4))  # [16], 4 groups of 4
     want_k2 = np.repeat(by_channel.reshape(4, 4), 8, axis=0)  # output o reads group o // 8
+    wide = np.stack([f["wide"] for f in feeds]).astype(np.float64)
+    want_k3 = (wide ** 2).mean(axis=(0, 1, 3, 4))
     np.testing.assert_allclose(np.broadcast_to(found[w], (64, 48)),
                                np.broadcast_to(want_w[:, None], (64, 48)), rtol=1e-5)
     np.testing.assert_allclose(np.broadcast_to(found[k1], (16, 8, 3, 3)),
@@ -72,6 +81,9 @@ def test_importance_is_the_mean_square_of_each_weight_value_s_input_channel():
                                rtol=1e-5)
     np.testing.assert_allclose(np.broadcast_to(found[k2], (32, 4, 3, 3)),
                                np.broadcast_to(want_k2[:, :, None, None], (32, 4, 3, 3)),
+                               rtol=1e-5)
+    np.testing.assert_allclose(np.broadcast_to(found[k3], (16, 32, 1, 1)),
+                               np.broadcast_to(want_k3[None, :, None, None], (16, 32, 1, 1)),
                                rtol=1e-5)
 
 
@@ -97,6 +109,7 @@ def test_a_weighted_plan_stores_streams_no_worse_in_the_weighted_error():
     assert {c.node_id for c in weighted.choices} == set(importance)
     for choice in weighted.choices:
         assert choice.encoding is Encoding.GGUF_Q8_0 and not choice.scale_rows, choice
+        assert choice.rows == (16 if choice.name == "k3" else 48 if choice.name == "w" else 1)
         values = WEIGHTS[choice.name].astype(np.float64)
         imp = np.broadcast_to(importance[choice.node_id], values.shape)
         errors = [float((imp * (values - _decoded(g, c)) ** 2).sum())

@@ -570,11 +570,11 @@ def _stream(data: Payload, choice: WeightChoice) -> Payload:
     `rowwise`): the bytes of the whole weight encoded at once, since rows are padded to
     whole blocks and row exponents are a row's own."""
     rows = _stream_rows(choice)
-    weights = () if choice.importance is None else \
-        (np.broadcast_to(choice.importance, choice.shape),)
+    weights = () if choice.importance is None else (choice.importance,)
     if rows:
         stored = stored_rows(_float32(data, choice.shape), rows)
-        by_rows = compute(_encoded_rows, (stored, *(stored_rows(w, rows) for w in weights)),
+        by_rows = compute(_encoded_rows,
+                          (stored, *(_importance_rows(w, choice.shape, rows) for w in weights)),
                           (choice.encoding, bool(choice.scale_rows), choice.searched),
                           (rows, choice.stream_bytes // rows), np.uint8, rowwise=True)
         return by_rows.reshape((choice.stream_bytes,))
@@ -583,6 +583,17 @@ def _stream(data: Payload, choice: WeightChoice) -> Payload:
                    (choice.encoding, matmul, choice.shape, choice.rows, choice.perm,
                     choice.scale_rows, choice.searched),
                    (choice.stream_bytes,), np.uint8, streamed=True)
+
+
+def _importance_rows(importance: np.ndarray, shape: tuple[int, ...], rows: int
+                     ) -> np.ndarray:
+    """A weight's importance (broadcastable to `shape`) as its `rows` untransposed stored
+    rows: a view repeating one row where every row weighs alike (a conv of one group), so
+    a deferred stream holds no weight-sized copy."""
+    if importance.shape[0] == 1 and rows == shape[0]:
+        row = np.broadcast_to(importance, (1, *shape[1:])).reshape(1, -1)
+        return np.broadcast_to(row, (rows, row.shape[1]))
+    return np.broadcast_to(importance, shape).reshape(rows, -1)
 
 
 def _stream_rows(choice: WeightChoice) -> int:
@@ -614,8 +625,10 @@ def _encoded(encoding: Encoding, matmul: bool, shape: tuple[int, ...], rows: int
     """The stored stream of an f32 weight's bytes: the GGUF stream of W^T for a MatMul
     weight (K whole blocks), else `rows` encoded rows of the weight in `perm` order (its
     `scale_rows` rows normalised by their row exponents first, when > 0; scales searched
-    when `searched`, weighted by `importance`, in the weight's shape, if given). Given `data`
+    when `searched`, weighted by `importance`, broadcastable to `shape`, if given). Given `data`
     unread (`rlx.deferred.Computed`'s `streamed`), it reads what it needs."""
+    if importance is not None:
+        importance = np.broadcast_to(importance, shape)
     if matmul:
         return _column_stream(encoding, _float32(data, shape), searched, importance)
     if encoding is Encoding.Q8_F32 and not perm:
