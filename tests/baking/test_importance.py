@@ -115,3 +115,22 @@ def test_a_weighted_plan_stores_streams_no_worse_in_the_weighted_error():
         errors = [float((imp * (values - _decoded(g, c)) ** 2).sum())
                   for c in (choice, unweighted[choice.node_id])]
         assert errors[0] <= errors[1], (choice.name, errors)
+
+
+def test_identical_weights_share_the_mean_importance_of_all_their_readers():
+    """Two copies of one weight (an unrolled recurrent export's steps) read different
+    activations; the bake merges identical streams after encoding, so both get one
+    importance: the mean over both readers."""
+    g = Graph("copies")
+    a, b = g.input("a", Shape([4, 64])), g.input("b", Shape([4, 64]))
+    w = WEIGHTS["w"]
+    first, second = g.constant(w.copy(), name="first"), g.constant(w.copy(), name="second")
+    g.set_outputs([g.matmul(a, first), g.matmul(b, second)])
+    rng = np.random.default_rng(9)
+    feeds = [{"a": rng.standard_normal((4, 64)).astype(np.float32),
+              "b": 3 * rng.standard_normal((4, 64)).astype(np.float32)} for _ in range(2)]
+    found = input_importance(g, feeds)
+    both = np.stack([np.stack([f["a"], f["b"]]) for f in feeds]).astype(np.float64)
+    want = (both ** 2).mean(axis=(0, 1, 2))
+    np.testing.assert_allclose(found[first].reshape(-1), want, rtol=1e-5)
+    assert found[second] is found[first]

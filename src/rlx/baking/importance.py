@@ -9,6 +9,12 @@ its last axis K; for a Conv's `[M, C/groups, *kernel]` weight, the input channel
 kernel position of a channel gets the channel's mean square, over all positions). Each feed
 weighs alike. The means are reduced inside the graph (as extra outputs), so a run holds no
 intermediate tensor beyond its usual life.
+
+Identical constants (the same bytes, as `rlx.passes.dedupe_constants` finds them) share one
+importance, the mean over all their readers: the bake merges identical encoded streams after
+encoding, and weights given each their own readers' importance no longer encode alike (an
+unrolled recurrent export's per-step copies of one weight: captcha-crnn's size file went
+from 0.27x to 0.35x the exact one).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from rlx.ir.ops.nn import Conv
 from rlx.ir.ops.reduce import Reduce, ReduceOp
 from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter
+from rlx.passes.dedupe_constants import constant_key, same_constant
 from rlx.runtime.session import Session
 
 __all__ = ["input_importance"]
@@ -63,7 +70,26 @@ def input_importance(graph: Graph, feeds: Sequence[Feeds]) -> dict[int, np.ndarr
         weight = _weight_of(graph, node)
         assert weight is not None
         found[weight.id].append(_laid_out(node, weight, np.asarray(total) / len(feeds)))
-    return {w: np.mean(parts, axis=0).astype(np.float32) for w, parts in found.items()}
+    result = {}
+    for copies in _identical(graph, list(found)):
+        parts = [part for w in copies for part in found[w]]
+        pooled = np.asarray(sum(parts) / len(parts), np.float32)
+        result.update(dict.fromkeys(copies, pooled))
+    return result
+
+
+def _identical(graph: Graph, weights: list[int]) -> list[list[int]]:
+    """`weights` (constant ids) grouped by identical bytes."""
+    groups: dict[tuple, list[list[int]]] = defaultdict(list)
+    for w in weights:
+        node = graph.node(w)
+        same_key = groups[constant_key(node)]
+        group = next((g for g in same_key if same_constant(graph.node(g[0]), node)), None)
+        if group is None:
+            same_key.append([w])
+        else:
+            group.append(w)
+    return [group for same_key in groups.values() for group in same_key]
 
 
 def _weight_of(graph: Graph, node: Node) -> Node | None:
