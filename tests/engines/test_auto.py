@@ -166,21 +166,7 @@ def test_feeds_that_fail_everywhere_take_the_preferred_engine_that_builds(tmp_pa
     VAD's branches): every engine that builds is still a candidate, taken by preference,
     never numpy because it was the fallback name."""
     mlp = write_mlp(tmp_path / "mlp.rlx")
-    real = auto._build
-
-    def build(name, *args):
-        runner = real(name, *args)
-
-        class Failing:
-            def __init__(self):
-                self.name, self.precision, self.inner = runner.name, runner.precision, runner
-
-            def run(self, feeds_, outputs):
-                raise ValueError("these feeds do not fit the model")
-
-        return Failing()
-
-    monkeypatch.setattr(auto, "_build", build)
+    _fail_runs(monkeypatch, "these feeds do not fit the model")
     model = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
     installed = registry.available_engines()
     assert model.engine == next(n for n in auto.PREFERENCE if n in installed)
@@ -337,21 +323,7 @@ def test_feeds_that_fail_on_every_engine_warn_of_none(tmp_path, monkeypatch, cap
     """An engine that builds but fails on feeds the numpy reference cannot run either is
     not said to be unable to take the file, at this load or at the cached ones after."""
     mlp = write_mlp(tmp_path / "mlp.rlx")
-    real = auto._build
-
-    def build(name, *args):
-        runner = real(name, *args)
-
-        class Failing:
-            def __init__(self):
-                self.name, self.precision, self.inner = runner.name, runner.precision, runner
-
-            def run(self, feeds_, outputs):
-                raise ValueError("these feeds do not fit the model")
-
-        return Failing()
-
-    monkeypatch.setattr(auto, "_build", build)
+    _fail_runs(monkeypatch, "these feeds do not fit the model")
     monkeypatch.setattr(auto, "COLD_BUDGET_S", 1e9)
     with caplog.at_level("INFO", logger="rlx.engines"):
         rlx.load(mlp.path, cache_dir=tmp_path / "cache")
@@ -364,12 +336,24 @@ def test_feeds_that_fail_on_every_engine_warn_of_none(tmp_path, monkeypatch, cap
 def test_an_engine_failing_on_feeds_the_reference_runs_cannot_take_the_file(
         tmp_path, monkeypatch, caplog):
     mlp = write_mlp(tmp_path / "mlp.rlx")
-    real = auto._build
     broken = next(n for n in registry.available_engines() if n != "numpy")
+    _fail_runs(monkeypatch, "a kernel this engine lacks", only=broken)
+    monkeypatch.setattr(auto, "COLD_BUDGET_S", 1e9)
+    with caplog.at_level("WARNING", logger="rlx.engines"):
+        model = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
+    assert model.engine != broken
+    assert any(f"{broken} cannot take" in r.getMessage() for r in caplog.records)
+    assert broken in next(iter(_cache(tmp_path).values()))["failed"]
+
+
+def _fail_runs(monkeypatch, message: str, only: str | None = None) -> None:
+    """Every engine auto builds (or the one named `only`) builds, then fails each run with
+    `message`."""
+    real = auto._build
 
     def build(name, *args):
         runner = real(name, *args)
-        if name != broken:
+        if only is not None and name != only:
             return runner
 
         class Failing:
@@ -377,14 +361,8 @@ def test_an_engine_failing_on_feeds_the_reference_runs_cannot_take_the_file(
                 self.name, self.precision, self.inner = runner.name, runner.precision, runner
 
             def run(self, feeds_, outputs):
-                raise ValueError("a kernel this engine lacks")
+                raise ValueError(message)
 
         return Failing()
 
     monkeypatch.setattr(auto, "_build", build)
-    monkeypatch.setattr(auto, "COLD_BUDGET_S", 1e9)
-    with caplog.at_level("WARNING", logger="rlx.engines"):
-        model = rlx.load(mlp.path, cache_dir=tmp_path / "cache")
-    assert model.engine != broken
-    assert any(f"{broken} cannot take" in r.getMessage() for r in caplog.records)
-    assert broken in next(iter(_cache(tmp_path).values()))["failed"]
