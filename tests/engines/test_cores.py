@@ -41,6 +41,9 @@ def _loadavg(tmp_path, monkeypatch, *running: int, minute: float = 0.0) -> list[
     write()
     monkeypatch.setattr(cores, "PROC_LOADAVG", str(path))
     monkeypatch.setattr(cores, "sleep", write)
+    quiet = tmp_path / "no-other-threads"  # this process's own threads: none running
+    quiet.mkdir(exist_ok=True)
+    monkeypatch.setattr(cores, "PROC_TASKS", str(quiet))
     return written
 
 
@@ -184,3 +187,17 @@ def test_running_threads_sees_a_thread_of_this_process_run_then_park():
     assert cores.running_threads() == set()
     parked.set()
     worker.join()
+
+
+def test_this_process_s_own_running_threads_are_no_neighbours(tmp_path, monkeypatch):
+    """The kernel's runnable count holds this process's threads too (numpy's BLAS workers
+    spin after each call): only the others' count against spinning."""
+    monkeypatch.setattr(cores.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    _loadavg(tmp_path, monkeypatch, 2)  # the loading thread and its running worker 101
+    _tasks(tasks, monkeypatch, {"101": "R", "102": "S"})
+    assert cores.others_load() == 0.0 and cores.spinning_pays(2)
+    _loadavg(tmp_path, monkeypatch, 4)  # and two threads of other processes
+    _tasks(tasks, monkeypatch, {"101": "R", "102": "S"})
+    assert cores.others_load() == 2.0 and not cores.spinning_pays(2)

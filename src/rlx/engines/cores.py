@@ -15,7 +15,9 @@ waits for a descheduled worker. At load 5 on 2 cores, two threads ran a CRNN 10-
 BERT encoder 5x slower than one. So the numpy engine runs at the threads that fit on the
 free cores (`threads_that_fit`), at least one, read when it loads.
 
-The other runnable threads are counted now, not as the one-minute load average: that
+The other processes' runnable threads are counted (this process's own are not: numpy's
+BLAS workers still spinning after a load's last call had turned spinning off on free
+cores), now, not as the one-minute load average: that
 average lags, so a process started just after another ended (a benchmark's fresh
 processes, a restarted worker) saw a load that was gone and turned spinning off on free
 cores: 1.3-1.9x slower on a 2 ms model at two threads. The kernel's count of runnable
@@ -55,8 +57,9 @@ PROC_LOADAVG = "/proc/loadavg"
 
 
 def others_load(spare: float | None = None) -> float:
-    """Runnable threads besides the loading one: the kernel's count of runnable threads
-    (`/proc/loadavg`'s fourth field, this thread included), averaged over `SAMPLES` reads
+    """Runnable threads of other processes: the kernel's count of runnable threads
+    (`/proc/loadavg`'s fourth field) less this process's (`running_threads` and the
+    loading one), averaged over `SAMPLES` reads
     `SAMPLE_GAP_S` apart, or over the first `AGREE` when each of them alone puts the
     others above `spare` (the cores the caller leaves free), or each at or below it: their
     average then falls on the same side as any would (a steady load, busy or quiet, costs
@@ -68,8 +71,14 @@ def others_load(spare: float | None = None) -> float:
             if others:
                 sleep(SAMPLE_GAP_S)
             with open(PROC_LOADAVG) as f:
-                others.append(int(f.read().split()[3].partition("/")[0]) - 1.0)
-        return max(0.0, sum(others) / len(others))
+                runnable = int(f.read().split()[3].partition("/")[0])
+            # this process's own threads are no neighbours: numpy's BLAS workers spin
+            # ~0.1 s after a call (a load that decoded or checked weights), and counting
+            # them turned spinning off on free cores (int8 minilm-l3 at 2 threads: 2.77
+            # ms a run against 2.12 spinning). A process running models side by side in
+            # its own threads chooses to share its cores, and sets `threads` for it.
+            others.append(max(0.0, runnable - 1.0 - len(running_threads())))
+        return sum(others) / len(others)
     except (OSError, IndexError, ValueError):
         pass
     try:
