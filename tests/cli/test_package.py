@@ -15,8 +15,13 @@ from tests.cli.conftest import PASSWORD, assert_error
 
 
 def outputs(cli, path, files) -> np.ndarray:
+    """The logits `rlx-bake run` gives on one engine at one thread: bit for bit comparable
+    between a file and its package (auto may measure the two apart and pick two engines,
+    and BLAS sums in another order at another thread count, which the numpy engine lowers
+    on a busy machine)."""
     out = path.parent / f"{path.name}.out.npz"
-    result = cli("run", path, "--input", f"x={files.x_npy}", "--output", out, "-q")
+    result = cli("run", path, "--input", f"x={files.x_npy}", "--output", out, "--engine",
+                 "numpy", "--threads", "1", "-q")
     assert result.code == 0, result
     with np.load(out) as saved:
         return saved["logits"]
