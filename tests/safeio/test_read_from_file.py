@@ -27,3 +27,23 @@ def test_reads_what_the_map_shows_and_only_inside_a_held_lease(tmp_path):
     assert not read_from_file(memory.ctypes.data, out[:64].data)
     mapped.lease.release()  # let go: its bytes are no longer vouched for
     assert not read_from_file(base + 100, out.data)
+
+
+def test_a_lease_released_while_the_leases_are_looked_through(tmp_path, monkeypatch):
+    """The collector may run a map's finalizer (which releases its lease, under the same
+    reentrant lock) in the thread that is looking through the leases: the lookup goes on,
+    where iterating the set itself raised 'Set changed size during iteration'."""
+    from rlx.safeio import mapping
+
+    class Collected:
+        """A lease whose map the collector finalises as the lookup reads it."""
+
+        address = length = 0
+
+        @property
+        def fd(self) -> int:
+            mapping._leases.discard(self)
+            return -1
+
+    monkeypatch.setattr(mapping, "_leases", {Collected(), Collected()})
+    assert not in_leased_map(1 << 20, 16)

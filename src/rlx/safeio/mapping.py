@@ -186,9 +186,12 @@ def read_from_file(address: int, out: memoryview) -> bool:
 
 
 def _lease_at(address: int, nbytes: int) -> _Lease | None:
+    # a snapshot: the collector may run a map's finalizer (`_Lease.release`, the lock is
+    # reentrant) in this very thread while the leases are looked through
     with _lock:
-        return next((lease for lease in _leases if lease.fd >= 0 and lease.address <= address
-                     and address + nbytes <= lease.address + lease.length), None)
+        leases = tuple(_leases)
+    return next((lease for lease in leases if lease.fd >= 0 and lease.address <= address
+                 and address + nbytes <= lease.address + lease.length), None)
 
 
 def _take_lease(fd: int) -> bool:
