@@ -49,6 +49,7 @@ import numpy as np
 from rlx.baking.int8_chain import Chain, chain, data_inputs
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
+from rlx.ir.naming import node_title
 from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Unary
 from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.nn import Conv
@@ -83,7 +84,7 @@ class Candidate:
     narrow: bool = False  # sums fewer than MIN_REDUCTION terms (module doc)
 
     def label(self, graph: Graph) -> str:
-        return _label(graph.node(self.node))
+        return node_title(graph.node(self.node))
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,7 @@ def apply_int8(graph: Graph, chosen: list[Candidate],
     emit = Int8Emitter(rw, {**ranges, **shared_ranges(links, ranges)})
     by_node = {c.node: c for c in chosen}
     labels = {c.output: c.label(graph) for c in chosen if c.output is not None}
-    labels.update((n, _label(graph.node(n))) for n in links.requantised | set(links.shared))
+    labels.update((n, node_title(graph.node(n))) for n in links.requantised | set(links.shared))
     quantized: dict[int, int] = {}  # source id -> the DequantizeLinear standing for it
 
     def read(source: int, label: str) -> int:
@@ -259,7 +260,7 @@ def apply_int8(graph: Graph, chosen: list[Candidate],
         elif node.id in links.nodes:
             data = (i for i in data_inputs(graph, node) or ()  # a Relu reads its input f32
                     if not graph.node(i).is_tuple and i not in links.inner)
-            _emit_chain_node(emit, graph, node, {i: read(i, _label(node)) for i in data})
+            _emit_chain_node(emit, graph, node, {i: read(i, node_title(node)) for i in data})
         else:
             rw.copy(node)
         label = labels.get(node.id)
@@ -303,10 +304,6 @@ def shared_ranges(links: Chain, ranges: dict[int, ActivationRange]
     return found
 
 
-def _label(node: Node) -> str:
-    return node.origin or node.name or f"%{node.id}"
-
-
 def _emit_chain_node(emit: Int8Emitter, graph: Graph, node: Node, read: dict[int, int]
                      ) -> None:
     """`node` reading the DequantizeLinear of its quantised inputs (`read`); a SiLU as
@@ -321,7 +318,7 @@ def _emit_chain_node(emit: Int8Emitter, graph: Graph, node: Node, read: dict[int
         gate = rw.emit(Unary(Activation.SIGMOID), (x,))
         high = emit.ranges[node.inputs[0]].high
         gate_range = ActivationRange(0.0, float(1 / (1 + np.exp(-np.float64(high)))))
-        gate = emit.activation(node.id, gate, _label(node) + "/gate", gate_range)
+        gate = emit.activation(node.id, gate, node_title(node) + "/gate", gate_range)
         rw.substitute(node, Binary(BinaryOp.MUL), (x, gate))
     else:
         rw.substitute(node, node.op, inputs)
