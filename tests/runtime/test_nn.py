@@ -24,9 +24,9 @@ from rlx.ir.ops.nn import (
     ResizeMode,
     Softmax,
 )
-from rlx.kernels.nn import _nearest_repeats
+from rlx.kernels.nn import _nearest_repeats, build_conv
 from rlx.runtime import Session
-from tests.support import onnx_reference, run_op
+from tests.support import build_op_graph, onnx_reference, run_op
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -94,6 +94,7 @@ CONV_CASES = [
     ((2, 6, 10, 11), (12, 1, 3, 3), 6, (2, 3), (0, 1, 2, 0), (2, 1), False),  # depthwise x2
     ((1, 8, 7, 7), (8, 1, 5, 5), 8, (1, 1), (2, 2, 2, 2), (1, 1), True),  # depthwise
     ((2, 3, 5, 6), (4, 3, 1, 1), 1, (1, 1), (0, 0, 0, 0), (1, 1), False),  # 1x1
+    ((2, 6, 5, 3), (9, 2, 1, 1), 3, (1, 1), (0, 0, 0, 0), (1, 1), True),  # grouped 1x1
     ((1, 2, 6, 5), (3, 2, 6, 5), 1, (3, 3), (0, 0, 0, 0), (1, 1), True),  # kernel = input
     ((1, 2, 5, 6, 4), (3, 2, 2, 3, 2), 1, (1, 2, 1), (1, 0, 1, 0, 1, 1), (2, 1, 1), True),
     ((0, 3, 5, 5), (2, 3, 3, 3), 1, (1, 1), (1, 1, 1, 1), (1, 1), True),  # empty batch
@@ -143,6 +144,27 @@ def test_conv_defaults_and_float64(xs, ws):
     rng = np.random.default_rng(2)
     inputs = [_rand(rng, *xs, dtype=np.float64), _rand(rng, *ws, dtype=np.float64)]
     _check(Conv(), inputs, _oracle("Conv", inputs))
+
+
+def test_conv_step_follows_shapes_and_weights():
+    """A built Conv step binds its last call's x shape, w and b: a call that changes any of
+    them (a dynamic size, another weight array, f16 computed in f32) gets its own."""
+    rng = np.random.default_rng(3)
+    for dtype in (np.float32, np.float16):
+        ws = [_rand(rng, 6, 4, 1, 1, dtype=dtype) for _ in range(2)]
+        bs = [None, _rand(rng, 6, dtype=dtype)]
+        xs = [_rand(rng, 1, 4, 6, 5, dtype=dtype), _rand(rng, 2, 4, 9, 3, dtype=dtype)]
+        g, _ = build_op_graph(Conv(), [xs[0], ws[0]])
+        step = build_conv(g.node(g.outputs[0]), None)
+        # (x, w, b): again, another x shape, back, another w, no bias, again
+        for x, w, b in [(0, 0, 1), (0, 0, 1), (1, 0, 1), (0, 0, 1), (0, 1, 1), (0, 1, 0),
+                        (0, 1, 0)]:
+            inputs = [xs[x], ws[w]] + ([bs[b]] if bs[b] is not None else [])
+            want = _oracle("Conv", [a.astype(np.float32) for a in inputs])
+            got = step(*inputs)
+            assert got.dtype == dtype and got.shape == want.shape
+            tol = 2e-3 if dtype == np.float16 else ATOL
+            np.testing.assert_allclose(got, want, rtol=max(tol, RTOL), atol=tol)
 
 
 CONV_T_CASES = [
