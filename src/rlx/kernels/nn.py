@@ -528,25 +528,22 @@ def _fold(parts: Iterator[np.ndarray], ufunc: np.ufunc, dtype: np.dtype) -> np.n
     return acc
 
 
-def _separable_max(x: np.ndarray, plan: tuple, out: tuple[int, ...]) -> np.ndarray:
+def _separable_max(pads: tuple | None, axes: tuple, x: np.ndarray) -> np.ndarray:
     """Max over a window as a max along one axis at a time (the max over a box is the max
     of the maxes of its rows): sum(kernel) passes instead of prod(kernel), 10 instead of 25
     for a 5x5 window (YOLO's SPPF pools 5x5 three times). Outer axes first: their passes
     read whole contiguous rows, and leave the strided passes along the last axis fewer rows
     (3x3 stride 2 on [64, 112, 112]: 0.65x the last axis first; thread CPU time).
-    `plan`: `_max_plan` of the window over x's spatial sizes."""
-    pads, axes = plan
+    `pads`, `axes`: `_max_plan` of the window over x's shape."""
     y = x if pads is None else _pad(x, pads[0], pads[1], _lowest(x.dtype))
-    for a, (o, whole, partial) in enumerate(zip(out, *axes)):
-        if len(whole) >= 2:
-            acc = np.maximum(y[whole[0]], y[whole[1]])
-            whole = whole[2:]
-        elif whole:
-            acc = np.array(y[whole[0]])
-            whole = whole[1:]
+    for first, second, rest, partial, empty in axes:
+        if second is not None:
+            acc = np.maximum(y[first], y[second])
+        elif first is not None:
+            acc = np.array(y[first])
         else:  # no tap reaches every output (ceil mode's last window, a short input)
-            acc = np.full((*y.shape[:2 + a], o, *y.shape[3 + a:]), _lowest(y.dtype), y.dtype)
-        for taken in whole:
+            acc = np.full(empty, _lowest(y.dtype), y.dtype)
+        for taken in rest:
             np.maximum(acc, y[taken], out=acc)
         for into, taken in partial:
             part = acc[into]
@@ -555,20 +552,22 @@ def _separable_max(x: np.ndarray, plan: tuple, out: tuple[int, ...]) -> np.ndarr
     return y
 
 
-def _max_plan(win: Window, sizes: tuple[int, ...], out: tuple[int, ...]):
-    """Padding (None where there is none), and per axis the input indices of the taps reaching
-    every output and the (output, input) indices of those reaching only some (each a whole
-    index: the batch, channel and earlier axes taken whole). Tap t gives output q the input at q
+def _max_plan(win: Window, shape: tuple[int, ...], out: tuple[int, ...]):
+    """Padding (None where there is none), and per axis of x's `shape` the input indices of
+    the taps reaching every output (the first, the second and the rest: None where there
+    are fewer), the (output, input) indices of those reaching only some (each a whole
+    index: the batch, channel and earlier axes taken whole) and the shape of the axis's
+    result. Tap t gives output q the input at q
     * s + t * d - begin, where that lies inside the (padded) input; padding outside it is never
     read. Axes of stride 1 are padded first, in one pass no bigger than the output, so that
     every tap there updates the whole array (updates of a part run ~2x slower: numpy's loops
     want contiguous operands). Along a larger stride, padding would cost a pass over an input s
     times the output, so it is left out (3x3 stride 2 pad 1 on [64, 112, 112]: 0.57x the time of
     padding first; thread CPU time)."""
-    pad_begin, pad_end = [], []
+    pad_begin, pad_end, padded = [], [], []
     wholes: list[tuple] = []
     partials: list[tuple] = []
-    for n, o, k, s, d, b, e in zip(sizes, out, win.kernel, win.strides, win.dilations,
+    for n, o, k, s, d, b, e in zip(shape[2:], out, win.kernel, win.strides, win.dilations,
                                    win.begin, win.extent):
         if s == 1:
             after = max(0, o - 1 + e - b - n)
@@ -578,6 +577,7 @@ def _max_plan(win: Window, sizes: tuple[int, ...], out: tuple[int, ...]):
         else:
             pad_begin.append(0)
             pad_end.append(0)
+        padded.append(n)
         whole, partial = [], []
         before = (slice(None),) * (2 + len(wholes))
         for t in range(k):
@@ -593,7 +593,11 @@ def _max_plan(win: Window, sizes: tuple[int, ...], out: tuple[int, ...]):
         wholes.append(tuple(whole))
         partials.append(tuple(partial))
     pads = (tuple(pad_begin), tuple(pad_end)) if any(pad_begin) or any(pad_end) else None
-    return pads, (tuple(wholes), tuple(partials))
+    axes = tuple(
+        (*(whole + (None, None))[:2], whole[2:], partial,
+         (*shape[:2], *out[:a + 1], *padded[a + 1:]))
+        for a, (whole, partial) in enumerate(zip(wholes, partials)))
+    return pads, axes
 
 
 def _window_counts(win: Window, sizes: Sequence[int], out: Sequence[int], include_pad: bool):
@@ -618,7 +622,7 @@ def _pool_plan(op: Pool, shape: tuple[int, ...]) -> tuple:
     if not all(out):
         return win, out, (), (), None
     if op.kind is PoolKind.MAX:
-        return win, out, (), _max_plan(win, sizes, out), None
+        return win, out, (), _max_plan(win, shape, out), None
     # in ceil mode the last window may run past the end padding: pad that overhang too
     end = tuple(max(e, (o - 1) * s + ext - n - b) for o, s, ext, n, b, e in
                 zip(out, win.strides, win.extent, sizes, win.begin, win.end))
@@ -631,25 +635,34 @@ def _pool_plan(op: Pool, shape: tuple[int, ...]) -> tuple:
 
 @staged(Pool)
 def build_pool(node, compile):
-    """Pooling with its geometry planned once per input shape."""
+    """Pooling with its geometry planned once per input shape, bound to it."""
     op = node.op
-    plans: dict[tuple, tuple] = {}
+    runs: dict[tuple, Callable[[np.ndarray], np.ndarray]] = {}
 
     def step(x):
-        plan = plans.get(x.shape)
-        if plan is None:
-            plan = plans[x.shape] = _pool_plan(op, x.shape)
-        win, out, end, taps, counts = plan
-        if not taps:  # an empty output (every kernel has taps)
-            return np.zeros((*x.shape[:2], *out), x.dtype)
-        if op.kind is PoolKind.MAX:
-            return _separable_max(x, taps, out)
+        run = runs.get(x.shape)
+        if run is None:
+            run = runs[x.shape] = _bound_pool(op, x.shape)
+        return run(x)
+
+    return step
+
+
+def _bound_pool(op: Pool, shape: tuple[int, ...]) -> Callable[[np.ndarray], np.ndarray]:
+    """x of `shape` -> its pooling, with the geometry worked out here."""
+    win, out, end, taps, counts = _pool_plan(op, shape)
+    if not taps:  # an empty output (every kernel has taps)
+        return lambda x: np.zeros((*shape[:2], *out), x.dtype)
+    if op.kind is PoolKind.MAX:
+        return functools.partial(_separable_max, *taps)
+
+    def average(x: np.ndarray) -> np.ndarray:
         xp = _pad(_to_compute(x), win.begin, end, 0)
         total = _fold((xp[(...,) + sl] for sl in taps), np.add, xp.dtype)
         total /= counts
         return total.astype(x.dtype, copy=False)
 
-    return step
+    return average
 
 
 def _im2col_gemm(view: np.ndarray, rows: np.ndarray | None, layouts: tuple,
