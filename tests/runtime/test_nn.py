@@ -24,7 +24,7 @@ from rlx.ir.ops.nn import (
     ResizeMode,
     Softmax,
 )
-from rlx.kernels.nn import _nearest_repeats, build_conv
+from rlx.kernels.nn import _nearest_repeats, build_conv, build_pool
 from rlx.runtime import Session
 from tests.support import build_op_graph, onnx_reference, run_op
 
@@ -240,6 +240,25 @@ def test_pool(xs, kernel, strides, pads, dilations, ceil_mode, kind, count_inclu
     want = _oracle("MaxPool" if kind is PoolKind.MAX else "AveragePool", [x], bug, **onnx_attrs)
     _check(Pool(kind, kernel, ceil_mode=ceil_mode, count_include_pad=count_include_pad,
                 **attrs), [x], want)
+
+
+@pytest.mark.parametrize("kind, op_type", [(PoolKind.MAX, "MaxPool"),
+                                           (PoolKind.AVG, "AveragePool")])
+def test_pool_step_follows_input_shapes(kind, op_type):
+    """A built Pool step binds its geometry per input shape: sizes taken in turns (a
+    dynamic width, a batch) each pool as onnx.reference does, ceil mode's partial windows
+    included."""
+    op = Pool(kind, (3, 2), strides=(2, 2), pads=(1, 0, 1, 1), ceil_mode=True)
+    rng = np.random.default_rng(6)
+    xs = [_rand(rng, 1, 3, 7, 6), _rand(rng, 1, 3, 7, 9), _rand(rng, 2, 3, 5, 6)]
+    g, _ = build_op_graph(op, [xs[0]])
+    step = build_pool(g.node(g.outputs[0]), None)
+    for x in [xs[0], xs[1], xs[0], xs[2], xs[1]]:
+        want = _oracle(op_type, [x], kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1],
+                       ceil_mode=1)
+        got = step(x)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
 def test_max_pool_int8_pads_with_the_lowest_value():
