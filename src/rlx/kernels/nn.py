@@ -392,8 +392,9 @@ def build_conv(node, compile):
     (`_ChannelsLastPlan`), another over narrow rows as banded GEMMs (`_BandedPlan`).
 
     Plans are cached per input shape and the weight layouts per weight array (a constant
-    is the same array every run). The caches only ever receive complete entries, so
-    concurrent runs are safe and at worst redo the work."""
+    is the same array every run), and the convolution they make is bound to the last
+    call's x shape, w and b. The caches only ever receive complete entries, so concurrent
+    runs are safe and at worst redo the work."""
     op = node.op
     out_dtype = node.shape.dtype.numpy
     dt = _compute_dtype(out_dtype)
