@@ -558,13 +558,13 @@ def _max_plan(win: Window, shape: tuple[int, ...], out: tuple[int, ...]):
     the taps reaching every output (the first, the second and the rest: None where there
     are fewer), the (output, input) indices of those reaching only some (each a whole
     index: the batch, channel and earlier axes taken whole) and the shape of the axis's
-    result. Tap t gives output q the input at q
-    * s + t * d - begin, where that lies inside the (padded) input; padding outside it is never
-    read. Axes of stride 1 are padded first, in one pass no bigger than the output, so that
-    every tap there updates the whole array (updates of a part run ~2x slower: numpy's loops
-    want contiguous operands). Along a larger stride, padding would cost a pass over an input s
-    times the output, so it is left out (3x3 stride 2 pad 1 on [64, 112, 112]: 0.57x the time of
-    padding first; thread CPU time)."""
+    result. Tap t gives output q the input at q * s + t * d - begin, where that lies inside
+    the (padded) input; padding outside it is never read. Axes of stride 1 are padded
+    first, in one pass no bigger than the output, so that every tap there updates the whole
+    array (updates of a part run ~2x slower: numpy's loops want contiguous operands). Along
+    a larger stride, padding would cost a pass over an input s times the output, so it is
+    left out (3x3 stride 2 pad 1 on [64, 112, 112]: 0.57x the time of padding first; thread
+    CPU time)."""
     pad_begin, pad_end, padded = [], [], []
     wholes: list[tuple] = []
     partials: list[tuple] = []
