@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # a warm load (rlx.engines.warm) imports no graph IR
     from rlx.ir.graph import Graph
 
 __all__ = ["OrtRunner", "build", "PREPACK_MODES", "saved_session", "session_options",
-           "export_for_ort", "disabled_optimizers", "SPINNING_KEY"]
+           "export_for_ort", "disabled_optimizers", "SLOW_FUSIONS", "SPINNING_KEY"]
 
 log = Logger("rlx.engines")
 
@@ -183,14 +183,25 @@ def saved_session(folder: Path, threads: int | None) -> ort.InferenceSession:
     return ort.InferenceSession(str(folder / MODEL_FILE), so, providers=["CPUExecutionProvider"])
 
 
+SLOW_FUSIONS = ("SkipLayerNormFusion",)
+"""onnxruntime fusions every graph runs without: their fused kernel is slower than the ops it
+replaces. SkipLayerNormFusion makes a residual Add + LayerNormalization (+ bias Add) one
+SkipLayerNormalization, whose CPU kernel (onnxruntime 1.32) took 5.5-7x the CPU time of
+the Add and LayerNormalization it replaced, at every shape measured ([64, 384] 127 vs 23
+us, [128, 768] 490 vs 69, [512, 384] 971 vs 134, one thread; [1, 384] 8.7 vs 7.7): a
+BERT encoder's (minilm-l3) 1-thread CPU time fell 8.3 -> 7.5 ms in f32, 3.40 -> 2.68 ms
+with its int8 plan."""
+
+
 def disabled_optimizers(graph: Graph) -> list[str]:
-    """The onnxruntime fusions a graph with int8 nodes runs without: MatMulAddFusion, which
-    turns an int8 MatMul and its bias Add into one f32 Gemm over dequantised weights, where
-    without it they run as MatMulIntegerToFloat and an Add (`rlx.baking.int8`)."""
+    """The onnxruntime fusions `graph` runs without: `SLOW_FUSIONS`, and for a graph with
+    int8 nodes MatMulAddFusion, which turns an int8 MatMul and its bias Add into one f32
+    Gemm over dequantised weights, where without it they run as MatMulIntegerToFloat and
+    an Add (`rlx.baking.int8`)."""
     from rlx.ir.ops.quant import DequantizeLinear
 
     quantised = any(isinstance(n.op, DequantizeLinear) for n in graph.nodes())
-    return ["MatMulAddFusion"] if quantised else []
+    return [*SLOW_FUSIONS, *(["MatMulAddFusion"] if quantised else [])]
 
 
 def export_for_ort(file: RlxFile, graph: Graph) -> tuple[bytes, _Placer, Any]:

@@ -5,8 +5,9 @@ proves itself before it is used.
 The key names everything the saved files depend on: the artifact's validated content
 (`RlxFile.origin.key`: its header checksum, which covers every blob's, and the signed
 statement's SHA-256 when a signature was checked), the machine (prepacked layouts follow
-the CPU's kernels), the engine's install, rlx's version (the export) and anything else the
-engine compiles for (`extra`). Anything changing gives a new folder, never a stale one.
+the CPU's kernels), the engine's install, rlx's version (the export), `REVISION` (what rlx
+asks the engine to optimise, e.g. the onnxruntime fusions it leaves off) and anything else
+the engine compiles for (`extra`). Anything changing gives a new folder, never a stale one.
 
 Each folder holds a manifest written last, before the folder is renamed into place: the
 content key and the XXH3 of every file saved. An entry is used only when its manifest
@@ -28,19 +29,22 @@ from rlx.errors import RlxError
 from rlx.safeio import JsonLimits, load_json, map_file, read_regular
 from rlx.version import __version__
 
-__all__ = ["MANIFEST_FILE", "MODEL_FILE", "WEIGHTS_FILE", "check_saved", "save_manifest",
-           "saved_folder"]
+__all__ = ["MANIFEST_FILE", "MODEL_FILE", "WEIGHTS_FILE", "REVISION", "check_saved",
+           "save_manifest", "saved_folder"]
 
 MODEL_FILE = "model.onnx"
 WEIGHTS_FILE = "model.data"
 MANIFEST_FILE = "rlx-saved.json"
 _MAX_MANIFEST = 64 << 10
+REVISION = "2"
+"""Bumped when what rlx asks an engine to do while saving changes within one rlx version (2:
+onnxruntime's SkipLayerNormFusion off, `rlx.engines.onnxruntime_engine.SLOW_FUSIONS`)."""
 
 
 def saved_folder(cache_dir: Path, key: str, engine: str, *extra: str) -> Path:
     """The folder of the entry for the content `key` (`RlxFile.origin.key`)."""
     parts = [key, machine_id(), engine_fingerprints([engine])[engine],
-             f"rlx={__version__}", *extra]
+             f"rlx={__version__}", f"revision={REVISION}", *extra]
     return cache_dir / engine / hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
