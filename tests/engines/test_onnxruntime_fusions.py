@@ -1,8 +1,9 @@
-"""The onnxruntime fusions rlx's engine leaves off (`SLOW_FUSIONS`): a residual Add +
-LayerNormalization stays two kernels in the model it saves, where onnxruntime on the
-original file fuses them into SkipLayerNormalization, and computes what onnxruntime
-computes on the original. A model exported with SkipLayerNormalization in it (onnxruntime's
-transformer optimiser writes them) runs unfused too."""
+"""What rlx's onnxruntime engine changes in onnxruntime's fusions, checked on the model it
+saves. Left off (`SLOW_FUSIONS`): a residual Add + LayerNormalization stays two kernels,
+where onnxruntime on the original file fuses them into SkipLayerNormalization, and computes
+what onnxruntime computes on the original; a model exported with SkipLayerNormalization in
+it (onnxruntime's transformer optimiser writes them) runs unfused too. Added
+(`rlx.onnx.ort_fusions`): a fast file's int8 MatMuls take their bias Adds."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from rlx.artifact import write_rlx
 from rlx.engines.onnxruntime_engine import SLOW_FUSIONS
 from rlx.engines.saved_models import MODEL_FILE
 from rlx.onnx import import_onnx
+from tests.baking.attention_models import encoder_block, token_feeds
 
 SEQ, HIDDEN = 16, 64
 
@@ -82,3 +84,24 @@ def test_the_saved_model_runs_add_and_layer_norm(tmp_path, fused):
                 .astype(np.float32)}
         np.testing.assert_allclose(model.run(feed)[0], reference.run(None, feed)[0],
                                    rtol=1e-4, atol=1e-4)
+
+
+def test_int8_matmuls_take_their_bias(tmp_path):
+    """An encoder block's fast file: every int8 projection is one MatMulIntegerToFloat with
+    its bias, the only Adds left are the two residuals; held out, the outputs keep cosine
+    >= 0.999 against onnxruntime on the original."""
+    path = encoder_block(tmp_path)
+    file, report = bake(*import_onnx(path), BakeOptions.from_profile("fast").replace(
+        calibration=token_feeds(1, 4)))
+    write_rlx(tmp_path / "block.rlx", file)
+    model = rlx.load(tmp_path / "block.rlx", engine="onnxruntime", precision="fast",
+                     cache_dir=tmp_path / "cache")
+    saved = onnx.load(str(model.runner.cached / MODEL_FILE), load_external_data=False)
+    fused = [n for n in saved.graph.node if n.op_type == "MatMulIntegerToFloat"]
+    assert len(fused) == report.precision.counts["int8"] >= 4
+    assert all(len(n.input) == 7 and n.input[6] for n in fused)
+    assert _kernels(model.runner.cached / MODEL_FILE)["Add"] == 2
+    reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for feed in token_feeds(90, 3):
+        want, got = reference.run(None, feed)[0].ravel(), model.run(feed)[0].ravel()
+        assert want @ got / np.linalg.norm(want) / np.linalg.norm(got) >= 0.999

@@ -205,13 +205,16 @@ def disabled_optimizers(graph: Graph) -> list[str]:
 
 
 def export_for_ort(file: RlxFile, graph: Graph) -> tuple[bytes, _Placer, Any]:
-    """(serialised model, where its weights went, export summary). Imports onnx."""
+    """(serialised model, where its weights went, export summary), with the fusions
+    onnxruntime leaves undone done (`rlx.onnx.ort_fusions`). Imports onnx."""
     from rlx.onnx.export import build_onnx, weight_names
     from rlx.onnx.export_quant import PackedForm, nbits_supported
+    from rlx.onnx.ort_fusions import fold_integer_matmul_bias
 
     placer = _Placer(file.origin.buffer if file.origin is not None else None)
     packed = PackedForm.NBITS if nbits_supported(8, 32) else PackedForm.DEQUANTIZE
     result = build_onnx(graph, placer=placer, packed=packed, constant_names=weight_names(file))
+    fold_integer_matmul_bias(result.model)
     return result.model.SerializeToString(), placer, result.summary
 
 

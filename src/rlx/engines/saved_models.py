@@ -37,8 +37,9 @@ WEIGHTS_FILE = "model.data"
 MANIFEST_FILE = "rlx-saved.json"
 _MAX_MANIFEST = 64 << 10
 REVISION = "2"
-"""Bumped when what rlx asks an engine to do while saving changes within one rlx version (2:
-onnxruntime's SkipLayerNormFusion off, `rlx.engines.onnxruntime_engine.SLOW_FUSIONS`)."""
+"""Bumped when what rlx gives or asks an engine while saving changes within one rlx version
+(2: onnxruntime's SkipLayerNormFusion off, `rlx.engines.onnxruntime_engine.SLOW_FUSIONS`,
+and int8 MatMuls' bias Adds folded, `rlx.onnx.ort_fusions`)."""
 
 
 def saved_folder(cache_dir: Path, key: str, engine: str, *extra: str) -> Path:
