@@ -1,10 +1,15 @@
 """`rlx.record.dataclass` behaves as `dataclasses.dataclass` (frozen or not, with or without
-eq): the same class built both ways gives equal fields, repr, equality, hashes, `replace`,
-frozen errors, defaults and `__post_init__`; the standard decorator accepts it as a base."""
+eq, with or without slots): the same class built both ways gives equal fields, repr,
+equality, hashes, `replace`, frozen errors, defaults and `__post_init__`; the standard
+decorator accepts it as a base."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
+import sys
+import tracemalloc
 from typing import ClassVar
 
 import pytest
@@ -12,7 +17,7 @@ import pytest
 from rlx.record import dataclass
 
 
-def _pair(eq: bool = True, frozen: bool = True):
+def _pair(eq: bool = True, frozen: bool = True, slots: bool = False):
     """The same class built with the standard decorator and with ours."""
 
     def body():
@@ -30,13 +35,14 @@ def _pair(eq: bool = True, frozen: bool = True):
 
         return Base
 
-    std = dataclasses.dataclass(frozen=frozen, eq=eq)(body())
-    ours = dataclass(frozen=frozen, eq=eq)(body())
+    std = dataclasses.dataclass(frozen=frozen, eq=eq, slots=slots)(body())
+    ours = dataclass(frozen=frozen, eq=eq, slots=slots)(body())
     return std, ours
 
 
-def test_fields_repr_eq_hash_and_replace_match_the_standard_decorator():
-    std, ours = _pair()
+@pytest.mark.parametrize("slots", [False, True])
+def test_fields_repr_eq_hash_and_replace_match_the_standard_decorator(slots):
+    std, ours = _pair(slots=slots)
     args = [(1,), (2, 0.5), (3, None, (1, 2))]
     for a in args:
         s, o = std(*a), ours(*a)
@@ -53,8 +59,9 @@ def test_fields_repr_eq_hash_and_replace_match_the_standard_decorator():
     assert dataclasses.is_dataclass(ours(1)) and ours.__match_args__ == std.__match_args__
 
 
-def test_instances_are_frozen():
-    _, ours = _pair()
+@pytest.mark.parametrize("slots", [False, True])
+def test_instances_are_frozen(slots):
+    _, ours = _pair(slots=slots)
     o = ours(1)
     with pytest.raises(dataclasses.FrozenInstanceError):
         o.a = 2
@@ -132,3 +139,77 @@ def test_init_binds_the_same_before_and_after_it_is_compiled():
                 assert (phrase in str(theirs.value)) == (phrase in str(mine.value))
     assert ours.__init__ is not record._first_init  # compiled by now
     assert std.seen == ours.seen  # __post_init__ ran on each instance, in both phases
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_slotted_records_hold_no_dict_and_copy_as_the_standard_ones(frozen):
+    std, ours = _pair(frozen=frozen, slots=True)
+    s, o = std(1, 0.5, (2,), [3]), ours(1, 0.5, (2,), [3])
+    assert ours.__slots__ == std.__slots__ and not hasattr(o, "__dict__")
+    with pytest.raises(AttributeError):
+        o.undeclared = 1
+    for clone in (copy.copy, copy.deepcopy):
+        assert repr(clone(o)) == repr(clone(s)) and clone(o) == o
+    assert _bytes_each(ours) + 32 <= _bytes_each(_pair(frozen=frozen)[1])
+
+
+def _bytes_each(cls: type) -> float:
+    """The heap bytes an instance of `cls` takes (its object and any dict or values)."""
+    [cls(1) for _ in range(64)]  # past the hand-bound instances: the compiled __init__
+    tracemalloc.start()
+    try:
+        held = [cls(k) for k in range(1000)]
+        size = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    return (size - sys.getsizeof(held)) / len(held)
+
+
+def test_slotted_records_call_super_and_extend_slotted_bases():
+    """Making the class again keeps what refers to it: `super()` in its methods, a base's
+    `__init_subclass__` (the op registry), a slotted subclass adding its own fields."""
+
+    @dataclass(frozen=True, slots=True)
+    class Base:
+        made: ClassVar[list] = []
+
+        def __init_subclass__(cls, **kwargs):
+            super().__init_subclass__(**kwargs)
+            Base.made.append(cls)
+
+        def describe(self) -> str:
+            return "base"
+
+    @dataclass(frozen=True, slots=True)
+    class Leaf(Base):
+        a: int
+        b: str = "b"
+
+        def describe(self) -> str:
+            return f"leaf of {super().describe()}"
+
+    leaf = Leaf(1)
+    assert leaf.describe() == "leaf of base" and Base.made[-1] is Leaf
+    assert Leaf.__slots__ == ("a", "b") and Base.__slots__ == () and leaf == Leaf(1, "b")
+    assert not hasattr(leaf, "__dict__") and dataclasses.fields(leaf)[1].default == "b"
+
+
+def test_the_loaded_graph_records_have_slots_and_pickle():
+    """What a model holds by the hundred is slotted, and still pickles (frozen slotted
+    records restore through `__setstate__`, as the standard decorator's do)."""
+    import numpy as np
+
+    from rlx.artifact.weight_row import RlxWeight
+    from rlx.ir import DType, Graph, Shape
+    from rlx.ir.ops.elementwise import BinaryOp
+
+    g = Graph("g")
+    x = g.input("x", Shape((2, 3), DType.F32))
+    y = g.binary(BinaryOp.ADD, x, g.constant(np.ones((2, 3), np.float32), name="c"))
+    row = RlxWeight("c", (2, 3), "f32", "f32", np.ones(6, np.float32), node_id=1)
+    for record in (*g.nodes(), g.node(0).op, g.node(1).op, g.node(y).shape, row):
+        assert not hasattr(record, "__dict__"), type(record)
+    for record in (*g.nodes(), g.node(1).op, row):
+        restored = pickle.loads(pickle.dumps(record))
+        assert repr(restored) == repr(record) and type(restored) is type(record)
+    assert pickle.loads(pickle.dumps(g.node(y))) == g.node(y)

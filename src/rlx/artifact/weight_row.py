@@ -18,7 +18,7 @@ LAYOUTS = ("row_major", "bt_nk", "padded_rows")
 padded to whole blocks (read by DecodeWeight / DequantGather)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RlxWeight:
     """One weight-table row.
 

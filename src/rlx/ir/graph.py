@@ -27,7 +27,7 @@ __all__ = ["ShapeLike", "Node", "Graph", "unique_name"]
 ShapeLike = Shape | tuple[Shape, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Node:
     id: int
     op: Op

@@ -20,7 +20,7 @@ UNKNOWN = "?"
 MAX_RANK = 32  # the most dims numpy 1.x arrays can have (2.x: 64); kernels need arrays
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Shape:
     dims: tuple[Dim, ...]
     dtype: DType = DType.F32

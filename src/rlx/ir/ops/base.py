@@ -54,7 +54,7 @@ __all__ = ["Op", "OpMixin", "OPS", "FAMILY_OPS", "OutShape", "op_axis", "expect_
            "op_type"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Op:
     """Base of all ops. Subclasses set `arity` (min, max inputs; max None = unbounded)."""
 

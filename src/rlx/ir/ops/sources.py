@@ -16,7 +16,7 @@ from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 __all__ = ["Input", "Param", "Constant", "as_byte_array"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Input(Op):
     """A value fed at run time, by name."""
 
@@ -24,7 +24,7 @@ class Input(Op):
     arity: ClassVar = (0, 0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Param(Op):
     """A named weight whose value is bound later (by `bake` or at compile)."""
 
@@ -44,7 +44,7 @@ def as_byte_array(data) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class Constant(Op):
     """Raw little-endian bytes in the node's dtype, laid out row-major.
 
