@@ -23,7 +23,7 @@ from rlx.ir.verification import verify
 from rlx.kernels.registry import BUILDERS, KERNELS, has_kernel, load_kernels
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.runtime.feeds import FeedChecker
-from rlx.runtime.heap import keep_freed_memory
+from rlx.runtime.heap import keep_freed_memory, release_free_heap
 from rlx.runtime.reuse import into as _into
 from rlx.runtime.reuse import plan_reuse
 
@@ -53,7 +53,7 @@ class Session:
         return CompiledGraph(graph, keep_heap=self.keep_heap)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Step:
     node: Node
     run: Callable[..., Any]
@@ -97,6 +97,8 @@ class CompiledGraph:
                        if st.node.id in self.reuses else st.run,
                        *_fetcher(st.inputs), st.node.id, st.frees)
                       for st in planned]
+        if not nested and keep_heap:
+            release_free_heap()  # what compiling freed: its peak is not what it keeps
 
     @staticmethod
     def _resolve(node: Node) -> Callable:
