@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -118,6 +119,71 @@ def test_the_parse_is_json_loads(hook, c_scanner, monkeypatch):
             continue
         got = json_scan._loads(text, hook)
         assert repr(got) == repr(expected), text  # repr: nan == nan, -0.0 vs 0.0
+
+
+def _materialised(value):
+    """`value` with the lazy array at ("graph", "nodes") (if any) made a list."""
+    if isinstance(value, dict) and isinstance(value.get("graph"), dict) \
+            and isinstance(value["graph"].get("nodes"), Iterator):
+        value["graph"]["nodes"] = list(value["graph"]["nodes"])
+    return value
+
+
+def _headers(rng, count: int) -> list[str]:
+    """Texts shaped as headers around random JSON: the node list an array (or not), keys
+    repeated, written compact or indented."""
+    texts = []
+    for i in range(count):
+        nodes = [_random_json(rng) for _ in range(rng.integers(0, 5))] if i % 5 else \
+            _random_json(rng)
+        graph = {"name": "g", "nodes": nodes, "outputs": [1]}
+        if i % 7 == 0:
+            graph = {"nodes": [], **graph}  # an earlier "nodes" key
+        body = {"format": "rlx", "meta": _random_json(rng), "graph": graph,
+                "weights": _random_json(rng)}
+        texts.append(json.dumps(body, indent=2 if i % 3 == 0 else None,
+                                separators=(",", ":") if i % 3 == 1 else None))
+    return texts
+
+
+def _mutated(rng, texts: list[str], count: int) -> list[str]:
+    """Texts with one structural byte dropped, doubled or swapped: mostly not JSON."""
+    out = []
+    for _ in range(count):
+        text = texts[rng.integers(len(texts))]
+        k = int(rng.integers(len(text)))
+        out.append([text[:k] + text[k + 1:], text[:k] + text[k] + text[k:],
+                    text[:k] + str(rng.choice(list(',:[]{}" '))) + text[k + 1:]][k % 3])
+    return out
+
+
+def test_a_lazy_array_parses_as_json_loads():
+    """The node list as an iterator: every text that `json.loads` refuses is refused before
+    any element is handed out, and every other parses to the same value."""
+    rng = np.random.default_rng(2)
+    texts = _headers(rng, 300)
+    lazy = 0
+    for text in texts + _mutated(rng, texts, 1500) + _ODD_TEXTS:
+        try:
+            expected = json.loads(text)
+        except ValueError:
+            with pytest.raises(ValueError):
+                json_scan._loads(text, None, ("graph", "nodes"))
+            continue
+        got = json_scan._loads(text, None, ("graph", "nodes"))
+        lazy += isinstance(got, dict) and isinstance(got.get("graph"), dict) and \
+            isinstance(got["graph"].get("nodes"), Iterator)
+        assert repr(_materialised(got)) == repr(expected), text
+    assert lazy >= 200  # the texts whose node list is an array got an iterator
+
+
+def test_load_json_leaves_the_array_whole_where_a_surrogate_escape_is_checked():
+    text = json.dumps({"graph": {"nodes": ["\ud83d\ude00", 1]}}).encode()
+    body = load_json(text, ArtifactError, "header", lazy=("graph", "nodes"))
+    assert body == {"graph": {"nodes": ["\U0001f600", 1]}}
+    with pytest.raises(ArtifactError, match="lone surrogate"):
+        load_json(b'{"graph": {"nodes": ["\\ud800"]}}', ArtifactError, "header",
+                  lazy=("graph", "nodes"))
 
 
 _SCAN_GROWTH = """

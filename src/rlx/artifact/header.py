@@ -107,6 +107,7 @@ def _inflate(frame: bytes, limit: int) -> bytes:
 
 
 _HEADER_LIMITS = JsonLimits(max_depth=MAX_JSON_DEPTH)
+_NODES = ("graph", "nodes")  # where the header keeps the graph's node list
 
 
 class Header(NamedTuple):
@@ -121,12 +122,15 @@ class Header(NamedTuple):
 Fail = Callable[..., NoReturn]  # fail(message, error type=ArtifactError)
 
 
-def read_header(buf: memoryview, source: str, fail: Fail, size: int | None = None) -> Header:
+def read_header(buf: memoryview, source: str, fail: Fail, size: int | None = None, *,
+                lazy_nodes: bool = False) -> Header:
     """The header of the plain `.rlx` held in `buf`: magic, schema, flags, length and
     checksum checked, inflated and parsed within limits, a JSON object of schema 3; what is
     wrong goes to `fail` (with `EncryptedFileError` or `IntegrityError` where it is that).
     Reading the header needs no graph IR: a warm engine load (`rlx.engines.warm`) stops
-    here, with `buf` holding only the file's first bytes and `size` the file's size."""
+    here, with `buf` holding only the file's first bytes and `size` the file's size.
+    `lazy_nodes`: the graph's node list is an iterator that parses each node's JSON as it
+    is reached (`load_json(lazy=...)`), for a reader that builds the graph from it."""
     size = len(buf) if size is None else size
     if bytes(buf[:8]) == ENCRYPTED_MAGIC:
         fail("is encrypted; read it with a password", EncryptedFileError)
@@ -152,7 +156,8 @@ def read_header(buf: memoryview, source: str, fail: Fail, size: int | None = Non
     digests = None
     if flags & FLAG_ZSTD_HEADER:
         text, digests = unpack_region(text, size, fail)
-    body = load_json(text, ArtifactError, f"{source}: header", _HEADER_LIMITS)
+    body = load_json(text, ArtifactError, f"{source}: header", _HEADER_LIMITS,
+                     lazy=_NODES if lazy_nodes else ())
     if not isinstance(body, dict):
         fail("header is not a JSON object")
     if body.get("format") != "rlx" or body.get("schema") != SCHEMA_VERSION:

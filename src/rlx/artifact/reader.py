@@ -106,7 +106,7 @@ _NO_BYTES = np.empty(0, np.uint8)
 _NO_BYTES.flags.writeable = False
 
 
-@dataclass
+@dataclass(slots=True)
 class _Blob:
     offset: int  # absolute, in the buffer
     length: int
@@ -120,13 +120,15 @@ class _Reader:
         self.buf = buf
         self.source = source
         self.blobs: list[_Blob] = []
+        self._bytes: np.ndarray | None = None  # the whole buffer, viewed once
 
     def fail(self, message: str, error: type[ArtifactError] = ArtifactError) -> NoReturn:
         raise error(f"{self.source}: {message}")
 
     # -- preamble and header ---------------------------------------------------------------
     def read(self, verify: str) -> RlxFile:
-        header, digests, length = read_header(self.buf, self.source, self.fail)
+        header, digests, length = read_header(self.buf, self.source, self.fail,
+                                              lazy_nodes=True)
         data_start = align(PREAMBLE.size + length)
         self._blob_table(header.get("blobs"), data_start, digests)
         graph = self._graph(header.get("graph"))
@@ -180,7 +182,11 @@ class _Reader:
         if blob.length != nbytes:
             self.fail(f"{user}: blob {index} holds {blob.length} bytes, {nbytes} expected")
         blob.used_by = user
-        return np.frombuffer(self.buf, np.uint8, count=blob.length, offset=blob.offset)
+        if self._bytes is None:  # one view of the buffer that every blob slices: a view of
+            # its own each held a memoryview of the buffer (~0.3 KiB a blob, kept by a model)
+            self._bytes = np.frombuffer(self.buf, np.uint8)
+            self._bytes.flags.writeable = False
+        return self._bytes[blob.offset:blob.offset + blob.length]
 
     # -- graph, weights, meta --------------------------------------------------------------
     def _graph(self, body: Any) -> Graph:

@@ -14,7 +14,7 @@ import functools
 import sys
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rlx.deferred import byte_view, materialize
@@ -270,18 +270,21 @@ def _shared_op(entry: dict, shape, decode: ConstantDecoder, ops: dict[str, Op]) 
 
 def graph_from_dict(body: Any, decode_constant: ConstantDecoder = _base64_decode, *,
                     consume: bool = False) -> Graph:
-    """The graph a JSON body describes. `consume`: empty the body's node list as it is read,
-    for a reader whose parsed header is dropped after: each node's JSON is freed as its node
-    is built and its memory reused, rather than both held at once (the allocator keeps the
-    peak resident: 0.4 MiB of a 413-node model's load, issue 35)."""
+    """The graph a JSON body describes. Its node list may be an iterator (a reader that
+    parses each node's JSON as it is reached). `consume`: empty the body's node list as it
+    is read, for a reader whose parsed header is dropped after: each node's JSON is freed
+    as its node is built and its memory reused, rather than both held at once (the
+    allocator keeps the peak resident: 0.4 MiB of a 413-node model's load, issue 35)."""
     if not isinstance(body, dict):
         raise GraphError("graph must be a JSON object")
     graph = Graph(str(body.get("name", "graph")))
-    nodes = _list(body.get("nodes"), "graph nodes")
+    nodes = body.get("nodes")
+    if not isinstance(nodes, Iterator):
+        nodes = _list(nodes, "graph nodes")
     shapes: dict = {}  # nodes of one shape share one Shape (a few hundred bytes each)
     ops: dict[str, Op] = {}
     for position, entry in enumerate(nodes):
-        if consume:
+        if consume and isinstance(nodes, list):
             nodes[position] = None
         if not isinstance(entry, dict):
             raise GraphError(f"node {position} must be an object")

@@ -17,7 +17,7 @@ The parse is `json.loads` itself, reached through CPython's C scanner (`_json`),
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
@@ -107,8 +107,17 @@ def scan_json(raw: bytes) -> JsonShape:
 
 def load_json(raw: bytes, error: type[RlxError], where: str,
               limits: JsonLimits = JsonLimits(),
-              object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None) -> Any:
-    """`raw` parsed, or `error(f"{where}: ...")` if it is not UTF-8 JSON within `limits`."""
+              object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None, *,
+              lazy: tuple[str, ...] = ()) -> Any:
+    """`raw` parsed, or `error(f"{where}: ...")` if it is not UTF-8 JSON within `limits`.
+
+    `lazy`: the object keys down to one array (("graph", "nodes")) that comes back as an
+    iterator of its elements, each parsed when it is reached (every element is checked
+    here, parsed and dropped, so the iterator cannot fail). Why: a reader that turns each
+    element into something smaller (a graph node) then never holds all of them parsed: a
+    413-node header parsed whole is ~0.6 MiB of Python objects, whose peak the allocator
+    keeps resident (issue 35). Where the text holds a `\\u` surrogate escape, or another
+    Python has no C scanner, the array is parsed whole (a list)."""
     shape = scan_json(raw)
     problem = None
     if shape.depth > limits.max_depth:
@@ -120,9 +129,10 @@ def load_json(raw: bytes, error: type[RlxError], where: str,
         problem = f"holds a number of {shape.longest_number} digits (at most {limits.max_digits})"
     else:
         try:
-            value = _loads(raw.decode("utf-8"), object_pairs_hook)
             # pairs are fine, a lone one is no character
-            if b"\\u" in raw and re.search(_SURROGATE_ESCAPE, raw):
+            escaped = b"\\u" in raw and re.search(_SURROGATE_ESCAPE, raw) is not None
+            value = _loads(raw.decode("utf-8"), object_pairs_hook, () if escaped else lazy)
+            if escaped:
                 import json
 
                 json.dumps(value, ensure_ascii=False).encode("utf-8")
@@ -147,9 +157,10 @@ class _Options:
         self.object_pairs_hook = object_pairs_hook
 
 
-def _loads(text: str, object_pairs_hook: Callable | None) -> Any:
+def _loads(text: str, object_pairs_hook: Callable | None, lazy: tuple[str, ...] = ()) -> Any:
     """`json.loads(text, object_pairs_hook=...)` without importing `json` (where CPython's
-    C scanner is there: elsewhere it is `json.loads`). Raises ValueError as it does."""
+    C scanner is there: elsewhere it is `json.loads`), the array at `lazy` left to parse as
+    it is iterated (`load_json`). Raises ValueError as `json.loads` does."""
     try:
         from _json import make_scanner
     except ImportError:  # another Python: its own json
@@ -159,9 +170,71 @@ def _loads(text: str, object_pairs_hook: Callable | None) -> Any:
     start = len(text) - len(text.lstrip(_WHITESPACE))
     try:
         scan = make_scanner(_Options(object_pairs_hook))  # type: ignore[arg-type]
-        value, end = scan(text, start)
+        value, end = _walk(scan, text, start, lazy) if lazy else scan(text, start)
     except StopIteration:
         raise ValueError(f"Expecting value: char {start}") from None
     if end != len(text.rstrip(_WHITESPACE)):
         raise ValueError(f"Extra data: char {end}")
     return value
+
+
+def _space(text: str, i: int) -> int:
+    """The index of the first byte from `i` on that is not JSON whitespace."""
+    while i < len(text) and text[i] in _WHITESPACE:
+        i += 1
+    return i
+
+
+def _walk(scan: Callable, text: str, i: int, path: tuple[str, ...]) -> tuple[Any, int]:
+    """(value, index after it) of the JSON value at `i`, as `scan` parses it, but for the
+    objects along `path`, read key by key, and the array at its end, an iterator."""
+    if not path:
+        if text[i:i + 1] != "[":
+            return scan(text, i)
+        checked = _elements(scan, text, i)
+        while True:  # each element parses: the iterator's second pass cannot fail
+            try:
+                next(checked)
+            except StopIteration as done:
+                return _elements(scan, text, i), done.value
+    if text[i:i + 1] != "{":
+        return scan(text, i)
+    out: dict[str, Any] = {}
+    i = _space(text, i + 1)
+    if text[i:i + 1] == "}":
+        return out, i + 1
+    while True:
+        if text[i:i + 1] != '"':
+            raise ValueError(f"Expecting property name enclosed in double quotes: char {i}")
+        key, i = scan(text, i)
+        i = _space(text, i)
+        if text[i:i + 1] != ":":
+            raise ValueError(f"Expecting ':' delimiter: char {i}")
+        i = _space(text, i + 1)
+        out[key], i = _walk(scan, text, i, path[1:]) if key == path[0] else scan(text, i)
+        i = _space(text, i)
+        if text[i:i + 1] == "}":
+            return out, i + 1
+        if text[i:i + 1] != ",":
+            raise ValueError(f"Expecting ',' delimiter: char {i}")
+        i = _space(text, i + 1)
+
+
+def _elements(scan: Callable, text: str, i: int) -> Generator[Any, None, int]:
+    """The elements of the array opening at `i`, parsed one at a time; returns (as
+    `StopIteration.value`) the index after its `]`."""
+    i = _space(text, i + 1)
+    if text[i:i + 1] == "]":
+        return i + 1
+    while True:
+        try:
+            value, i = scan(text, i)
+        except StopIteration:  # in a generator it would become a RuntimeError
+            raise ValueError(f"Expecting value: char {i}") from None
+        yield value
+        i = _space(text, i)
+        if text[i:i + 1] == "]":
+            return i + 1
+        if text[i:i + 1] != ",":
+            raise ValueError(f"Expecting ',' delimiter: char {i}")
+        i = _space(text, i + 1)
