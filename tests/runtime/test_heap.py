@@ -49,3 +49,26 @@ def test_repeated_runs_fault_no_pages_in_unless_told_not_to_keep_them():
     # each run frees and reallocates three 1 MiB values (256 pages each)
     assert left >= 256, left
     assert kept <= 4, kept
+
+
+_RELEASED = """
+from rlx.engines.mapping import anon_rss_bytes
+from rlx.runtime.heap import keep_freed_memory, release_free_heap
+keep_freed_memory()
+before = anon_rss_bytes()
+held = [bytes(8 << 10) for _ in range(4096)]  # 32 MiB, from the heap (under the threshold)
+held = [b"x" * 100]  # freed: the settings keep it
+kept = anon_rss_bytes() - before
+release_free_heap()
+print(kept, anon_rss_bytes() - before)
+"""
+
+
+@pytest.mark.skipif(not _is_glibc(), reason="the settings are glibc's")
+def test_what_a_compile_freed_goes_back_to_the_os_once_it_ends():
+    """The kept heap keeps what a load frees (its parsed header, its plan) until a run;
+    `release_free_heap`, which a compile ends with, hands it back."""
+    out = subprocess.run([sys.executable, "-c", _RELEASED], check=True, capture_output=True,
+                         text=True).stdout
+    kept, after = map(int, out.split())
+    assert kept > 24 << 20 and after < 4 << 20, (kept, after)
