@@ -33,8 +33,8 @@ bias no fresh process shows. `settle` waits until the process's other threads ar
 
 from __future__ import annotations
 
+import _thread  # not `threading` (~60 KiB of code): a load imports no more than it uses
 import os
-import threading
 from time import monotonic, sleep
 
 __all__ = ["usable_cores", "others_load", "shares_cores", "spinning_pays", "SAMPLES",
@@ -143,7 +143,7 @@ def running_threads(ignore: frozenset[str] = frozenset()) -> set[str]:
         tids = os.listdir(PROC_TASKS)
     except OSError:
         return set()
-    running, me = set(), str(threading.get_native_id())
+    running, me = set(), str(_thread.get_native_id())
     for tid in set(tids) - ignore - {me}:
         try:
             with open(os.path.join(PROC_TASKS, tid, "stat")) as f:
