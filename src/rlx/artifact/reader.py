@@ -106,7 +106,7 @@ _NO_BYTES = np.empty(0, np.uint8)
 _NO_BYTES.flags.writeable = False
 
 
-@dataclass(slots=True)
+@dataclass
 class _Blob:
     offset: int  # absolute, in the buffer
     length: int

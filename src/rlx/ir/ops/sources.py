@@ -16,7 +16,7 @@ from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 __all__ = ["Input", "Param", "Constant", "as_byte_array"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Input(Op):
     """A value fed at run time, by name."""
 
@@ -24,7 +24,7 @@ class Input(Op):
     arity: ClassVar = (0, 0)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Param(Op):
     """A named weight whose value is bound later (by `bake` or at compile)."""
 
