@@ -10,7 +10,6 @@ from __future__ import annotations
 from rlx.ir.graph import Graph
 from rlx.ir.ops.elementwise import Identity
 from rlx.ir.ops.sources import Constant, Input
-from rlx.ir.rewrite import Rewriter
 
 __all__ = ["inline_composites"]
 
@@ -24,6 +23,8 @@ def inline_composites(graph: Graph) -> Graph:
 
     if not any(isinstance(n.op, Composite) for n in graph.nodes()):
         return graph
+    from rlx.ir.rewrite import Rewriter  # nor the rewriter
+
     rw = Rewriter(graph)
     for node in graph.nodes():
         if not isinstance(node.op, Composite) or node.is_tuple:
