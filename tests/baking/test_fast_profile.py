@@ -21,6 +21,7 @@ from rlx.baking.int8 import apply_int8, candidates
 from rlx.baking.sensitivity import calibrate
 from rlx.engines.openvino_bf16 import has_bf16
 from rlx.engines.openvino_engine import core
+from rlx.engines.openvino_int8 import has_int8, runs_int8
 from rlx.ir.dtype import DType
 from rlx.ir.ops.quant import QuantizeLinear
 from rlx.ir.ops.sources import Constant
@@ -49,10 +50,14 @@ def _fast(path, feeds, tmp_path, **changes):
     return out, report
 
 
-def _openvino_fast(plan) -> str:
-    """How OpenVINO's Model.precision starts on a fast file: its bf16 part where the CPU has
-    bf16 (tests/engines/test_openvino_bf16.py), else the file's exact graph in f32."""
-    return "fast: bf16 " if plan.bf16 and has_bf16(core()) else "fast: f32"
+def _openvino_fast(plan, out) -> str:
+    """How OpenVINO's Model.precision starts on a fast file: its int8 part where it runs
+    that (tests/engines/test_openvino_int8.py), else its bf16 part where the CPU has bf16
+    (tests/engines/test_openvino_bf16.py), else the file's exact graph in f32."""
+    bf16 = bool(plan.bf16) and has_bf16(core())
+    if has_int8(core()) and runs_int8(read_rlx(out).into_runtime_graph(), plan, bf16):
+        return "fast: int8, f32"
+    return "fast: bf16 " if bf16 else "fast: f32"
 
 
 def _mlp_forward(path, x, weight=lambda w: w):
@@ -75,7 +80,7 @@ def test_the_plan_meets_its_targets_on_held_out_feeds(tmp_path, model, feeds):
     reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for engine in ("numpy", "onnxruntime", "openvino"):
         model_ = rlx.load(out, engine=engine, precision="fast")
-        assert model_.precision.startswith(_openvino_fast(plan)) if engine == "openvino" \
+        assert model_.precision.startswith(_openvino_fast(plan, out)) if engine == "openvino" \
             else model_.precision == "fast: int8, f32"
         same = []
         for feed in feeds(90, 4):

@@ -31,6 +31,14 @@ from tests.baking.fast_models import image_feeds, mlp, small_cnn, vector_feeds
 pytestmark = pytest.mark.skipif(not has_bf16(core()), reason="this CPU has no bf16")
 
 
+@pytest.fixture(autouse=True)
+def _bf16_part(monkeypatch):
+    """These files' int8 part would run instead where it covers as much of the work
+    (`rlx.engines.openvino_int8`, tests/engines/test_openvino_int8.py): here the bf16 part
+    runs."""
+    monkeypatch.setattr(openvino_engine, "runs_int8", lambda graph, plan, bf16: False)
+
+
 def _bf16(x: np.ndarray) -> np.ndarray:
     """Round to nearest even bf16 by integer arithmetic on the float32 bits."""
     bits = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)

@@ -13,6 +13,10 @@ precision, the nodes kept f32 and why, and what the guard measured on the calibr
 plan inserted removed, the int8 weights dequantised as stored (f32 products of the codes and
 their scales, computed as DequantizeLinear does: the original f32 weights are not in the
 file, so "exact" is f32 arithmetic on the weights the file holds).
+
+`int8_products_graph` is what OpenVINO runs of the int8 part: the plan's activation pairs
+kept only where an int8 product reads them, so every other op computes f32
+(`rlx.engines.openvino_engine` says why; the bake's guard checks this form too).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 if TYPE_CHECKING:  # a warm load reads the plan from the header and imports no graph IR
     from rlx.ir.graph import Graph
 
-__all__ = ["PrecisionPlan", "exact_graph", "runnable_graph"]
+__all__ = ["PrecisionPlan", "exact_graph", "int8_products_graph", "runnable_graph"]
 
 
 @dataclass
@@ -113,6 +117,51 @@ def exact_graph(graph: Graph, plan: PrecisionPlan) -> Graph:
         else:
             rw.copy(node)
     return rw.finish()
+
+
+def int8_products_graph(graph: Graph, plan: PrecisionPlan) -> Graph:
+    """`graph` with the plan's activation pairs read only by the int8 products (Convs and
+    MatMuls whose weight is a DequantizeLinear of constants) reading them as their
+    activation: every other reader reads the unquantised tensor."""
+    from rlx.ir.ops.quant import DequantizeLinear, QuantizeLinear
+    from rlx.ir.rewrite import Rewriter
+
+    names = set(plan.quantizers)
+    if not names:
+        return graph
+    plain = {n.id: q.inputs[0] for n in graph.nodes() if isinstance(n.op, DequantizeLinear)
+             and n.inputs and isinstance((q := graph.node(n.inputs[0])).op, QuantizeLinear)
+             and q.name in names}  # pair (its DequantizeLinear) -> the unquantised tensor
+    users = graph.users()
+    read = {i for i in plain if any(_reads_as_int8_activation(graph, graph.node(u), i)
+                                    for u in users[i])}
+    live = {graph.node(i).inputs[0] for i in read}  # the quantisers a pair still read uses
+    rw = Rewriter(graph)
+    for node in graph.nodes():
+        if isinstance(node.op, QuantizeLinear) and node.name in names and node.id not in live \
+                or node.id in plain and node.id not in read:
+            rw.drop(node.id)
+        elif any(i in plain for i in node.inputs) \
+                and not _reads_as_int8_activation(graph, node, node.inputs[0]):
+            rw.substitute(node, node.op, [rw.id(plain.get(i, i)) for i in node.inputs],
+                          node.shape)
+        else:
+            rw.copy(node)
+    return rw.finish()
+
+
+def _reads_as_int8_activation(graph: Graph, user: Any, value: int) -> bool:
+    from rlx.ir.ops.linalg import MatMul
+    from rlx.ir.ops.nn import Conv
+    from rlx.ir.ops.quant import DequantizeLinear
+    from rlx.ir.ops.sources import Constant
+
+    if not isinstance(user.op, (Conv, MatMul)) or len(user.inputs) < 2 \
+            or user.inputs[0] != value:
+        return False
+    weight = graph.node(user.inputs[1])
+    return isinstance(weight.op, DequantizeLinear) \
+        and isinstance(graph.node(weight.inputs[0]).op, Constant)
 
 
 def _dequantized(graph: Graph, node: Any) -> np.ndarray | None:

@@ -15,18 +15,19 @@ plugin executes compressed.
 quantization of activations the plugin applies to compressed (int8) weights on CPUs with
 AMX or VNNI (an 0.3 error on a product of unit normals); `"fast"` keeps the plugin's
 defaults (bf16 on AMX / AVX512-BF16 CPUs, f32 elsewhere), except on a file baked with the
-fast profile: there it runs the plan's exact graph, the plan's bf16 nodes in bf16 and every
-other node in f32 on a CPU with bf16 (`rlx.engines.openvino_bf16`; `Model.precision` "fast:
-bf16 N nodes, f32 M"), all in f32 elsewhere ("fast: f32"). The plugin's low-precision
-transformations ran the plan's QDQ graph slower than its own f32 on three of five real
-models (up to 18.9x) and off the guard on one (cosine 0.988 where the plan, on numpy and
-onnxruntime, kept 0.9999: docs/engines.md), so the int8 part is onnxruntime's and numpy's
-to run. Each thread gets its own infer request, so one Model may
+fast profile: there it runs the plan's int8 products u8 x i8 and every other op f32 on a
+CPU OpenVINO runs int8 on, when the guard passed that form and it is estimated faster than
+the bf16 part (`rlx.engines.openvino_int8`; `Model.precision` "fast: int8, f32"; where
+the plugin's int8 transformations throw compiling it, a warning and the bf16 part); else the
+plan's exact graph, the plan's bf16 nodes in bf16 and every other node in f32 on a CPU with
+bf16 (`rlx.engines.openvino_bf16`; "fast: bf16 N nodes, f32 M"), all in f32 elsewhere
+("fast: f32"). Each thread gets its own infer request, so one Model may
 run from many threads.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -35,7 +36,7 @@ import numpy as np
 import openvino as ov
 
 from rlx.artifact.model import RlxFile
-from rlx.artifact.precision import exact_graph
+from rlx.artifact.precision import PrecisionPlan, exact_graph, int8_products_graph
 from rlx.engines.mapping import writable_alias
 from rlx.engines.openvino_bf16 import (
     bf16_outputs,
@@ -44,11 +45,14 @@ from rlx.engines.openvino_bf16 import (
     share_transposed,
     unfolded_operands,
 )
+from rlx.engines.openvino_int8 import has_int8, runs_int8
 from rlx.ir.graph import Graph
 from rlx.onnx.export import build_onnx, weight_names
 from rlx.onnx.export_quant import PackedForm
 
 __all__ = ["OpenVinoRunner", "build", "core"]
+
+log = logging.getLogger(__name__)
 
 _CORE: ov.Core | None = None
 _CORE_LOCK = threading.Lock()
@@ -137,12 +141,26 @@ class OpenVinoRunner:
         plan = file.precision_plan
         bf16: set[str] | None = None  # the plan's bf16 nodes' export names, when run so
         if plan is not None and precision == "fast":
+            if has_int8(core()) and runs_int8(graph, plan, has_bf16(core())):
+                try:
+                    self._build(int8_products_graph(graph, plan), threads, plan, None)
+                    self.precision = plan.label
+                    return
+                except RuntimeError as err:  # the plugin's int8 transformations threw
+                    log.warning("openvino: cannot run the int8 part (%s); running the "
+                                "bf16 part", str(err).strip().splitlines()[-1])
             graph = exact_graph(graph, plan)
             self.precision = "fast: f32" if not plan.bf16 else "fast: f32 (no bf16 on this CPU)"
             if plan.bf16 and has_bf16(core()):
                 bf16 = bf16_outputs(graph, plan.bf16)
+        self._build(graph, threads, plan, bf16)
+
+    def _build(self, graph: Graph, threads: int | None, plan: PrecisionPlan | None,
+               bf16: set[str] | None) -> None:
+        """Export `graph`, bind its weights and compile it; `bf16`: the export names of the
+        nodes that run bf16 (every other op marked f32), None: no bf16 run."""
         result = build_onnx(graph, placer=lambda name, array: None,
-                            packed=PackedForm.DECOMPRESS, constant_names=weight_names(file),
+                            packed=PackedForm.DECOMPRESS, constant_names=weight_names(self.file),
                             domains=())
         self.summary = result.summary
         self.arrays = result.inputs_bound
@@ -162,7 +180,7 @@ class OpenVinoRunner:
             share_transposed(model)
         self.model = model
         config: dict[str, str] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
-        if precision == "exact" or plan is not None:
+        if self.precision == "exact" or plan is not None:
             config["INFERENCE_PRECISION_HINT"] = "f32" if bf16 is None else "bf16"
             config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = "0"
         if threads is not None:

@@ -1,0 +1,91 @@
+"""Whether OpenVINO runs a fast plan's int8 part, and on which graph.
+
+OpenVINO's low-precision transformations run a Conv or MatMul whose activation comes
+through a u8 QuantizeLinear -> DequantizeLinear pair and whose weight is int8 codes through
+a per-channel DequantizeLinear as one u8 x i8 kernel (VNNI), a HardSwish or SiLU after it a
+fused f32 post-op. What they do with the plan's other pairs is what made them slow and
+wrong before: a Conv's output pair read by an f32 residual Add is fused into the Conv with
+the Add as a sum post-op and ran off by far (an unrolled CRNN: cosine 0.52 against
+onnxruntime f32, where onnxruntime on the same QDQ graph kept 0.9994), and a detector's
+8-bit SiLU / Add / Concat chains were requantised in u8 with other rounding (cosine 0.987)
+and 116 Reorders. So OpenVINO runs `rlx.artifact.precision.int8_products_graph`: the
+pairs only where an int8 product reads them, every other op f32 (both models then agree
+with onnxruntime on the same graph to 1e-5; the CRNN ran 0.33x plain f32, one thread).
+That graph drops some of the plan's quantisations, so the bake's guard checks it too
+(`calibration["int8_products"]`); a file baked without that check runs the bf16 part.
+
+Where the CPU also computes bf16, the plan's bf16 part may cover more of the work than its
+int8 part (depthwise and narrow Convs stay f32 in int8): on a MobileNetV3 classifier int8
+covered 30% of the multiply-adds and ran 0.85x plain f32, bf16 covered all and ran 0.6x.
+The engine estimates each form's time from the share of multiply-adds it runs fast and the
+speedups measured on a Zen 4 (int8 3x f32 on a BERT encoder, bf16 2x) and runs the faster.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+
+import openvino as ov
+
+from rlx.artifact.precision import PrecisionPlan
+from rlx.ir.graph import Graph, Node
+from rlx.ir.ops.linalg import MatMul
+from rlx.ir.ops.nn import Conv
+from rlx.ir.ops.quant import DequantizeLinear
+from rlx.ir.ops.sources import Constant
+
+__all__ = ["has_int8", "runs_int8"]
+
+INT8_SPEEDUP = 3.0  # u8 x i8 products against f32, one Zen 4 thread (module doc)
+BF16_SPEEDUP = 2.0
+
+
+def has_int8(core: ov.Core) -> bool:
+    """Whether OpenVINO runs int8 kernels on this CPU (its own reading of the features)."""
+    return "INT8" in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
+def runs_int8(graph: Graph, plan: PrecisionPlan, bf16: bool) -> bool:
+    """Whether OpenVINO runs the plan's int8 part of `graph` (the file's planned graph):
+    the plan has int8 nodes, the guard passed its int8 products' form, and (`bf16`: the CPU
+    has bf16) that is estimated faster than the bf16 part (module doc)."""
+    checked = plan.calibration.get("int8_products", {})
+    if not plan.counts.get("int8") or not checked.get("passed"):
+        return False
+    if not bf16 or not plan.bf16:
+        return True
+    total, int8, bf16_part = _work_shares(graph, set(plan.bf16))
+    if not total:
+        return False
+    return _time(int8 / total, INT8_SPEEDUP) <= _time(bf16_part / total, BF16_SPEEDUP)
+
+
+def _time(share: float, speedup: float) -> float:
+    return share / speedup + (1 - share)
+
+
+def _work_shares(graph: Graph, bf16: Collection[str]) -> tuple[float, float, float]:
+    """Multiply-adds of the products with a constant weight: all, the int8 ones', the
+    plan's bf16 ones' (symbolic dims counted once)."""
+    total = int8 = bf16_part = 0.0
+    for node in graph.nodes():
+        weight = _constant_weight(graph, node)
+        if weight is None:
+            continue
+        dims = [int(d) for d in weight.tensor_shape.dims]
+        terms = math.prod(dims[1:]) if isinstance(node.op, Conv) else dims[-2]
+        macs = terms * math.prod(d if isinstance(d, int) else 1 for d in node.tensor_shape.dims)
+        total += macs
+        int8 += macs if isinstance(weight.op, DequantizeLinear) else 0
+        bf16_part += macs if (node.origin or node.name) in bf16 else 0
+    return total, int8, bf16_part
+
+
+def _constant_weight(graph: Graph, node: Node) -> Node | None:
+    """A Conv's or MatMul's weight when it is a constant or int8 codes dequantised."""
+    if not isinstance(node.op, (Conv, MatMul)) or len(node.inputs) < 2:
+        return None
+    weight = graph.node(node.inputs[1])
+    source = graph.node(weight.inputs[0]) if isinstance(weight.op, DequantizeLinear) else weight
+    return weight if isinstance(source.op, Constant) else None
