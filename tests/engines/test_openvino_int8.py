@@ -136,8 +136,8 @@ def test_the_products_graph_keeps_pairs_only_before_int8_products(tmp_path):
     assert pairs and plan.counts["int8 chain"] > 0
     for pair in pairs:
         readers = [products.node(u) for u in users[pair.id]]
-        assert any(isinstance(r.op, (Conv, MatMul)) and r.inputs[0] == pair.id
-                   for r in readers)
+        assert readers and all(isinstance(r.op, (Conv, MatMul)) and r.inputs[0] == pair.id
+                               for r in readers)
     quantizers = [n for g in (graph, products) for n in g.nodes()
                   if isinstance(n.op, QuantizeLinear)]
     assert len(pairs) < len(quantizers) - len(pairs)  # fewer than the plan's
@@ -195,3 +195,21 @@ def test_a_file_baked_without_the_check_runs_no_int8(tmp_path):
     assert runs_int8(graph, plan, bf16=False)
     del plan.calibration["int8_products"]
     assert not runs_int8(graph, plan, bf16=False)
+
+
+def test_where_the_plugin_throws_on_the_int8_part_the_bf16_part_runs(tmp_path, monkeypatch,
+                                                                     caplog):
+    """As OpenVINO 2026.4 does on a Concat along axis 0 before an int8 MatMul (an unrolled
+    CRNN's time steps): the plugin's failure is stood in for, the engine's answer is real."""
+    out, _ = _planned(_ffn(tmp_path), _ffn_feeds(1, 4), tmp_path)
+    build = openvino_engine.OpenVinoRunner._build
+
+    def throwing(self, graph, threads, plan, bf16):
+        if any(isinstance(n.op, QuantizeLinear) for n in graph.nodes()):
+            raise RuntimeError("Exception from graph_rewrite.cpp:298:\n[MatMulTransformation]")
+        build(self, graph, threads, plan, bf16)
+
+    monkeypatch.setattr(openvino_engine.OpenVinoRunner, "_build", throwing)
+    fast = rlx.load(out, engine="openvino", precision="fast")
+    assert fast.precision.startswith("fast: bf16 " if has_bf16(core()) else "fast: f32")
+    assert "cannot run the int8 part ([MatMulTransformation])" in caplog.text
