@@ -164,12 +164,13 @@ def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
     # on the graph bf16 engines run: the exact graph of the file, its int8 weights as stored
     bf16 = plan_bf16(exact_graph(g, plan), runner, target)
     plan.bf16, plan.counts["bf16"] = bf16.names, bf16.count
+    products = _check_products(g, plan, runner, aim) if running else None
     plan.calibration = {"samples": len(feeds), "seeded": seeded, "min_cosine": target,
                         "runs": runner.runs, "outputs": [vars(a) for a in accuracy],
                         "bf16": {"candidates": bf16.candidates, "kept": bf16.kept,
                                  "outputs": [vars(a) for a in bf16.accuracy]}}
-    if running:
-        plan.calibration["int8_products"] = _check_products(g, plan, runner, aim)
+    if products is not None:
+        plan.calibration["int8_products"] = products
     log.info("fast plan: %s (%d numpy runs on %d calibration feed(s))", plan.summary,
              runner.runs, len(feeds))
     return g, FastPlan(len(running), plan)

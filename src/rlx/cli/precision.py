@@ -23,7 +23,7 @@ def render_plan(plan: dict[str, Any], ui: Ui) -> None:
         ("target", f"cosine >= {calibration.get('min_cosine', 0):g} on every output, "
                    "the same argmax on class-score outputs"),
         ("numpy runs of the guard", calibration.get("runs", 0)),
-        *_bf16_rows(plan)])
+        *_bf16_rows(plan), *_int8_products_rows(calibration)])
     outputs = calibration.get("outputs", [])
     if outputs:
         ui.table("accuracy of the plan on the calibration inputs (against the exact graph)",
@@ -51,3 +51,15 @@ def _bf16_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:
     return [("bf16 part (OpenVINO, bf16 CPUs)",
              f"{plan['counts'].get('bf16', 0)} of {bf16.get('candidates', 0)} MatMul / Conv "
              f"nodes bf16, the rest f32{cosine}")]
+
+
+def _int8_products_rows(calibration: dict[str, Any]) -> list[tuple[str, str]]:
+    """How the int8 part as OpenVINO runs it (its pairs only before int8 products) met the
+    guard: OpenVINO runs it only where it passed (`rlx.engines.openvino_int8`)."""
+    checked = calibration.get("int8_products")
+    if not checked:
+        return []
+    worst = min((o["cosine"] for o in checked.get("outputs", [])), default=float("nan"))
+    verdict = "passed" if checked.get("passed") else "missed: OpenVINO runs the bf16 part"
+    return [("int8 part as OpenVINO runs it", f"{verdict}, worst calibration cosine "
+                                              f"{worst:.6f}")]
