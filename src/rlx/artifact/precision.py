@@ -15,8 +15,8 @@ their scales, computed as DequantizeLinear does: the original f32 weights are no
 file, so "exact" is f32 arithmetic on the weights the file holds).
 
 `int8_products_graph` is what OpenVINO runs of the int8 part: the plan's activation pairs
-kept only where an int8 product reads them, so every other op computes f32
-(`rlx.engines.openvino_engine` says why; the bake's guard checks this form too).
+read only by the int8 products, every other op computing f32 (`rlx.engines.openvino_int8`
+says why; the bake's guard checks this form too).
 """
 
 from __future__ import annotations
@@ -151,6 +151,7 @@ def int8_products_graph(graph: Graph, plan: PrecisionPlan) -> Graph:
 
 
 def _reads_as_int8_activation(graph: Graph, user: Any, value: int) -> bool:
+    """Whether `user` is an int8 product whose activation (input 0) is node `value`."""
     from rlx.ir.ops.linalg import MatMul
     from rlx.ir.ops.nn import Conv
     from rlx.ir.ops.quant import DequantizeLinear
