@@ -112,3 +112,41 @@ def test_running_on_numpy_never_imports_onnx(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["False"]
+
+
+@pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize(("dims", "axis", "viewed"), [
+    ([1, 16, 4, 21], 1, True),  # YOLO's DFL head in miniature: two axes follow
+    (["n", 16, 4, "w"], 1, True),  # its first part copied (0), its last inferred (-1)
+    ([2, 4, 16, "h", "w"], 2, True),
+    (["n", "m", 16, 3, 5], 2, False),  # a symbolic first part of two axes: as it is
+    ([2, "c", 3, 4], 1, False),  # the softmax axis itself symbolic: as it is
+    ([4, 16, 21], 1, False),  # one axis follows: onnxruntime's own path is fast
+    ([3, 7], -1, False),
+])
+def test_softmax_over_a_middle_axis_is_written_over_a_rank3_view(tmp_path, op_type, dims,
+                                                                 axis, viewed):
+    """onnxruntime's Softmax over an axis two or more axes follow is slow (export_ops); the
+    rank-3 view gives the same values as onnxruntime on the original, bit for bit."""
+    from onnx import TensorProto, helper
+
+    from rlx.onnx import import_onnx
+    from rlx.onnx.export import build_onnx
+
+    graph = helper.make_graph(
+        [helper.make_node(op_type, ["x"], ["y"], axis=axis)], "softmax",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(original, tmp_path / "softmax.onnx")
+    model = build_onnx(import_onnx(tmp_path / "softmax.onnx")[0]).model
+    onnx.checker.check_model(model, full_check=True)
+    (node,) = [n for n in model.graph.node if n.op_type == op_type]
+    assert (onnx.helper.get_attribute_value(node.attribute[0]) == 1 and node.input[0] in {
+        n.output[0] for n in model.graph.node if n.op_type == "Reshape"}) == viewed
+    sizes = {"n": 2, "m": 3, "h": 5, "w": 6, "c": 16}
+    x = np.random.default_rng(1).standard_normal(
+        [sizes.get(d, d) for d in dims]).astype(np.float32) * 4
+    (want,) = _run(original, {"x": x})
+    (got,) = _run(model, {"x": x})
+    np.testing.assert_array_equal(got, want)

@@ -409,14 +409,42 @@ def _global_pool(c) -> None:
     c.final("GlobalMaxPool" if c.op.kind is nn.PoolKind.MAX else "GlobalAveragePool", c.x)
 
 
-@handles(nn.Softmax)
+@handles(nn.Softmax, nn.LogSoftmax)
 def _softmax(c) -> None:
-    c.final("Softmax", c.x, axis=c.op.axis)
+    """Along an axis that two or more axes follow, over a rank-3 view `[before, axis,
+    after]` (the same values): onnxruntime 1.32 transposes such an axis last with a slow
+    general transpose, one thread (YOLO's DFL head, softmax over 16 of [1, 16, 4, 2100]:
+    1.03 ms, 0.19 ms as rank 3; [1, 1000, 8, 8] over 1000: 0.46 ms, 0.05); OpenVINO runs
+    both alike. Where one axis follows, the view is 7% slower: written as it is."""
+    op_type = "Softmax" if isinstance(c.op, nn.Softmax) else "LogSoftmax"
+    dims = c.shape().dims
+    axis = c.op.axis % len(dims)
+    view = _rank3_view(dims, axis)
+    if view is None:
+        c.final(op_type, c.x, axis=c.op.axis)
+        return
+    back = c.ints(list(dims), "shape") if all(isinstance(d, int) for d in dims) \
+        else c.tmp("Shape", c.x)
+    flat = c.tmp(op_type, [c.tmp("Reshape", [c.x[0], c.ints(view, "view")])], axis=1)
+    c.final("Reshape", [flat, back])
 
 
-@handles(nn.LogSoftmax)
-def _log_softmax(c) -> None:
-    c.final("LogSoftmax", c.x, axis=c.op.axis)
+def _rank3_view(dims: tuple, axis: int) -> list[int] | None:
+    """`[before, dims[axis], after]` for `_softmax`, in Reshape's terms: a symbolic
+    `before` of one axis is 0 (that dim copied), a symbolic `after` -1; None where fewer
+    than two axes follow `axis`, where the axis or a `before` of several axes is symbolic,
+    or where a static dim is 0 (a view of nothing)."""
+    if len(dims) - axis < 3 or 0 in dims or not isinstance(dims[axis], int):
+        return None
+    before, after = dims[:axis], dims[axis + 1:]
+    if all(isinstance(d, int) for d in before):
+        first = math.prod(before)
+    elif len(before) == 1:
+        first = 0
+    else:
+        return None
+    last = math.prod(after) if all(isinstance(d, int) for d in after) else -1
+    return [first, dims[axis], last]
 
 
 @handles(nn.LayerNorm)
