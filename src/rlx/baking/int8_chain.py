@@ -19,6 +19,13 @@ long as its int8 Convs. Quantised on both sides, onnxruntime runs them on u8 ins
   input's scale and zero point, so onnxruntime drops the pair and runs it on u8, and the
   quantisation is exact (it selects codes).
 
+At 2 threads these u8 kernels mostly run on one: onnxruntime 1.32 prices them at one cycle
+an element and splits only tensors of >= ~160k elements (a SiLU's table and product on
+[1, 64, 40, 40]: 53 us at 1 thread, 56 at 2; on [1, 32, 80, 80]: 98 and 61 us), so they
+are most of what a detector's int8 graph does not gain from a second thread (1.7 of
+6.8 ms on nudenet-320n). The f32 round trip is no way out: its DequantizeLinear is a
+one-thread scalar loop, and the SiLU costs 1.6x more at 1 and 2 threads (87 us there).
+
 A chain node joins when every float input it reads is quantised (an int8 node's input or
 output, or a chain node's output), and stays only where a reader needs its output quantised
 (an int8 node's input, or another chain node): a chain that ends in f32 readers would add a
