@@ -8,8 +8,10 @@ never the calibration ones."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
+from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import rlx
@@ -52,6 +54,24 @@ def test_onnxruntime_runs_the_chain_on_u8(baked, tmp_path):
     assert kinds["QLinearAdd"] == 1 and "Relu" not in kinds and kinds["QLinearConcat"] == 3
     assert "MaxPool" not in kinds and kinds["NhwcMaxPool"] == 1
     assert kinds["QuantizeLinear"] == 1  # only the image Conv's SiLU output is quantised in f32
+
+
+def test_concats_copy_codes_where_their_sources_share_a_sign(baked, tmp_path):
+    """onnxruntime's QLinearConcat copies an input whose scale and zero point are its
+    output's, else looks it up in a table (`rlx.baking.int8.copied_ranges`): the MaxPool's
+    Concat and the neck's (two SiLUs' outputs) copy; the one holding the residual block's
+    Relu output (range [0, high], so that onnxruntime drops the Relu) beside two SiLUs'
+    keeps its tables."""
+    _, _, out, _ = baked
+    onnxruntime_kernels(out, tmp_path)  # writes onnxruntime's optimised model
+    model = onnx.load(tmp_path / "optimized.onnx", load_external_data=False)
+    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    copies = []
+    for node in (n for n in model.graph.node if n.op_type == "QLinearConcat"):
+        params = [(float(values[s]), int(values[z]))
+                  for s, z in zip(node.input[0::3], node.input[1::3])]
+        copies.append(all(p == params[0] for p in params[1:]))
+    assert sorted(copies) == [False, True, True]
 
 
 def test_held_out_outputs_meet_the_guard(baked):
