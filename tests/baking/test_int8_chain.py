@@ -17,8 +17,15 @@ from onnx.reference import ReferenceEvaluator
 import rlx
 from rlx import BakeOptions, bake
 from rlx.artifact import write_rlx
-from rlx.baking.int8 import candidates, plan_int8
+from rlx.baking.int8 import (
+    COPIED_SPAN,
+    ActivationRange,
+    candidates,
+    copied_ranges,
+    plan_int8,
+)
 from rlx.baking.int8_chain import Chain
+from rlx.ir.naming import node_title
 from rlx.ir.ops.quant import QuantizeLinear
 from rlx.onnx import import_onnx
 from rlx.passes.channel_scale_folding import fold_channel_scales
@@ -136,3 +143,22 @@ def test_exact_on_a_chained_file_takes_every_quantiser_out(baked):
         # the stored int8 weights' error alone: smaller than the plan's
         assert 1 - _cosine(model.run(feed)[0], exact) < 0.5 * (
             1 - _cosine(fast.run(feed)[0], exact))
+
+
+@pytest.mark.parametrize(("narrow", "copied"), [(0.5, True), (0.1, False)])
+def test_a_concat_copies_only_where_its_range_grows_at_most_copied_span(tmp_path, narrow,
+                                                                       copied):
+    """The neck's Concat reads two SiLUs' outputs: with one of range [-1, 1] and the other
+    `narrow` times as wide, their union is 2 (copied) or 10 (> COPIED_SPAN: tables kept)
+    times the narrower one."""
+    graph, found = _plan(small_detector(tmp_path))
+    _, links = plan_int8(graph, list(found.values()))
+    neck, stem = (next(n for n in graph.nodes() if node_title(n) == title)
+                  for title in ("neck", "c1.silu"))
+    wide = ActivationRange(-1.0, 1.0)
+    ranges = {n.id: wide for n in graph.nodes()}
+    ranges[stem.id] = ActivationRange(-narrow, narrow)
+    joined = copied_ranges(graph, links, ranges)
+    assert (neck.id in joined) == copied and (2 / (2 * narrow) <= COPIED_SPAN) == copied
+    if copied:
+        assert joined[neck.id] == joined[stem.id] == wide
