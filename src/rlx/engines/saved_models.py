@@ -36,10 +36,11 @@ MODEL_FILE = "model.onnx"
 WEIGHTS_FILE = "model.data"
 MANIFEST_FILE = "rlx-saved.json"
 _MAX_MANIFEST = 64 << 10
-REVISION = "2"
+REVISION = "3"
 """Bumped when what rlx gives or asks an engine while saving changes within one rlx version
 (2: onnxruntime's SkipLayerNormFusion off, `rlx.engines.onnxruntime_engine.SLOW_FUSIONS`,
-and int8 MatMuls' bias Adds folded, `rlx.onnx.ort_fusions`)."""
+and int8 MatMuls' bias Adds folded, `rlx.onnx.ort_fusions`; 3: a Softmax over a middle
+axis exported over a rank-3 view, `rlx.onnx.export_ops`)."""
 
 
 def saved_folder(cache_dir: Path, key: str, engine: str, *extra: str) -> Path:
