@@ -332,7 +332,7 @@ def typed(out, dtype: np.dtype) -> np.ndarray:
     return np.asarray(out, dtype=dtype)
 
 
-@staged(Unary)
+@staged(Unary, shared=True)
 def build_unary(node, compile):
     """`step(x, out=None)`; `out` (the runtime passes x's own buffer when x dies here) is
     honoured by the kinds in `_OUT` for float32/float64, ignored otherwise."""
@@ -438,7 +438,7 @@ _BINARY_UFUNCS = {BinaryOp.ADD: np.add, BinaryOp.SUB: np.subtract, BinaryOp.MUL:
 """Binary ops that are one ufunc of any numeric dtype (float Div too), so take `out`."""
 
 
-@staged(Binary)
+@staged(Binary, shared=True)
 def build_binary(node, compile):
     """`step(a, b, out=None)`: `out` is honoured where `_binary_into` says so."""
     fn, dtype = _BINARY[node.op.op], node.shape.dtype.numpy
@@ -494,7 +494,7 @@ def where(node, cond, a, b):
     return np.where(cond, a, b)
 
 
-@staged(Cast)
+@staged(Cast, shared=True)
 def build_cast(node, compile):
     to = node.op.to.numpy
     if node.op.bits:  # same item size: a view of the same bytes (a rank-0 x stays rank 0)
@@ -514,7 +514,7 @@ def _bound(value: float, dtype: np.dtype, to_int: Callable[[float], int]) -> np.
     return np.asarray(value).astype(dtype)
 
 
-@staged(Clamp)
+@staged(Clamp, shared=True)
 def build_clamp(node, compile):
     """Bounds converted once; one `clip` pass (half the time of maximum then minimum)."""
     dtype = node.shape.dtype.numpy

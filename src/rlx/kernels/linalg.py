@@ -35,7 +35,7 @@ def stride_k(n: int) -> int:
     return k
 
 
-@staged(MatMul)
+@staged(MatMul, shared=True)
 def build_matmul(node, compile):
     """The output dtype and whether K runs in MLAS's blocks, read once per node: per call
     they cost ~0.4 us of a small product's ~1.8."""

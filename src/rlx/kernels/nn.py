@@ -395,38 +395,51 @@ def build_conv(node, compile):
     is the same array every run), and the convolution they make is bound to the last
     call's x shape, w and b. The caches only ever receive complete entries, so concurrent
     runs are safe and at worst redo the work."""
-    op = node.op
-    out_dtype = node.shape.dtype.numpy
-    dt = _compute_dtype(out_dtype)
-    # input shapes -> (plan, what its weight layout depends on: None = channels last)
-    plans: dict[tuple, tuple[_ConvPlan | _ChannelsLastPlan | _BandedPlan, Any]] = {}
-    weights: list[tuple] = [(None, None, (), None, None)]
-    # the last call's x shape, w and b and the convolution bound to them: a run of a
-    # static-shape graph finds it with one comparison (a 1x1 conv of 64 x 125: 12.4 ->
-    # 11.0 us a call, of which ~10.5 the GEMM)
-    last: list[tuple] = [((), None, None, None)]
+    return _ConvStep(node.op, node.shape.dtype.numpy).step
 
-    def step(x, w, b=None):
-        shape, w0, b0, run = last[0]
+
+_NO_CALL: tuple = ((), None, None, None)
+_NO_LAYOUT: tuple = (None, None, (), None, None)
+
+
+class _ConvStep:
+    """One Conv node's caches, in slots, and its `step` (with its bound method ~150 bytes a
+    node; a closure over a dict and two lists was ~670): the plans per (x, w) shape, the
+    dict made on the first call; the weight layout of the last weights (w, b, what the
+    layout depends on, layout, bias); the convolution bound to the last call's x shape, w
+    and b: a run of a static-shape graph finds it with one comparison (a 1x1 conv of
+    64 x 125: 12.4 -> 11.0 us a call, of which ~10.5 the GEMM). Caches are replaced whole
+    or given complete entries, never edited in part."""
+
+    __slots__ = ("op", "dt", "out_dtype", "plans", "layout", "last")
+
+    def __init__(self, op: Conv, out_dtype: np.dtype):
+        self.op, self.out_dtype, self.dt = op, out_dtype, _compute_dtype(out_dtype)
+        self.plans: dict[tuple, tuple[_ConvPlan | _ChannelsLastPlan | _BandedPlan, Any]] \
+            | None = None
+        self.layout, self.last = _NO_LAYOUT, _NO_CALL
+
+    def step(self, x, w, b=None):
+        shape, w0, b0, run = self.last
         if w0 is w and b0 is b and shape == x.shape:
             return run(x)
         key = (x.shape, w.shape)
+        plans = self.plans
+        if plans is None:
+            plans = self.plans = {}
         found = plans.get(key)
         if found is None:
-            found = plans[key] = _chosen_plan(op, x.shape, w.shape, dt.itemsize)
+            found = plans[key] = _chosen_plan(self.op, x.shape, w.shape, self.dt.itemsize)
         # the layout depends on x's shape too: another input size may need another path
         # or other pieces
         plan, layout_key = found
-        cached = weights[0]
+        cached = self.layout
         if cached[0] is not w or cached[1] is not b or cached[2] != layout_key:
-            cached = weights[0] = (w, b, layout_key,
-                                   *_conv_weights(w, b, op.groups, dt, plan))
-        layout, bias = cached[3:]
-        run = _bound_conv(plan, layout, bias, dt, out_dtype)
-        last[0] = (x.shape, w, b, run)
+            cached = self.layout = (w, b, layout_key,
+                                    *_conv_weights(w, b, self.op.groups, self.dt, plan))
+        run = _bound_conv(plan, cached[3], cached[4], self.dt, self.out_dtype)
+        self.last = (x.shape, w, b, run)
         return run(x)
-
-    return step
 
 
 def _bound_conv(plan: _ConvPlan | _ChannelsLastPlan | _BandedPlan, layout: Any,
@@ -634,7 +647,7 @@ def _pool_plan(op: Pool, shape: tuple[int, ...]) -> tuple:
     return win, out, end, tuple(_taps(win, out)), counts
 
 
-@staged(Pool)
+@staged(Pool, shared=True)
 def build_pool(node, compile):
     """Pooling with its geometry planned once per input shape, bound to it."""
     op = node.op
@@ -702,7 +715,7 @@ def _columns(view: np.ndarray, rows: np.ndarray | None, index: tuple | None,
     return copied.view(view.dtype).reshape(shape)
 
 
-@staged(GlobalPool)
+@staged(GlobalPool, shared=True)
 def build_global_pool(node, compile):
     """One reduction over the flattened spatial axes. An average is a matrix-vector product
     with a vector of 1/count (BLAS): ~4x faster than numpy's row reduction on [C, H*W],
@@ -749,7 +762,7 @@ def _shifted(x: np.ndarray, axis: int) -> np.ndarray:
 _ROW_SUM_FLOOR = 2.0 ** -30
 
 
-@staged(Softmax)
+@staged(Softmax, shared=True)
 def build_softmax(node, compile):
     """exp(x - max) / sum. Along the last axis the shift is the tensor's max (one fast
     reduction; the max of each short row costs ~3x the exp) and the sums are a

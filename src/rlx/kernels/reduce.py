@@ -81,7 +81,7 @@ _REDUCERS = {
 }
 
 
-@staged(Reduce)
+@staged(Reduce, shared=True)
 def build_reduce(node, compile):
     """The op's static axes resolved once per input rank; the dynamic form's each run."""
     op, dtype = node.op, node.shape.dtype.numpy

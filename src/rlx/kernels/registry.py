@@ -18,8 +18,8 @@ from typing import Any
 
 from rlx.ir.ops.base import Op
 
-__all__ = ["Kernel", "Builder", "KERNELS", "BUILDERS", "kernel", "builder", "staged", "has_kernel",
-           "load_kernels"]
+__all__ = ["Kernel", "Builder", "KERNELS", "BUILDERS", "SHARED_STEPS", "kernel", "builder",
+           "staged", "has_kernel", "load_kernels"]
 
 Kernel = Callable[..., Any]
 Builder = Callable[..., Callable[..., Any]]
@@ -31,6 +31,10 @@ WRITES_INTO: dict[type[Op], Callable[[Any], bool]] = {}
 be one of its inputs) and writes its result there: `WRITES_INTO[type](node)` says whether
 this node's step does. The runtime passes a dying input's buffer, so a chain of elementwise
 ops runs in one buffer (every kernel it names is elementwise: same position in, out)."""
+SHARED_STEPS: set[type[Op]] = set()
+"""Op types whose built step depends on the node's op object, shape and input count only
+(no state bound to one node's inputs, such as a weight layout): a session builds one step
+for all the nodes that share those (`staged(shared=True)`)."""
 
 
 def kernel(*op_types: type[Op]) -> Callable[[Kernel], Kernel]:
@@ -60,16 +64,20 @@ def builder(*op_types: type[Op]) -> Callable[[Builder], Builder]:
     return register
 
 
-def staged(*op_types: type[Op]) -> Callable[[Builder], Builder]:
+def staged(*op_types: type[Op], shared: bool = False) -> Callable[[Builder], Builder]:
     """Register a builder that needs no `compile` (it is called with None) for `op_types`,
     and as their kernel too. Why: compile-time work (a weight's layout, a constant's
     conversion) is done once per session, while constant folding still finds a kernel.
-    When: any op with per-node work that can be done before the first run."""
+    When: any op with per-node work that can be done before the first run. `shared`: the
+    step reads nothing of its node but `node.op`, `node.shape` and how many inputs it has
+    (`SHARED_STEPS`), so nodes alike run one step: a CNN's 58 SiLUs hold one closure."""
 
     def register(fn: Builder) -> Builder:
         for op_type in op_types:
             assert op_type not in KERNELS and op_type not in BUILDERS, op_type
             BUILDERS[op_type] = fn
+            if shared:
+                SHARED_STEPS.add(op_type)
             KERNELS[op_type] = functools.partial(_build_and_run, fn)
         return fn
 

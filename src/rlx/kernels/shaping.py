@@ -98,7 +98,7 @@ def _probe(shape: tuple[int, ...]) -> np.ndarray:
     return np.broadcast_to(np.empty((), np.bool_), shape)
 
 
-@staged(Reshape)
+@staged(Reshape, shared=True)
 def build_reshape(node, compile):
     op = node.op
     target = _per_shape(op.shape is not None, lambda shape, operand=None: tuple(
@@ -106,7 +106,7 @@ def build_reshape(node, compile):
     return lambda x, shape=None: x.reshape(target(x.shape, shape))
 
 
-@staged(Transpose)
+@staged(Transpose, shared=True)
 def build_transpose(node, compile):
     perm = node.op.resolved_perm(node.shape.rank)  # the output rank is the input's
     return lambda x: x.transpose(perm)
@@ -127,7 +127,7 @@ def tile(node, x, repeats=None):
     return np.tile(x, _given_ints(node.op.repeats, repeats))
 
 
-@staged(Flatten)
+@staged(Flatten, shared=True)
 def build_flatten(node, compile):
     axis = node.op.axis
 
@@ -139,7 +139,7 @@ def build_flatten(node, compile):
     return lambda x: x.reshape(target(x.shape))
 
 
-@staged(Squeeze)
+@staged(Squeeze, shared=True)
 def build_squeeze(node, compile):
     op = node.op
     target = _per_shape(op.axes is not None, lambda shape, axes=None: np.squeeze(
@@ -147,7 +147,7 @@ def build_squeeze(node, compile):
     return lambda x, axes=None: x.reshape(target(x.shape, axes))
 
 
-@staged(Unsqueeze)
+@staged(Unsqueeze, shared=True)
 def build_unsqueeze(node, compile):
     op = node.op
     target = _per_shape(op.axes is not None, lambda shape, axes=None: np.expand_dims(
@@ -155,7 +155,7 @@ def build_unsqueeze(node, compile):
     return lambda x, axes=None: x.reshape(target(x.shape, axes))
 
 
-@staged(Slice)
+@staged(Slice, shared=True)
 def build_slice(node, compile):
     op = node.op
 
@@ -172,7 +172,7 @@ def build_slice(node, compile):
     return lambda x, *operands: x[index(x.shape, *operands)]
 
 
-@staged(Split)
+@staged(Split, shared=True)
 def build_split(node, compile):
     """The pieces as basic slices worked out once (views, like np.split, without its ~10 us
     of set-up per call: unrolled recurrent cells split their gates at every time step)."""
@@ -183,7 +183,7 @@ def build_split(node, compile):
     return lambda x: tuple(x[i] for i in index)
 
 
-@staged(Pad)
+@staged(Pad, shared=True)
 def build_pad(node, compile):
     """Pad with its plan worked out once per input shape (`_pad_plan`): np.pad itself
     spends ~40 us per call on setup, more than a small tensor's copy."""

@@ -115,20 +115,31 @@ def _aliases(v: int, readers: dict[int, list[Node]],
     return out
 
 
-def into(run: Callable[..., Any], node: Node, k: int) -> Callable[..., Any]:
+def into(run: Callable[..., Any], node: Node, k: int,
+         alike: dict[tuple, Callable[..., Any]]) -> Callable[..., Any]:
     """`run` with input `k`'s buffer as `out=` when it is a writable array of the output's
-    dtype (else as before). The planner matched its shape to the output's symbolically, so
-    sizes agree unless a dim is unknown ("?"): only then are shapes compared."""
+    dtype (else as before), one wrapper per kind in `alike` (steps shared by nodes alike,
+    `SHARED_STEPS`, share theirs). The planner matched its shape to the output's
+    symbolically, so sizes agree unless a dim is unknown ("?"): only then are shapes
+    compared."""
     shape = node.tensor_shape  # plan_reuse plans steps that yield one tensor only
-    dtype = shape.dtype.numpy
-    if len(node.inputs) == 1:  # no *args to pack and unpack (~0.2 us a step)
+    key = (id(run), shape.dtype, k, len(node.inputs), "?" in shape.dims)  # `run` is held
+    found = alike.get(key)
+    if found is None:
+        found = alike[key] = _wrapped(run, shape.dtype.numpy, k, len(node.inputs), key[-1])
+    return found
+
+
+def _wrapped(run: Callable[..., Any], dtype: np.dtype, k: int, arity: int,
+             unknown: bool) -> Callable[..., Any]:
+    if arity == 1:  # no *args to pack and unpack (~0.2 us a step)
         def single(x: Any) -> Any:
             if type(x) is np.ndarray and x.dtype == dtype and x.flags.writeable:
                 return run(x, out=x)
             return run(x)
 
         return single
-    if "?" not in shape.dims:
+    if not unknown:
         def step(*args: Any) -> Any:
             buf = args[k]
             if type(buf) is np.ndarray and buf.dtype == dtype and buf.flags.writeable:

@@ -11,6 +11,7 @@ import functools
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
+from types import MethodType
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.shape import Shape
 from rlx.ir.verification import verify
-from rlx.kernels.registry import BUILDERS, KERNELS, has_kernel, load_kernels
+from rlx.kernels.registry import BUILDERS, KERNELS, SHARED_STEPS, has_kernel, load_kernels
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.runtime.feeds import FeedChecker
 from rlx.runtime.heap import keep_freed_memory, release_free_heap
@@ -78,11 +79,12 @@ class CompiledGraph:
         self._feeds = FeedChecker(self._inputs)
         self._constants: dict[int, np.ndarray] = {}
         steps: list[tuple[Node, Callable]] = []
+        alike: dict[tuple, Callable] = {}  # the steps nodes share (`_resolve`)
         for node in graph.nodes():
             if isinstance(node.op, Constant):
                 self._constants[node.id] = node.op.array(node.tensor_shape)
             elif not isinstance(node.op, Input):
-                steps.append((node, self._resolve(node)))
+                steps.append((node, _resolve(node, alike)))
         # the plan's records live while compiling only: a run needs the loop below
         planned = _plan(graph, steps, keep=set(graph.outputs) | set(self._constants))
         self.steps: tuple[Node, ...] = tuple(st.node for st in planned)
@@ -93,20 +95,13 @@ class CompiledGraph:
         # IEEE results (inf, NaN) are values here, not warnings: one context for the whole
         # run, so the elementwise steps need none of their own (`kernels.elementwise.quiet`)
         self._steps_run = _quiet(self._run_steps)
-        self._loop = [(_into(st.run, st.node, self.reuses[st.node.id])
+        alike.clear()  # now keyed by the wrapped step: the reusing steps share theirs too
+        self._loop = [(_into(st.run, st.node, self.reuses[st.node.id], alike)
                        if st.node.id in self.reuses else st.run,
                        *_fetcher(st.inputs), st.node.id, st.frees)
                       for st in planned]
         if not nested and keep_heap:
             release_free_heap()  # what compiling freed: its peak is not what it keeps
-
-    @staticmethod
-    def _resolve(node: Node) -> Callable:
-        load_kernels(type(node.op))
-        build = BUILDERS.get(type(node.op))
-        if build is not None:
-            return build(node, functools.partial(CompiledGraph, nested=True))
-        return functools.partial(KERNELS[type(node.op)], node)
 
     @property
     def input_names(self) -> list[str]:
@@ -132,7 +127,7 @@ class CompiledGraph:
     @property
     def loop(self) -> list[tuple]:
         """The run loop: `(run, fetch, one input?, output id, ids freed after)` per step;
-        `fetch(values)` gives the input values (a tuple, or the value itself for one)."""
+        with one input `fetch` is its id, else `fetch(values)` gives the inputs' tuple."""
         return self._loop
 
     def _execute(self, values: dict[int, Any]) -> list[np.ndarray]:
@@ -144,7 +139,7 @@ class CompiledGraph:
         # the hot loop: plain tuples, no attribute lookups per step
         for run, fetch, single, out, frees in loop:
             try:
-                values[out] = run(fetch(values)) if single else run(*fetch(values))
+                values[out] = run(values[fetch]) if single else run(*fetch(values))
             except RlxError:
                 raise
             except Exception as err:
@@ -201,12 +196,39 @@ def _all_nodes(graph: Graph) -> Iterator[Node]:
             pending.extend(node.op.subgraphs())
 
 
-def _fetcher(inputs: tuple[int, ...]) -> tuple[Callable[[dict], Any], bool]:
-    """(fetch, single): an itemgetter for the step's inputs, ~3x cheaper per step than
-    building the argument list in Python; with one key it returns the bare value."""
-    if not inputs:
-        return (lambda values: ()), False
-    return operator.itemgetter(*inputs), len(inputs) == 1
+def _resolve(node: Node, alike: dict[tuple, Callable]) -> Callable:
+    """The step that runs `node`: its op's built step (one for all the nodes of one op
+    object, shape and arity where the op's builder allows, `SHARED_STEPS`), or its kernel
+    bound to it as a method (64 bytes; a `functools.partial` is ~180)."""
+    op_type = type(node.op)
+    load_kernels(op_type)
+    build = BUILDERS.get(op_type)
+    if build is None:
+        return MethodType(KERNELS[op_type], node)
+    if op_type not in SHARED_STEPS:
+        return build(node, _NESTED)
+    key = (id(node.op), node.shape, len(node.inputs))  # the graph holds its ops meanwhile
+    run = alike.get(key)
+    if run is None:
+        run = alike[key] = build(node, _NESTED)
+    return run
+
+
+_NESTED = functools.partial(CompiledGraph, nested=True)
+"""How builders compile a subgraph; one object for all of them."""
+
+
+def _no_inputs(values: dict) -> tuple:
+    return ()
+
+
+def _fetcher(inputs: tuple[int, ...]) -> tuple[Callable[[dict], Any] | int, bool]:
+    """(fetch, single): the input's id for one input (the loop reads `values[id]`), else
+    an itemgetter for the step's inputs, ~3x cheaper per step than building the argument
+    list in Python."""
+    if len(inputs) == 1:
+        return inputs[0], True
+    return (operator.itemgetter(*inputs) if inputs else _no_inputs), False
 
 
 def _plan(graph: Graph, steps: Sequence[tuple[Node, Callable]], keep: set[int]) -> list[_Step]:
