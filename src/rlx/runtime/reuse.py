@@ -47,55 +47,55 @@ def _is_fresh(node: Node) -> bool:
     return isinstance(op, _FRESH) and not isinstance(node.shape, tuple)
 
 
-def plan_reuse(graph: Graph, steps: Sequence[Any]) -> dict[int, int]:
+def plan_reuse(graph: Graph, steps: Sequence[Node]) -> dict[int, int]:
     """Node id -> position of the input whose buffer that step may write into; `steps` are
-    the planned steps (`.node`) in run order."""
-    last_use: dict[int, int] = {}
-    for p, st in enumerate(steps):
-        for i in st.node.inputs:
+    the nodes that run, in run order. Per-value facts are lists indexed by node id (ids
+    are positions): dicts and sets of every value were most of a compile's peak."""
+    last_use = [-1] * len(graph)
+    for p, node in enumerate(steps):
+        for i in node.inputs:
             last_use[i] = p
     keep = set(graph.outputs)
-    views = _views(graph, steps)
-    fresh: set[int] = set()
+    views = _views(steps)
+    fresh = bytearray(len(graph))
     reuses: dict[int, int] = {}
-    for p, st in enumerate(steps):
-        node = st.node
+    for p, node in enumerate(steps):
         if _is_fresh(node):
-            fresh.add(node.id)
+            fresh[node.id] = 1
         load_kernels(type(node.op))
         writes = WRITES_INTO.get(type(node.op))
         if writes is None or isinstance(node.shape, tuple) or not writes(node):
             continue
         for k, v in enumerate(node.inputs):
             source = graph.node(v)
-            if (v in fresh and v not in keep and last_use.get(v) == p
+            if (fresh[v] and v not in keep and last_use[v] == p
                     and not isinstance(source.op, (Input, Constant, Param))
                     and source.shape == node.shape and node.inputs.count(v) == 1
-                    and all(last_use.get(a, -1) < p and a not in keep for a in views[v])):
+                    and all(last_use[a] < p and a not in keep
+                            for a in views.get(v, _NO_ALIASES))):
                 reuses[node.id] = k
-                fresh.add(node.id)  # its result is that buffer: fresh for the next step
+                fresh[node.id] = 1  # its result is that buffer: fresh for the next step
                 break
     return reuses
 
 
-def _views(graph: Graph, steps: Sequence[Any]) -> dict[int, AbstractSet[int]]:
-    """Per value: the values that may share its memory (outputs of non-fresh ops fed by it,
-    transitively, including through tuple-valued nodes and their TupleGets)."""
-    readers: dict[int, list[Node]] = {}
-    for st in steps:
-        for i in st.node.inputs:
-            readers.setdefault(i, []).append(st.node)
+def _views(steps: Sequence[Node]) -> dict[int, AbstractSet[int]]:
+    """The values that may share another's memory (outputs of non-fresh ops fed by it,
+    transitively, including through tuple-valued nodes and their TupleGets), for each
+    value that has any."""
+    readers: dict[int, list[Node]] = {}  # of the non-fresh readers only
+    for node in steps:
+        if not _is_fresh(node):
+            for i in node.inputs:
+                readers.setdefault(i, []).append(node)
     memo: dict[int, AbstractSet[int]] = {}
-    for st in reversed(steps):  # readers before their inputs: shallow recursion
-        _aliases(st.node.id, readers, memo)
-    for node in graph.nodes():
-        _aliases(node.id, readers, memo)
+    for v in sorted(readers, reverse=True):  # readers after their inputs: no recursion depth
+        _aliases(v, readers, memo)
     return memo
 
 
 _NO_ALIASES: frozenset[int] = frozenset()
-"""The aliases of most values: one object for all of them (an empty set is 216 bytes; one
-per node was most of a compile's peak, which the allocator keeps resident)."""
+"""The aliases of a value no non-fresh op reads: most values."""
 
 
 def _aliases(v: int, readers: dict[int, list[Node]],
@@ -105,14 +105,14 @@ def _aliases(v: int, readers: dict[int, list[Node]],
     the plan (~0.2 MiB for a 400-node CNN) until the cyclic collector ran."""
     if v in memo:
         return memo[v]
-    found: set[int] | None = None
-    for reader in readers.get(v, ()):
-        if not _is_fresh(reader):
-            found = set() if found is None else found
-            found.add(reader.id)
-            found |= _aliases(reader.id, readers, memo)
-    memo[v] = out = _NO_ALIASES if found is None else found
-    return out
+    if v not in readers:
+        return _NO_ALIASES
+    found: set[int] = set()
+    for reader in readers[v]:
+        found.add(reader.id)
+        found |= _aliases(reader.id, readers, memo)
+    memo[v] = found
+    return found
 
 
 def into(run: Callable[..., Any], node: Node, k: int,

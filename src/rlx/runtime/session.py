@@ -22,7 +22,6 @@ from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.shape import Shape
 from rlx.ir.verification import verify
 from rlx.kernels.registry import BUILDERS, KERNELS, SHARED_STEPS, has_kernel, load_kernels
-from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 from rlx.runtime.feeds import FeedChecker
 from rlx.runtime.heap import keep_freed_memory, release_free_heap
 from rlx.runtime.reuse import into as _into
@@ -54,14 +53,6 @@ class Session:
         return CompiledGraph(graph, keep_heap=self.keep_heap)
 
 
-@dataclass(frozen=True, slots=True)
-class _Step:
-    node: Node
-    run: Callable[..., Any]
-    inputs: tuple[int, ...]
-    frees: tuple[int, ...]  # values whose last reader is this step
-
-
 class CompiledGraph:
     """A graph ready to run. `run(feeds)` returns the outputs in graph order."""
 
@@ -78,28 +69,30 @@ class CompiledGraph:
         self._input_ids = [n.id for n in self._inputs]
         self._feeds = FeedChecker(self._inputs)
         self._constants: dict[int, np.ndarray] = {}
-        steps: list[tuple[Node, Callable]] = []
+        nodes: list[Node] = []
+        runs: list[Callable] = []
         alike: dict[tuple, Callable] = {}  # the steps nodes share (`_resolve`)
         for node in graph.nodes():
             if isinstance(node.op, Constant):
                 self._constants[node.id] = node.op.array(node.tensor_shape)
             elif not isinstance(node.op, Input):
-                steps.append((node, _resolve(node, alike)))
-        # the plan's records live while compiling only: a run needs the loop below
-        planned = _plan(graph, steps, keep=set(graph.outputs) | set(self._constants))
-        self.steps: tuple[Node, ...] = tuple(st.node for st in planned)
+                nodes.append(node)
+                runs.append(_resolve(node, alike))
+        self.steps: tuple[Node, ...] = tuple(nodes)
         """The nodes that run, in run order (Inputs and Constants are not steps)."""
-        self.reuses: dict[int, int] = plan_reuse(graph, planned)
+        del nodes
+        self.reuses: dict[int, int] = plan_reuse(graph, self.steps)
         """Node id -> the input position whose dying buffer that step writes its result
         into (elementwise steps after a fresh producer, `plan_reuse`)."""
         # IEEE results (inf, NaN) are values here, not warnings: one context for the whole
         # run, so the elementwise steps need none of their own (`kernels.elementwise.quiet`)
         self._steps_run = _quiet(self._run_steps)
+        frees = _frees(graph, self.steps, keep=set(graph.outputs) | set(self._constants))
         alike.clear()  # now keyed by the wrapped step: the reusing steps share theirs too
-        self._loop = [(_into(st.run, st.node, self.reuses[st.node.id], alike)
-                       if st.node.id in self.reuses else st.run,
-                       *_fetcher(st.inputs), st.node.id, st.frees)
-                      for st in planned]
+        self._loop = [(_into(run, node, self.reuses[node.id], alike)
+                       if node.id in self.reuses else run,
+                       *_fetcher(node.inputs), node.id, free)
+                      for node, run, free in zip(self.steps, runs, frees)]
         if not nested and keep_heap:
             release_free_heap()  # what compiling freed: its peak is not what it keeps
 
@@ -231,15 +224,17 @@ def _fetcher(inputs: tuple[int, ...]) -> tuple[Callable[[dict], Any] | int, bool
     return (operator.itemgetter(*inputs) if inputs else _no_inputs), False
 
 
-def _plan(graph: Graph, steps: Sequence[tuple[Node, Callable]], keep: set[int]) -> list[_Step]:
-    last_use: dict[int, int] = {}
-    for position, (node, _) in enumerate(steps):
+def _frees(graph: Graph, steps: Sequence[Node], keep: set[int]) -> list[tuple[int, ...]]:
+    """Per step, the values whose last reader it is, but those in `keep`. Lists indexed by
+    node id (ids are positions) and shared empty tuples: a dict and a list per step were
+    most of a compile's peak, which the allocator keeps resident."""
+    last_use = [-1] * len(graph)
+    for position, node in enumerate(steps):
         for i in node.inputs:
             last_use[i] = position
-    frees: list[list[int]] = [[] for _ in steps]
-    for value, position in last_use.items():
-        if value not in keep:
-            frees[position].append(value)
-    return [
-        _Step(node, run, node.inputs, tuple(frees[p])) for p, (node, run) in enumerate(steps)
-    ]
+    frees: list[tuple[int, ...]] = [()] * len(steps)
+    for position, node in enumerate(steps):
+        for i in node.inputs:  # the inputs' own ints: ids past 256 are objects of their own
+            if last_use[i] == position and i not in keep and i not in frees[position]:
+                frees[position] += (i,)
+    return frees
