@@ -84,9 +84,6 @@ class CompiledGraph:
         self.reuses: dict[int, int] = plan_reuse(graph, self.steps)
         """Node id -> the input position whose dying buffer that step writes its result
         into (elementwise steps after a fresh producer, `plan_reuse`)."""
-        # IEEE results (inf, NaN) are values here, not warnings: one context for the whole
-        # run, so the elementwise steps need none of their own (`kernels.elementwise.quiet`)
-        self._steps_run = _quiet(self._run_steps)
         frees = _frees(graph, self.steps, keep=set(graph.outputs) | set(self._constants))
         alike.clear()  # now keyed by the wrapped step: the reusing steps share theirs too
         self._loop = [(_into(run, node, self.reuses[node.id], alike)
@@ -126,21 +123,7 @@ class CompiledGraph:
     def _execute(self, values: dict[int, Any]) -> list[np.ndarray]:
         values.update(self._constants)
         timer = STEP_TIMER.get()
-        return self._steps_run(values, self._loop if timer is None else timer.loop(self))
-
-    def _run_steps(self, values: dict[int, Any], loop: Iterable[tuple]) -> list[np.ndarray]:
-        # the hot loop: plain tuples, no attribute lookups per step
-        for run, fetch, single, out, frees in loop:
-            try:
-                values[out] = run(values[fetch]) if single else run(*fetch(values))
-            except RlxError:
-                raise
-            except Exception as err:
-                node = self.graph.node(out)
-                raise KernelError(f"while running {node.label}: {err}") from err
-            for i in frees:
-                del values[i]
-        return [values[o] for o in self.graph.outputs]
+        return _RUN_STEPS(self, values, self._loop if timer is None else timer.loop(self))
 
     def __repr__(self) -> str:
         return f"CompiledGraph({self.graph.name!r}, {len(self.steps)} steps)"
@@ -159,6 +142,29 @@ def _quiet(run: Callable[..., list[np.ndarray]]) -> Callable[..., list[np.ndarra
             return run(*args)
 
     return one_context
+
+
+def _run_steps(compiled: CompiledGraph, values: dict[int, Any],
+               loop: Iterable[tuple]) -> list[np.ndarray]:
+    # the hot loop: plain tuples, no attribute lookups per step
+    for run, fetch, single, out, frees in loop:
+        try:
+            values[out] = run(values[fetch]) if single else run(*fetch(values))
+        except RlxError:
+            raise
+        except Exception as err:
+            node = compiled.graph.node(out)
+            raise KernelError(f"while running {node.label}: {err}") from err
+        for i in frees:
+            del values[i]
+    return [values[o] for o in compiled.graph.outputs]
+
+
+_RUN_STEPS = _quiet(_run_steps)
+"""A run's loop with IEEE results (inf, NaN) as values, not warnings: one context for the
+whole run, so the elementwise steps need none of their own (`kernels.elementwise.quiet`).
+One for all graphs: a wrapper of a graph's bound method, kept on the graph, was a reference
+cycle that held a dropped model's steps until the cyclic collector ran."""
 
 
 def _check_runnable(graph: Graph) -> None:
