@@ -231,16 +231,19 @@ def _fetcher(inputs: tuple[int, ...]) -> tuple[Callable[[dict], Any] | int, bool
 
 
 def _frees(graph: Graph, steps: Sequence[Node], keep: set[int]) -> list[tuple[int, ...]]:
-    """Per step, the values whose last reader it is, but those in `keep`. Lists indexed by
-    node id (ids are positions) and shared empty tuples: a dict and a list per step were
+    """Per step, the values whose last reader it is, but those in `keep`: the step's own
+    `inputs` tuple when it frees all of them (most steps), so a step keeps no tuple of its
+    own. Lists indexed by node id (ids are positions): a dict and a list per step were
     most of a compile's peak, which the allocator keeps resident."""
     last_use = [-1] * len(graph)
     for position, node in enumerate(steps):
         for i in node.inputs:
             last_use[i] = position
-    frees: list[tuple[int, ...]] = [()] * len(steps)
+    frees: list[tuple[int, ...]] = []
     for position, node in enumerate(steps):
+        freed: tuple[int, ...] = ()
         for i in node.inputs:  # the inputs' own ints: ids past 256 are objects of their own
-            if last_use[i] == position and i not in keep and i not in frees[position]:
-                frees[position] += (i,)
+            if last_use[i] == position and i not in keep and i not in freed:
+                freed += (i,)
+        frees.append(node.inputs if freed == node.inputs else freed)
     return frees
