@@ -24,7 +24,8 @@ from rlx.ir.ops.nn import (
     ResizeMode,
     Softmax,
 )
-from rlx.kernels.nn import _nearest_repeats, build_conv, build_pool
+from rlx.kernels.nn import _nearest_repeats
+from rlx.kernels.windows import build_conv, build_pool
 from rlx.runtime import Session
 from tests.support import build_op_graph, onnx_reference, run_op
 
@@ -98,13 +99,13 @@ CONV_CASES = [
     ((1, 2, 6, 5), (3, 2, 6, 5), 1, (3, 3), (0, 0, 0, 0), (1, 1), True),  # kernel = input
     ((1, 2, 5, 6, 4), (3, 2, 2, 3, 2), 1, (1, 2, 1), (1, 0, 1, 0, 1, 1), (2, 1, 1), True),
     ((0, 3, 5, 5), (2, 3, 3, 3), 1, (1, 1), (1, 1, 1, 1), (1, 1), True),  # empty batch
-    # im2col copies of >= 512 rows copy whole rows (kernels.nn._row_type): one GEMM, grouped,
+    # im2col copies of >= 512 rows copy whole rows (kernels.windows._row_type): one GEMM, grouped,
     # dilated taps, a stride along the rows only
     ((1, 16, 12, 12), (8, 16, 3, 3), 1, (1, 1), (1, 1, 1, 1), (1, 1), True),
     ((2, 8, 9, 16), (8, 2, 3, 3), 4, (1, 1), (1, 0, 1, 2), (1, 1), True),
     ((1, 8, 10, 12), (4, 8, 3, 3), 1, (1, 1), (2, 2, 2, 2), (2, 2), False),
     ((1, 8, 20, 12), (4, 8, 3, 3), 1, (2, 1), (1, 1, 1, 1), (1, 1), False),
-    # rows that meet the input with fewer kernel rows run as pieces (kernels.nn._row_runs)
+    # rows that meet the input with fewer kernel rows run as pieces (kernels.windows._row_runs)
     ((1, 40, 2, 96), (40, 1, 5, 5), 40, (1, 1), (2, 2, 2, 2), (1, 1), True),
     ((1, 24, 3, 20), (24, 1, 5, 5), 24, (2, 1), (2, 2, 2, 2), (1, 1), False),
     ((1, 3, 1, 6), (4, 3, 3, 3), 1, (1, 1), (3, 1, 3, 1), (1, 1), True),  # rows of padding
@@ -119,7 +120,7 @@ CONV_CASES = [
     ((1, 64, 3, 96), (64, 1, 5, 5), 64, (1, 1), (2, 2, 2, 2), (1, 1), False),
     ((1, 64, 4, 5, 6), (64, 1, 2, 3, 2), 64, (1, 2, 1), (1, 0, 1, 0, 1, 1), (2, 1, 1), True),
     ((0, 64, 5, 5), (64, 1, 3, 3), 64, (1, 1), (1, 1, 1, 1), (1, 1), True),  # empty batch
-    # depthwise over narrow rows: banded GEMMs (kernels.nn._BandedPlan), padding, strides and
+    # depthwise over narrow rows: banded GEMMs (kernels.windows._BandedPlan), padding, strides and
     # dilations along the rows in the bands
     ((1, 64, 25, 5), (64, 1, 3, 3), 64, (1, 1), (1, 1, 1, 1), (1, 1), True),
     ((2, 6, 9, 10), (6, 1, 3, 3), 6, (2, 3), (0, 2, 1, 1), (1, 2), True),

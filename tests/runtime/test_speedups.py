@@ -106,7 +106,7 @@ def test_a_wide_depthwise_conv_switches_path_with_the_input_size():
 def test_kernel_rows_that_read_only_padding_are_not_multiplied():
     """Over 2 rows padded by 2, a 5x5 kernel meets the input with 2 of its 5 rows at each
     output row: the im2col matrices hold 40% of the full one, and the result is the same."""
-    from rlx.kernels.nn import _conv_plan
+    from rlx.kernels.windows import _conv_plan
 
     op = Conv(pads=(2, 2, 2, 2), groups=200)
     plan = _conv_plan(op, (1, 200, 2, 96), (200, 1, 5, 5), 4)
@@ -124,7 +124,7 @@ def test_kernel_rows_that_read_only_padding_are_not_multiplied():
 def test_a_large_im2col_matrix_is_made_a_few_rows_at_a_time():
     """One group's im2col matrix over 200 rows of 40 positions would take 2.3 MB: it is made
     in pieces of up to 1 MiB of rows, and the result is the same."""
-    from rlx.kernels.nn import _PIECE_BYTES, _conv_plan
+    from rlx.kernels.windows import _PIECE_BYTES, _conv_plan
 
     op = Conv(pads=(1, 1, 1, 1))
     plan = _conv_plan(op, (1, 8, 200, 40), (4, 8, 3, 3), 4)
@@ -143,10 +143,10 @@ def test_a_large_im2col_matrix_is_made_a_few_rows_at_a_time():
 
 
 def test_row_runs_agree_with_every_output_row_checked_one_by_one():
-    """kernels.nn._row_runs looks only at the border rows; the definition checks each tap
+    """kernels.windows._row_runs looks only at the border rows; the definition checks each tap
     of each row against the input."""
     from rlx.ir.ops.nn import Window
-    from rlx.kernels.nn import _row_runs
+    from rlx.kernels.windows import _row_runs
 
     for k, s, d, b, e, size in itertools.product(range(1, 6), range(1, 4), range(1, 4),
                                                  range(5), range(5), range(1, 12)):
@@ -287,7 +287,7 @@ def test_depthwise_conv_over_narrow_rows_runs_as_banded_gemms(channels, rows, wi
     """Banded GEMMs while the rows are at most 8 kernel widths wide (they multiply W / kw
     times the products), im2col past that; with 64 channels or more, channels-last below
     32 positions per channel. The same result either way."""
-    from rlx.kernels.nn import _BandedPlan, _chosen_plan
+    from rlx.kernels.windows import _BandedPlan, _chosen_plan
 
     op = Conv(pads=(1, 2, 1, 2), groups=channels)
     x_shape, w_shape = (2, channels, rows, width), (channels, 1, 3, kernel)

@@ -1,6 +1,6 @@
 """Kernels by op family, registered in `rlx.kernels.registry` as their modules are imported.
 
-A compile imports the kernels of its ops' families only (`registry.load_kernels`); this
+A compile imports the kernels of its ops (their families') only (`registry.load_kernels`); this
 package's names, the complete registries, import every kernel module on first use (PEP 562).
 """
 
@@ -10,7 +10,7 @@ import importlib
 from typing import Any
 
 KERNEL_MODULES = ("control", "elementwise", "integer", "linalg", "multi", "nn", "packed",
-                  "qlinear", "quant", "reduce", "shaping")
+                  "qlinear", "quant", "reduce", "shaping", "windows")
 """Every module that registers kernels."""
 
 __all__ = ["BUILDERS", "KERNELS", "WRITES_INTO", "has_kernel"]

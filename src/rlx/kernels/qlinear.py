@@ -4,7 +4,7 @@ float GEMMs (the argument of `rlx.kernels.integer`), then onnxruntime's requanti
 A convolution's output is a sum of C/g * prod(kernel) products of |x - x_zero| <= A and
 |w - w_zero| <= B. float32 sums `exact_terms(A, B)` such products exactly in any order, so
 the input channels are cut into slices of at most that many terms per output, each one
-float32 Conv (rlx.kernels.nn's: im2col and BLAS), and the slices' integer results are
+float32 Conv (rlx.kernels.windows': im2col and BLAS), and the slices' integer results are
 added in float64 (exact below 2^53). A grouped Conv whose groups are too wide for one slice
 runs as one float64 Conv, exact while C/g * prod(kernel) * A * B < 2^53 (a window of 2^37
 terms at A = B = 255). A is read off x's type and zero point, B measured once on a constant
@@ -33,8 +33,8 @@ from rlx.kernels.integer import (
     weight_product,
     widest,
 )
-from rlx.kernels.nn import build_conv
 from rlx.kernels.registry import staged
+from rlx.kernels.windows import build_conv
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = ["build_conv_integer", "build_qlinear_conv", "build_qlinear_matmul", "requantize"]
@@ -44,7 +44,7 @@ _EXACT_FLOAT64 = 1 << 53
 
 @dataclass(frozen=True)
 class _FloatConvNode:
-    """What rlx.kernels.nn's Conv builder reads of a node: the op and the output dtype."""
+    """What rlx.kernels.windows' Conv builder reads of a node: the op and the output dtype."""
 
     op: Conv
     shape: Shape
