@@ -26,11 +26,11 @@ first. Readers then get the bytes as they are.
 
 from __future__ import annotations
 
+import _signal  # signal's C half: signal.py builds enums of every signal (~40 KiB)
 import _thread
 import contextlib
 import mmap
 import os
-import signal
 import sys
 import weakref
 from collections.abc import Iterator
@@ -47,7 +47,7 @@ __all__ = ["COPY_BELOW", "MappedFile", "in_leased_map", "map_fd", "map_file", "m
 log = Logger(__name__)
 
 COPY_BELOW = 0  # files smaller than this are read rather than mapped (0: map all)
-_LEASE_SIGNAL = getattr(signal, "SIGIO", None)  # what the kernel sends on a lease break
+_LEASE_SIGNAL = getattr(_signal, "SIGIO", None)  # what the kernel sends on a lease break
 _leases: set[_Lease] = set()  # held until their map is garbage
 # the signal handler may run while the main thread holds it; `_thread`, not `threading`
 # (~150 KiB and 2 ms that a numpy load otherwise never imports)
@@ -223,11 +223,11 @@ def _install_handler() -> bool:
         return True
     if _LEASE_SIGNAL is None:
         return False
-    current = signal.getsignal(_LEASE_SIGNAL)
-    if current not in (signal.SIG_DFL, signal.SIG_IGN, None):
+    current = _signal.getsignal(_LEASE_SIGNAL)
+    if current not in (_signal.SIG_DFL, _signal.SIG_IGN, None):
         return False  # the application uses the signal: rlx copies instead of leasing
     try:
-        signal.signal(_LEASE_SIGNAL, _on_lease_break)
+        _signal.signal(_LEASE_SIGNAL, _on_lease_break)
     except ValueError:  # not the main thread: only it may install a handler
         return False
     _handler_installed = True
