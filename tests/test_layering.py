@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "rlx"
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "version": set(),
-    "ir": {"errors", "codecs", "enums", "deferred", "_lazy", "record"},
+    "ir": {"errors", "codecs", "enums", "payload", "_lazy", "record"},
     "codecs": {"errors", "enums", "record", "_lazy"},
     "kernels": {"errors", "ir", "codecs", "record"},
     "runtime": {"errors", "ir", "codecs", "kernels", "_lazy", "record"},
@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "stored_zip": {"errors"},  # STORE-only zip archives: .rlxp zip packages, .dduf bundles
     "enums": set(),
     "artifact": {"errors", "ir", "codecs", "enums", "version", "safeio", "stored_zip", "_lazy",
-                 "deferred", "record"},
+                 "deferred", "payload", "record"},
     # baking: bake_file reads a model file through frontends (which never import baking)
     "baking": {"errors", "ir", "codecs", "kernels", "runtime", "passes", "weights", "artifact",
                "enums", "deferred", "frontends"},
@@ -51,7 +51,8 @@ ALLOWED: dict[str, set[str]] = {
     "safeio": {"errors", "record", "logs"},  # bounded JSON, regular files, leased maps
     "record": set(),  # dataclasses without their class-creation cost (the load path's)
     "logs": set(),  # loggers that import logging only once a record can be seen
-    "deferred": {"errors", "safeio"},  # arrays read or computed when used (streaming bake)
+    "deferred": {"errors", "safeio", "payload"},  # arrays read or computed when used (bake)
+    "payload": set(),  # what a constant holds: an array or a Deferred one (the load path's)
 }
 ONNX_IMPORTERS = {"onnx"}
 

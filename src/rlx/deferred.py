@@ -4,8 +4,8 @@ A bake looks at every weight several times (the zero and ternary checks, the enc
 plan, dedupe, the write). Held as arrays, a model's weights and everything derived from
 them (Q8_0 blocks, f16 copies, folded transposes, decoded GGUF tensors) would all be in
 memory at once, and even weights that stay views of a mapped file would not: every page a
-pass touches joins the process's resident set. A `Deferred` holds only how to get its
-array:
+pass touches joins the process's resident set. A `Deferred` (`rlx.payload`) holds only how
+to get its array:
 
 - `FileView`: a slice of a file mapped under a lease (`rlx.safeio.mapping`), read with
   `pread` each time, so its pages never become resident;
@@ -22,7 +22,6 @@ computing them. Arrays under `DEFER_MIN_BYTES` are not worth it and stay arrays.
 
 from __future__ import annotations
 
-import abc
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -31,6 +30,7 @@ import numpy as np
 import xxhash
 
 from rlx.errors import BakeError, RlxError
+from rlx.payload import CHUNK_BYTES, Deferred, Payload, byte_view, materialize
 from rlx.safeio import in_leased_map, read_from_file
 
 __all__ = ["CHUNK_BYTES", "DEFER_MIN_BYTES", "Computed", "Deferred", "FileView", "Payload",
@@ -39,73 +39,6 @@ __all__ = ["CHUNK_BYTES", "DEFER_MIN_BYTES", "Computed", "Deferred", "FileView",
 DEFER_MIN_BYTES = 1 << 20
 """Arrays this large and larger are deferred; smaller ones (biases, norms, shape
 arithmetic) cost less as arrays than as repeated reads."""
-
-CHUNK_BYTES = 16 << 20
-"""How much of a deferred array `chunks` holds at a time."""
-
-
-class Deferred(abc.ABC):
-    """An array of known `shape` and `dtype` whose values are produced by `read`."""
-
-    def __init__(self, shape: tuple[int, ...], dtype: np.dtype):
-        self.shape = tuple(int(d) for d in shape)
-        self.dtype = np.dtype(dtype)
-        self._fingerprint: bytes | None = None
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
-
-    @abc.abstractmethod
-    def read(self) -> np.ndarray:
-        """A new read-only C-contiguous array of `shape` and `dtype`."""
-
-    @abc.abstractmethod
-    def reshape(self, shape: tuple[int, ...]) -> Deferred:
-        """The same bytes under another shape of the same size."""
-
-    def read_rows(self, start: int, stop: int) -> np.ndarray:
-        """Rows `start:stop` of the first axis, as a new array (here: of a whole read;
-        a file view and a row-wise computation read only those rows)."""
-        return self.read()[start:stop]
-
-    def chunks(self, size: int = CHUNK_BYTES) -> Iterator[memoryview]:
-        """The bytes in order, at most `size` at a time (each valid until the next)."""
-        data = byte_view(self.read())
-        for start in range(0, data.size, size):
-            yield data[start:start + size].data
-
-    def fingerprint(self) -> bytes:
-        """16 bytes that equal arrays of the same kind share (a hash: `same` confirms)."""
-        if self._fingerprint is None:
-            self._fingerprint = self._digest()
-        return self._fingerprint
-
-    @abc.abstractmethod
-    def _digest(self) -> bytes: ...
-
-    @abc.abstractmethod
-    def same(self, other: Deferred) -> bool:
-        """Whether `other` certainly holds the same values (False may miss, never lies)."""
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        array = self.read()
-        return array if dtype is None else array.astype(dtype)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.dtype}{list(self.shape)})"
-
-
-Payload = np.ndarray | Deferred
-"""What a Constant, a weight-table row or a weight binding holds."""
 
 
 class FileView(Deferred):
@@ -264,11 +197,6 @@ def _same_input(a: Payload, b: Payload) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
 
 
-def byte_view(array: np.ndarray) -> np.ndarray:
-    """A C-contiguous array's bytes as flat uint8 (a view); other arrays are copied first."""
-    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-
-
 def read_rows(value: Payload, start: int, stop: int) -> np.ndarray:
     """Rows `start:stop` of `value`'s first axis: a view of an array, a read of a deferred one."""
     return value.read_rows(start, stop) if isinstance(value, Deferred) else value[start:stop]
@@ -292,11 +220,6 @@ def all_rows(value: Payload, check: Callable[[np.ndarray], bool]) -> bool:
     if not value.ndim:
         return bool(check(materialize(value)))
     return all(check(block) for block in row_blocks(value))
-
-
-def materialize(value: Payload) -> np.ndarray:
-    """The array itself: read if deferred."""
-    return value.read() if isinstance(value, Deferred) else value
 
 
 def defer(value: Payload) -> Payload:

@@ -17,12 +17,12 @@ import numpy as np
 
 from rlx.artifact.weight_row import RlxWeight
 from rlx.codecs import Encoding, decode, decode_rows, padded_length
-from rlx.deferred import byte_view, materialize
 from rlx.errors import ArtifactError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph
 from rlx.ir.ops.packed import DecodeWeight, DequantGather
 from rlx.ir.ops.sources import Constant
+from rlx.payload import byte_view, materialize
 
 __all__ = ["decode_weight", "find_weight"]
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import field
 
-from rlx.deferred import Deferred, Payload
 from rlx.ir.ops.sources import as_byte_array
+from rlx.payload import Deferred, Payload
 from rlx.record import dataclass
 
 __all__ = ["LAYOUTS", "RlxWeight"]

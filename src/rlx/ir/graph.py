@@ -11,7 +11,6 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from rlx.deferred import Deferred
 from rlx.errors import GraphError, ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op, OutShape
@@ -20,6 +19,7 @@ from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.multi import TupleGet
 from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.shape import Shape
+from rlx.payload import Deferred
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = ["ShapeLike", "Node", "Graph", "unique_name"]

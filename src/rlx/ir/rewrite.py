@@ -23,11 +23,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from rlx.deferred import Payload
 from rlx.errors import GraphError
 from rlx.ir.graph import Graph, Node, ShapeLike
 from rlx.ir.ops.base import Op
 from rlx.ir.ops.sources import Constant
+from rlx.payload import Payload
 
 __all__ = ["Rewriter", "Rule", "rewrite_nodes", "constant_payload", "constant_value"]
 

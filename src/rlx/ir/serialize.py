@@ -17,7 +17,6 @@ import typing
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rlx.deferred import byte_view, materialize
 from rlx.enums import lookup
 from rlx.errors import GraphError
 from rlx.ir.dtype import DType
@@ -25,6 +24,7 @@ from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.base import Op, op_type
 from rlx.ir.ops.sources import Constant
 from rlx.ir.shape import Shape
+from rlx.payload import byte_view, materialize
 
 __all__ = [
     "GRAPH_JSON_FORMAT", "GRAPH_JSON_VERSION", "ConstantEncoder", "ConstantDecoder",

@@ -7,10 +7,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from rlx.deferred import Deferred, Payload, byte_view
 from rlx.errors import ShapeError
 from rlx.ir.ops.base import Op
 from rlx.ir.shape import Shape
+from rlx.payload import Deferred, Payload, byte_view
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 __all__ = ["Input", "Param", "Constant", "as_byte_array"]
