@@ -26,7 +26,7 @@ first. Readers then get the bytes as they are.
 
 from __future__ import annotations
 
-import _signal  # signal's C half: signal.py builds enums of every signal (~40 KiB)
+import _signal  # type: ignore[import-not-found]  # signal's C half (signal.py: ~40 KiB of enums)
 import _thread
 import contextlib
 import mmap
