@@ -14,9 +14,9 @@ from rlx import BakeOptions, bake
 from rlx.artifact import read_rlx, write_rlx
 from rlx.ir.dtype import DType
 from rlx.ir.ops.elementwise import Activation, Unary
-from rlx.ir.ops.nn import Conv
 from rlx.ir.ops.quant import DequantizeLinear, QuantizeLinear
 from rlx.ir.ops.sources import Constant
+from rlx.ir.ops.windows import Conv
 from rlx.onnx import import_onnx
 from tests.baking.fast_models import line_feeds, onnxruntime_kernels, small_crnn
 

@@ -10,7 +10,7 @@ import numpy as np
 from rlx.baking.importance import input_importance
 from rlx.codecs import Encoding, decode_rows
 from rlx.ir import Graph, Shape
-from rlx.ir.ops.nn import Conv
+from rlx.ir.ops.windows import Conv
 from rlx.passes.weight_encoding import apply_weight_encodings, plan_weight_encodings
 
 RNG = np.random.default_rng(3)

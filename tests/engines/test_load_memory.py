@@ -182,7 +182,8 @@ print(*sorted(set(sys.modules) - before))
 """
 NOT_ON_A_LOAD = (
     "rlx.deferred",  # the streaming bake's file views and computed arrays (rlx.payload's: ~50 KiB)
-    "rlx.kernels.windows",  # convolution and pooling: a graph without them (~0.1 MiB)
+    # convolution and pooling, ops and kernels: a graph without them (~0.2 MiB)
+    "rlx.ir.ops.windows", "rlx.kernels.windows",
     "signal",  # the lease handler goes through _signal (signal's enums: ~40 KiB)
     "importlib.util",  # an engine whose package is imported needs no search for it (~25 KiB)
 )

@@ -18,7 +18,7 @@ import rlx
 from rlx.artifact import RlxFile, write_rlx
 from rlx.errors import EngineError
 from rlx.ir import DType, Graph, Shape
-from rlx.ir.ops.nn import Conv
+from rlx.ir.ops.windows import Conv
 from tests.engines.conftest import require, write_mlp
 
 RNG = np.random.default_rng(35)

@@ -10,7 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from rlx.frontends import import_onnx
 from rlx.ir import Graph, Shape
-from rlx.ir.ops.nn import BatchNormInference, Conv
+from rlx.ir.ops.nn import BatchNormInference
+from rlx.ir.ops.windows import Conv
 from rlx.passes import eliminate_dead_code, fold_constants, specialize
 from rlx.passes.batchnorm_folding import fold_batchnorm
 from tests.passes.common import checked, ops_of, run

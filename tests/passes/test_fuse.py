@@ -11,7 +11,7 @@ import pytest
 
 from rlx.ir import DType, Graph, Shape
 from rlx.ir.ops.elementwise import Activation, BinaryOp, Clamp, Unary
-from rlx.ir.ops.nn import Conv
+from rlx.ir.ops.windows import Conv
 from rlx.passes import eliminate_dead_code, fuse_patterns
 from rlx.runtime import Session
 from tests.passes.common import checked

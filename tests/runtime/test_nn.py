@@ -9,21 +9,17 @@ from rlx.errors import ShapeError
 from rlx.ir import DType, Graph, Shape, graph_from_json, graph_to_json
 from rlx.ir.ops.nn import (
     BatchNormInference,
-    Conv,
-    ConvTranspose,
     CoordinateMode,
-    GlobalPool,
     InstanceNorm,
     LayerNorm,
     LogSoftmax,
     NearestMode,
-    Pool,
-    PoolKind,
     PRelu,
     Resize,
     ResizeMode,
     Softmax,
 )
+from rlx.ir.ops.windows import Conv, ConvTranspose, GlobalPool, Pool, PoolKind
 from rlx.kernels.nn import _nearest_repeats
 from rlx.kernels.windows import build_conv, build_pool
 from rlx.runtime import Session

@@ -16,8 +16,8 @@ from rlx.errors import KernelError
 from rlx.ir import DType, Graph, Shape
 from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Clamp, Unary
 from rlx.ir.ops.linalg import MatMul
-from rlx.ir.ops.nn import Conv, GlobalPool, PoolKind
 from rlx.ir.ops.shaping import Transpose
+from rlx.ir.ops.windows import Conv, GlobalPool, PoolKind
 from rlx.kernels import BUILDERS, KERNELS
 from rlx.runtime import Session
 from tests.support import onnx_reference, run_op
@@ -145,7 +145,7 @@ def test_a_large_im2col_matrix_is_made_a_few_rows_at_a_time():
 def test_row_runs_agree_with_every_output_row_checked_one_by_one():
     """kernels.windows._row_runs looks only at the border rows; the definition checks each tap
     of each row against the input."""
-    from rlx.ir.ops.nn import Window
+    from rlx.ir.ops.windows import Window
     from rlx.kernels.windows import _row_runs
 
     for k, s, d, b, e, size in itertools.product(range(1, 6), range(1, 4), range(1, 4),

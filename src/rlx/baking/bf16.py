@@ -40,8 +40,8 @@ from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph
 from rlx.ir.ops.elementwise import Binary, BinaryOp, Cast
 from rlx.ir.ops.linalg import MatMul
-from rlx.ir.ops.nn import Conv
 from rlx.ir.ops.sources import Constant
+from rlx.ir.ops.windows import Conv
 from rlx.ir.rewrite import Rewriter
 
 __all__ = ["Bf16Unit", "Bf16Plan", "units", "emulate_bf16", "plan_bf16"]

@@ -36,7 +36,7 @@ from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Clamp, Identity, Unary
 from rlx.ir.ops.multi import TupleGet
-from rlx.ir.ops.nn import GlobalPool, Pool, PoolKind, PRelu, Resize
+from rlx.ir.ops.nn import PRelu, Resize
 from rlx.ir.ops.shaping import (
     Concat,
     DepthToSpace,
@@ -54,6 +54,7 @@ from rlx.ir.ops.shaping import (
     Unsqueeze,
 )
 from rlx.ir.ops.sources import Constant
+from rlx.ir.ops.windows import GlobalPool, Pool, PoolKind
 
 __all__ = ["RoundingPoints", "region", "rounding_points", "fixed_nodes", "label"]
 

@@ -27,9 +27,9 @@ import numpy as np
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.elementwise import Binary, BinaryOp
 from rlx.ir.ops.linalg import MatMul
-from rlx.ir.ops.nn import Conv
 from rlx.ir.ops.reduce import Reduce, ReduceOp
 from rlx.ir.ops.sources import Constant
+from rlx.ir.ops.windows import Conv
 from rlx.ir.rewrite import Rewriter
 from rlx.passes.dedupe_constants import constant_key, same_constant
 from rlx.runtime.session import Session

@@ -42,7 +42,7 @@ from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Unary
 from rlx.ir.ops.multi import TupleGet
-from rlx.ir.ops.nn import GlobalPool, Pool, PoolKind, Resize, ResizeMode
+from rlx.ir.ops.nn import Resize, ResizeMode
 from rlx.ir.ops.shaping import (
     Concat,
     Flatten,
@@ -54,6 +54,7 @@ from rlx.ir.ops.shaping import (
     Unsqueeze,
 )
 from rlx.ir.ops.sources import Constant
+from rlx.ir.ops.windows import GlobalPool, Pool, PoolKind
 
 __all__ = ["Chain", "chain", "data_inputs"]
 

@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # what type checkers see: the names, imported as they are
     from rlx.ir.ops.reduce import *
     from rlx.ir.ops.shaping import *
     from rlx.ir.ops.sources import *
+    from rlx.ir.ops.windows import *
     from rlx.ir.printer import format_graph, format_node
     from rlx.ir.serialize import graph_from_dict, graph_from_json, graph_to_dict, graph_to_json
     from rlx.ir.shape import UNKNOWN, Dim, Shape, broadcast_dims, normalize_axis

@@ -23,11 +23,12 @@ from rlx.ir.ops.elementwise import (
 )
 from rlx.ir.ops.linalg import DequantMatMul
 from rlx.ir.ops.multi import TupleGet
-from rlx.ir.ops.nn import BatchNormInference, GlobalPool, InstanceNorm, LayerNorm, Pool, PoolKind
+from rlx.ir.ops.nn import BatchNormInference, InstanceNorm, LayerNorm
 from rlx.ir.ops.packed import DecodeWeight, DequantGather
 from rlx.ir.ops.reduce import Reduce
 from rlx.ir.ops.shaping import Fill, ShapeOf
 from rlx.ir.ops.sources import Constant, Input, Param
+from rlx.ir.ops.windows import GlobalPool, Pool, PoolKind
 
 __all__ = ["COMPUTING_NODES", "computing_nodes", "is_computing", "node_title", "op_type",
            "op_type_counts"]

@@ -22,8 +22,8 @@ import math
 import numpy as np
 
 from rlx.ir.dtype import DType
-from rlx.ir.ops.nn import Conv
 from rlx.ir.ops.quant import ConvInteger, QLinearConv, QLinearMatMul
+from rlx.ir.ops.windows import Conv
 from rlx.ir.shape import Shape
 from rlx.kernels.integer import (
     KeptWeight,

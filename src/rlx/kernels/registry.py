@@ -107,21 +107,15 @@ _FAMILY_KERNELS = {"linalg": ("linalg", "quant"), "quant": ("integer", "qlinear"
 alone: DequantMatMul's kernel is with the other decoders, the integer ops have two modules,
 sources have none. tests/kernels/test_registry.py checks each family against it."""
 
-_OP_KERNELS = dict.fromkeys(("Conv", "ConvTranspose", "Pool", "GlobalPool"), ("windows",))
-"""Ops whose kernels have a module of their own, apart from their family's: the nn family's
-sliding-window ops are most of its kernel code (~0.3 MiB), which a transformer never runs."""
-
-
 def load_kernels(op_type: type[Op]) -> None:
-    """Import the kernel modules of `op_type` (`_OP_KERNELS`) or else of its family, if not
-    yet registered. Why: a compile imports the kernels of the ops it has, not every
-    family's (a BERT needs no control flow, integer or convolution kernels: issue 35)."""
+    """Import the kernel modules of `op_type`'s family, if not yet registered. Why: a compile
+    imports the kernels of the ops it has, not every family's (a BERT needs no control flow,
+    integer or convolution kernels: issue 35)."""
     if op_type in KERNELS or op_type in BUILDERS:
         return
     package, _, family = op_type.__module__.rpartition(".")
     if package == "rlx.ir.ops":
-        modules = _OP_KERNELS.get(op_type.__name__) or _FAMILY_KERNELS.get(family, (family,))
-        for module in modules:
+        for module in _FAMILY_KERNELS.get(family, (family,)):
             importlib.import_module(f"rlx.kernels.{module}")
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from rlx.ir.ops.nn import Conv, ConvTranspose, GlobalPool, Pool, PoolKind, Window
+from rlx.ir.ops.windows import Conv, ConvTranspose, GlobalPool, Pool, PoolKind, Window
 from rlx.kernels.precision import compute_dtype, to_compute
 from rlx.kernels.registry import kernel, staged
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create

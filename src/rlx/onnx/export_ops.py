@@ -19,7 +19,7 @@ from rlx.errors import ExportError
 from rlx.ir.dtype import DType
 from rlx.ir.ops import control as ctl
 from rlx.ir.ops import elementwise as ew
-from rlx.ir.ops import linalg, nn, reduce, shaping
+from rlx.ir.ops import linalg, nn, reduce, shaping, windows
 from rlx.ir.ops import packed as packed_ops
 from rlx.ir.ops import quant as quant_ops
 from rlx.ir.ops.elementwise import Activation as A
@@ -357,7 +357,7 @@ def _window_attrs(op, kernel=None) -> dict:
     return attrs
 
 
-@handles(nn.Conv)
+@handles(windows.Conv)
 def _conv(c) -> None:
     op = c.op
     if op.same is not None and any(d > 1 for d in op.dilations):
@@ -382,31 +382,31 @@ def _same_pads(c) -> str:
     total = c.tmp("Max", [c.tmp("Sub", [reach, sizes]), zero])
     small = c.tmp("Div", [total, two])
     big = c.tmp("Sub", [total, small])
-    begin, end = (big, small) if op.same is nn.SamePad.LOWER else (small, big)
+    begin, end = (big, small) if op.same is windows.SamePad.LOWER else (small, big)
     lead = c.ints([0, 0], "lead")
     return c.tmp("Concat", [lead, begin, lead, end], axis=0)
 
 
-@handles(nn.ConvTranspose)
+@handles(windows.ConvTranspose)
 def _conv_transpose(c) -> None:
     c.final("ConvTranspose", c.x, group=c.op.groups,
             output_padding=list(c.op.output_padding) or None, **_window_attrs(c.op))
 
 
-@handles(nn.Pool)
+@handles(windows.Pool)
 def _pool(c) -> None:
     op = c.op
     attrs = _window_attrs(op, op.kernel)
-    if op.kind is nn.PoolKind.MAX:
+    if op.kind is windows.PoolKind.MAX:
         c.final("MaxPool", c.x, ceil_mode=int(op.ceil_mode), **attrs)
     else:
         c.final("AveragePool", c.x, ceil_mode=int(op.ceil_mode),
                 count_include_pad=int(op.count_include_pad), **attrs)
 
 
-@handles(nn.GlobalPool)
+@handles(windows.GlobalPool)
 def _global_pool(c) -> None:
-    c.final("GlobalMaxPool" if c.op.kind is nn.PoolKind.MAX else "GlobalAveragePool", c.x)
+    c.final("GlobalMaxPool" if c.op.kind is windows.PoolKind.MAX else "GlobalAveragePool", c.x)
 
 
 @handles(nn.Softmax, nn.LogSoftmax)

@@ -25,7 +25,7 @@ import numpy as np
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.elementwise import Binary, BinaryOp
-from rlx.ir.ops.nn import Conv
+from rlx.ir.ops.windows import Conv
 from rlx.ir.rewrite import Rewriter, constant_value
 
 __all__ = ["fold_channel_scales"]

@@ -30,7 +30,7 @@ import numpy as np
 
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Clamp, Unary
-from rlx.ir.ops.nn import Conv
+from rlx.ir.ops.windows import Conv
 from rlx.ir.rewrite import Rewriter, constant_value, rewrite_nodes
 from rlx.ir.shape import Shape
 

@@ -27,17 +27,7 @@ from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.control import GRU, LSTM, RNN
 from rlx.ir.ops.elementwise import Activation, Binary, Cast, Clamp, Identity, Unary, Where
 from rlx.ir.ops.linalg import MatMul
-from rlx.ir.ops.nn import (
-    BatchNormInference,
-    Conv,
-    ConvTranspose,
-    GlobalPool,
-    InstanceNorm,
-    LayerNorm,
-    Pool,
-    PRelu,
-    Softmax,
-)
+from rlx.ir.ops.nn import BatchNormInference, InstanceNorm, LayerNorm, PRelu, Softmax
 from rlx.ir.ops.quant import (
     DequantizeLinear,
     DynamicQuantizeLinear,
@@ -58,6 +48,7 @@ from rlx.ir.ops.shaping import (
     Unsqueeze,
 )
 from rlx.ir.ops.sources import Constant
+from rlx.ir.ops.windows import Conv, ConvTranspose, GlobalPool, Pool
 from rlx.ir.rewrite import constant_payload
 from rlx.passes.subgraphs import capture_offsets
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.linalg import DequantMatMul, MatMul
-from rlx.ir.ops.nn import Conv, ConvTranspose
 from rlx.ir.ops.packed import DecodeWeight, DequantGather
 from rlx.ir.ops.sources import Constant
+from rlx.ir.ops.windows import Conv, ConvTranspose
 from rlx.ir.shape import Dim
 from rlx.passes.subgraphs import captured_inputs
 

@@ -26,25 +26,23 @@ from typing import Any
 import numpy as np
 
 from rlx.ir.graph import Graph, Node
-from rlx.ir.ops.elementwise import Binary, Clamp, Unary
-from rlx.ir.ops.linalg import MatMul
-from rlx.ir.ops.nn import BatchNormInference, Conv, GlobalPool, LayerNorm, Softmax
-from rlx.ir.ops.shaping import Concat
+from rlx.ir.ops.elementwise import Clamp
 from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.kernels.registry import WRITES_INTO, load_kernels
 
 __all__ = ["into", "plan_reuse"]
 
-_FRESH = (Unary, Binary, Conv, MatMul, Softmax, LayerNorm, BatchNormInference, GlobalPool,
-          Concat)
-"""Ops whose kernels always return a new array (Clamp too when it has a bound)."""
+_FRESH = frozenset({"Unary", "Binary", "Conv", "MatMul", "Softmax", "LayerNorm",
+                    "BatchNormInference", "GlobalPool", "Concat"})
+"""Ops whose kernels always return a new array (Clamp too when it has a bound), by their
+serialised names: a graph without convolutions never imports their family."""
 
 
 def _is_fresh(node: Node) -> bool:
     op = node.op
     if isinstance(op, Clamp):
         return op.min is not None or op.max is not None
-    return isinstance(op, _FRESH) and not isinstance(node.shape, tuple)
+    return op.op_name in _FRESH and not isinstance(node.shape, tuple)
 
 
 def plan_reuse(graph: Graph, steps: Sequence[Node]) -> dict[int, int]:

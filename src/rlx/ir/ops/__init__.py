@@ -27,9 +27,10 @@ if TYPE_CHECKING:  # what type checkers see: every family's names, as declared t
     from rlx.ir.ops.reduce import *
     from rlx.ir.ops.shaping import *
     from rlx.ir.ops.sources import *
+    from rlx.ir.ops.windows import *
 
 FAMILY_NAMES = ("base", "control", "elementwise", "linalg", "multi", "nn", "packed", "quant",
-                "reduce", "shaping", "sources")
+                "reduce", "shaping", "sources", "windows")
 """The op family modules, whose `__all__` lists make this package's."""
 
 

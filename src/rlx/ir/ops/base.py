@@ -13,7 +13,7 @@ from dataclasses import fields, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from rlx.errors import ShapeError
-from rlx.ir.shape import Shape, normalize_axis
+from rlx.ir.shape import Dim, Shape, normalize_axis
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
 if TYPE_CHECKING:
@@ -32,8 +32,8 @@ FAMILY_OPS = {
                     "Where"),
     "linalg": ("DFT", "DequantMatMul", "Einsum", "MatMul"),
     "multi": ("TupleGet",),
-    "nn": ("BatchNormInference", "Conv", "ConvTranspose", "GlobalPool", "InstanceNorm",
-           "LayerNorm", "LogSoftmax", "PRelu", "Pool", "Resize", "Softmax"),
+    "nn": ("BatchNormInference", "InstanceNorm", "LayerNorm", "LogSoftmax", "PRelu", "Resize",
+           "Softmax"),
     "packed": ("DecodeWeight", "DequantGather"),
     "quant": ("ConvInteger", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
               "QLinearConv", "QLinearMatMul", "QuantizeLinear"),
@@ -43,6 +43,7 @@ FAMILY_OPS = {
                 "ScatterElements", "ScatterND", "ShapeOf", "Size", "Slice", "SpaceToDepth",
                 "Split", "Squeeze", "Tile", "Transpose", "Trilu", "Unsqueeze"),
     "sources": ("Constant", "Input", "Param"),
+    "windows": ("Conv", "ConvTranspose", "GlobalPool", "Pool"),
 }
 """The serialised op names each family module (`rlx.ir.ops.<family>`) defines: reading a
 graph imports only the families of its ops (`op_type`). tests/test_exports.py checks it
@@ -51,6 +52,7 @@ against the families themselves."""
 _FAMILY_OF = {name: family for family, names in FAMILY_OPS.items() for name in names}
 
 __all__ = ["Op", "OpMixin", "OPS", "FAMILY_OPS", "OutShape", "op_axis", "expect_dtype",
+           "check_image", "check_vector",
            "op_type"]
 
 
@@ -120,3 +122,17 @@ def expect_dtype(op: Op, shapes: Sequence[Shape], *, same: bool = True, floating
         raise ShapeError(f"{op.op_name}: inputs must share a dtype, got {got}")
     if floating and any(not s.dtype.is_float for s in shapes):
         raise ShapeError(f"{op.op_name}: needs floating-point inputs, got {shapes[0].dtype}")
+
+
+def check_image(op: Op, x: Shape, min_rank: int = 3) -> None:
+    """An image-like input: [N, C, *spatial], of rank `min_rank` or more."""
+    if x.rank < min_rank:
+        raise ShapeError(f"{op.op_name}: input must be [N, C, *spatial] with rank >= "
+                         f"{min_rank}, got {x}")
+
+
+def check_vector(op: Op, what: str, v: Shape, size: Dim) -> None:
+    """A per-channel parameter: 1-D of `size` elements."""
+    if v.rank != 1 or (isinstance(v.dims[0], int) and isinstance(size, int)
+                       and v.dims[0] != size):
+        raise ShapeError(f"{op.op_name}: {what} must be [{size}], got {v}")

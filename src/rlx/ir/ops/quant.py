@@ -18,7 +18,7 @@ from typing import ClassVar
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op, OpMixin, op_axis
-from rlx.ir.ops.nn import Conv, SamePad
+from rlx.ir.ops.windows import Conv, SamePad
 from rlx.ir.shape import Shape, broadcast_dims
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
