@@ -35,7 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "onnx": {"errors", "ir", "kernels", "codecs", "enums", "version", "_lazy", "safeio"},
     # engines: rlx.load / Model over numpy, onnxruntime, openvino (never passes or baking)
     "engines": {"errors", "ir", "codecs", "kernels", "runtime", "artifact", "frontends", "onnx",
-                "safeio", "version", "_lazy", "logs"},
+                "safeio", "version", "_lazy", "logs", "record"},
     # rlx.ray: Ray Serve deployment and Ray Data predictor over rlx.load (beside the CLI)
     "ray": {"errors", "engines", "artifact", "weights", "_lazy", "safeio"},
     "models": {"ir"},

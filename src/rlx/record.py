@@ -9,7 +9,8 @@ the first `COMPILE_AFTER` instances and is then compiled (`exec`, ~50-150 us a c
 reading a model builds a few instances each of ~30 classes, a bake thousands of a few.
 The result is a real dataclass to the standard library: `dataclasses.fields`, `replace`,
 `asdict` and `is_dataclass` work, and instances compare, hash and print exactly as the
-standard decorator's would.
+standard decorator's would. Its standard `Field`s are made when first asked for: the load
+path uses this module's `field`, `fields` and `replace`, and so never imports dataclasses.
 
 `frozen`, `eq` and `slots` take the fast path; any other option falls back to the standard
 decorator. `slots=True` is for records a model holds by the hundred (nodes, shapes,
@@ -23,16 +24,76 @@ thousand; classes that are neither can use `dataclasses.dataclass` as it is.
 
 from __future__ import annotations
 
-import dataclasses
 import operator
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["COMPILE_AFTER", "dataclass"]
+__all__ = ["COMPILE_AFTER", "dataclass", "field", "fields", "replace"]
 
-_MISSING = dataclasses.MISSING
 COMPILE_AFTER = 32  # instances a class builds by binding by hand before its __init__ is compiled
 _built: dict[type, int] = {}
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+_MISSING: Any = _Missing()  # no default (dataclasses.MISSING, without importing dataclasses)
+
+
+class Field:
+    """What a record keeps of a field: the standard `dataclasses.Field`'s options that
+    records take. A standard `Field` given in a class body is kept too (`standard`), and is
+    what `dataclasses.fields` then returns for it."""
+
+    __slots__ = ("name", "type", "default", "default_factory", "init", "repr", "compare",
+                 "standard")
+
+    def __init__(self, default: Any = _MISSING, default_factory: Any = _MISSING,
+                 init: bool = True, repr: bool = True, compare: bool = True,
+                 standard: Any = None) -> None:
+        self.name: str = ""
+        self.type: Any = None
+        self.default, self.default_factory = default, default_factory
+        self.init, self.repr, self.compare, self.standard = init, repr, compare, standard
+
+
+def _field(*, default: Any = _MISSING, default_factory: Any = _MISSING, init: bool = True,
+           repr: bool = True, compare: bool = True) -> Any:
+    """Drop-in for `dataclasses.field` in a record's body (those options only)."""
+    return Field(default, default_factory, init, repr, compare)
+
+
+def fields(record: Any) -> tuple[Any, ...]:
+    """A record's (or a record type's) fields, as `dataclasses.fields` without importing
+    dataclasses: the load path reads ops and artifact records through this. Any other
+    dataclass (a standard subclass of a record too) gets the standard answer."""
+    own = _own_fields(record if isinstance(record, type) else type(record))
+    if own is None:
+        import dataclasses
+
+        return dataclasses.fields(record)
+    return tuple(own.values())
+
+
+def replace(record: Any, /, **changes: Any) -> Any:
+    """`record` with `changes`, as `dataclasses.replace` (its `__post_init__` runs again)."""
+    own = _own_fields(type(record))
+    if own is None:
+        import dataclasses
+
+        return dataclasses.replace(record, **changes)
+    for f in own.values():
+        if f.init and f.name not in changes:
+            changes[f.name] = getattr(record, f.name)
+    return type(record)(**changes)
+
+
+def _own_fields(cls: type) -> dict[str, Field] | None:
+    """The fields of a class this module made (not of a standard subclass of one)."""
+    return cls.__dict__.get("_record_fields")
 
 
 def _dataclass(cls: type | None = None, /, *, frozen: bool = False, eq: bool = True,
@@ -40,6 +101,8 @@ def _dataclass(cls: type | None = None, /, *, frozen: bool = False, eq: bool = T
     """Drop-in for `dataclasses.dataclass`; `frozen`, `eq` and `slots` take the fast path,
     any other option the standard decorator."""
     if options:
+        import dataclasses
+
         make = dataclasses.dataclass(frozen=frozen, eq=eq, slots=slots, **options)
         return make if cls is None else make(cls)
 
@@ -51,19 +114,58 @@ def _dataclass(cls: type | None = None, /, *, frozen: bool = False, eq: bool = T
 
 
 if TYPE_CHECKING:  # type checkers know what the standard decorator makes; ours is the same
-    from dataclasses import dataclass
+    from dataclasses import dataclass, field
 else:
-    dataclass = _dataclass
+    dataclass, field = _dataclass, _field
 
 
-@dataclasses.dataclass(frozen=True)
-class _Template:
-    pass
+class _Standard:
+    """`__dataclass_fields__` or `__dataclass_params__` of a record, made with dataclasses
+    when first asked for (by `dataclasses.fields`, `replace`, `asdict`, a standard subclass),
+    then stored on the class in its place: a load never asks, and never imports dataclasses
+    (~0.15 MiB of code and classes)."""
+
+    def __init__(self, cls: type, attr: str) -> None:
+        self.cls, self.attr = cls, attr
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        value = _standard_fields(self.cls) if self.attr == "__dataclass_fields__" \
+            else _params(*self.cls._record_flags)  # type: ignore[attr-defined]
+        type.__setattr__(self.cls, self.attr, value)
+        return value
+
+
+def _standard_fields(cls: type) -> dict[str, Any]:
+    import dataclasses
+
+    out = {}
+    for name, f in cls._record_fields.items():  # type: ignore[attr-defined]
+        made = f.standard or dataclasses.field(
+            default=_standard_missing(f.default), init=f.init, repr=f.repr, compare=f.compare,
+            default_factory=_standard_missing(f.default_factory))
+        made.name, made.type = name, f.type
+        made._field_type = dataclasses._FIELD  # type: ignore[attr-defined]
+        if made.kw_only is dataclasses.MISSING:  # as the standard decorator resolves it
+            made.kw_only = False
+        out[name] = made
+    return out
+
+
+def _standard_missing(value: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.MISSING if value is _MISSING else value
 
 
 def _params(frozen: bool, eq: bool) -> Any:
     """What the standard decorator records per class (it checks a base's `frozen` flag):
     a copy of a template's, every slot copied so that it holds across Python versions."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class _Template:
+        pass
+
     template = _Template.__dataclass_params__  # type: ignore[attr-defined]
     params = object.__new__(type(template))
     for slot in type(template).__slots__:
@@ -73,38 +175,63 @@ def _params(frozen: bool, eq: bool) -> Any:
     return params
 
 
-_PARAMS = {(frozen, eq): _params(frozen, eq) for frozen in (True, False) for eq in (True, False)}
-
-
 def _is_classvar(annotation: Any) -> bool:
     text = annotation if isinstance(annotation, str) else repr(annotation)
     return text.startswith(("ClassVar", "typing.ClassVar"))
 
 
-def _record(cls: type, frozen: bool, eq: bool) -> type:
-    fields: dict[str, dataclasses.Field] = {}
+def _inherited(cls: type) -> dict[str, Field]:
+    """The fields of `cls`'s bases: records' own, standard dataclasses' converted."""
+    out: dict[str, Field] = {}
     for base in reversed(cls.__mro__[1:]):
-        fields.update(getattr(base, "__dataclass_fields__", {}))
+        if "_record_fields" in base.__dict__:
+            out.update(base.__dict__["_record_fields"])
+        elif "__dataclass_fields__" in base.__dict__:  # a standard dataclass: it is imported
+            for name, f in base.__dict__["__dataclass_fields__"].items():
+                if f._field_type is sys.modules["dataclasses"]._FIELD:
+                    out[name] = _from_standard(f)
+    return out
+
+
+def _from_standard(f: Any) -> Field:
+    missing = sys.modules["dataclasses"].MISSING
+    own = Field(_MISSING if f.default is missing else f.default,
+                _MISSING if f.default_factory is missing else f.default_factory,
+                f.init, f.repr, f.compare, standard=f)
+    own.name, own.type = f.name, f.type
+    return own
+
+
+def _own_field(cls: type, name: str, annotation: Any) -> Field:
+    value = cls.__dict__.get(name, _MISSING)
+    standard = sys.modules.get("dataclasses")
+    if standard is not None and isinstance(value, standard.Field):
+        f = _from_standard(value)
+    elif isinstance(value, Field):
+        f = value
+    else:
+        f = Field(default=value)
+    if isinstance(value, Field) or f.standard is not None:
+        if f.default is _MISSING:
+            delattr(cls, name)
+        else:
+            setattr(cls, name, f.default)
+    f.name, f.type = name, annotation
+    if f.standard is not None:
+        f.standard.name, f.standard.type = name, annotation
+    return f
+
+
+def _record(cls: type, frozen: bool, eq: bool) -> type:
+    fields = _inherited(cls)
     own = cls.__dict__
     for name, annotation in own.get("__annotations__", {}).items():
-        if _is_classvar(annotation):
-            continue
-        value = cls.__dict__.get(name, _MISSING)
-        if isinstance(value, dataclasses.Field):
-            f = value
-            if f.default is _MISSING:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, f.default)
-        else:
-            f = dataclasses.field(default=value)
-        f.name, f.type = name, annotation
-        f._field_type = dataclasses._FIELD  # type: ignore[attr-defined]
-        if f.kw_only is _MISSING:  # as the standard decorator resolves it
-            f.kw_only = False
-        fields[name] = f
-    cls.__dataclass_fields__ = fields  # type: ignore[attr-defined]
-    cls.__dataclass_params__ = _PARAMS[frozen, eq]  # type: ignore[attr-defined]
+        if not _is_classvar(annotation):
+            fields[name] = _own_field(cls, name, annotation)
+    cls._record_fields = fields  # type: ignore[attr-defined]
+    cls._record_flags = (frozen, eq)  # type: ignore[attr-defined]
+    cls.__dataclass_fields__ = _Standard(cls, "__dataclass_fields__")  # type: ignore
+    cls.__dataclass_params__ = _Standard(cls, "__dataclass_params__")  # type: ignore
     names = tuple(fields)
     compared = tuple(n for n, f in fields.items() if f.compare)
     shown = tuple(n for n, f in fields.items() if f.repr)
@@ -137,12 +264,16 @@ def _with_slots(cls: type, frozen: bool) -> type:
     own = tuple(n for n in cls._record_names if n not in inherited)  # type: ignore[attr-defined]
     body = {k: v for k, v in cls.__dict__.items()
             if k not in own and k not in ("__dict__", "__weakref__")}
+    standard = ("__dataclass_fields__", "__dataclass_params__")
     body["__slots__"] = own
     if frozen:
         body.setdefault("__getstate__", _getstate)
         body.setdefault("__setstate__", _setstate)
     slotted = type(cls)(cls.__name__, cls.__bases__, body)
     slotted.__qualname__ = cls.__qualname__
+    for attr in standard:  # made for the new class, when asked for
+        if isinstance(body.get(attr), _Standard):
+            type.__setattr__(slotted, attr, _Standard(slotted, attr))
     for value in body.values():
         _point_class_cell(value, cls, slotted)
     return slotted
@@ -227,7 +358,7 @@ def _bind(self, cls: type, args: tuple, kwargs: dict[str, Any]) -> None:
 
 
 def _compile_init(cls: type) -> Callable[..., None]:
-    fields = [f for f in cls.__dataclass_fields__.values() if f.init]  # type: ignore
+    fields = [f for f in cls._record_fields.values() if f.init]  # type: ignore[attr-defined]
     scope: dict[str, Any] = {"__setattr": object.__setattr__, "_FACTORY": _MISSING}
     params, body = [], []
     for f in fields:
@@ -266,8 +397,12 @@ def _hash(self) -> int:
 
 
 def _setattr(self, name: str, value: Any) -> None:
-    raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+    from dataclasses import FrozenInstanceError
+
+    raise FrozenInstanceError(f"cannot assign to field {name!r}")
 
 
 def _delattr(self, name: str) -> None:
-    raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+    from dataclasses import FrozenInstanceError
+
+    raise FrozenInstanceError(f"cannot delete field {name!r}")

@@ -9,9 +9,7 @@ the same methods, named here as functions (DESIGN.md section 4).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,7 +28,7 @@ from rlx.errors import ArtifactError
 from rlx.ir.graph import Graph
 from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.shape import Dim, Shape
-from rlx.record import dataclass
+from rlx.record import dataclass, field, replace
 
 if TYPE_CHECKING:  # a file with a self-test brings its module (rlx.artifact.reader)
     from rlx.artifact.self_test import SelfTest, SelfTestSection
@@ -86,6 +84,9 @@ class RlxMeta:
     def to_json(self) -> dict[str, Any]:
         """The header's `meta` object (dims as lists, as JSON has them; no precision plan
         unless there is one, so files of the other profiles keep their bytes)."""
+
+        import dataclasses  # the writer's: a load never asks
+
         meta = dataclasses.asdict(self)
         if not meta["precision_plan"]:
             del meta["precision_plan"]
@@ -223,7 +224,7 @@ class RlxFile:
                 note = row.note.replace(METADATA_ONLY, "").strip()
                 row = row.replace(data=constant.data, note=note)
             rows.append(row)
-        whole = RlxFile(dataclasses.replace(self.meta), self.graph.replace_ops(ops), rows,
+        whole = RlxFile(replace(self.meta), self.graph.replace_ops(ops), rows,
                         self_test=self.self_test)
         whole.apply_memory_mode(mode)
         return whole

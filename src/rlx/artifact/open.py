@@ -7,7 +7,6 @@ a zip holding `rlx.json` and a folder holding `rlx.json` (the three `.rlxp` cont
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterable
 
@@ -16,6 +15,7 @@ from rlx.artifact.model import RlxFile
 from rlx.artifact.reader import read_mapped_rlx
 from rlx.artifact.sniff import foreign_hint
 from rlx.errors import ArtifactError
+from rlx.record import replace
 from rlx.safeio.files import open_regular
 from rlx.safeio.mapping import map_with_file
 
@@ -155,7 +155,7 @@ def _no_password(source: str, password) -> None:
 def _with_signature(file: RlxFile, signed) -> RlxFile:
     """Key the file's content by its signature too (engine caches: `RlxFile.origin`)."""
     if signed is not None and file.origin is not None:
-        file.origin = dataclasses.replace(file.origin,
+        file.origin = replace(file.origin,
                                           key=f"{file.origin.key}+sig:{signed.digest}")
     return file
 

@@ -22,12 +22,11 @@ says why; the bake's guard checks this form too).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
+from rlx.record import dataclass, field  # dataclasses', cheaper to create
 
 if TYPE_CHECKING:  # a warm load reads the plan from the header and imports no graph IR
     from rlx.ir.graph import Graph

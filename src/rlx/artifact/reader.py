@@ -8,7 +8,6 @@ memory map (or into the decrypted buffer of an encrypted file).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from rlx.ir.ops.sources import Constant
 from rlx.ir.serialize import graph_from_dict
 from rlx.ir.shape import Shape
 from rlx.ir.verification import verify as verify_graph
-from rlx.record import dataclass
+from rlx.record import dataclass, fields
 from rlx.safeio import detached, map_file
 
 if TYPE_CHECKING:
@@ -222,7 +221,7 @@ class _Reader:
         if not isinstance(body, dict):
             self.fail("header 'meta' must be an object")
         values = {}
-        for f in dataclasses.fields(RlxMeta):
+        for f in fields(RlxMeta):
             if f.name not in body:
                 continue
             value = body[f.name]

@@ -4,12 +4,9 @@ without importing the `RlxFile` that holds them."""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import field
-
 from rlx.ir.ops.sources import as_byte_array
 from rlx.payload import Deferred, Payload
-from rlx.record import dataclass
+from rlx.record import dataclass, field, replace
 
 __all__ = ["LAYOUTS", "RlxWeight"]
 
@@ -49,4 +46,4 @@ class RlxWeight:
         return int(self.data.nbytes)
 
     def replace(self, **changes) -> RlxWeight:
-        return dataclasses.replace(self, **changes)
+        return replace(self, **changes)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
@@ -33,6 +32,7 @@ from rlx.engines.registry import (
 from rlx.errors import InputError
 from rlx.ir.shape import Dim, Shape
 from rlx.logs import Logger
+from rlx.record import dataclass
 from rlx.runtime.feeds import FeedChecker
 
 if TYPE_CHECKING:  # a warm load imports no graph IR

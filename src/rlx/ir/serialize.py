@@ -8,7 +8,6 @@ makes a self-contained graph JSON file.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import functools
 import sys
@@ -25,6 +24,7 @@ from rlx.ir.ops.base import Op, op_type
 from rlx.ir.ops.sources import Constant
 from rlx.ir.shape import Shape
 from rlx.payload import byte_view, materialize
+from rlx.record import fields
 
 __all__ = [
     "GRAPH_JSON_FORMAT", "GRAPH_JSON_VERSION", "ConstantEncoder", "ConstantDecoder",
@@ -143,7 +143,7 @@ def _field_decoders(cls: type[Op]) -> dict[str, AttrDecoder]:
     """The decoders of an op type's fields, built once per type."""
     found = _FIELD_DECODERS.get(cls)
     if found is None:
-        hints: list[tuple[str, Any]] = [(f.name, f.type) for f in dataclasses.fields(cls)]
+        hints: list[tuple[str, Any]] = [(f.name, f.type) for f in fields(cls)]
         found = _FIELD_DECODERS[cls] = {
             name: _annotation_decoder(hint, cls.__module__) for name, hint in hints}
     return found

@@ -10,7 +10,6 @@ batched GEMM over the groups; transposed convolution does the GEMM first and sca
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -21,7 +20,7 @@ import numpy as np
 from rlx.ir.ops.windows import Conv, ConvTranspose, GlobalPool, Pool, PoolKind, Window
 from rlx.kernels.precision import compute_dtype, to_compute
 from rlx.kernels.registry import kernel, staged
-from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
+from rlx.record import dataclass, replace  # dataclasses', cheaper to create
 
 __all__ = ["build_conv", "conv_transpose", "build_pool", "build_global_pool"]
 
@@ -608,7 +607,7 @@ def _pool_plan(op: Pool, shape: tuple[int, ...]) -> tuple:
                 zip(out, win.strides, win.extent, sizes, win.begin, win.end))
     # outside ceil mode, a window hanging past a short input counts its overhang as
     # padding (onnxruntime: a 2x2 average of a 1x1 image with count_include_pad is x / 4)
-    counted = win if op.ceil_mode else dataclasses.replace(win, end=end)
+    counted = win if op.ceil_mode else replace(win, end=end)
     counts = _window_counts(counted, sizes, out, op.count_include_pad)
     return win, out, end, tuple(_taps(win, out)), counts
 

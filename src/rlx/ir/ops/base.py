@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
-from dataclasses import fields, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from rlx.errors import ShapeError
 from rlx.ir.shape import Dim, Shape, normalize_axis
-from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
+from rlx.record import dataclass, fields, replace  # dataclasses', cheaper to create
 
 if TYPE_CHECKING:
     from rlx.ir.graph import Graph

@@ -7,7 +7,6 @@ constants) into explicit attributes, so every op here is fully spelled out.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import math
 from collections.abc import Sequence
@@ -17,7 +16,7 @@ from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
 from rlx.ir.ops.base import Op, check_image, check_vector, expect_dtype, op_axis
 from rlx.ir.shape import UNKNOWN, Shape, broadcast_dims
-from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
+from rlx.record import dataclass, replace  # dataclasses', cheaper to create
 
 __all__ = [
     "Softmax", "LogSoftmax", "LayerNorm", "BatchNormInference", "InstanceNorm", "PRelu",
@@ -246,7 +245,7 @@ class Resize(Op):
         else:
             assert scales is not None, "a Resize has sizes or scales"  # infer checked it
             sizes = tuple(int(math.floor(s * n)) for s, n in zip(scales, dims))
-        return dataclasses.replace(self, sizes=sizes, scales=scales, roi=roi, operands=())
+        return replace(self, sizes=sizes, scales=scales, roi=roi, operands=())
 
     def axis_scale(self, axis: int, size: int) -> float:
         """The scale the coordinate transform uses on `axis` for an input of `size`."""

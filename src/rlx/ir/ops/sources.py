@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import field
 from typing import ClassVar
 
 import numpy as np
@@ -11,7 +10,7 @@ from rlx.errors import ShapeError
 from rlx.ir.ops.base import Op
 from rlx.ir.shape import Shape
 from rlx.payload import Deferred, Payload, byte_view
-from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
+from rlx.record import dataclass, field  # dataclasses', cheaper to create
 
 __all__ = ["Input", "Param", "Constant", "as_byte_array"]
 
