@@ -24,8 +24,8 @@ from rlx.engines.openvino_engine import core
 from rlx.engines.openvino_int8 import has_int8, runs_int8
 from rlx.ir.graph import Graph
 from rlx.ir.ops.linalg import MatMul
-from rlx.ir.ops.nn import Conv
 from rlx.ir.ops.quant import DequantizeLinear, QuantizeLinear
+from rlx.ir.ops.windows import Conv
 from rlx.onnx import import_onnx
 from rlx.onnx.export import export_onnx
 from rlx.runtime import Session

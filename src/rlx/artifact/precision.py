@@ -152,9 +152,9 @@ def int8_products_graph(graph: Graph, plan: PrecisionPlan) -> Graph:
 def _reads_as_int8_activation(graph: Graph, user: Any, value: int) -> bool:
     """Whether `user` is an int8 product whose activation (input 0) is node `value`."""
     from rlx.ir.ops.linalg import MatMul
-    from rlx.ir.ops.nn import Conv
     from rlx.ir.ops.quant import DequantizeLinear
     from rlx.ir.ops.sources import Constant
+    from rlx.ir.ops.windows import Conv
 
     if not isinstance(user.op, (Conv, MatMul)) or len(user.inputs) < 2 \
             or user.inputs[0] != value:

@@ -31,9 +31,9 @@ import openvino as ov
 from rlx.artifact.precision import PrecisionPlan
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.linalg import MatMul
-from rlx.ir.ops.nn import Conv
 from rlx.ir.ops.quant import DequantizeLinear
 from rlx.ir.ops.sources import Constant
+from rlx.ir.ops.windows import Conv
 
 __all__ = ["has_int8", "runs_int8"]
 
