@@ -122,17 +122,23 @@ else:
 class _Standard:
     """`__dataclass_fields__` or `__dataclass_params__` of a record, made with dataclasses
     when first asked for (by `dataclasses.fields`, `replace`, `asdict`, a standard subclass),
-    then stored on the class in its place: a load never asks, and never imports dataclasses
-    (~0.15 MiB of code and classes)."""
+    then stored on the class asked in its place: a load never asks, and never imports
+    dataclasses (~0.15 MiB of code and classes). One instance of each serves every record."""
 
-    def __init__(self, cls: type, attr: str) -> None:
-        self.cls, self.attr = cls, attr
+    __slots__ = ("attr",)
 
-    def __get__(self, instance: Any, owner: type | None = None) -> Any:
-        value = _standard_fields(self.cls) if self.attr == "__dataclass_fields__" \
-            else _params(*self.cls._record_flags)  # type: ignore[attr-defined]
-        type.__setattr__(self.cls, self.attr, value)
+    def __init__(self, attr: str) -> None:
+        self.attr = attr
+
+    def __get__(self, instance: Any, owner: type) -> Any:
+        value = _standard_fields(owner) if self.attr == "__dataclass_fields__" \
+            else _params(*owner._record_flags)  # type: ignore[attr-defined]
+        type.__setattr__(owner, self.attr, value)
         return value
+
+
+_STANDARD_FIELDS = _Standard("__dataclass_fields__")
+_STANDARD_PARAMS = _Standard("__dataclass_params__")
 
 
 def _standard_fields(cls: type) -> dict[str, Any]:
@@ -230,8 +236,8 @@ def _record(cls: type, frozen: bool, eq: bool) -> type:
             fields[name] = _own_field(cls, name, annotation)
     cls._record_fields = fields  # type: ignore[attr-defined]
     cls._record_flags = (frozen, eq)  # type: ignore[attr-defined]
-    cls.__dataclass_fields__ = _Standard(cls, "__dataclass_fields__")  # type: ignore
-    cls.__dataclass_params__ = _Standard(cls, "__dataclass_params__")  # type: ignore
+    cls.__dataclass_fields__ = _STANDARD_FIELDS  # type: ignore[attr-defined]
+    cls.__dataclass_params__ = _STANDARD_PARAMS  # type: ignore[attr-defined]
     names = tuple(fields)
     compared = tuple(n for n, f in fields.items() if f.compare)
     shown = tuple(n for n, f in fields.items() if f.repr)
@@ -264,16 +270,12 @@ def _with_slots(cls: type, frozen: bool) -> type:
     own = tuple(n for n in cls._record_names if n not in inherited)  # type: ignore[attr-defined]
     body = {k: v for k, v in cls.__dict__.items()
             if k not in own and k not in ("__dict__", "__weakref__")}
-    standard = ("__dataclass_fields__", "__dataclass_params__")
     body["__slots__"] = own
     if frozen:
         body.setdefault("__getstate__", _getstate)
         body.setdefault("__setstate__", _setstate)
     slotted = type(cls)(cls.__name__, cls.__bases__, body)
     slotted.__qualname__ = cls.__qualname__
-    for attr in standard:  # made for the new class, when asked for
-        if isinstance(body.get(attr), _Standard):
-            type.__setattr__(slotted, attr, _Standard(slotted, attr))
     for value in body.values():
         _point_class_cell(value, cls, slotted)
     return slotted
