@@ -11,8 +11,8 @@ import numpy as np
 
 from rlx.ir import DType, Graph, Shape
 from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Unary
-from rlx.ir.ops.nn import Conv
 from rlx.ir.ops.shaping import Reshape
+from rlx.ir.ops.windows import Conv
 from rlx.runtime import Session
 
 F32 = DType.F32
