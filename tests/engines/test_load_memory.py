@@ -26,8 +26,11 @@ LIMIT = 0.02  # of the weight bytes one copy of the weights takes in the file
 SIZES = {"n_in": 1024, "hidden": 4096, "n_out": 1024}  # 32 MiB of f32 weights
 
 _PROBE = """
-import json, sys, rlx
+import json, os, sys, rlx
 from rlx.engines.mapping import anon_rss_bytes
+# one core, as in _FROM_IMPORT: on a machine that got busy between the two loads the thread
+# rule would import threadpoolctl (0.7 MB, a cost per process) during the measured one
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 rlx.load(sys.argv[1], engine="numpy")  # the imports this graph needs, first-load costs
 before = anon_rss_bytes()
 model = rlx.load(sys.argv[1], engine="numpy")
