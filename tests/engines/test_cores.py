@@ -6,12 +6,13 @@ from __future__ import annotations
 import hashlib
 import threading
 
+import numpy as np
 import pytest
 
 import rlx
 from rlx.engines import cores
 from rlx.engines import onnxruntime_engine as ort_engine
-from tests.engines.conftest import write_mlp
+from tests.engines.conftest import feeds, require, write_mlp
 
 
 @pytest.mark.parametrize(("threads", "n_cores", "load", "spins"), [
@@ -113,6 +114,21 @@ def test_sessions_follow_the_rule(tmp_path, monkeypatch, prepack):
         model = rlx.load(mlp.path, engine="onnxruntime", threads=2,
                          cache_dir=tmp_path / "cache", prepack=prepack)
         assert _spinning_entry(model) == expected
+
+
+@pytest.mark.parametrize("precision", ["exact", "fast"])
+def test_openvino_threads_are_left_to_the_scheduler(tmp_path, precision):
+    """OpenVINO's CPU plugin pins its threads to cores by default on Linux, where a process
+    sharing those cores halved its speed (`openvino_engine.UNPINNED`): rlx's engine compiles
+    unpinned at every precision, and still matches the MLP's float64 reference."""
+    require("openvino")
+    mlp = write_mlp(tmp_path / "mlp.rlx")
+    model = rlx.load(mlp.path, engine="openvino", precision=precision, threads=1)
+    assert model.runner.compiled.get_property("ENABLE_CPU_PINNING") is False
+    x = feeds()
+    for got, want in zip(model.run(x), mlp.oracle(x["x"]), strict=True):
+        np.testing.assert_allclose(got, want, rtol=2e-2 if precision == "fast" else 1e-4,
+                                   atol=2e-2 if precision == "fast" else 1e-5)
 
 
 def _tasks(tmp_path, monkeypatch, states: dict[str, str]) -> None:
