@@ -13,6 +13,7 @@ bias). The Add it replaces reads a constant [N] bias and is the MatMul's only re
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 
@@ -121,10 +122,7 @@ def _rebuild(graph: onnx.GraphProto, replaced: dict[int, onnx.NodeProto | None],
 
 
 def _elements(tensor: TensorProto) -> int:
-    count = 1
-    for d in tensor.dims:
-        count *= d
-    return count
+    return math.prod(tensor.dims)
 
 
 def _axis(node: onnx.NodeProto) -> int:

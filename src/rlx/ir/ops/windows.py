@@ -167,6 +167,18 @@ def _check_channels(op: Op, c: Dim, expected: Dim, what: str) -> None:
 
 
 # -- convolution ----------------------------------------------------------------------------
+def _image_and_weight(op: Conv | ConvTranspose, inputs) -> tuple[Shape, Shape]:
+    """(x, w) of a convolution, checked: float, x an image, w of x's rank, groups dividing
+    x's channels."""
+    expect_dtype(op, inputs, floating=True)
+    x, w = inputs[:2]
+    check_image(op, x)
+    if w.rank != x.rank:
+        raise ShapeError(f"{op.op_name}: w must have the rank of x, got x {x} and w {w}")
+    _check_groups(op, op.groups, x.dims[1])
+    return x, w
+
+
 @dataclass(frozen=True)
 class Conv(_Sliding, Op):
     """N-d convolution (ONNX Conv). Inputs `[x, w]` or `[x, w, b]`: x `[N, C, *spatial]`,
@@ -180,13 +192,8 @@ class Conv(_Sliding, Op):
     arity: ClassVar = (2, 3)
 
     def infer(self, inputs):
-        expect_dtype(self, inputs, floating=True)
-        x, w = inputs[:2]
-        check_image(self, x)
-        if w.rank != x.rank:
-            raise ShapeError(f"Conv: w must have the rank of x, got x {x} and w {w}")
+        x, w = _image_and_weight(self, inputs)
         m, per_group = w.dims[:2]
-        _check_groups(self, self.groups, x.dims[1])
         if isinstance(per_group, int):
             _check_channels(self, x.dims[1], per_group * self.groups,
                             f"{per_group} x groups={self.groups}")
@@ -215,12 +222,7 @@ class ConvTranspose(_Sliding, Op):
         return _per_axis(self, "output_padding", self.output_padding, n, 0, 0)
 
     def infer(self, inputs):
-        expect_dtype(self, inputs, floating=True)
-        x, w = inputs[:2]
-        check_image(self, x)
-        if w.rank != x.rank:
-            raise ShapeError(f"ConvTranspose: w must have the rank of x, got x {x} and w {w}")
-        _check_groups(self, self.groups, x.dims[1])
+        x, w = _image_and_weight(self, inputs)
         _check_channels(self, x.dims[1], w.dims[0], str(w.dims[0]))
         m = w.dims[1] * self.groups if isinstance(w.dims[1], int) else UNKNOWN
         if len(inputs) == 3:
