@@ -12,8 +12,9 @@ again with the same precision hint and threads and the counters on.
 The kinds are a rule over the executed graph: an image conv (<= 4 input channels), a
 depthwise conv (OpenVINO's `dw` kernel), a conv on a 1x1 map (squeeze-excite, a conv head),
 a pointwise (1x1) conv split at 64 input channels (fewer: `rlx.baking.int8.MIN_REDUCTION`
-keeps it out of the int8 plan), other convs, fully connected, reorders (layout and
-precision conversions) and everything else. The node times are wall time inside the run,
+keeps it out of the int8 plan) and other convs; every other node by its layer type in the
+executed graph (FullyConnected, Reorder: layout and precision conversions, Subgraph:
+fused elementwise ops, ...). The node times are wall time inside the run,
 so a busy machine inflates them all: compare shares, and the rows of one run.
 """
 
@@ -41,12 +42,8 @@ def layer_kind(layer_type: str, exec_type: str, in_shape: list[int],
                out_shape: list[int]) -> str:
     """The kind of an executed node (module doc), from the executed graph's layer type,
     the kernel OpenVINO ran it with and its first input's and output's static shapes."""
-    if layer_type == "Reorder":
-        return "reorder"
-    if layer_type == "FullyConnected":
-        return "fully connected"
     if layer_type != "Convolution" or len(in_shape) < 3:
-        return "other ops"
+        return layer_type
     if "_dw_" in exec_type:
         return "depthwise conv"
     if in_shape[1] <= 4:
@@ -62,8 +59,10 @@ def _precision(exec_type: str) -> str:
     return exec_type.rsplit("_", 1)[-1].lower()
 
 
-def _compiled(kind: str, onnx_path: str, rlx_path: str, threads: int) -> tuple[Any, Any]:
-    """The compiled model with performance counters and one infer request for it."""
+def _compiled(kind: str, onnx_path: str, rlx_path: str, threads: int
+              ) -> tuple[Any, Any, Any]:
+    """The compiled model with performance counters, one infer request for it, and the
+    rlx model whose mapped weights it computes on (None for plain OpenVINO): keep it."""
     import openvino as ov
 
     config = {"INFERENCE_NUM_THREADS": str(threads), "PERFORMANCE_HINT": "LATENCY",
@@ -72,10 +71,11 @@ def _compiled(kind: str, onnx_path: str, rlx_path: str, threads: int) -> tuple[A
         if kind == "ov-f32":
             config["INFERENCE_PRECISION_HINT"] = "f32"
         compiled = ov.Core().compile_model(onnx_path, "CPU", config)
-        return compiled, compiled.create_infer_request()
+        return compiled, compiled.create_infer_request(), None
     import rlx
 
-    runner = rlx.load(rlx_path, engine="openvino", threads=threads, precision="fast").runner
+    model = rlx.load(rlx_path, engine="openvino", threads=threads, precision="fast")
+    runner = model.runner
     hint = runner.compiled.get_property("INFERENCE_PRECISION_HINT")
     config["INFERENCE_PRECISION_HINT"] = hint.get_type_name()
     config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = str(
@@ -84,7 +84,7 @@ def _compiled(kind: str, onnx_path: str, rlx_path: str, threads: int) -> tuple[A
     request = compiled.create_infer_request()
     for name, array in runner.served.items():
         request.set_tensor(name, ov.Tensor(array, shared_memory=True))
-    return compiled, request
+    return compiled, request, model
 
 
 def _kinds(compiled: Any) -> dict[str, tuple[str, list[int], list[int]]]:
@@ -106,7 +106,7 @@ def child() -> None:
     from tests.real_models import FEEDS
 
     kind, name, onnx_path, rlx_path, threads, calls = sys.argv[1:7]
-    compiled, request = _compiled(kind, onnx_path, rlx_path, int(threads))
+    compiled, request, _model = _compiled(kind, onnx_path, rlx_path, int(threads))
     feeds = {k: v for k, v in FEEDS[name](HELD_OUT[0]).items()
              if any(k in i.get_names() for i in compiled.inputs)}
     for _ in range(3):

@@ -19,9 +19,9 @@ from benchmarks.layer_time import layer_kind, table
     ("Convolution", "brgconv_avx512_1x1_f32", [1, 256, 1, 1], [1, 64, 1, 1],
      "conv on a 1x1 map"),
     ("Convolution", "brgconv_avx512_f32", [1, 64, 28, 28], [1, 64, 28, 28], "other conv"),
-    ("FullyConnected", "brgemm_avx512_I8", [1, 1280], [1, 4], "fully connected"),
-    ("Reorder", "reorder_brgemm_f32", [1, 3, 224, 224], [1, 3, 224, 224], "reorder"),
-    ("Subgraph", "jit_avx512_f32", [1, 16, 112, 112], [1, 16, 112, 112], "other ops"),
+    ("FullyConnected", "brgemm_avx512_I8", [1, 1280], [1, 4], "FullyConnected"),
+    ("Reorder", "reorder_brgemm_f32", [1, 3, 224, 224], [1, 3, 224, 224], "Reorder"),
+    ("Subgraph", "jit_avx512_f32", [1, 16, 112, 112], [1, 16, 112, 112], "Subgraph"),
 ])
 def test_each_node_gets_its_kind(layer, kernel, ins, outs, kind):
     assert layer_kind(layer, kernel, ins, outs) == kind
