@@ -29,7 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import in_fresh_process
+from benchmarks.common import WORK, in_fresh_process
 
 __all__ = ["layer_kind", "main", "table"]
 
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     from tests.real_models import MODELS, fetch
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("folder", type=Path, nargs="?", default=Path(".cache/benchmarks/layers"))
+    p.add_argument("folder", type=Path, nargs="?", default=WORK / "layers")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--threads", default="1,2")
     p.add_argument("--calls", type=int, default=40)
