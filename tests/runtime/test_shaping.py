@@ -12,35 +12,32 @@ from onnx import helper
 
 from rlx.errors import KernelError, ShapeError
 from rlx.ir import UNKNOWN, DType, Graph, Shape, graph_from_json, graph_to_json, verify
-from rlx.ir.ops.shaping import (
+from rlx.ir.ops.blocks import DepthToSpace, DepthToSpaceMode, Pad, PadMode, SpaceToDepth, Tile
+from rlx.ir.ops.indexing import (
     Compress,
-    Concat,
-    DepthToSpace,
-    DepthToSpaceMode,
-    Expand,
-    Fill,
-    Flatten,
-    Gather,
     GatherElements,
     GatherND,
     NonZero,
     OneHot,
-    Pad,
-    PadMode,
-    Range,
-    Reshape,
     ScatterElements,
     ScatterND,
     ScatterReduction,
+    Trilu,
+)
+from rlx.ir.ops.shaping import (
+    Concat,
+    Expand,
+    Fill,
+    Flatten,
+    Gather,
+    Range,
+    Reshape,
     ShapeOf,
     Size,
     Slice,
-    SpaceToDepth,
     Split,
     Squeeze,
-    Tile,
     Transpose,
-    Trilu,
     Unsqueeze,
 )
 from tests.support import build_op_graph, onnx_reference, run_op

@@ -34,22 +34,19 @@ from dataclasses import dataclass
 
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
+from rlx.ir.ops.blocks import DepthToSpace, Pad, SpaceToDepth, Tile
 from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Clamp, Identity, Unary
 from rlx.ir.ops.multi import TupleGet
 from rlx.ir.ops.nn import PRelu, Resize
 from rlx.ir.ops.shaping import (
     Concat,
-    DepthToSpace,
     Expand,
     Flatten,
     Gather,
-    Pad,
     Reshape,
     Slice,
-    SpaceToDepth,
     Split,
     Squeeze,
-    Tile,
     Transpose,
     Unsqueeze,
 )

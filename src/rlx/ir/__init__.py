@@ -28,8 +28,10 @@ if TYPE_CHECKING:  # what type checkers see: the names, imported as they are
     from rlx.ir.dtype import DType
     from rlx.ir.graph import Graph, Node
     from rlx.ir.ops.base import *
+    from rlx.ir.ops.blocks import *
     from rlx.ir.ops.control import *
     from rlx.ir.ops.elementwise import *
+    from rlx.ir.ops.indexing import *
     from rlx.ir.ops.linalg import *
     from rlx.ir.ops.multi import *
     from rlx.ir.ops.nn import *

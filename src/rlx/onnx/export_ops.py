@@ -19,7 +19,7 @@ from rlx.errors import ExportError
 from rlx.ir.dtype import DType
 from rlx.ir.ops import control as ctl
 from rlx.ir.ops import elementwise as ew
-from rlx.ir.ops import linalg, nn, reduce, shaping, windows
+from rlx.ir.ops import blocks, indexing, linalg, nn, reduce, shaping, windows
 from rlx.ir.ops import packed as packed_ops
 from rlx.ir.ops import quant as quant_ops
 from rlx.ir.ops.elementwise import Activation as A
@@ -154,7 +154,7 @@ def _simple(op_type: str):
 
 for _type, _name in ((ew.Not, "Not"), (ew.Where, "Where"), (ew.Identity, "Identity"),
                      (linalg.MatMul, "MatMul"), (nn.PRelu, "PRelu"),
-                     (shaping.NonZero, "NonZero"), (shaping.Size, "Size"),
+                     (indexing.NonZero, "NonZero"), (shaping.Size, "Size"),
                      (shaping.Range, "Range")):
     handles(_type)(_simple(_name))
 
@@ -592,7 +592,7 @@ def _expand(c) -> None:
     c.final("Expand", [c.x[0], _operand(c, "shape")])
 
 
-@handles(shaping.Tile)
+@handles(blocks.Tile)
 def _tile(c) -> None:
     c.final("Tile", [c.x[0], _operand(c, "repeats")])
 
@@ -632,13 +632,13 @@ def _split(c) -> None:
     c.final("Split", [c.x[0], c.ints(c.op.sizes, "split")], axis=c.op.axis)
 
 
-@handles(shaping.Pad)
+@handles(blocks.Pad)
 def _pad(c) -> None:
     op, x = c.op, c.x[0]
     dtype = c.shape().dtype
     if op.pads is not None:
         inputs = [x, c.ints(op.pads, "pads")]
-        if op.mode is shaping.PadMode.CONSTANT:
+        if op.mode is blocks.PadMode.CONSTANT:
             inputs.append(c.scalar(op.value, dtype))
     else:
         inputs = [x, _int64(c, c.x[1], c.shape(1).dtype)]
@@ -652,23 +652,23 @@ def _gather(c) -> None:
     c.final("Gather", c.x, axis=c.op.axis)
 
 
-@handles(shaping.GatherElements)
+@handles(indexing.GatherElements)
 def _gather_elements(c) -> None:
     c.final("GatherElements", c.x, axis=c.op.axis)
 
 
-@handles(shaping.GatherND)
+@handles(indexing.GatherND)
 def _gather_nd(c) -> None:
     c.final("GatherND", c.x, batch_dims=c.op.batch_dims)
 
 
-@handles(shaping.ScatterND)
+@handles(indexing.ScatterND)
 def _scatter_nd(c) -> None:
     c.final("ScatterND", [c.x[0], _int64(c, c.x[1], c.shape(1).dtype), c.x[2]],
             reduction=c.op.reduction.value)
 
 
-@handles(shaping.ScatterElements)
+@handles(indexing.ScatterElements)
 def _scatter_elements(c) -> None:
     c.final("ScatterElements", c.x, axis=c.op.axis, reduction=c.op.reduction.value)
 
@@ -691,27 +691,27 @@ def _fill(c) -> None:
     c.final("ConstantOfShape", [shape], value=value)
 
 
-@handles(shaping.OneHot)
+@handles(indexing.OneHot)
 def _one_hot(c) -> None:
     c.final("OneHot", c.x, axis=c.op.axis)
 
 
-@handles(shaping.DepthToSpace)
+@handles(blocks.DepthToSpace)
 def _depth_to_space(c) -> None:
     c.final("DepthToSpace", c.x, blocksize=c.op.blocksize, mode=c.op.mode.value.upper())
 
 
-@handles(shaping.SpaceToDepth)
+@handles(blocks.SpaceToDepth)
 def _space_to_depth(c) -> None:
     c.final("SpaceToDepth", c.x, blocksize=c.op.blocksize)
 
 
-@handles(shaping.Trilu)
+@handles(indexing.Trilu)
 def _trilu(c) -> None:
     c.final("Trilu", [c.x[0], c.ints(c.op.k, "k")], upper=int(c.op.upper))
 
 
-@handles(shaping.Compress)
+@handles(indexing.Compress)
 def _compress(c) -> None:
     c.final("Compress", c.x, axis=c.op.axis)
 

@@ -35,19 +35,18 @@ import numpy as np
 from rlx.errors import ShapeError
 from rlx.ir.graph import Graph, Node, ShapeLike
 from rlx.ir.ops.base import Op
+from rlx.ir.ops.blocks import Pad, Tile
 from rlx.ir.ops.nn import Resize
 from rlx.ir.ops.reduce import CumSum, Reduce, TopK
 from rlx.ir.ops.shaping import (
     Expand,
     Fill,
     Gather,
-    Pad,
     Reshape,
     ShapeOf,
     Size,
     Slice,
     Squeeze,
-    Tile,
     Unsqueeze,
 )
 from rlx.ir.ops.sources import Constant, Input, Param

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see: every family's names, as declared there
     from rlx.ir.ops.base import *
+    from rlx.ir.ops.blocks import *
     from rlx.ir.ops.control import *
     from rlx.ir.ops.elementwise import *
+    from rlx.ir.ops.indexing import *
     from rlx.ir.ops.linalg import *
     from rlx.ir.ops.multi import *
     from rlx.ir.ops.nn import *
@@ -29,8 +31,8 @@ if TYPE_CHECKING:  # what type checkers see: every family's names, as declared t
     from rlx.ir.ops.sources import *
     from rlx.ir.ops.windows import *
 
-FAMILY_NAMES = ("base", "control", "elementwise", "linalg", "multi", "nn", "packed", "quant",
-                "reduce", "shaping", "sources", "windows")
+FAMILY_NAMES = ("base", "blocks", "control", "elementwise", "indexing", "linalg", "multi", "nn",
+                "packed", "quant", "reduce", "shaping", "sources", "windows")
 """The op family modules, whose `__all__` lists make this package's."""
 
 

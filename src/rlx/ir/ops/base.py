@@ -25,10 +25,13 @@ OPS: dict[str, type[Op]] = {}
 `rlx.ir.ops.OPS` is asked for: that imports every family)."""
 
 FAMILY_OPS = {
+    "blocks": ("DepthToSpace", "Pad", "SpaceToDepth", "Tile"),
     "control": ("Composite", "Fail", "GRU", "If", "LSTM", "Loop", "QuantizedLSTM", "RNN",
                 "Scan"),
     "elementwise": ("Binary", "Cast", "Clamp", "Compare", "Identity", "Logical", "Not", "Unary",
                     "Where"),
+    "indexing": ("Compress", "GatherElements", "GatherND", "NonZero", "OneHot",
+                 "ScatterElements", "ScatterND", "Trilu"),
     "linalg": ("DFT", "DequantMatMul", "Einsum", "MatMul"),
     "multi": ("TupleGet",),
     "nn": ("BatchNormInference", "InstanceNorm", "LayerNorm", "LogSoftmax", "PRelu", "Resize",
@@ -37,10 +40,8 @@ FAMILY_OPS = {
     "quant": ("ConvInteger", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
               "QLinearConv", "QLinearMatMul", "QuantizeLinear"),
     "reduce": ("ArgMax", "ArgMin", "CumSum", "Reduce", "TopK"),
-    "shaping": ("Compress", "Concat", "DepthToSpace", "Expand", "Fill", "Flatten", "Gather",
-                "GatherElements", "GatherND", "NonZero", "OneHot", "Pad", "Range", "Reshape",
-                "ScatterElements", "ScatterND", "ShapeOf", "Size", "Slice", "SpaceToDepth",
-                "Split", "Squeeze", "Tile", "Transpose", "Trilu", "Unsqueeze"),
+    "shaping": ("Concat", "Expand", "Fill", "Flatten", "Gather", "Range", "Reshape", "ShapeOf",
+                "Size", "Slice", "Split", "Squeeze", "Transpose", "Unsqueeze"),
     "sources": ("Constant", "Input", "Param"),
     "windows": ("Conv", "ConvTranspose", "GlobalPool", "Pool"),
 }
