@@ -9,18 +9,15 @@ from rlx.errors import ShapeError
 from rlx.ir import DType, Graph, Shape, graph_from_json, graph_to_json
 from rlx.ir.ops.nn import (
     BatchNormInference,
-    CoordinateMode,
     InstanceNorm,
     LayerNorm,
     LogSoftmax,
-    NearestMode,
     PRelu,
-    Resize,
-    ResizeMode,
     Softmax,
 )
+from rlx.ir.ops.resize import CoordinateMode, NearestMode, Resize, ResizeMode
 from rlx.ir.ops.windows import Conv, ConvTranspose, GlobalPool, Pool, PoolKind
-from rlx.kernels.nn import _nearest_repeats
+from rlx.kernels.resize import _nearest_repeats
 from rlx.kernels.windows import build_conv, build_pool
 from rlx.runtime import Session
 from tests.support import build_op_graph, onnx_reference, run_op

@@ -37,7 +37,8 @@ from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.blocks import DepthToSpace, Pad, SpaceToDepth, Tile
 from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Clamp, Identity, Unary
 from rlx.ir.ops.multi import TupleGet
-from rlx.ir.ops.nn import PRelu, Resize
+from rlx.ir.ops.nn import PRelu
+from rlx.ir.ops.resize import Resize
 from rlx.ir.ops.shaping import (
     Concat,
     Expand,

@@ -42,7 +42,7 @@ from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Unary
 from rlx.ir.ops.multi import TupleGet
-from rlx.ir.ops.nn import Resize, ResizeMode
+from rlx.ir.ops.resize import Resize, ResizeMode
 from rlx.ir.ops.shaping import (
     Concat,
     Flatten,

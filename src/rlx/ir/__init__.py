@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # what type checkers see: the names, imported as they are
     from rlx.ir.ops.packed import *
     from rlx.ir.ops.quant import *
     from rlx.ir.ops.reduce import *
+    from rlx.ir.ops.resize import *
     from rlx.ir.ops.shaping import *
     from rlx.ir.ops.sources import *
     from rlx.ir.ops.windows import *

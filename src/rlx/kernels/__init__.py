@@ -10,7 +10,7 @@ import importlib
 from typing import Any
 
 KERNEL_MODULES = ("blocks", "control", "elementwise", "indexing", "integer", "linalg", "multi",
-                  "nn", "packed", "qlinear", "quant", "reduce", "shaping", "windows")
+                  "nn", "packed", "qlinear", "quant", "reduce", "resize", "shaping", "windows")
 """Every module that registers kernels."""
 
 __all__ = ["BUILDERS", "KERNELS", "WRITES_INTO", "has_kernel"]

@@ -17,9 +17,9 @@ from onnx import TensorProto
 from rlx.codecs import decode_rows
 from rlx.errors import ExportError
 from rlx.ir.dtype import DType
+from rlx.ir.ops import blocks, indexing, linalg, nn, reduce, resize, shaping, windows
 from rlx.ir.ops import control as ctl
 from rlx.ir.ops import elementwise as ew
-from rlx.ir.ops import blocks, indexing, linalg, nn, reduce, shaping, windows
 from rlx.ir.ops import packed as packed_ops
 from rlx.ir.ops import quant as quant_ops
 from rlx.ir.ops.elementwise import Activation as A
@@ -462,7 +462,7 @@ def _instance_norm(c) -> None:
     c.final("InstanceNormalization", c.x, epsilon=c.op.epsilon)
 
 
-@handles(nn.Resize)
+@handles(resize.Resize)
 def _resize(c) -> None:
     """ONNX Resize takes sizes or scales, not both; rlx may know both (sizes for the
     output, scales for the coordinate transform). Sizes go when they say everything:
@@ -489,7 +489,7 @@ def _resize(c) -> None:
 
 
 def _sizes_suffice(c, op) -> bool:
-    if op.coordinate_mode is nn.CoordinateMode.ALIGN_CORNERS:
+    if op.coordinate_mode is resize.CoordinateMode.ALIGN_CORNERS:
         return True
     dims = c.shape(0).dims
     return all(isinstance(d, int) and d * s == n for d, s, n in zip(dims, op.scales, op.sizes))

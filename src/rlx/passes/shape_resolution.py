@@ -36,8 +36,8 @@ from rlx.errors import ShapeError
 from rlx.ir.graph import Graph, Node, ShapeLike
 from rlx.ir.ops.base import Op
 from rlx.ir.ops.blocks import Pad, Tile
-from rlx.ir.ops.nn import Resize
 from rlx.ir.ops.reduce import CumSum, Reduce, TopK
+from rlx.ir.ops.resize import Resize
 from rlx.ir.ops.shaping import (
     Expand,
     Fill,

@@ -27,12 +27,13 @@ if TYPE_CHECKING:  # what type checkers see: every family's names, as declared t
     from rlx.ir.ops.packed import *
     from rlx.ir.ops.quant import *
     from rlx.ir.ops.reduce import *
+    from rlx.ir.ops.resize import *
     from rlx.ir.ops.shaping import *
     from rlx.ir.ops.sources import *
     from rlx.ir.ops.windows import *
 
 FAMILY_NAMES = ("base", "blocks", "control", "elementwise", "indexing", "linalg", "multi", "nn",
-                "packed", "quant", "reduce", "shaping", "sources", "windows")
+                "packed", "quant", "reduce", "resize", "shaping", "sources", "windows")
 """The op family modules, whose `__all__` lists make this package's."""
 
 
