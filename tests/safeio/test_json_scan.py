@@ -121,11 +121,16 @@ def test_the_parse_is_json_loads(hook, c_scanner, monkeypatch):
         assert repr(got) == repr(expected), text  # repr: nan == nan, -0.0 vs 0.0
 
 
+_LAZY = (("graph", "nodes"), ("weights",))  # the arrays a reader of .rlx headers iterates
+
+
 def _materialised(value):
-    """`value` with the lazy array at ("graph", "nodes") (if any) made a list."""
+    """`value` with the lazy arrays at `_LAZY` (if any) made lists."""
     if isinstance(value, dict) and isinstance(value.get("graph"), dict) \
             and isinstance(value["graph"].get("nodes"), Iterator):
         value["graph"]["nodes"] = list(value["graph"]["nodes"])
+    if isinstance(value, dict) and isinstance(value.get("weights"), Iterator):
+        value["weights"] = list(value["weights"])
     return value
 
 
@@ -158,32 +163,34 @@ def _mutated(rng, texts: list[str], count: int) -> list[str]:
 
 
 def test_a_lazy_array_parses_as_json_loads():
-    """The node list as an iterator: every text that `json.loads` refuses is refused before
-    any element is handed out, and every other parses to the same value."""
+    """The node list and the weight table as iterators: every text that `json.loads`
+    refuses is refused before any element is handed out, and every other parses to the
+    same value."""
     rng = np.random.default_rng(2)
     texts = _headers(rng, 300)
-    lazy = 0
+    lazy = lazy_weights = 0
     for text in texts + _mutated(rng, texts, 1500) + _ODD_TEXTS:
         try:
             expected = json.loads(text)
         except ValueError:
             with pytest.raises(ValueError):
-                json_scan._loads(text, None, ("graph", "nodes"))
+                json_scan._loads(text, None, _LAZY)
             continue
-        got = json_scan._loads(text, None, ("graph", "nodes"))
+        got = json_scan._loads(text, None, _LAZY)
         lazy += isinstance(got, dict) and isinstance(got.get("graph"), dict) and \
             isinstance(got["graph"].get("nodes"), Iterator)
+        lazy_weights += isinstance(got, dict) and isinstance(got.get("weights"), Iterator)
         assert repr(_materialised(got)) == repr(expected), text
     assert lazy >= 200  # the texts whose node list is an array got an iterator
+    assert lazy_weights >= 50  # and those whose weight table is one
 
 
 def test_load_json_leaves_the_array_whole_where_a_surrogate_escape_is_checked():
     text = json.dumps({"graph": {"nodes": ["\ud83d\ude00", 1]}}).encode()
-    body = load_json(text, ArtifactError, "header", lazy=("graph", "nodes"))
+    body = load_json(text, ArtifactError, "header", lazy=_LAZY)
     assert body == {"graph": {"nodes": ["\U0001f600", 1]}}
     with pytest.raises(ArtifactError, match="lone surrogate"):
-        load_json(b'{"graph": {"nodes": ["\\ud800"]}}', ArtifactError, "header",
-                  lazy=("graph", "nodes"))
+        load_json(b'{"graph": {"nodes": ["\\ud800"]}}', ArtifactError, "header", lazy=_LAZY)
 
 
 _SCAN_GROWTH = """

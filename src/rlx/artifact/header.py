@@ -107,7 +107,7 @@ def _inflate(frame: bytes, limit: int) -> bytes:
 
 
 _HEADER_LIMITS = JsonLimits(max_depth=MAX_JSON_DEPTH)
-_NODES = ("graph", "nodes")  # where the header keeps the graph's node list
+_LISTS = (("graph", "nodes"), ("weights",))  # the header's node list and weight table
 
 
 class Header(NamedTuple):
@@ -123,14 +123,16 @@ Fail = Callable[..., NoReturn]  # fail(message, error type=ArtifactError)
 
 
 def read_header(buf: memoryview, source: str, fail: Fail, size: int | None = None, *,
-                lazy_nodes: bool = False) -> Header:
+                lazy_lists: bool = False) -> Header:
     """The header of the plain `.rlx` held in `buf`: magic, schema, flags, length and
     checksum checked, inflated and parsed within limits, a JSON object of schema 3; what is
     wrong goes to `fail` (with `EncryptedFileError` or `IntegrityError` where it is that).
     Reading the header needs no graph IR: a warm engine load (`rlx.engines.warm`) stops
     here, with `buf` holding only the file's first bytes and `size` the file's size.
-    `lazy_nodes`: the graph's node list is an iterator that parses each node's JSON as it
-    is reached (`load_json(lazy=...)`), for a reader that builds the graph from it."""
+    `lazy_lists`: the graph's node list and the weight table are iterators that parse
+    each entry's JSON as it is reached (`load_json(lazy=...)`), for a reader that builds
+    the graph and the weight rows from them: the table's rows are not held parsed while
+    the graph is built (~80 KiB at the peak of a CNN's read)."""
     size = len(buf) if size is None else size
     if bytes(buf[:8]) == ENCRYPTED_MAGIC:
         fail("is encrypted; read it with a password", EncryptedFileError)
@@ -157,7 +159,7 @@ def read_header(buf: memoryview, source: str, fail: Fail, size: int | None = Non
     if flags & FLAG_ZSTD_HEADER:
         text, digests = unpack_region(text, size, fail)
     body = load_json(text, ArtifactError, f"{source}: header", _HEADER_LIMITS,
-                     lazy=_NODES if lazy_nodes else ())
+                     lazy=_LISTS if lazy_lists else ())
     if not isinstance(body, dict):
         fail("header is not a JSON object")
     if body.get("format") != "rlx" or body.get("schema") != SCHEMA_VERSION:

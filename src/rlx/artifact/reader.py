@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
@@ -127,9 +127,11 @@ class _Reader:
     # -- preamble and header ---------------------------------------------------------------
     def read(self, verify: str) -> RlxFile:
         header, digests, length = read_header(self.buf, self.source, self.fail,
-                                              lazy_nodes=True)
+                                              lazy_lists=True)
         data_start = align(PREAMBLE.size + length)
-        self._blob_table(header.get("blobs"), data_start, digests)
+        # popped: the table's parsed entries are freed before the graph is built (a CNN's
+        # duplex file: 276 of them, ~60 KiB at the peak of its read)
+        self._blob_table(header.pop("blobs", None), data_start, digests)
         graph = self._graph(header.get("graph"))
         weights = self._weights(header.get("weights"), graph)
         self_test = self._self_test(header.get("self_test"))
@@ -295,7 +297,7 @@ def weight_rows(rows: Any, graph: Graph, take: Callable[[dict, int, str], np.nda
     """The weight table of a header, each row checked against `graph`; `take(row, nbytes,
     what)` gives a row's bytes, `check` is the container's own test of a row (shared by
     the `.rlx` and `.rlxp` readers)."""
-    if not isinstance(rows, list):
+    if not isinstance(rows, (list, Iterator)):  # a header read lazily: an iterator
         fail(f"{where} must be a list")
     out = []
     for i, row in enumerate(rows):

@@ -108,16 +108,17 @@ def scan_json(raw: bytes) -> JsonShape:
 def load_json(raw: bytes, error: type[RlxError], where: str,
               limits: JsonLimits = JsonLimits(),
               object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None, *,
-              lazy: tuple[str, ...] = ()) -> Any:
+              lazy: tuple[tuple[str, ...], ...] = ()) -> Any:
     """`raw` parsed, or `error(f"{where}: ...")` if it is not UTF-8 JSON within `limits`.
 
-    `lazy`: the object keys down to one array (("graph", "nodes")) that comes back as an
-    iterator of its elements, each parsed when it is reached (every element is checked
-    here, parsed and dropped, so the iterator cannot fail). Why: a reader that turns each
-    element into something smaller (a graph node) then never holds all of them parsed: a
-    413-node header parsed whole is ~0.6 MiB of Python objects, whose peak the allocator
-    keeps resident (issue 35). Where the text holds a `\\u` surrogate escape, or another
-    Python has no C scanner, the array is parsed whole (a list)."""
+    `lazy`: paths of object keys down to arrays ((("graph", "nodes"), ("weights",))), each
+    of which comes back as an iterator of its elements, each parsed when it is reached
+    (every element is checked here, parsed and dropped, so the iterator cannot fail). Why:
+    a reader that turns each element into something smaller (a graph node, a weight row)
+    then never holds all of them parsed: a 413-node header parsed whole is ~0.6 MiB of
+    Python objects, whose peak the allocator keeps resident (issue 35). Where the text
+    holds a `\\u` surrogate escape, or another Python has no C scanner, the arrays are
+    parsed whole (lists)."""
     shape = scan_json(raw)
     problem = None
     if shape.depth > limits.max_depth:
@@ -157,10 +158,11 @@ class _Options:
         self.object_pairs_hook = object_pairs_hook
 
 
-def _loads(text: str, object_pairs_hook: Callable | None, lazy: tuple[str, ...] = ()) -> Any:
+def _loads(text: str, object_pairs_hook: Callable | None,
+           lazy: tuple[tuple[str, ...], ...] = ()) -> Any:
     """`json.loads(text, object_pairs_hook=...)` without importing `json` (where CPython's
-    C scanner is there: elsewhere it is `json.loads`), the array at `lazy` left to parse as
-    it is iterated (`load_json`). Raises ValueError as `json.loads` does."""
+    C scanner is there: elsewhere it is `json.loads`), the arrays at the `lazy` paths left
+    to parse as they are iterated (`load_json`). Raises ValueError as `json.loads` does."""
     try:
         from _json import make_scanner
     except ImportError:  # another Python: its own json
@@ -185,10 +187,12 @@ def _space(text: str, i: int) -> int:
     return i
 
 
-def _walk(scan: Callable, text: str, i: int, path: tuple[str, ...]) -> tuple[Any, int]:
+def _walk(scan: Callable, text: str, i: int, paths: tuple[tuple[str, ...], ...]
+          ) -> tuple[Any, int]:
     """(value, index after it) of the JSON value at `i`, as `scan` parses it, but for the
-    objects along `path`, read key by key, and the array at its end, an iterator."""
-    if not path:
+    objects along `paths`, read key by key, and the array at the end of each, an
+    iterator."""
+    if () in paths:
         if text[i:i + 1] != "[":
             return scan(text, i)
         checked = _elements(scan, text, i)
@@ -211,7 +215,8 @@ def _walk(scan: Callable, text: str, i: int, path: tuple[str, ...]) -> tuple[Any
         if text[i:i + 1] != ":":
             raise ValueError(f"Expecting ':' delimiter: char {i}")
         i = _space(text, i + 1)
-        out[key], i = _walk(scan, text, i, path[1:]) if key == path[0] else scan(text, i)
+        below = tuple(path[1:] for path in paths if path[0] == key)
+        out[key], i = _walk(scan, text, i, below) if below else scan(text, i)
         i = _space(text, i)
         if text[i:i + 1] == "}":
             return out, i + 1
