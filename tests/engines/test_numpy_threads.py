@@ -53,7 +53,7 @@ def test_a_run_uses_the_threads_that_fit(mlp, tmp_path, monkeypatch, threads, ru
     the float64 reference's either way."""
     _machine(tmp_path, monkeypatch, 2, running)
     model = rlx.load(mlp.path, engine="numpy", threads=threads)
-    pools = model.runner._pools
+    pools = model.runner.pools
     seen: list[tuple[list[int], int]] = []
     call = model.runner.compiled.call
     monkeypatch.setattr(model.runner.compiled, "call", lambda *args: seen.append(
@@ -90,7 +90,7 @@ def test_a_run_that_finds_its_count_set_changes_nothing(mlp, tmp_path, monkeypat
     threads = pools[0].num_threads
     model = rlx.load(mlp.path, engine="numpy", threads=threads)
     sets: list[int] = []
-    for pool in model.runner._pools:
+    for pool in model.runner.pools:
         monkeypatch.setattr(pool, "set_num_threads", sets.append)
     model.run({"x": np.ones((1, 64), np.float32)})
     assert sets == []

@@ -28,21 +28,29 @@ class NumpyRunner:
         self.compile_seconds = time.perf_counter() - start  # `rlx-bake run` reports it
         self.precision = precision
         self.threads = threads_that_fit(threads)  # fewer when the cores are shared (`cores`)
-        self._pools: list = []  # the thread pools (BLAS, OpenMP) a run sets to `threads`
-        if self.threads is not None:
-            import threadpoolctl
-
-            self._pools = threadpoolctl.ThreadpoolController().lib_controllers  # found once
+        self._pools: list | None = None if self.threads is not None else []
         self._order = self.compiled.input_names
         self._names = self.compiled.output_names
         self._index = {name: k for k, name in enumerate(self._names)}
+
+    @property
+    def pools(self) -> list:
+        """The thread pools (BLAS, OpenMP) a run sets to `threads`, found on first use:
+        threadpoolctl, with the dataclasses and threading it imports, is 0.76 MiB of code
+        and classes, which a load on a busy machine (where the threads are cut) would
+        otherwise add to the 2% of the weights it may grow by (issue 35)."""
+        if self._pools is None:
+            import threadpoolctl
+
+            self._pools = threadpoolctl.ThreadpoolController().lib_controllers
+        return self._pools
 
     def run(self, feeds: dict[str, np.ndarray], outputs: Sequence[str]) -> list[np.ndarray]:
         args = [feeds[name] for name in self._order]
         # process-wide while the run lasts (numpy's BLAS has one pool), set and put back
         # only where it differs: threadpoolctl's limit context cost 24-80 us a run, a tenth
         # or more of a 0.2 ms model's; reading a pool's count costs ~0.3 us
-        changed = [(pool, count) for pool in self._pools
+        changed = [(pool, count) for pool in self.pools
                    if (count := pool.get_num_threads()) != self.threads]
         for pool, _ in changed:
             pool.set_num_threads(self.threads)
