@@ -276,6 +276,7 @@ NOT_ON_A_LOAD = (
     # element gathers and scatters, masks; pads, tiles and depth <-> space (~0.1 MiB)
     "rlx.ir.ops.indexing", "rlx.kernels.indexing", "rlx.ir.ops.blocks", "rlx.kernels.blocks",
     "rlx.ir.ops.resize", "rlx.kernels.resize",  # an image model's upsampling (~60 KiB)
+    "rlx.ir.ops.dequant", "rlx.kernels.quant",  # products with packed weights (~30 KiB)
     "signal",  # the lease handler goes through _signal (signal's enums: ~40 KiB)
     "importlib.util",  # an engine whose package is imported needs no search for it (~25 KiB)
     # records keep their own fields; dataclasses makes the standard ones only when asked for

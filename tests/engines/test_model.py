@@ -16,7 +16,7 @@ from rlx.codecs import Encoding
 from rlx.engines import registry
 from rlx.errors import EncryptedFileError, EngineError, InputError
 from rlx.ir import DType, Graph, Shape
-from rlx.ir.ops.linalg import DequantMatMul
+from rlx.ir.ops.dequant import DequantMatMul
 from tests.engines.conftest import ENGINES, feeds, require, write_mlp
 
 pytestmark = pytest.mark.parametrize("engine", ENGINES)

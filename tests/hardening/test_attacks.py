@@ -34,7 +34,7 @@ from rlx.artifact import open_artifact, parse_rlx, read_rlx, write_rlx
 from rlx.codecs import Encoding
 from rlx.errors import ArtifactError, ModelImportError, WeightError
 from rlx.ir import Graph, Shape
-from rlx.ir.ops.linalg import DequantMatMul
+from rlx.ir.ops.dequant import DequantMatMul
 from rlx.onnx import import_onnx
 from rlx.runtime import Session
 from rlx.weights import load_weights

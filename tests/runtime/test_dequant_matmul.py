@@ -13,7 +13,7 @@ from gguf.quants import dequantize, quantize
 from rlx.codecs import Encoding
 from rlx.errors import KernelError, ShapeError
 from rlx.ir import DType, Graph, Shape
-from rlx.ir.ops.linalg import DequantMatMul
+from rlx.ir.ops.dequant import DequantMatMul
 from rlx.kernels import quant as quant_kernels
 from rlx.runtime import Session
 from tests.support import build_op_graph, run_op

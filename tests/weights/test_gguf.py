@@ -17,7 +17,7 @@ from gguf.quants import dequantize, quantize
 
 from rlx.codecs import Encoding
 from rlx.errors import WeightError
-from rlx.ir.ops.linalg import DequantMatMul
+from rlx.ir.ops.dequant import DequantMatMul
 from rlx.weights import WeightPathKind, load_weights
 from tests.support import run_op
 from tests.weights.support import is_mapped

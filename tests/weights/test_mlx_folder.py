@@ -16,7 +16,7 @@ from rlx import BakeOptions, BakeProfile, bake_bundle
 from rlx.artifact import read_rlx, read_rlxp, write_rlx, write_rlxp
 from rlx.errors import BindingError, WeightError
 from rlx.ir import Activation, BinaryOp, Graph, Shape
-from rlx.ir.ops.linalg import DequantMatMul
+from rlx.ir.ops.dequant import DequantMatMul
 from rlx.ir.ops.shaping import Transpose
 from rlx.runtime import Session
 from rlx.weights import load_weights

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # what type checkers see: the names, imported as they are
     from rlx.ir.ops.base import *
     from rlx.ir.ops.blocks import *
     from rlx.ir.ops.control import *
+    from rlx.ir.ops.dequant import *
     from rlx.ir.ops.elementwise import *
     from rlx.ir.ops.indexing import *
     from rlx.ir.ops.linalg import *

@@ -12,6 +12,7 @@ from collections import Counter
 
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.base import Op
+from rlx.ir.ops.dequant import DequantMatMul
 from rlx.ir.ops.elementwise import (
     Binary,
     BinaryOp,
@@ -21,7 +22,6 @@ from rlx.ir.ops.elementwise import (
     Logical,
     Unary,
 )
-from rlx.ir.ops.linalg import DequantMatMul
 from rlx.ir.ops.multi import TupleGet
 from rlx.ir.ops.nn import BatchNormInference, InstanceNorm, LayerNorm
 from rlx.ir.ops.packed import DecodeWeight, DequantGather

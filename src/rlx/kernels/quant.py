@@ -25,7 +25,7 @@ import numpy as np
 from rlx.codecs import Encoding, decode
 from rlx.errors import KernelError, RlxError
 from rlx.ir.graph import Node
-from rlx.ir.ops.linalg import DequantMatMul
+from rlx.ir.ops.dequant import DequantMatMul
 from rlx.kernels.registry import builder
 
 __all__ = ["DECODED_CACHE_BYTES", "build_dequant_matmul", "dense_weight", "kept"]

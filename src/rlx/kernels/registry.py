@@ -102,7 +102,7 @@ def _build_and_run(build: Builder, node, *inputs):
     return build(node, None)(*inputs)
 
 
-_FAMILY_KERNELS = {"linalg": ("linalg", "quant"), "quant": ("integer", "qlinear"), "sources": ()}
+_FAMILY_KERNELS = {"dequant": ("quant",), "quant": ("integer", "qlinear"), "sources": ()}
 """The kernel modules of an op family (`rlx.ir.ops.<family>`) other than `rlx.kernels.<family>`
 alone: DequantMatMul's kernel is with the other decoders, the integer ops have two modules,
 sources have none. tests/kernels/test_registry.py checks each family against it."""

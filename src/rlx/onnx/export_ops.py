@@ -17,7 +17,7 @@ from onnx import TensorProto
 from rlx.codecs import decode_rows
 from rlx.errors import ExportError
 from rlx.ir.dtype import DType
-from rlx.ir.ops import blocks, indexing, linalg, nn, reduce, resize, shaping, windows
+from rlx.ir.ops import blocks, dequant, indexing, linalg, nn, reduce, resize, shaping, windows
 from rlx.ir.ops import control as ctl
 from rlx.ir.ops import elementwise as ew
 from rlx.ir.ops import packed as packed_ops
@@ -225,7 +225,7 @@ def _dft(c) -> None:
     c.final("Cast", [back], to=onnx_dtype(c.node.tensor_shape.dtype))
 
 
-@handles(linalg.DequantMatMul)
+@handles(dequant.DequantMatMul)
 def _dequant_matmul(c) -> None:
     op, x = c.op, c.x[0]
     packed, *groups = (_constant_input(c, i) for i in range(1, len(c.node.inputs)))

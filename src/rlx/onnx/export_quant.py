@@ -20,7 +20,7 @@ import functools
 import numpy as np
 
 from rlx.codecs import Encoding
-from rlx.ir.ops.linalg import DequantMatMul
+from rlx.ir.ops.dequant import DequantMatMul
 
 __all__ = ["PackedForm", "nbits_arrays", "decompress_arrays", "nbits_supported",
            "nbits_bits", "nbits_block"]

@@ -32,7 +32,7 @@ import numpy as np
 from rlx.deferred import DEFER_MIN_BYTES, Computed, Payload, byte_view
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.base import Op
-from rlx.ir.ops.linalg import DequantMatMul
+from rlx.ir.ops.dequant import DequantMatMul
 from rlx.ir.ops.multi import TupleGet
 from rlx.ir.ops.packed import DecodeWeight, DequantGather
 from rlx.ir.ops.quant import DequantizeLinear

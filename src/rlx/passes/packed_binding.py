@@ -27,7 +27,8 @@ from rlx.deferred import Payload, compute, defer
 from rlx.errors import BakeError, BindingError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
-from rlx.ir.ops.linalg import PACKED_SCHEMES, DequantMatMul, MatMul, dequant_inputs
+from rlx.ir.ops.dequant import PACKED_SCHEMES, DequantMatMul, dequant_inputs
+from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.shaping import Transpose
 from rlx.ir.ops.sources import Constant, Param
 from rlx.ir.rewrite import Rewriter

@@ -79,7 +79,8 @@ from rlx.deferred import Deferred, Payload, all_rows, byte_view, compute, materi
 from rlx.errors import BakeError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
-from rlx.ir.ops.linalg import DequantMatMul, MatMul
+from rlx.ir.ops.dequant import DequantMatMul
+from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.packed import DecodeWeight, DequantGather, padded_row_bytes
 from rlx.ir.ops.shaping import Gather
 from rlx.ir.ops.sources import Constant

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
-from rlx.ir.ops.linalg import DequantMatMul, MatMul
+from rlx.ir.ops.dequant import DequantMatMul
+from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.packed import DecodeWeight, DequantGather
 from rlx.ir.ops.sources import Constant
 from rlx.ir.ops.windows import Conv, ConvTranspose

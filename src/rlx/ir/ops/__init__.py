@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # what type checkers see: every family's names, as declared t
     from rlx.ir.ops.base import *
     from rlx.ir.ops.blocks import *
     from rlx.ir.ops.control import *
+    from rlx.ir.ops.dequant import *
     from rlx.ir.ops.elementwise import *
     from rlx.ir.ops.indexing import *
     from rlx.ir.ops.linalg import *
@@ -32,8 +33,9 @@ if TYPE_CHECKING:  # what type checkers see: every family's names, as declared t
     from rlx.ir.ops.sources import *
     from rlx.ir.ops.windows import *
 
-FAMILY_NAMES = ("base", "blocks", "control", "elementwise", "indexing", "linalg", "multi", "nn",
-                "packed", "quant", "reduce", "resize", "shaping", "sources", "windows")
+FAMILY_NAMES = ("base", "blocks", "control", "dequant", "elementwise", "indexing", "linalg",
+                "multi", "nn", "packed", "quant", "reduce", "resize", "shaping", "sources",
+                "windows")
 """The op family modules, whose `__all__` lists make this package's."""
 
 

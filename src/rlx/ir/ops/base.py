@@ -26,13 +26,14 @@ OPS: dict[str, type[Op]] = {}
 
 FAMILY_OPS = {
     "blocks": ("DepthToSpace", "Pad", "SpaceToDepth", "Tile"),
+    "dequant": ("DequantMatMul",),
     "control": ("Composite", "Fail", "GRU", "If", "LSTM", "Loop", "QuantizedLSTM", "RNN",
                 "Scan"),
     "elementwise": ("Binary", "Cast", "Clamp", "Compare", "Identity", "Logical", "Not", "Unary",
                     "Where"),
     "indexing": ("Compress", "GatherElements", "GatherND", "NonZero", "OneHot",
                  "ScatterElements", "ScatterND", "Trilu"),
-    "linalg": ("DFT", "DequantMatMul", "Einsum", "MatMul"),
+    "linalg": ("DFT", "Einsum", "MatMul"),
     "multi": ("TupleGet",),
     "nn": ("BatchNormInference", "InstanceNorm", "LayerNorm", "LogSoftmax", "PRelu", "Softmax"),
     "packed": ("DecodeWeight", "DequantGather"),
