@@ -380,7 +380,7 @@ def test_subgraph_constants_round_trip(tmp_path):
     silero-vad): each is its own tensor, and the package runs like the .rlx."""
     from rlx.ir import BinaryOp, DType, Graph, Shape
     from rlx.ir.ops.control import Loop
-    from rlx.ir.ops.elementwise import Compare, CompareOp
+    from rlx.ir.ops.logic import Compare, CompareOp
 
     body = Graph("body")
     i = body.input("i", Shape((), DType.I64))

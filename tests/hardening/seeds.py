@@ -28,7 +28,8 @@ from rlx.artifact import crypto
 from rlx.artifact.writer import iter_rlx_bytes
 from rlx.ir import Activation, BinaryOp, DType, Graph, Shape
 from rlx.ir.ops.control import If, Loop
-from rlx.ir.ops.elementwise import Cast, Compare, CompareOp, Identity
+from rlx.ir.ops.elementwise import Cast, Identity
+from rlx.ir.ops.logic import Compare, CompareOp
 from rlx.ir.ops.shaping import Gather, Reshape
 from rlx.models import mlp_graph
 

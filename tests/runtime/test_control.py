@@ -17,7 +17,8 @@ from onnx.reference import ReferenceEvaluator
 from rlx.errors import GraphError, ShapeError
 from rlx.ir import UNKNOWN, DType, Graph, Shape, graph_from_json, graph_to_json, verify
 from rlx.ir.ops.control import GRU, LSTM, RNN, If, Loop, RnnDirection, Scan
-from rlx.ir.ops.elementwise import BinaryOp, Cast, Compare, CompareOp, Identity
+from rlx.ir.ops.elementwise import BinaryOp, Cast, Identity
+from rlx.ir.ops.logic import Compare, CompareOp
 from rlx.runtime import Session
 from tests.support import onnx_reference, run_op
 

@@ -12,21 +12,8 @@ from onnx import helper
 
 from rlx.errors import ShapeError
 from rlx.ir import DType
-from rlx.ir.ops.elementwise import (
-    Activation,
-    Binary,
-    BinaryOp,
-    Cast,
-    Clamp,
-    Compare,
-    CompareOp,
-    Identity,
-    Logical,
-    LogicalOp,
-    Not,
-    Unary,
-    Where,
-)
+from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Cast, Clamp, Identity, Unary
+from rlx.ir.ops.logic import Compare, CompareOp, Logical, LogicalOp, Not, Where
 from tests.support import build_op_graph, onnx_reference, run_op
 
 A = Activation

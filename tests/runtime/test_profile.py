@@ -7,7 +7,8 @@ import numpy as np
 
 from rlx.ir import DType, Graph, Shape
 from rlx.ir.ops.control import If
-from rlx.ir.ops.elementwise import Activation, BinaryOp, Compare, CompareOp
+from rlx.ir.ops.elementwise import Activation, BinaryOp
+from rlx.ir.ops.logic import Compare, CompareOp
 from rlx.ir.ops.reduce import Reduce, ReduceOp
 from rlx.runtime import Session
 from rlx.runtime.profile import profile_ops

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # what type checkers see: the names, imported as they are
     from rlx.ir.ops.elementwise import *
     from rlx.ir.ops.indexing import *
     from rlx.ir.ops.linalg import *
+    from rlx.ir.ops.logic import *
     from rlx.ir.ops.multi import *
     from rlx.ir.ops.nn import *
     from rlx.ir.ops.packed import *

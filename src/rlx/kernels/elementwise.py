@@ -15,21 +15,15 @@ from rlx.ir.ops.elementwise import (
     BinaryOp,
     Cast,
     Clamp,
-    Compare,
-    CompareOp,
     Identity,
-    Logical,
-    LogicalOp,
-    Not,
     Unary,
-    Where,
 )
 from rlx.kernels.blockwise import BLOCK, blockwise
 from rlx.kernels.registry import kernel, staged, writes_into
 
 __all__ = [
-    "widen_half", "erf", "build_unary", "build_binary", "compare", "logical", "logical_not",
-    "where", "build_cast", "build_clamp", "identity", "quiet", "typed",
+    "widen_half", "erf", "build_unary", "build_binary", "build_cast", "build_clamp", "identity",
+    "quiet", "typed",
 ]
 
 # type codes of float16 and ml_dtypes' bfloat16, which name it without importing it (a
@@ -458,40 +452,6 @@ def build_binary(node, compile):
 def _binary_into(node) -> bool:
     dtype = node.shape.dtype.numpy
     return node.op.op in _BINARY_UFUNCS or (node.op.op is BinaryOp.DIV and dtype.kind == "f")
-
-
-_COMPARE = {
-    CompareOp.EQ: np.equal,
-    CompareOp.NE: np.not_equal,
-    CompareOp.LT: np.less,
-    CompareOp.LE: np.less_equal,
-    CompareOp.GT: np.greater,
-    CompareOp.GE: np.greater_equal,
-}
-
-
-@kernel(Compare)
-def compare(node, a, b):
-    return np.asarray(_COMPARE[node.op.op](a, b))
-
-
-_LOGICAL = {LogicalOp.AND: np.logical_and, LogicalOp.OR: np.logical_or,
-            LogicalOp.XOR: np.logical_xor}
-
-
-@kernel(Logical)
-def logical(node, a, b):
-    return np.asarray(_LOGICAL[node.op.op](a, b))
-
-
-@kernel(Not)
-def logical_not(node, x):
-    return np.asarray(np.logical_not(x))  # a ufunc returns a NumPy scalar for rank 0
-
-
-@kernel(Where)
-def where(node, cond, a, b):
-    return np.where(cond, a, b)
 
 
 @staged(Cast, shared=True)

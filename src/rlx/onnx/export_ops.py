@@ -17,7 +17,18 @@ from onnx import TensorProto
 from rlx.codecs import decode_rows
 from rlx.errors import ExportError
 from rlx.ir.dtype import DType
-from rlx.ir.ops import blocks, dequant, indexing, linalg, nn, reduce, resize, shaping, windows
+from rlx.ir.ops import (
+    blocks,
+    dequant,
+    indexing,
+    linalg,
+    logic,
+    nn,
+    reduce,
+    resize,
+    shaping,
+    windows,
+)
 from rlx.ir.ops import control as ctl
 from rlx.ir.ops import elementwise as ew
 from rlx.ir.ops import packed as packed_ops
@@ -128,19 +139,20 @@ def _atan2(c, y: str, x: str, dtype: DType) -> None:
     c.final("Where", [c.tmp("Equal", [x, zero]), axis, left])
 
 
-_COMPARE = {ew.CompareOp.EQ: "Equal", ew.CompareOp.LT: "Less", ew.CompareOp.LE: "LessOrEqual",
-            ew.CompareOp.GT: "Greater", ew.CompareOp.GE: "GreaterOrEqual"}
+_COMPARE = {logic.CompareOp.EQ: "Equal", logic.CompareOp.LT: "Less",
+            logic.CompareOp.LE: "LessOrEqual",
+            logic.CompareOp.GT: "Greater", logic.CompareOp.GE: "GreaterOrEqual"}
 
 
-@handles(ew.Compare)
+@handles(logic.Compare)
 def _compare(c) -> None:
-    if c.op.op is ew.CompareOp.NE:
+    if c.op.op is logic.CompareOp.NE:
         c.final("Not", [c.tmp("Equal", c.x)])
     else:
         c.final(_COMPARE[c.op.op], c.x)
 
 
-@handles(ew.Logical)
+@handles(logic.Logical)
 def _logical(c) -> None:
     c.final({"and": "And", "or": "Or", "xor": "Xor"}[c.op.op.value], c.x)
 
@@ -152,7 +164,7 @@ def _simple(op_type: str):
     return handler
 
 
-for _type, _name in ((ew.Not, "Not"), (ew.Where, "Where"), (ew.Identity, "Identity"),
+for _type, _name in ((logic.Not, "Not"), (logic.Where, "Where"), (ew.Identity, "Identity"),
                      (linalg.MatMul, "MatMul"), (nn.PRelu, "PRelu"),
                      (indexing.NonZero, "NonZero"), (shaping.Size, "Size"),
                      (shaping.Range, "Range")):

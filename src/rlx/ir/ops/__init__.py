@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # what type checkers see: every family's names, as declared t
     from rlx.ir.ops.elementwise import *
     from rlx.ir.ops.indexing import *
     from rlx.ir.ops.linalg import *
+    from rlx.ir.ops.logic import *
     from rlx.ir.ops.multi import *
     from rlx.ir.ops.nn import *
     from rlx.ir.ops.packed import *
@@ -34,8 +35,8 @@ if TYPE_CHECKING:  # what type checkers see: every family's names, as declared t
     from rlx.ir.ops.windows import *
 
 FAMILY_NAMES = ("base", "blocks", "control", "dequant", "elementwise", "indexing", "linalg",
-                "multi", "nn", "packed", "quant", "reduce", "resize", "shaping", "sources",
-                "windows")
+                "logic", "multi", "nn", "packed", "quant", "reduce", "resize", "shaping",
+                "sources", "windows")
 """The op family modules, whose `__all__` lists make this package's."""
 
 

@@ -1,7 +1,9 @@
-"""Elementwise ops: activations, binary arithmetic, comparisons, logic, select, cast, clamp.
+"""Elementwise ops: activations, binary arithmetic, cast, clamp (comparisons, logic and
+select are `rlx.ir.ops.logic`).
 
-All of them broadcast like NumPy. `Activation`, `BinaryOp`, `CompareOp` and `LogicalOp` are
-the closed sets of kinds; `Unary`, `Binary`, `Compare`, `Logical` are the ops that carry them.
+All of them broadcast like NumPy (`broadcast_shape`, shared with the logic family).
+`Activation` and `BinaryOp` are the closed sets of kinds; `Unary` and `Binary` are the ops
+that carry them.
 """
 
 from __future__ import annotations
@@ -16,10 +18,7 @@ from rlx.ir.ops.base import Op, expect_dtype
 from rlx.ir.shape import Shape, broadcast_dims
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
-__all__ = [
-    "Activation", "BinaryOp", "CompareOp", "LogicalOp", "Unary", "Binary", "Compare", "Logical",
-    "Not", "Where", "Cast", "Clamp", "Identity",
-]
+__all__ = ["Activation", "BinaryOp", "Unary", "Binary", "Cast", "Clamp", "Identity"]
 
 
 class Activation(enum.Enum):
@@ -106,22 +105,8 @@ _INTEGER_ONLY = {BinaryOp.BIT_AND, BinaryOp.BIT_OR, BinaryOp.BIT_XOR, BinaryOp.S
 _FLOAT_ONLY = {BinaryOp.ATAN2}
 
 
-class CompareOp(enum.Enum):
-    EQ = "eq"
-    NE = "ne"
-    LT = "lt"
-    LE = "le"
-    GT = "gt"
-    GE = "ge"
-
-
-class LogicalOp(enum.Enum):
-    AND = "and"
-    OR = "or"
-    XOR = "xor"
-
-
-def _broadcast(op: Op, inputs: Sequence[Shape], dtype: DType) -> Shape:
+def broadcast_shape(op: Op, inputs: Sequence[Shape], dtype: DType) -> Shape:
+    """The shape `inputs` broadcast to, of `dtype`; the error names `op`."""
     try:
         return Shape(broadcast_dims(*(s.dims for s in inputs)), dtype)
     except ShapeError as err:
@@ -169,52 +154,7 @@ class Binary(Op):
             or (self.op in _FLOAT_ONLY and not dtype.is_float)
         ):
             raise ShapeError(f"Binary {self.op.value}: does not take {dtype} inputs")
-        return _broadcast(self, inputs, dtype)
-
-
-@dataclass(frozen=True)
-class Compare(Op):
-    op: CompareOp
-    arity: ClassVar = (2, 2)
-
-    def infer(self, inputs):
-        expect_dtype(self, inputs)
-        return _broadcast(self, inputs, DType.BOOL)
-
-
-@dataclass(frozen=True)
-class Logical(Op):
-    """Boolean and / or / xor."""
-
-    op: LogicalOp
-    arity: ClassVar = (2, 2)
-
-    def infer(self, inputs):
-        if any(s.dtype is not DType.BOOL for s in inputs):
-            raise ShapeError(f"Logical {self.op.value}: needs bool inputs")
-        return _broadcast(self, inputs, DType.BOOL)
-
-
-@dataclass(frozen=True)
-class Not(Op):
-    def infer(self, inputs):
-        if inputs[0].dtype is not DType.BOOL:
-            raise ShapeError(f"Not: needs a bool input, got {inputs[0].dtype}")
-        return inputs[0]
-
-
-@dataclass(frozen=True)
-class Where(Op):
-    """`Where(cond, a, b)`: a where cond else b."""
-
-    arity: ClassVar = (3, 3)
-
-    def infer(self, inputs):
-        cond, a, b = inputs
-        if cond.dtype is not DType.BOOL:
-            raise ShapeError(f"Where: condition must be bool, got {cond.dtype}")
-        expect_dtype(self, [a, b])
-        return _broadcast(self, inputs, a.dtype)
+        return broadcast_shape(self, inputs, dtype)
 
 
 @dataclass(frozen=True)
