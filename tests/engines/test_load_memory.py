@@ -278,6 +278,7 @@ NOT_ON_A_LOAD = (
     "rlx.ir.ops.resize", "rlx.kernels.resize",  # an image model's upsampling (~60 KiB)
     "rlx.ir.ops.dequant", "rlx.kernels.quant",  # products with packed weights (~30 KiB)
     "rlx.ir.ops.logic", "rlx.kernels.logic",  # comparisons, logic, select (~30 KiB)
+    "rlx.artifact.planned",  # the graphs a fast bake's precision plan runs as (~25 KiB)
     "signal",  # the lease handler goes through _signal (signal's enums: ~40 KiB)
     "importlib.util",  # an engine whose package is imported needs no search for it (~25 KiB)
     # records keep their own fields; dataclasses makes the standard ones only when asked for

@@ -18,7 +18,8 @@ from openvino import opset13 as ops
 import rlx
 from rlx import BakeOptions, bake
 from rlx.artifact import read_rlx, write_rlx
-from rlx.artifact.precision import PrecisionPlan, exact_graph
+from rlx.artifact.planned import exact_graph
+from rlx.artifact.precision import PrecisionPlan
 from rlx.baking.bf16 import emulate_bf16, units
 from rlx.engines import openvino_engine
 from rlx.engines.openvino_bf16 import has_bf16, keep_f32, share_transposed

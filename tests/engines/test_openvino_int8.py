@@ -17,7 +17,8 @@ from onnx import TensorProto, helper, numpy_helper, save
 import rlx
 from rlx import BakeOptions, bake
 from rlx.artifact import read_rlx, write_rlx
-from rlx.artifact.precision import PrecisionPlan, int8_products_graph
+from rlx.artifact.planned import int8_products_graph
+from rlx.artifact.precision import PrecisionPlan
 from rlx.engines import openvino_engine
 from rlx.engines.openvino_bf16 import has_bf16
 from rlx.engines.openvino_engine import core

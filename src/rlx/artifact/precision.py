@@ -1,5 +1,5 @@
 """The precision plan a `fast` bake stores in the artifact (`meta.precision_plan`), and the
-exact graph of a planned file.
+graph an engine runs of a planned file (`runnable_graph`).
 
 The plan is written into the graph itself: an int8 node reads its activation through a
 QuantizeLinear -> DequantizeLinear pair (calibrated scale and zero point), its weight as
@@ -9,14 +9,7 @@ engines and reports need beside the graph: the names of the activation quantiser
 inserted (so `precision="exact"` can take them out again), the bf16 nodes, the counts per
 precision, the nodes kept f32 and why, and what the guard measured on the calibration feeds.
 
-`exact_graph` is what `precision="exact"` runs on a planned file: every activation pair the
-plan inserted removed, the int8 weights dequantised as stored (f32 products of the codes and
-their scales, computed as DequantizeLinear does: the original f32 weights are not in the
-file, so "exact" is f32 arithmetic on the weights the file holds).
-
-`int8_products_graph` is what OpenVINO runs of the int8 part: the plan's activation pairs
-read only by the int8 products, every other op computing f32 (`rlx.engines.openvino_int8`
-says why; the bake's guard checks this form too).
+The graphs a planned file runs as are `rlx.artifact.planned`, imported only for one.
 """
 
 from __future__ import annotations
@@ -24,14 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from rlx.record import dataclass, field  # dataclasses', cheaper to create
 
 if TYPE_CHECKING:  # a warm load reads the plan from the header and imports no graph IR
     from rlx.ir.graph import Graph
 
-__all__ = ["PrecisionPlan", "exact_graph", "int8_products_graph", "runnable_graph"]
+__all__ = ["PrecisionPlan", "runnable_graph"]
 
 
 @dataclass
@@ -91,96 +82,11 @@ class PrecisionPlan:
         return ", ".join(f"{k} {n}" for k, n in self.counts.items() if n) or "nothing planned"
 
 
-def exact_graph(graph: Graph, plan: PrecisionPlan) -> Graph:
-    """`graph` without the plan's activation quantisers (each DequantizeLinear reading one
-    reads its input instead) and its int8 weights dequantised into f32 constants (one float
-    copy: every engine then runs a plain f32 graph). The graph itself when the plan made
-    nothing int8."""
-    from rlx.ir.ops.quant import DequantizeLinear, QuantizeLinear
-    from rlx.ir.rewrite import Rewriter
-
-    names = set(plan.quantizers)
-    if not names:
-        return graph
-    rw = Rewriter(graph)
-    for node in graph.nodes():
-        source = graph.node(node.inputs[0]) if node.inputs else None
-        if isinstance(node.op, QuantizeLinear) and node.name in names:
-            rw.drop(node.id)
-        elif isinstance(node.op, DequantizeLinear) and source is not None \
-                and isinstance(source.op, QuantizeLinear) and source.name in names:
-            rw.replace(node.id, rw.id(source.inputs[0]))
-        elif isinstance(node.op, DequantizeLinear) and (value := _dequantized(graph, node)) \
-                is not None:
-            rw.substitute_constant(node, value)
-        else:
-            rw.copy(node)
-    return rw.finish()
-
-
-def int8_products_graph(graph: Graph, plan: PrecisionPlan) -> Graph:
-    """`graph` with the plan's activation pairs read only by the int8 products (Convs and
-    MatMuls whose weight is a DequantizeLinear of constants) reading them as their
-    activation: every other reader reads the unquantised tensor."""
-    from rlx.ir.ops.quant import DequantizeLinear, QuantizeLinear
-    from rlx.ir.rewrite import Rewriter
-
-    names = set(plan.quantizers)
-    if not names:
-        return graph
-    plain = {n.id: q.inputs[0] for n in graph.nodes() if isinstance(n.op, DequantizeLinear)
-             and n.inputs and isinstance((q := graph.node(n.inputs[0])).op, QuantizeLinear)
-             and q.name in names}  # pair (its DequantizeLinear) -> the unquantised tensor
-    users = graph.users()
-    read = {i for i in plain if any(_reads_as_int8_activation(graph, graph.node(u), i)
-                                    for u in users[i])}
-    live = {graph.node(i).inputs[0] for i in read}  # the quantisers a pair still read uses
-    rw = Rewriter(graph)
-    for node in graph.nodes():
-        if isinstance(node.op, QuantizeLinear) and node.name in names and node.id not in live \
-                or node.id in plain and node.id not in read:
-            rw.drop(node.id)
-        elif any(i in plain for i in node.inputs) \
-                and not _reads_as_int8_activation(graph, node, node.inputs[0]):
-            rw.substitute(node, node.op, [rw.id(plain.get(i, i)) for i in node.inputs],
-                          node.shape)
-        else:
-            rw.copy(node)
-    return rw.finish()
-
-
-def _reads_as_int8_activation(graph: Graph, user: Any, value: int) -> bool:
-    """Whether `user` is an int8 product whose activation (input 0) is node `value`."""
-    from rlx.ir.ops.linalg import MatMul
-    from rlx.ir.ops.quant import DequantizeLinear
-    from rlx.ir.ops.sources import Constant
-    from rlx.ir.ops.windows import Conv
-
-    if not isinstance(user.op, (Conv, MatMul)) or len(user.inputs) < 2 \
-            or user.inputs[0] != value:
-        return False
-    weight = graph.node(user.inputs[1])
-    return isinstance(weight.op, DequantizeLinear) \
-        and isinstance(graph.node(weight.inputs[0]).op, Constant)
-
-
-def _dequantized(graph: Graph, node: Any) -> np.ndarray | None:
-    """The f32 value of a per-tensor or per-axis DequantizeLinear of constants, or None."""
-    from rlx.ir.rewrite import constant_value
-
-    codes, scale, zero = (constant_value(graph.node(i)) for i in node.inputs)
-    if codes is None or scale is None or zero is None or node.op.block_size \
-            or scale.dtype != np.float32:
-        return None
-    shape = [1] * codes.ndim
-    if scale.ndim == 1 and scale.size > 1:
-        shape[node.op.axis % codes.ndim] = -1
-    value = (codes.astype(np.float32) - zero.astype(np.float32).reshape(shape)) \
-        * scale.reshape(shape)
-    return value.astype(np.float32)
-
-
 def runnable_graph(graph: Graph, plan: PrecisionPlan | None, precision: str) -> Graph:
     """The graph an engine runs for `precision`: a planned file's exact graph for "exact",
     else `graph` as it is."""
-    return exact_graph(graph, plan) if plan is not None and precision == "exact" else graph
+    if plan is None or precision != "exact":
+        return graph
+    from rlx.artifact.planned import exact_graph  # a file without a plan never needs it
+
+    return exact_graph(graph, plan)

@@ -68,7 +68,8 @@ from typing import Any
 import numpy as np
 
 from rlx import passes
-from rlx.artifact.precision import PrecisionPlan, exact_graph, int8_products_graph
+from rlx.artifact.planned import exact_graph, int8_products_graph
+from rlx.artifact.precision import PrecisionPlan
 from rlx.baking.bf16 import plan_bf16
 from rlx.baking.guard import HELD_OUT_MARGIN, OutputAccuracy, OutputRunner, fewest_kept, misses
 from rlx.baking.int8 import ActivationRange, Candidate, apply_int8, candidates, plan_int8, work

@@ -224,7 +224,7 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     AMX/AVX512-BF16 CPUs; the others have none, so fast equals exact there). On a file
     baked with the fast profile, "fast" runs its checked precision plan (int8 through QDQ
     on every engine, numpy computing the same numerics) and "exact" runs f32 with the
-    int8 weights dequantised as stored (`rlx.artifact.precision.exact_graph`). `password`
+    int8 weights dequantised as stored (`rlx.artifact.planned.exact_graph`). `password`
     opens an encrypted file.
     `example`: feeds auto measures with (default: zeros of the declared shapes).
     `trusted_keys`: public keys (key objects, PEM bytes or PEM files: Ed25519 for rlx's

@@ -36,7 +36,8 @@ import numpy as np
 import openvino as ov
 
 from rlx.artifact.model import RlxFile
-from rlx.artifact.precision import PrecisionPlan, exact_graph, int8_products_graph
+from rlx.artifact.planned import exact_graph, int8_products_graph
+from rlx.artifact.precision import PrecisionPlan
 from rlx.engines.mapping import writable_alias
 from rlx.engines.openvino_bf16 import (
     bf16_outputs,

@@ -8,7 +8,7 @@ wrong before: a Conv's output pair read by an f32 residual Add is fused into the
 the Add as a sum post-op and ran off by far (an unrolled CRNN: cosine 0.52 against
 onnxruntime f32, where onnxruntime on the same QDQ graph kept 0.9994), and a detector's
 8-bit SiLU / Add / Concat chains were requantised in u8 with other rounding (cosine 0.987)
-and 116 Reorders. So OpenVINO runs `rlx.artifact.precision.int8_products_graph`: the
+and 116 Reorders. So OpenVINO runs `rlx.artifact.planned.int8_products_graph`: the
 pairs only where an int8 product reads them, every other op f32 (both models then agree
 with onnxruntime on the same graph to 1e-5; the CRNN ran 0.33x plain f32, one thread).
 That graph drops some of the plan's quantisations, so the bake's guard checks it too
