@@ -22,8 +22,9 @@ Rounds go on, a pair at a time, until the pick (`pick`: the lowest estimate, a t
 `TIE` won by the earliest of `preference`) is the same on the first and the second half
 of the pairs, at least `MIN_PAIRS` of them: the load changing during the timing shows as
 halves that disagree, and then the timing goes on until `budget` seconds. In the first
-pair of rounds a candidate whose lead-in call takes over twice the fastest turn so far
-stands on that call, and one over twice the fastest in both rounds of the pair is not
+pair of rounds a candidate whose lead-in call takes over twice the fastest turn so far, and
+over `TURN_S` (a single call is no measure beside other work: `lead_in_limit`), stands on
+that call, and one over twice the fastest in both rounds of the pair is not
 timed further (the numpy reference on a large model would spend seconds); the reference is
 the fastest over that pair.
 """
@@ -89,13 +90,25 @@ def _round(runners: Mapping[str, Any], order: list[str], feeds: Mapping[str, np.
            outputs: list[str], clock: Callable[[], float], settler: _Settler,
            floor: float | None) -> Round:
     """One turn of each in `order`; in the first pair (`floor`: the fastest turn before
-    this round), a lead-in call over twice the fastest so far stands as the turn."""
+    this round), a lead-in call over twice the fastest so far and over `TURN_S` stands as
+    the turn (`lead_in_limit`)."""
     times: Round = {}
     for name in order:
         settler.before(name)
-        limit = 2 * min([floor, *times.values()]) if floor is not None else math.inf
+        limit = lead_in_limit(min([floor, *times.values()])) if floor is not None \
+            else math.inf
         times[name] = statistics.median(_turn(runners[name], feeds, outputs, clock, limit))
     return times
+
+
+def lead_in_limit(fastest: float) -> float:
+    """The lead-in call over which, in the first pair, a candidate is not timed further:
+    twice the `fastest` turn so far, and at least `TURN_S`. Below `TURN_S` the timed calls
+    it would spare cost at most `TURN_S`, and a single call is no measure on a busy
+    machine: beside two CPU-bound processes one call in a few dozen waited a scheduler
+    slice (4-18 ms), often the first after another candidate's turn, and a 0.1 ms
+    onnxruntime that stood on such a call (4.3-6.8 ms) lost to numpy (0.17 ms)."""
+    return max(2 * fastest, TURN_S)
 
 
 def _within_twice(pair: list[Round], name: str) -> bool:
