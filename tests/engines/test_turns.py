@@ -21,7 +21,8 @@ class _Machine:
     workers), and another's call meanwhile costs `beside` times as much; `settle` waits
     them out, or, with `parks` False, runs out on a thread "7" that never parks. Beside
     CPU-bound processes, a runner's first call after another's waits `slice` seconds
-    more (the scheduler gives the core to a neighbour)."""
+    more (the scheduler gives the core to a neighbour), and the calls in `hits` (runner,
+    its n-th call from 0) wait as many seconds more."""
 
     def __init__(self, load: Callable[[float], float], parks: bool = True):
         self.now, self.load, self.turns, self.parks = 0.0, load, [], parks
@@ -29,6 +30,7 @@ class _Machine:
         self.owed: tuple[str, float] = ("", 0.0)
         self.busy: tuple[str, float] = ("", 0.0)  # whose threads run, until when
         self.slice = 0.0
+        self.hits: dict[tuple[str, int], float] = {}
 
     def runner(self, name: str, cost: Callable[[float], float], spin: float = 0.0,
                linger: float = 0.0, beside: float = 1.0):
@@ -38,6 +40,7 @@ class _Machine:
             def run(self, feeds, outputs):
                 if machine.turns and machine.turns[-1] != name:
                     machine.now += machine.slice
+                machine.now += machine.hits.get((name, machine.turns.count(name)), 0.0)
                 machine.turns.append(name)
                 by, owed = machine.owed
                 if by != name:  # another's spinning is paid by this call
@@ -188,6 +191,30 @@ def test_a_lead_in_that_waited_a_scheduler_slice_is_not_a_turns_time(monkeypatch
     assert measured == pytest.approx({"numpy": 0.00016, "openvino": 0.00027,
                                       "onnxruntime": 0.00010})
     assert turns.pick(measured, PREFERENCE) == "onnxruntime"
+
+
+def test_a_fast_candidates_turn_outlasts_one_call_that_waited_over_a_turn(monkeypatch):
+    """onnxruntime's first timed call after its lead-in waits a 35 ms slice: a turn that
+    ended at `TURN_S` stood on that call (onnxruntime at 16 ms for its 0.1 in one pair of
+    rounds on the machine); with `MIN_CALLS` the turn's median leaves it out."""
+    def timed(min_calls: int) -> dict[str, float]:
+        monkeypatch.setattr(turns, "MIN_CALLS", min_calls)
+        m = _Machine(lambda t: 1.0)
+        runners = _tiny_beside_burners(m)
+        m.slice, m.hits = 0.0, {("onnxruntime", turns.LEAD_IN): 0.035}
+        return m.measure(runners, budget=0.0)
+
+    assert timed(1)["onnxruntime"] > 10 * 0.00010
+    measured = timed(3)
+    assert measured == pytest.approx({"numpy": 0.00016, "openvino": 0.00027,
+                                      "onnxruntime": 0.00010})
+    assert turns.pick(measured, PREFERENCE) == "onnxruntime"
+
+
+@pytest.mark.parametrize(("lead", "calls"), [
+    (0.0001, turns.MIN_CALLS), (0.0099, turns.MIN_CALLS), (0.0101, 1), (0.5, 1)])
+def test_only_a_fast_candidate_takes_several_timed_calls_a_turn(lead, calls):
+    assert turns.fewest_calls(lead) == calls
 
 
 @pytest.mark.parametrize(("fastest", "limit"), [

@@ -5,7 +5,8 @@ Candidates take turns: a turn opens, when the previous turn was another candidat
 wait until the process's other threads are parked (`settle`, `rlx.engines.cores.settle`:
 numpy's BLAS workers spin for about 0.1 s after its calls, and OpenVINO timed beside them
 ran up to 2.6x slower than in a process of its own), then `LEAD_IN` untimed calls (worker
-threads wake), then timed calls for `TURN_S`; the turn's time is the median of its calls.
+threads wake), then timed calls for `TURN_S` (at least `MIN_CALLS` when they fit in it:
+`fewest_calls`); the turn's time is the median of its calls.
 Threads still running when a wait runs out (0.25 s: threads of the caller's own, or
 OpenVINO's workers on a machine loaded far past its cores) are not waited for again. A
 round is one turn of each candidate; the order is reversed every other round, so rounds
@@ -40,11 +41,13 @@ import numpy as np
 
 from rlx.engines import cores
 
-__all__ = ["measure", "pick", "TURN_S", "LEAD_IN", "RUNS", "MIN_PAIRS", "TIE"]
+__all__ = ["measure", "pick", "lead_in_limit", "fewest_calls", "TURN_S", "LEAD_IN", "RUNS",
+           "MIN_CALLS", "MIN_PAIRS", "TIE"]
 
 TURN_S = 0.03  # seconds of timed calls in each candidate's turn
 LEAD_IN = 1  # untimed calls opening each turn
 RUNS = 30  # timed calls in one turn, at most
+MIN_CALLS = 3  # timed calls in a fast candidate's turn, at least (`fewest_calls`)
 MIN_PAIRS = 3  # pairs of rounds before the halves can agree
 TIE = 1.05  # estimates within 5% of the lowest are a tie, settled by preference
 
@@ -125,18 +128,32 @@ def _first_pair(rounds: list[Round]) -> dict[str, float]:
 def _turn(runner: Any, feeds: Mapping[str, np.ndarray], outputs: list[str],
           clock: Callable[[], float], limit: float) -> list[float]:
     """One candidate's turn: `LEAD_IN` untimed calls, then timed calls for `TURN_S` (at
-    least one, at most `RUNS`). A lead-in call over `limit` stands as the turn's one time."""
+    least `fewest_calls`, at most `RUNS`). A lead-in call over `limit` stands as the
+    turn's one time."""
+    lead = 0.0
     for _ in range(LEAD_IN):
         t = clock()
         runner.run(dict(feeds), outputs)
-        if clock() - t > limit:
-            return [clock() - t]
+        lead = clock() - t
+        if lead > limit:
+            return [lead]
     times: list[float] = []
-    while not times or (sum(times) < TURN_S and len(times) < RUNS):
+    fewest = fewest_calls(lead)
+    while len(times) < fewest or (sum(times) < TURN_S and len(times) < RUNS):
         t = clock()
         runner.run(dict(feeds), outputs)
         times.append(clock() - t)
     return times
+
+
+def fewest_calls(lead: float) -> int:
+    """The timed calls a turn takes at least after a lead-in call of `lead` seconds:
+    `MIN_CALLS` when that many such calls fit in `TURN_S`, else one (a slow candidate
+    costs no more than before). A turn of a fast candidate whose first timed call waited
+    a scheduler slice over `TURN_S` (beside two CPU-bound processes, slices of 10-42 ms
+    hit one call in a few dozen) would otherwise end on that call; its median leaves it
+    out."""
+    return MIN_CALLS if lead * MIN_CALLS < TURN_S else 1
 
 
 def _estimates(rounds: list[Round], active: list[str], ref: str) -> dict[str, float]:
