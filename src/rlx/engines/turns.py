@@ -23,11 +23,11 @@ Rounds go on, a pair at a time, until the pick (`pick`: the lowest estimate, a t
 `TIE` won by the earliest of `preference`) is the same on the first and the second half
 of the pairs, at least `MIN_PAIRS` of them: the load changing during the timing shows as
 halves that disagree, and then the timing goes on until `budget` seconds. In the first
-pair of rounds a candidate whose lead-in call takes over twice the fastest turn so far, and
-over `TURN_S` (a single call is no measure beside other work: `lead_in_limit`), stands on
-that call, and one over twice the fastest in both rounds of the pair is not
-timed further (the numpy reference on a large model would spend seconds); the reference is
-the fastest over that pair.
+pair of rounds a candidate whose lead-in call takes over twice the fastest turn so far plus
+the longest wait seen added to a call, and over `TURN_S` (a single call is no measure
+beside other work: `lead_in_limit`), stands on that call, and one over twice the fastest
+in both rounds of the pair is not timed further (the numpy reference on a large model
+would spend seconds); the reference is the fastest over that pair.
 """
 
 from __future__ import annotations
@@ -62,11 +62,11 @@ def measure(runners: Mapping[str, Any], feeds: Mapping[str, np.ndarray], outputs
     rounds: list[Round] = []
     active = list(runners)
     start = clock()
-    settler = _Settler(settle)
+    settler, waits = _Settler(settle), [0.0]
     while True:
         order = active if len(rounds) % 2 == 0 else active[::-1]
         floor = min(rounds[0].values()) if len(rounds) == 1 else math.inf
-        rounds.append(_round(runners, order, feeds, outputs, clock, settler,
+        rounds.append(_round(runners, order, feeds, outputs, clock, settler, waits,
                              floor=floor if len(rounds) < 2 else None))
         if len(rounds) == 2:
             ref = min(active, key=lambda n: rounds[0][n] * rounds[1][n])
@@ -91,27 +91,30 @@ class _Settler:
 
 def _round(runners: Mapping[str, Any], order: list[str], feeds: Mapping[str, np.ndarray],
            outputs: list[str], clock: Callable[[], float], settler: _Settler,
-           floor: float | None) -> Round:
+           waits: list[float], floor: float | None) -> Round:
     """One turn of each in `order`; in the first pair (`floor`: the fastest turn before
-    this round), a lead-in call over twice the fastest so far and over `TURN_S` stands as
-    the turn (`lead_in_limit`)."""
+    this round), a lead-in call over `lead_in_limit` stands as the turn. `waits` gathers
+    each turn's longest call less its median: what the scheduler was seen to add."""
     times: Round = {}
     for name in order:
         settler.before(name)
-        limit = lead_in_limit(min([floor, *times.values()])) if floor is not None \
-            else math.inf
-        times[name] = statistics.median(_turn(runners[name], feeds, outputs, clock, limit))
+        limit = lead_in_limit(min([floor, *times.values()]), max(waits)) \
+            if floor is not None else math.inf
+        calls = _turn(runners[name], feeds, outputs, clock, limit)
+        times[name] = statistics.median(calls)
+        waits.append(max(calls) - times[name])
     return times
 
 
-def lead_in_limit(fastest: float) -> float:
+def lead_in_limit(fastest: float, wait: float = 0.0) -> float:
     """The lead-in call over which, in the first pair, a candidate is not timed further:
-    twice the `fastest` turn so far, and at least `TURN_S`. Below `TURN_S` the timed calls
-    it would spare cost at most `TURN_S`, and a single call is no measure on a busy
-    machine: beside two CPU-bound processes one call in a few dozen waited a scheduler
-    slice (4-18 ms), often the first after another candidate's turn, and a 0.1 ms
-    onnxruntime that stood on such a call (4.3-6.8 ms) lost to numpy (0.17 ms)."""
-    return max(2 * fastest, TURN_S)
+    twice the `fastest` turn so far plus the longest `wait` the scheduler was seen to add
+    to a call, and at least `TURN_S`. A single call is no measure on a busy machine:
+    beside two CPU-bound processes one call in a few dozen waited a scheduler slice (4-52
+    ms at load 7), often the first after another candidate's turn, and a 0.1 ms
+    onnxruntime that stood on such a call (4.3-36 ms) lost to numpy (0.17 ms). Below
+    `TURN_S` the timed calls it would spare cost at most `TURN_S`."""
+    return max(2 * fastest + wait, TURN_S)
 
 
 def _within_twice(pair: list[Round], name: str) -> bool:
