@@ -120,6 +120,12 @@ CONV_CASES = [
     ((1, 5, 4, 3), (5, 1, 2, 5), 5, (1, 1), (3, 4, 0, 2), (1, 1), False),  # kernel past x
     ((1, 3, 6, 24), (3, 1, 1, 3), 3, (1, 2), (0, 0, 0, 0), (1, 1), True),
     ((0, 7, 5, 5), (7, 1, 3, 3), 7, (1, 1), (1, 1, 1, 1), (1, 1), True),  # empty batch
+    # blocks of several output rows a GEMM (kernels.windows._band_rows): the last block cut
+    # short, its rows past the output reading past the end padding
+    ((2, 12, 7, 3), (12, 1, 3, 3), 12, (1, 1), (1, 1, 1, 1), (1, 1), True),  # 5 rows a block
+    ((3, 4, 11, 4), (4, 1, 3, 3), 4, (1, 1), (0, 1, 2, 1), (1, 1), True),  # 4 rows a block
+    ((1, 10, 9, 6), (10, 1, 5, 2), 10, (1, 2), (2, 0, 2, 1), (1, 2), False),  # 5, W dilated
+    ((1, 6, 8, 9), (6, 1, 2, 3), 6, (1, 1), (1, 1, 0, 1), (1, 1), True),  # 1 row (W_out 9)
 ]
 
 

@@ -279,6 +279,27 @@ def test_large_grouped_conv_in_blocks(xs, ws, groups):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("rows, width, strides, block", [
+    (25, 5, (1, 1), 3), (12, 8, (1, 1), 2), (40, 3, (1, 1), 5), (14, 14, (1, 1), 1),
+    (49, 10, (2, 1), 1), (12, 5, (1, 2), 5)])
+def test_banded_depthwise_makes_blocks_of_rows_up_to_16_columns(rows, width, strides, block):
+    """A band makes 16 // W_out output rows at once at a row stride of 1, one past it; the
+    same result as onnx.reference either way."""
+    from rlx.kernels.windows import _BandedPlan, _chosen_plan
+
+    op = Conv(pads=(1, 1, 1, 1), strides=strides, groups=64)
+    x_shape, w_shape = (1, 64, rows, width), (64, 1, 3, 3)
+    plan, _ = _chosen_plan(op, x_shape, w_shape, 4)
+    assert isinstance(plan, _BandedPlan) and plan.rows[0] == block
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    (got,) = run_op(op, [x, w], constant=[False, True])
+    (want,) = onnx_reference("Conv", [x, w], pads=[1, 1, 1, 1], strides=list(strides),
+                             group=64)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("channels, rows, width, kernel, banded", [
     (8, 6, 5, 3, True), (8, 6, 24, 3, True), (8, 6, 25, 3, False), (8, 6, 40, 5, True),
     (8, 6, 41, 5, False), (64, 25, 5, 3, True), (96, 4, 4, 3, False)])

@@ -249,27 +249,36 @@ def _channels_last_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, 
 @dataclass(frozen=True)
 class _BandedPlan:
     """How a depthwise 2-D Conv over narrow rows runs on one input shape: x is copied into a
-    buffer padded along its rows only, each output row's kh input rows are one contiguous
-    slice of kh * W values (a view, no copy), and one batched GEMM per channel multiplies
-    them by a banded [kh * W, W_out] matrix that holds the kernel's columns, the row's
-    stride, dilation and padding (its zeros). That does W / kw times the multiply-adds of
-    a direct convolution, and is still faster while W <= `_BANDED_WIDTH_PER_TAP` * kw (thread
-    CPU time, interleaved): a keyword spotter's 64 x 25 x 5 3x3 took 105 us by im2col (a
-    GEMM of 9 rows per channel), 44 us by the channels-last einsum, 23 us this way; 64 x 12
-    x 12: 55 -> 23 us; 128 x 28 x 28: 329 -> 319 us; 32 x 40 x 40: 173 -> 188 us. It also
-    beats the channels-last path from `_BANDED_MIN_POSITIONS` output positions per channel
-    (256 x 14 x 14 5x5: 507 -> 201 us; 256 x 7 x 7 3x3: 48 -> 40 us), not below (512 x 4 x
-    4 3x3: 29 -> 39 us, one small GEMM per channel)."""
+    buffer padded along its rows only, the input rows that a block of `rows[0]` output rows
+    reads are one contiguous slice of the buffer (a view, no copy), and one batched GEMM per
+    channel multiplies these windows by a banded [window, rows[0] * W_out] matrix that holds
+    the kernel's columns, the strides, dilation and padding (its zeros). That does W / kw
+    times the multiply-adds of a direct convolution, and is still faster while W <=
+    `_BANDED_WIDTH_PER_TAP` * kw (thread CPU time, interleaved): a keyword spotter's 64 x 25
+    x 5 3x3 took 105 us by im2col (a GEMM of 9 rows per channel), 44 us by the channels-last
+    einsum, 23 us this way; 64 x 12 x 12: 55 -> 23 us; 128 x 28 x 28: 329 -> 319 us; 32 x
+    40 x 40: 173 -> 188 us. It also beats the channels-last path from
+    `_BANDED_MIN_POSITIONS` output positions per channel (256 x 14 x 14 5x5: 507 -> 201 us;
+    256 x 7 x 7 3x3: 48 -> 40 us), not below (512 x 4 x 4 3x3: 29 -> 39 us, one small GEMM
+    per channel). A block of several output rows (`_band_rows`) makes fewer, wider GEMMs
+    and windows: the last block's rows past the output read zeros and are cut off."""
 
-    padded: tuple[int, ...]  # [N, C, rows + padding, W]
+    padded: tuple[int, ...]  # [N, C, rows + padding (+ what the last block reads past), W]
     inner: tuple[slice, ...]  # where x lands in the padded buffer
-    view: tuple[tuple[int, ...], tuple[int, ...]]  # [N, C, out rows, kh * W] and byte strides
+    view: tuple[tuple[int, ...], tuple[int, ...]]  # [N, C, blocks, window] and byte strides
     columns: tuple[int, int, int, int, int]  # W, W_out, and along W: stride, dilation, begin
-    windows: np.dtype | None = None  # one row's window as one element, if copied so
+    rows: tuple[int, int]  # output rows a block makes, and the stride along the rows
+    out: tuple[int, ...]  # [N, C, out rows, W_out]
+    windows: np.dtype | None = None  # one block's window as one element, if copied so
 
 
 _BANDED_WIDTH_PER_TAP = 8
 _BANDED_MIN_POSITIONS = 32
+# a block of output rows spans up to this many output columns: BLAS's small GEMMs take
+# about as long for 16 columns as for 5 (64 GEMMs [25, 15] @ [15, 5] 10.9 us, [9, 25] @
+# [25, 15] 8.4 us), not for 20 or 24 (64 x 12 x 8 3x3 by blocks of 2 rows 13.8 -> 12.5 us a
+# conv, of 3 rows 19.8; thread CPU time, interleaved)
+_BAND_COLUMNS = 16
 
 
 def _is_narrow_depthwise(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> bool:
@@ -280,52 +289,79 @@ def _is_narrow_depthwise(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int,
             and x_shape[3] <= _BANDED_WIDTH_PER_TAP * w_shape[3])
 
 
+def _band_rows(out_rows: int, out_width: int, stride: int) -> int:
+    """Output rows a band makes at once: as many as fit `_BAND_COLUMNS` columns, at a row
+    stride of 1. Past it each row widens the window by `stride` input rows, and blocks lost
+    (64 x 25 x 5 3x3 stride 2: 13.4 us a conv by rows, 14.7 by blocks of 2; 64 x 25 x 5 3x3
+    stride 1: 18.8 -> 15.7 us by blocks of 3, 96 x 16 x 8 5x5: 37.9 -> 25.0 by 2, 32 x 20
+    x 6: 10.7 -> 9.1 by 2, 256 x 7 x 7: 33.7 -> 34.3 by 2)."""
+    if stride != 1:
+        return 1
+    return max(1, min(out_rows, _BAND_COLUMNS // max(out_width, 1)))
+
+
 def _banded_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
                  itemsize: int) -> _BandedPlan:
     win = op.window(w_shape[2:], x_shape[2:])
     n, c, rows, width = x_shape
     out_rows, out_width = win.conv_sizes(x_shape[2:])
-    padded = (n, c, rows + win.begin[0] + win.end[0], width)
+    step, kh = win.strides[0], win.kernel[0]
+    per = _band_rows(out_rows, out_width, step)
+    blocks = -(-out_rows // per)
+    span = (per - 1) * step + kh  # input rows a block reads
+    padded = (n, c, max(rows + win.begin[0] + win.end[0], (blocks - 1) * per * step + span),
+              width)
     plane = padded[2] * width
-    strides = (c * plane, plane, win.strides[0] * width, 1)
-    windows = None if n * c * out_rows < _ROW_COPY_MIN else np.dtype(
-        (np.void, win.kernel[0] * width * itemsize))
+    strides = (c * plane, plane, per * step * width, 1)
+    windows = None if n * c * blocks < _ROW_COPY_MIN else np.dtype(
+        (np.void, span * width * itemsize))
     return _BandedPlan(
         padded, (slice(None), slice(None), slice(win.begin[0], win.begin[0] + rows)),
-        ((n, c, out_rows, win.kernel[0] * width), tuple(s * itemsize for s in strides)),
-        (width, out_width, win.strides[1], win.dilations[1], win.begin[1]), windows)
+        ((n, c, blocks, span * width), tuple(s * itemsize for s in strides)),
+        (width, out_width, win.strides[1], win.dilations[1], win.begin[1]), (per, step),
+        (n, c, out_rows, out_width), windows)
 
 
-def _banded_weights(w: np.ndarray, columns: tuple[int, int, int, int, int]) -> np.ndarray:
-    """w [C, 1, kh, kw] as [C, kh * W, W_out]: entry (row i, input column x, output column
-    o) is w[:, 0, i, j] where x = o * stride + j * dilation - begin, zero elsewhere."""
+def _banded_weights(w: np.ndarray, columns: tuple[int, int, int, int, int],
+                    rows: tuple[int, int]) -> np.ndarray:
+    """w [C, 1, kh, kw] as [C, window, R * W_out] for blocks of R output rows: entry (input
+    row r * step + i, input column x; output row r, column o) is w[:, 0, i, j] where x = o *
+    stride + j * dilation - begin, zero elsewhere."""
     width, out_width, stride, dilation, begin = columns
+    per, step = rows
     c, _, kh, kw = w.shape
-    bands = np.zeros((c, kh, width, out_width), w.dtype)
+    span = (per - 1) * step + kh
+    bands = np.zeros((c, span, width, per, out_width), w.dtype)
     out = np.arange(out_width)
     for j in range(kw):
         source = out * stride + j * dilation - begin
         inside = (source >= 0) & (source < width)
-        bands[:, :, source[inside], out[inside]] = w[:, 0, :, j, None]
-    return bands.reshape(c, kh * width, out_width)
+        for r in range(per):
+            bands[:, r * step:r * step + kh, source[inside], r, out[inside]] = \
+                w[:, 0, :, j, None]
+    return bands.reshape(c, span * width, per * out_width)
 
 
 def _banded_conv(bands: np.ndarray, plan: _BandedPlan, dt: np.dtype,
                  x: np.ndarray) -> np.ndarray:
-    """The rows' windows overlap (a row stride below their length), which BLAS cannot read:
+    """The windows overlap (a row stride below their length), which BLAS cannot read:
     matmul copies them out. From `_ROW_COPY_MIN` windows on they are copied first, each one
-    opaque element of kh * W values: a loop step per window where NumPy's float copy takes
-    one per row of W values (64 x 25 x 5 3x3: 21.9 -> 18.9 us a conv, 64 x 12 x 8: 16.7 ->
-    14.3 us, 128 x 28 x 28: 302 -> 237 us; 8 x 5 x 5, 40 windows: 3.8 -> 5.8 us; thread CPU
-    time, interleaved; the same bits)."""
+    opaque element: a loop step per window where NumPy's float copy takes one per row of W
+    values (64 x 25 x 5 3x3: 21.9 -> 18.9 us a conv, 64 x 12 x 8: 16.7 -> 14.3 us, 128 x
+    28 x 28: 302 -> 237 us; 8 x 5 x 5, 40 windows: 3.8 -> 5.8 us; thread CPU time,
+    interleaved; the same bits)."""
     xp = np.zeros(plan.padded, dt)
     xp[plan.inner] = x
     shape, strides = plan.view
     if plan.windows is None:
-        return np.matmul(np.ndarray(shape, dt, xp, 0, strides), bands)
-    windows = np.empty(shape[:-1], plan.windows)
-    np.copyto(windows, np.ndarray(shape[:-1], plan.windows, xp, 0, strides[:-1]))
-    return np.matmul(windows.view(dt).reshape(shape), bands)
+        y = np.matmul(np.ndarray(shape, dt, xp, 0, strides), bands)
+    else:
+        windows = np.empty(shape[:-1], plan.windows)
+        np.copyto(windows, np.ndarray(shape[:-1], plan.windows, xp, 0, strides[:-1]))
+        y = np.matmul(windows.view(dt).reshape(shape), bands)
+    n, c, out_rows, out_width = plan.out
+    y = y.reshape(n, c, shape[2] * plan.rows[0], out_width)
+    return y if y.shape[2] == out_rows else np.ascontiguousarray(y[:, :, :out_rows])
 
 
 def _conv_weights(w: np.ndarray, b: np.ndarray | None, groups: int, dt: np.dtype,
@@ -339,7 +375,7 @@ def _conv_weights(w: np.ndarray, b: np.ndarray | None, groups: int, dt: np.dtype
     if isinstance(plan, _ChannelsLastPlan):
         return np.ascontiguousarray(np.moveaxis(w[:, 0], 0, -1)), bias
     if isinstance(plan, _BandedPlan):
-        return _banded_weights(w, plan.columns), bias
+        return _banded_weights(w, plan.columns, plan.rows), bias
     layouts = {taps: None if taps[0] == taps[1] else np.ascontiguousarray(
         w[:, :, slice(*taps)]).reshape(groups, m // groups, -1) for taps in set(plan.taps)}
     return tuple(layouts[taps] for taps in plan.taps), bias
@@ -442,7 +478,7 @@ def _chosen_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
         return _channels_last_plan(op, x_shape, w_shape, itemsize), None
     if narrow:
         banded = _banded_plan(op, x_shape, w_shape, itemsize)
-        return banded, banded.columns
+        return banded, (banded.columns, banded.rows)
     return im2col, im2col.taps
 
 
