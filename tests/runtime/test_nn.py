@@ -332,6 +332,24 @@ def test_softmax_of_one_row_with_masked_entries():
     np.testing.assert_allclose(got, _softmax64(x), rtol=1e-5, atol=1e-37)
 
 
+@pytest.mark.parametrize("shape, special", [
+    ((1, 12), {0: np.nan}), ((1, 12), {7: np.nan}), ((1, 12), {3: np.inf}),
+    ((1, 12), {2: -np.inf, 9: -np.inf}), ((3, 4), {5: np.nan}), ((3, 4), {0: np.inf}),
+    ((4, 4), {15: np.nan, 1: -np.inf}), ((1, 16), {}), ((1, 17), {4: np.nan})])
+def test_small_softmax_with_nan_and_infinities(shape, special):
+    """Up to 16 values Python's max and sum take the reductions' place
+    (`kernels.nn._LISTED`), where a NaN may hide from max: the rows come out as float64's
+    softmax gives them (NaN where a NaN or +inf is, 0 for -inf)."""
+    x = _rand(np.random.default_rng(11), *shape) * np.float32(4)
+    flat = x.reshape(-1)
+    for i, value in special.items():
+        flat[i] = value
+    (got,) = run_op(Softmax(-1), [x])
+    with np.errstate(invalid="ignore"):
+        want = _softmax64(x)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
 # -- normalisation --------------------------------------------------------------------------
 LAYER_NORM_CASES = [
     # x, axis, scale shape, bias
