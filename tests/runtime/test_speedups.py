@@ -192,6 +192,25 @@ def test_global_pool(kind, shape, dtype):
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
+def test_global_pool_step_follows_the_input_shape():
+    """One built step binds its geometry per input shape: a dynamic size alternating
+    between runs gets each shape's own average and max, as float64 gives them."""
+    for kind in (PoolKind.AVG, PoolKind.MAX):
+        g = Graph("pool")
+        x = g.input("x", Shape((1, 8, "h", "w"), DType.F32))
+        g.set_outputs([g.add_node(GlobalPool(kind), [x])])
+        compiled = Session().compile(g)
+        rng = np.random.default_rng(12)
+        for shape in [(1, 8, 5, 5), (1, 8, 3, 7), (1, 8, 5, 5), (1, 8, 1, 1)]:
+            xv = rng.standard_normal(shape).astype(np.float32)
+            wide = xv.astype(np.float64)
+            want = wide.max(axis=(2, 3), keepdims=True) if kind is PoolKind.MAX else \
+                wide.mean(axis=(2, 3), keepdims=True)
+            (got,) = compiled.run({"x": xv})
+            assert got.shape == (1, 8, 1, 1)
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("lo, hi", [(-0.5, 0.5), (None, 0.25), (-0.25, None), (None, None)])
 @pytest.mark.parametrize("shape", [(3, 4), ()])
 def test_clamp_float(lo, hi, shape):

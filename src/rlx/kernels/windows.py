@@ -718,27 +718,39 @@ def _columns(view: np.ndarray, rows: np.ndarray | None, index: tuple | None,
 
 @staged(GlobalPool, shared=True)
 def build_global_pool(node, compile):
-    """One reduction over the flattened spatial axes. An average is a matrix-vector product
-    with a vector of 1/count (BLAS): ~4x faster than numpy's row reduction on [C, H*W],
-    whose per-row cost dominates at the sizes CNNs pool."""
+    """One reduction over the flattened spatial axes, its geometry bound per input shape.
+    An average is a matrix-vector product with a vector of 1/count (BLAS): ~4x faster than
+    numpy's row reduction on [C, H*W], whose per-row cost dominates at the sizes CNNs
+    pool; `ndarray.dot` of the rows as one matrix calls it with less setup than a batched
+    `matmul` (64 x 125: 2.7 -> 1.5 us a pool, thread CPU time)."""
     dtype = node.shape.dtype.numpy
-    dt = compute_dtype(dtype)
     is_max = node.op.kind is PoolKind.MAX
-    weights: dict[int, np.ndarray] = {}
+    runs: dict[tuple[int, ...], Callable[[np.ndarray], np.ndarray]] = {}
 
     def step(x):
-        n, c, *spatial = x.shape
-        count = math.prod(spatial)
-        flat = x.reshape(n, c, count)
-        if is_max:
-            y = np.maximum.reduce(flat, axis=2)
-        elif count == 0:
-            y = np.full((n, c), np.nan, dt)  # the mean of nothing
-        else:
-            mean = weights.get(count)
-            if mean is None:
-                mean = weights[count] = np.full(count, 1 / count, dt)
-            y = np.matmul(flat.astype(dt, copy=False), mean)
-        return y.astype(dtype, copy=False).reshape(n, c, *[1] * len(spatial))
+        run = runs.get(x.shape)
+        if run is None:
+            run = runs[x.shape] = _bound_global_pool(is_max, x.shape, dtype)
+        return run(x)
 
     return step
+
+
+def _bound_global_pool(is_max: bool, shape: tuple[int, ...],
+                       dtype: np.dtype) -> Callable[[np.ndarray], np.ndarray]:
+    """x of `shape` -> its global max or average, in `dtype`."""
+    n, c, *spatial = shape
+    count = math.prod(spatial)
+    out = (n, c, *[1] * len(spatial))
+    if is_max:
+        return lambda x: np.maximum.reduce(x.reshape(n, c, count), axis=2).reshape(out)
+    if count == 0:
+        return lambda x: np.full(out, np.nan, dtype)  # the mean of nothing
+    dt = compute_dtype(dtype)
+    mean = np.full(count, 1 / count, dt)
+
+    def average(x: np.ndarray) -> np.ndarray:
+        y = x.reshape(n * c, count).astype(dt, copy=False).dot(mean)
+        return y.astype(dtype, copy=False).reshape(out)
+
+    return average
