@@ -38,7 +38,9 @@ def stride_k(n: int) -> int:
 @staged(MatMul, shared=True)
 def build_matmul(node, compile):
     """The output dtype and whether K runs in MLAS's blocks, read once per node: per call
-    they cost ~0.4 us of a small product's ~1.8."""
+    they cost ~0.4 us of a small product's ~1.8. Two matrices multiply by `ndarray.dot`:
+    the same BLAS call as matmul's (the same bits), with less setup ([1, 64] @ [64, 12]:
+    1.06 -> 0.50 us)."""
     dtype = node.shape.dtype.numpy
     blocks = node.op.mlas_blocks and dtype == np.float32
 
@@ -48,7 +50,7 @@ def build_matmul(node, compile):
             k = stride_k(b.shape[-1] if b.ndim > 1 else 1)
             if a.shape[-1] > k:
                 return _in_blocks(a, b, k)
-        y = np.matmul(a, b)
+        y = a.dot(b) if a.ndim == 2 == b.ndim else np.matmul(a, b)
         return y if type(y) is np.ndarray and y.dtype == dtype else np.asarray(y, dtype=dtype)
 
     return step

