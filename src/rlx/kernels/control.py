@@ -198,6 +198,9 @@ class _Weights:
 
 States = tuple[np.ndarray, ...]
 Step = Callable[[np.ndarray, States], States]
+"""A cell's step: the states are [batch, hidden] matrices, so their products with R^T are
+`ndarray.dot`s, the BLAS call of `@` with less setup per timestep ([1, 256] @ [256, 768]:
+9.5 -> 8.7 us; the same bits)."""
 
 
 def _lstm_cell(op: LSTM, p: _Weights) -> tuple[np.ndarray, Step]:
@@ -208,7 +211,7 @@ def _lstm_cell(op: LSTM, p: _Weights) -> tuple[np.ndarray, Step]:
 
     def step(xw: np.ndarray, states: States) -> States:
         h_prev, c_prev = states
-        i, o, forget, c = np.split(xw + h_prev @ p.r_t, 4, axis=-1)
+        i, o, forget, c = np.split(xw + h_prev.dot(p.r_t), 4, axis=-1)
         i = f(p.clip(i + pi * c_prev))
         forget = 1 - i if op.input_forget else f(p.clip(forget + pf * c_prev))
         c = forget * c_prev + i * g(p.clip(c))
@@ -232,7 +235,7 @@ def _plain_lstm_step(hidden: int, p: _Weights,
         r_t = p.r_t
 
         def recur(h_prev: np.ndarray) -> np.ndarray:
-            return h_prev @ r_t
+            return h_prev.dot(r_t)
 
     def step(xw: np.ndarray, states: States) -> States:
         h_prev, c_prev = states
@@ -275,7 +278,7 @@ def _gru_cell(op: GRU, p: _Weights) -> tuple[np.ndarray, Step]:
 
         def step(xw: np.ndarray, states: States) -> States:
             (h_prev,) = states
-            rec = h_prev @ r_t
+            rec = h_prev.dot(r_t)
 
             def hidden(r: np.ndarray) -> np.ndarray:
                 h = rec[:, zr:]
@@ -289,7 +292,7 @@ def _gru_cell(op: GRU, p: _Weights) -> tuple[np.ndarray, Step]:
 
         def step(xw: np.ndarray, states: States) -> States:
             (h_prev,) = states
-            return blend(xw, h_prev @ r_zr, h_prev, lambda r: (r * h_prev) @ r_h)
+            return blend(xw, h_prev.dot(r_zr), h_prev, lambda r: (r * h_prev).dot(r_h))
 
     # Rb of the h gate is additive only when the reset gate comes first
     r_bias = np.concatenate([p.r_bias[:zr], np.zeros_like(rb_h) if op.linear_before_reset
@@ -301,7 +304,7 @@ def _rnn_cell(op: RNN, p: _Weights) -> tuple[np.ndarray, Step]:
     (f,) = p.acts
 
     def step(xw: np.ndarray, states: States) -> States:
-        return (f(p.clip(xw + states[0] @ p.r_t)),)
+        return (f(p.clip(xw + states[0].dot(p.r_t))),)
 
     return p.w_bias + p.r_bias, step
 
