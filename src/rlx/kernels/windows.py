@@ -686,13 +686,17 @@ def _bound_pool(op: Pool, shape: tuple[int, ...]) -> Callable[[np.ndarray], np.n
 
 def _im2col_gemm(view: np.ndarray, rows: np.ndarray | None, layouts: tuple,
                  plan: _ConvPlan) -> np.ndarray:
-    """[g, M/g, C/g * K] @ im2col(view) -> [N, g, M/g, P], piece by piece, one block of
-    groups at a time. The reshape of the view is the im2col copy (none for a 1x1, stride-1,
-    unpadded conv); `rows`, the view with its rows as elements, copies them whole."""
+    """[g, M/g, C/g * K] @ im2col(view) -> [N, g, M/g, P] ([M, P] for one image of one
+    group: the caller reshapes), piece by piece, one block of groups at a time. The
+    reshape of the view is the im2col copy (none for a 1x1, stride-1, unpadded conv);
+    `rows`, the view with its rows as elements, copies them whole."""
     pieces, n = plan.pieces, plan.out[0]
     first, g = pieces[0], pieces[0].cols[1]
     if len(pieces) == 1 and len(first.chunks) == 1 and layouts[0] is not None:
-        return np.matmul(layouts[0], _columns(view, rows, first.index, first.cols))
+        cols = _columns(view, rows, first.index, first.cols)
+        if n == g == 1:  # one matrix product: `_direct_conv`'s dot
+            return layouts[0][0].dot(cols.reshape(first.cols[2:]))
+        return np.matmul(layouts[0], cols)
     y = np.empty((n, g, plan.out[1] // g, math.prod(plan.out[2:])), view.dtype)
     for piece, wk in zip(pieces, layouts):
         out = y[..., piece.positions]
