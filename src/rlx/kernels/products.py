@@ -1,0 +1,24 @@
+"""The product of two matrices by the cheaper of NumPy's two calls into BLAS.
+
+`ndarray.dot` and `np.matmul` of two float matrices make the same BLAS call (the same
+bits), but `dot` sets it up for less: [1, 64] @ [64, 12] 0.50 us against 1.06, a GRU step's
+[1, 256] @ [256, 768] 8.4 against 9.4, [64, 64] @ [64, 125] 10.2 against 10.6. From larger
+outputs on it ran as fast or slower ([32, 64] @ [64, 600] 21.4 against 20.2, [512, 384] @
+[384, 384] twice matmul's; thread CPU time, the runtime's kept heap).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["DOT_OUTPUTS", "matrix_product"]
+
+DOT_OUTPUTS = 16384
+"""Products of at most this many outputs go through `ndarray.dot`."""
+
+
+def matrix_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b of two matrices (2-D arrays)."""
+    if a.shape[0] * b.shape[1] <= DOT_OUTPUTS:
+        return a.dot(b)
+    return np.matmul(a, b)
