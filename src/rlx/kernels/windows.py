@@ -275,6 +275,10 @@ class _BandedPlan:
 
 _BANDED_WIDTH_PER_TAP = 8
 _BANDED_MIN_POSITIONS = 32
+# banded windows (blocks of output rows) copied as opaque elements from this many on: 32 x
+# 12 x 8 3x3 in 192 windows 7.8 -> 7.2 us a conv, 32 x 25 x 5 in 288 10.4 -> 9.9; 16 x 25 x
+# 5 in 144 6.9 -> 7.1, 8 x 25 x 5 in 72 5.1 -> 5.6 (thread CPU time)
+_WINDOW_COPY_MIN = 192
 # a block of output rows spans up to this many output columns: BLAS's small GEMMs take
 # about as long for 16 columns as for 5 (64 GEMMs [25, 15] @ [15, 5] 10.9 us, [9, 25] @
 # [25, 15] 8.4 us), not for 20 or 24 (64 x 12 x 8 3x3 by blocks of 2 rows 13.8 -> 12.5 us a
@@ -314,7 +318,7 @@ def _banded_plan(op: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...],
               width)
     plane = padded[2] * width
     strides = (c * plane, plane, per * step * width, 1)
-    windows = None if n * c * blocks < _ROW_COPY_MIN else np.dtype(
+    windows = None if n * c * blocks < _WINDOW_COPY_MIN else np.dtype(
         (np.void, span * width * itemsize))
     return _BandedPlan(
         padded, (slice(None), slice(None), slice(win.begin[0], win.begin[0] + rows)),
@@ -346,10 +350,10 @@ def _banded_weights(w: np.ndarray, columns: tuple[int, int, int, int, int],
 def _banded_conv(bands: np.ndarray, plan: _BandedPlan, dt: np.dtype,
                  x: np.ndarray) -> np.ndarray:
     """The windows overlap (a row stride below their length), which BLAS cannot read:
-    matmul copies them out. From `_ROW_COPY_MIN` windows on they are copied first, each one
-    opaque element: a loop step per window where NumPy's float copy takes one per row of W
-    values (64 x 25 x 5 3x3: 21.9 -> 18.9 us a conv, 64 x 12 x 8: 16.7 -> 14.3 us, 128 x
-    28 x 28: 302 -> 237 us; 8 x 5 x 5, 40 windows: 3.8 -> 5.8 us; thread CPU time,
+    matmul copies them out. From `_WINDOW_COPY_MIN` windows on they are copied first, each
+    one opaque element: a loop step per window where NumPy's float copy takes one per row
+    of W values (64 x 25 x 5 3x3: 21.9 -> 18.9 us a conv, 64 x 12 x 8: 16.7 -> 14.3 us, 128
+    x 28 x 28: 302 -> 237 us; 8 x 5 x 5, 40 windows: 3.8 -> 5.8 us; thread CPU time,
     interleaved; the same bits)."""
     xp = np.zeros(plan.padded, dt)
     xp[plan.inner] = x
