@@ -31,17 +31,20 @@ def test_spinning_pays_only_when_the_threads_fit_on_free_cores(threads, n_cores,
 def _loadavg(tmp_path, monkeypatch, *running: int, minute: float = 0.0) -> list[int]:
     """The kernel's load line as `cores` reads it: the runnable count of each read in turn
     (the last one repeated), beside a one-minute average of `minute`; the counts written
-    (one per read) are listed in the list returned."""
+    (one per read) are listed in the list returned. Time moves only by the sleeps between
+    reads: a read the machine delays spans no gap (`others_load` sleeps what is left)."""
     path = tmp_path / "loadavg"
-    counts, written = iter(running), []
+    counts, written, now = iter(running), [], [0.0]
 
-    def write(_gap: float = 0.0) -> None:
+    def write(gap: float = 0.0) -> None:
+        now[0] += gap
         written.append(next(counts, running[-1]))
         path.write_text(f"{minute:.2f} {minute:.2f} {minute:.2f} {written[-1]}/300 4242\n")
 
     write()
     monkeypatch.setattr(cores, "PROC_LOADAVG", str(path))
     monkeypatch.setattr(cores, "sleep", write)
+    monkeypatch.setattr(cores, "monotonic", lambda: now[0])
     quiet = tmp_path / "no-other-threads"  # this process's own threads: none running
     quiet.mkdir(exist_ok=True)
     monkeypatch.setattr(cores, "PROC_TASKS", str(quiet))

@@ -24,6 +24,8 @@ cores: 1.3-1.9x slower on a 2 ms model at two threads. The kernel's count of run
 threads is read a few times over some milliseconds and averaged, which also weighs bursty
 neighbours by how often they run; when the first reads agree (the load is steady) they
 decide, so a quiet or a busy machine costs a load 2 gaps (~4 ms) rather than 7 (~14 ms).
+`rlx.load` takes its first reads as it goes (`reads_ahead`: as it starts, and once the
+file is open), so the parse, the checks and the compile fill those gaps rather than sleeps.
 
 The same question inside the process: while auto times one engine, another engine's
 threads may still run. numpy's BLAS workers (OpenBLAS) spin for about 0.1 s after each
@@ -34,11 +36,16 @@ bias no fresh process shows. `settle` waits until the process's other threads ar
 from __future__ import annotations
 
 import _thread  # not `threading` (~60 KiB of code): a load imports no more than it uses
+import functools
 import os
+from collections.abc import Callable
+from contextlib import suppress
+from contextvars import ContextVar
 from time import monotonic, sleep
+from typing import ParamSpec, TypeVar
 
 __all__ = ["usable_cores", "others_load", "shares_cores", "spinning_pays", "SAMPLES",
-           "SAMPLE_GAP_S", "AGREE", "threads_that_fit",
+           "SAMPLE_GAP_S", "AGREE", "READ_AGE_S", "reads_ahead", "read_ahead", "threads_that_fit",
            "running_threads", "settle", "SETTLE_S", "SETTLE_STEP_S",
            "SETTLE_REST"]
 
@@ -59,25 +66,20 @@ PROC_LOADAVG = "/proc/loadavg"
 def others_load(spare: float | None = None) -> float:
     """Runnable threads of other processes: the kernel's count of runnable threads
     (`/proc/loadavg`'s fourth field) less this process's (`running_threads` and the
-    loading one), averaged over `SAMPLES` reads
+    loading one), averaged over `SAMPLES` reads at least
     `SAMPLE_GAP_S` apart, or over the first `AGREE` when each of them alone puts the
     others above `spare` (the cores the caller leaves free), or each at or below it: their
     average then falls on the same side as any would (a steady load, busy or quiet, costs
-    2 gaps, not 7). Where there is no such count, the one-minute load average less this
-    thread (0 where the platform has neither)."""
+    2 gaps, not 7). The reads a load took ahead (`read_ahead`) come first, and a gap they
+    already span is not slept. Where there is no such count, the one-minute load average
+    less this thread (0 where the platform has neither)."""
     try:
-        others: list[float] = []  # each read's runnable count, this thread left out
+        others, last = _taken_ahead()  # each read's runnable count, this thread left out
         while len(others) < SAMPLES and not _agree(others, spare):
-            if others:
-                sleep(SAMPLE_GAP_S)
-            with open(PROC_LOADAVG) as f:
-                runnable = int(f.read().split()[3].partition("/")[0])
-            # this process's own threads are no neighbours: numpy's BLAS workers spin
-            # ~0.1 s after a call (a load that decoded or checked weights), and counting
-            # them turned spinning off on free cores (int8 minilm-l3 at 2 threads: 2.77
-            # ms a run against 2.12 spinning). A process running models side by side in
-            # its own threads chooses to share its cores, and sets `threads` for it.
-            others.append(max(0.0, runnable - 1.0 - len(running_threads())))
+            if others and (gap := SAMPLE_GAP_S - (monotonic() - last)) > 0:
+                sleep(gap)
+            last = monotonic()
+            others.append(_others_now())
         return sum(others) / len(others)
     except (OSError, IndexError, ValueError):
         pass
@@ -85,6 +87,71 @@ def others_load(spare: float | None = None) -> float:
         return max(0.0, os.getloadavg()[0] - 1.0)
     except (AttributeError, OSError):
         return 0.0
+
+
+def _others_now() -> float:
+    """One read: the runnable threads now, less the reading one and this process's others.
+    This process's own threads are no neighbours: numpy's BLAS workers spin ~0.1 s after
+    a call (a load that decoded or checked weights), and counting them turned spinning off
+    on free cores (int8 minilm-l3 at 2 threads: 2.77 ms a run against 2.12 spinning). A
+    process running models side by side in its own threads chooses to share its cores,
+    and sets `threads` for it."""
+    with open(PROC_LOADAVG) as f:
+        runnable = int(f.read().split()[3].partition("/")[0])
+    return max(0.0, runnable - 1.0 - len(running_threads()))
+
+
+READ_AGE_S = 0.1
+"""Reads taken ahead longer ago describe another moment than the one the rule decides in
+(a large file's load): they are dropped, and the rule reads anew."""
+
+_AHEAD: ContextVar[list[tuple[float, float]] | None] = ContextVar("rlx_reads_ahead",
+                                                                  default=None)
+"""The (monotonic time, `_others_now`) reads the running load took for its thread rule."""
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def reads_ahead(load: Callable[_P, _R]) -> Callable[_P, _R]:
+    """`load`, reading the runnable count as it starts (and where it calls `read_ahead`)
+    for the first `others_load` its engine makes: the load's own work, not sleeps, then
+    spans the gaps between reads (2 gaps, ~4 ms of a BERT encoder's ~15 ms load when the
+    machine is quiet, more when busy, where a sleep overshoots). The reads are the load's
+    alone: gone when it returns, and never seen by another thread's load."""
+    @functools.wraps(load)
+    def reading(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        token = _AHEAD.set([])
+        try:
+            read_ahead()
+            return load(*args, **kwargs)
+        finally:
+            _AHEAD.reset(token)
+
+    return reading
+
+
+def read_ahead() -> None:
+    """One read now for the running load's thread rule (`reads_ahead`); nothing outside a
+    load, within `SAMPLE_GAP_S` of its last read, or once it holds `SAMPLES`."""
+    reads = _AHEAD.get()
+    if reads is None or len(reads) >= SAMPLES \
+            or (reads and monotonic() - reads[-1][0] < SAMPLE_GAP_S):
+        return
+    with suppress(OSError, IndexError, ValueError):  # the rule reads, and falls back, itself
+        reads.append((monotonic(), _others_now()))
+
+
+def _taken_ahead() -> tuple[list[float], float]:
+    """The reads the running load took ahead within `READ_AGE_S`, used up by this call,
+    and the time of the last (0 when none)."""
+    reads = _AHEAD.get()
+    if not reads:
+        return [], 0.0
+    now = monotonic()
+    fresh = [(at, others) for at, others in reads if now - at <= READ_AGE_S]
+    reads.clear()
+    return [others for _, others in fresh], (fresh[-1][0] if fresh else 0.0)
 
 
 def _agree(others: list[float], spare: float | None) -> bool:

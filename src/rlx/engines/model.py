@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import numpy as np
 
 from rlx.engines.calls import RunArgument, RunArguments
+from rlx.engines.cores import read_ahead, reads_ahead
 from rlx.engines.registry import (
     WARM_ENGINES,
     check_engine,
@@ -207,6 +208,7 @@ def _check_options(engine: str, precision: str, prepack: str, threads: int | Non
         raise InputError(f"threads must be a positive integer or None, got {threads!r}")
 
 
+@reads_ahead  # the thread rule's reads of the machine's load, spread over the load
 def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None = None,
          precision: str = "exact", password: str | bytes | None = None,
          cache_dir: str | os.PathLike | None = None,
@@ -261,6 +263,7 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
 
     file = open_artifact(source, password=password,  # .rlx, encrypted .rlx or .rlxp
                          trusted_keys=trusted_keys, signature=signature)
+    read_ahead()
     if not len(file.graph):
         raise InputError(f"{source} holds weights only (a package written with --no-graph): "
                          "there is no graph to run")
