@@ -64,3 +64,33 @@ def test_outputs_must_exist():
     g.outputs = [99]
     with pytest.raises(GraphError, match="output %99 does not exist"):
         verify(g)
+
+
+def _layers(n: int) -> Graph:
+    """`n` ReLUs in a row over one shape, read back from JSON as a file's graph is: one op
+    object and one shape object for all of them."""
+    from rlx.ir.serialize import graph_from_dict, graph_to_dict
+
+    g = Graph("layers")
+    h = g.input("x", Shape(["batch", 8]))
+    for _ in range(n):
+        h = g.unary(Activation.RELU, h)
+    g.set_outputs([h])
+    return graph_from_dict(graph_to_dict(g))
+
+
+def test_repeated_layers_infer_once(monkeypatch):
+    """Nodes with one op object over inputs of one shape object infer their shape once,
+    and each node's declared shape is still held against it."""
+    calls: list[int] = []
+    infer = Graph.infer
+    monkeypatch.setattr(Graph, "infer", lambda self, op, inputs: calls.append(1) or infer(
+        self, op, inputs))
+    graph = _layers(6)
+    calls.clear()  # the builder's own
+    verify(graph)
+    assert len(calls) == 1
+    bad = _tamper(_layers(6), 5, shape=Shape(["batch", 9]))
+    with pytest.raises(ShapeError, match="%5 .*declared f32\\[batch, 9\\], inference gives "
+                                         "f32\\[batch, 8\\]"):
+        verify(bad)

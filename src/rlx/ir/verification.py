@@ -8,8 +8,8 @@ inference derives from its inputs. Subgraphs are verified recursively.
 from __future__ import annotations
 
 from rlx.errors import GraphError, ShapeError
-from rlx.ir.graph import Graph
-from rlx.ir.ops.base import OPS
+from rlx.ir.graph import Graph, Node
+from rlx.ir.ops.base import OPS, OutShape
 from rlx.ir.ops.multi import TupleGet
 from rlx.ir.ops.sources import Constant
 from rlx.ir.shape import Shape
@@ -33,25 +33,28 @@ def _stamp(graph: Graph) -> tuple:
 
 def _check(graph: Graph) -> None:
     names: set[str] = set()
+    inferred: dict[tuple, OutShape] = {}  # `_check_shape`'s, by op and input shape objects
     for position, node in enumerate(graph.nodes()):
-        where = f"graph {graph.name!r} node {node.label}"
         if node.id != position:
-            raise GraphError(f"{where}: id {node.id} at position {position}")
+            raise GraphError(f"{_where(graph, node)}: id {node.id} at position {position}")
         if OPS.get(type(node.op).__name__) is not type(node.op):
-            raise GraphError(f"{where}: unknown op {type(node.op).__name__}")
+            raise GraphError(f"{_where(graph, node)}: unknown op {type(node.op).__name__}")
         for i in node.inputs:
             if not 0 <= i < node.id:
-                raise GraphError(f"{where}: input %{i} is not an earlier node (topological order)")
+                raise GraphError(f"{_where(graph, node)}: input %{i} is not an earlier node "
+                                 "(topological order)")
             if graph.node(i).is_tuple and not isinstance(node.op, TupleGet):
-                raise GraphError(f"{where}: reads tuple-valued %{i} without TupleGet")
+                raise GraphError(f"{_where(graph, node)}: reads tuple-valued %{i} without "
+                                 "TupleGet")
         lo, hi = node.op.arity
         if len(node.inputs) < lo or (hi is not None and len(node.inputs) > hi):
-            raise GraphError(f"{where}: {len(node.inputs)} inputs, op takes {lo}..{hi}")
+            raise GraphError(f"{_where(graph, node)}: {len(node.inputs)} inputs, op takes "
+                             f"{lo}..{hi}")
         if node.name is not None:
             if node.name in names:
-                raise GraphError(f"{where}: duplicate name {node.name!r}")
+                raise GraphError(f"{_where(graph, node)}: duplicate name {node.name!r}")
             names.add(node.name)
-        _check_shape(graph, node, where)
+        _check_shape(graph, node, inferred)
         for sub in node.op.subgraphs():
             verify(sub)
     for o in graph.outputs:
@@ -62,21 +65,34 @@ def _check(graph: Graph) -> None:
                              "output its parts through TupleGet")
 
 
-def _check_shape(graph: Graph, node, where: str) -> None:
+def _where(graph: Graph, node: Node) -> str:
+    """How a message names the node at fault (made only for a message: a node's label is
+    a few strings formatted)."""
+    return f"graph {graph.name!r} node {node.label}"
+
+
+def _check_shape(graph: Graph, node: Node, inferred: dict[tuple, OutShape]) -> None:
+    """The node's declared shape against inference from its inputs. Nodes that share an op
+    object and their inputs' shape objects infer once (`inferred`): a file's graph shares
+    both among repeated layers (`rlx.ir.serialize`), and inference is a function of them."""
     if isinstance(node.op, Constant):
-        nbytes = node.shape.nbytes
+        nbytes = node.tensor_shape.nbytes
         if not node.op.is_stripped and nbytes is not None and node.op.nbytes != nbytes:
-            raise ShapeError(f"{where}: payload {node.op.nbytes} bytes, shape {node.shape} "
-                             f"needs {nbytes}")
+            raise ShapeError(f"{_where(graph, node)}: payload {node.op.nbytes} bytes, shape "
+                             f"{node.shape} needs {nbytes}")
         return
     if node.op.arity == (0, 0):
         return  # leaves declare their shape
-    try:
-        inferred = graph.infer(node.op, node.inputs)
-    except ShapeError as err:
-        raise ShapeError(f"{where}: {err}") from None
-    if not _agrees(node.shape, inferred):
-        raise ShapeError(f"{where}: declared {_fmt(node.shape)}, inference gives {_fmt(inferred)}")
+    key = (id(node.op), *[id(graph.node(i).shape) for i in node.inputs])
+    found = inferred.get(key)
+    if found is None:
+        try:
+            found = inferred[key] = graph.infer(node.op, node.inputs)
+        except ShapeError as err:
+            raise ShapeError(f"{_where(graph, node)}: {err}") from None
+    if not _agrees(node.shape, found):
+        raise ShapeError(f"{_where(graph, node)}: declared {_fmt(node.shape)}, inference "
+                         f"gives {_fmt(found)}")
 
 
 def _agrees(declared, inferred) -> bool:
