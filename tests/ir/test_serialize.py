@@ -180,3 +180,38 @@ def test_a_read_graph_shares_equal_ops_and_shapes_but_keeps_signed_zeros_apart()
     assert str(negative.op.epsilon) == "-0.0" and str(positive.op.epsilon) == "0.0"
     assert back.node(scale).op is not back.node(bias).op  # constants stay per node
     assert [back.node(n).op for n in norms] == [g.node(n).op for n in norms]
+
+
+def _relus(n: int, spelled: list) -> dict:
+    """The JSON of `n` ReLUs in a row over x, whose node i declares `spelled[i % len]`."""
+    g = Graph("relus")
+    h = g.input("x", Shape([1, 8]))
+    for _ in range(n):
+        h = g.unary(ops.Activation.RELU, h)
+    g.set_outputs([h])
+    body = graph_to_dict(g)
+    for i, entry in enumerate(body["nodes"][1:]):
+        entry["shape"] = {"dims": spelled[i % len(spelled)], "dtype": "f32"}
+    return json.loads(json.dumps(body))
+
+
+def test_each_spelling_of_a_shape_is_read_once(monkeypatch):
+    """Seven nodes (the input and six ReLUs) that spell one shape alike read it once, and
+    share the shape read."""
+    from rlx.ir import serialize
+
+    reads: list[object] = []
+    read = serialize.shape_from_json
+    monkeypatch.setattr(serialize, "shape_from_json", lambda value: reads.append(value)
+                        or read(value))
+    back = graph_from_dict(_relus(6, [[1, 8]]))
+    assert len(reads) == 1
+    assert len({id(node.shape) for node in back.nodes()}) == 1
+
+
+@pytest.mark.parametrize("dim", [True, 1.0])
+def test_a_dim_that_only_equals_an_int_is_still_refused(dim):
+    """`True` and `1.0` equal 1 as keys do, but are no dim: a shape spelled with one after
+    the same shape spelled with ints is judged, not looked up."""
+    with pytest.raises(GraphError, match="shape dim must be an int or a name"):
+        graph_from_dict(_relus(2, [[1, 8], [dim, 8]]))

@@ -282,14 +282,14 @@ def graph_from_dict(body: Any, decode_constant: ConstantDecoder = _base64_decode
     if not isinstance(nodes, Iterator):
         nodes = _list(nodes, "graph nodes")
     shapes: dict = {}  # nodes of one shape share one Shape (a few hundred bytes each)
+    spelled: dict[tuple, Any] = {}  # and each spelling of a shape is read once
     ops: dict[str, Op] = {}
     for position, entry in enumerate(nodes):
         if consume and isinstance(nodes, list):
             nodes[position] = None
         if not isinstance(entry, dict):
             raise GraphError(f"node {position} must be an object")
-        shape = shape_from_json(entry.get("shape"))
-        shape = shapes.setdefault(shape, shape)
+        shape = _shared_shape(entry.get("shape"), shapes, spelled)
         op = _shared_op(entry, shape, decode_constant, ops)
         name = _text(entry.get("name"), f"node {position}: name")
         origin = _text(entry.get("origin"), f"node {position}: origin")
@@ -302,6 +302,32 @@ def graph_from_dict(body: Any, decode_constant: ConstantDecoder = _base64_decode
         raise GraphError("graph outputs must be node ids")
     graph.set_outputs(outputs)
     return graph
+
+
+def _shared_shape(value: Any, shapes: dict, spelled: dict[tuple, Any]):
+    """`shape_from_json`, one object for equal shapes (`shapes`), read once per spelling
+    (`spelled`): a file spells a layer's few shapes over and over, and their ops' shape
+    checks are made once per shape object (`rlx.ir.verification`)."""
+    key = _spelling(value)
+    found = None if key is None else spelled.get(key)
+    if found is None:
+        shape = shape_from_json(value)
+        found = shapes.setdefault(shape, shape)
+        if key is not None:
+            spelled[key] = found
+    return found
+
+
+def _spelling(value: Any) -> tuple | None:
+    """A plain shape's JSON as a key: its dtype's text and dims of exactly `int` or `str`
+    (a bool or a float, which would equal an int, is no key: `shape_from_json` judges it);
+    None for any other value."""
+    if type(value) is not dict or "tuple" in value:
+        return None
+    dims = value.get("dims")
+    if type(dims) is not list or not all(type(d) is int or type(d) is str for d in dims):
+        return None
+    return (str(value.get("dtype")), *dims)
 
 
 def _text(value: Any, what: str) -> str | None:
