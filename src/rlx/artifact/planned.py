@@ -5,9 +5,10 @@ plan inserted removed, the int8 weights dequantised as stored (f32 products of t
 their scales, computed as DequantizeLinear does: the original f32 weights are not in the
 file, so "exact" is f32 arithmetic on the weights the file holds).
 
-`int8_products_graph` is what OpenVINO runs of the int8 part: the plan's activation pairs
-read only by the int8 products, every other op computing f32 (`rlx.engines.openvino_int8`
-says why; the bake's guard checks this form too).
+`int8_products_graph` is what OpenVINO runs of the int8 part of a file baked before its own
+int8 set (`rlx.artifact.openvino_form`): the plan's activation pairs read only by the int8
+products, every other op computing f32 (`rlx.engines.openvino_int8` says why; those bakes'
+guard checked this form too).
 
 Apart from the plan's record: a load of a file without a plan (every profile but `fast`)
 imports neither function (issue 35).
@@ -15,6 +16,7 @@ imports neither function (issue 35).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,11 +28,11 @@ if TYPE_CHECKING:
 __all__ = ["exact_graph", "int8_products_graph"]
 
 
-def exact_graph(graph: Graph, plan: PrecisionPlan) -> Graph:
+def exact_graph(graph: Graph, plan: PrecisionPlan, coded: Collection[int] = ()) -> Graph:
     """`graph` without the plan's activation quantisers (each DequantizeLinear reading one
     reads its input instead) and its int8 weights dequantised into f32 constants (one float
-    copy: every engine then runs a plain f32 graph). The graph itself when the plan made
-    nothing int8."""
+    copy: every engine then runs a plain f32 graph), but for the DequantizeLinear nodes
+    `coded` (kept as they are). The graph itself when the plan made nothing int8."""
     from rlx.ir.ops.quant import DequantizeLinear, QuantizeLinear
     from rlx.ir.rewrite import Rewriter
 
@@ -45,8 +47,8 @@ def exact_graph(graph: Graph, plan: PrecisionPlan) -> Graph:
         elif isinstance(node.op, DequantizeLinear) and source is not None \
                 and isinstance(source.op, QuantizeLinear) and source.name in names:
             rw.replace(node.id, rw.id(source.inputs[0]))
-        elif isinstance(node.op, DequantizeLinear) and (value := _dequantized(graph, node)) \
-                is not None:
+        elif isinstance(node.op, DequantizeLinear) and node.id not in coded \
+                and (value := _dequantized(graph, node)) is not None:
             rw.substitute_constant(node, value)
         else:
             rw.copy(node)

@@ -34,10 +34,11 @@ Trying each node bisection kept f32 int8 again, one run each, was measured and l
 on an unrolled CRNN it made 41 more of 105 nodes int8 for 4% less CPU time, and its
 held-out argmax agreement fell from 1.0 to 0.9875 on onnxruntime and OpenVINO.
 
-OpenVINO runs the int8 part without the activation pairs no int8 product reads (its
-low-precision transformations ran those slowly and off: `rlx.engines.openvino_int8`), so
-the final plan is measured that way too, one more run; `calibration["int8_products"]`
-says whether that form met the same aim, and OpenVINO runs it only then.
+OpenVINO runs int8 products without the chains (its low-precision transformations ran
+those slowly and off: `rlx.engines.openvino_int8`), bf16 or f32 elsewhere, which errs less
+than onnxruntime's form of the same set: so it gets a set of its own, planned last, in the
+form it runs (`rlx.baking.openvino_set`, `calibration["openvino"]`). Files baked before
+that hold `calibration["int8_products"]` instead, whether onnxruntime's set passed there.
 
 The plan's bf16 part (`rlx.baking.bf16`, what OpenVINO runs on a CPU with bf16) is planned
 after it, on the graph such an engine runs (the file's exact graph: int8 weights as stored),
@@ -63,16 +64,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from rlx import passes
-from rlx.artifact.planned import exact_graph, int8_products_graph
+from rlx.artifact.openvino_form import OPENVINO
+from rlx.artifact.planned import exact_graph
 from rlx.artifact.precision import PrecisionPlan
 from rlx.baking.bf16 import plan_bf16
 from rlx.baking.guard import HELD_OUT_MARGIN, OutputAccuracy, OutputRunner, fewest_kept, misses
 from rlx.baking.int8 import ActivationRange, Candidate, apply_int8, candidates, plan_int8, work
+from rlx.baking.openvino_set import plan_openvino, ranked_products
 from rlx.baking.sensitivity import calibrate, local_errors
 from rlx.baking.smoothing import smooth_ranges
 from rlx.errors import RlxError
@@ -165,27 +167,20 @@ def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
     # on the graph bf16 engines run: the exact graph of the file, its int8 weights as stored
     bf16 = plan_bf16(exact_graph(g, plan), runner, target)
     plan.bf16, plan.counts["bf16"] = bf16.names, bf16.count
-    products = _check_products(g, plan, runner, aim) if running else None
+    per_work = _orders(graph, found, errors)[1][1]
+    own = plan_openvino(g, plan, ranked_products(graph, per_work, ranges, running), runner, aim)
     plan.calibration = {"samples": len(feeds), "seeded": seeded, "min_cosine": target,
                         "runs": runner.runs, "outputs": [vars(a) for a in accuracy],
                         "bf16": {"candidates": bf16.candidates, "kept": bf16.kept,
                                  "outputs": [vars(a) for a in bf16.accuracy]}}
-    if products is not None:
-        plan.calibration["int8_products"] = products
+    if own.int8:
+        plan.calibration[OPENVINO] = own.to_json()
     log.info("fast plan: %s (%d numpy runs on %d calibration feed(s))", plan.summary,
              runner.runs, len(feeds))
     return g, FastPlan(len(running), plan)
 
 
 Trial = tuple[Graph, list[str], list[OutputAccuracy]]
-
-
-def _check_products(g: Graph, plan: PrecisionPlan, runner: OutputRunner, aim: float
-                    ) -> dict[str, Any]:
-    """The guard on the int8 part as OpenVINO runs it (its activation pairs only where an
-    int8 product reads them: `rlx.engines.openvino_int8`), one more numpy run."""
-    accuracy = runner.measure_graph(int8_products_graph(g, plan), "int8 products")
-    return {"passed": misses(accuracy, aim) <= 1, "outputs": [vars(a) for a in accuracy]}
 
 
 def _orders(graph: Graph, found: list[Candidate], errors: dict[int, float]

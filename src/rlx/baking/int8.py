@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rlx.artifact.openvino_form import quantize_weight
 from rlx.baking.int8_chain import Chain, chain, data_inputs
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
@@ -176,18 +177,6 @@ def _tail(graph: Graph, node: Node, users: list[list[int]], relu: bool) -> tuple
         if isinstance(user.op, Unary):
             break
     return tuple(tail)
-
-
-def quantize_weight(weight: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """(int8 codes, f32 scales along `axis`): symmetric, max |w| of each channel -> 127."""
-    w = np.asarray(weight, np.float32)
-    moved = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
-    peak = np.abs(moved).max(axis=1) if moved.size else np.zeros(w.shape[axis], np.float32)
-    scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
-    shape = [1] * w.ndim
-    shape[axis] = -1
-    codes = np.clip(np.rint(w / scale.reshape(shape)), -127, 127).astype(np.int8)
-    return codes, scale
 
 
 class Int8Emitter:

@@ -54,8 +54,15 @@ def _bf16_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _int8_products_rows(calibration: dict[str, Any]) -> list[tuple[str, str]]:
-    """How the int8 part as OpenVINO runs it (its pairs only before int8 products) met the
-    guard: OpenVINO runs it only where it passed (`rlx.engines.openvino_int8`)."""
+    """OpenVINO's own int8 set (`rlx.artifact.openvino_form`) and its measured accuracy; in
+    a file baked before it, how onnxruntime's set as OpenVINO runs it met the guard
+    (OpenVINO runs it only where it passed: `rlx.engines.openvino_int8`)."""
+    own = calibration.get("openvino")
+    if own:
+        worst = min((o["cosine"] for o in own.get("outputs", [])), default=float("nan"))
+        return [("OpenVINO's int8 set", f"{len(own.get('int8', {}))} MatMul / Conv nodes "
+                                        f"int8, {len(own.get('bf16', []))} nodes bf16 beside "
+                                        f"them, worst calibration cosine {worst:.6f}")]
     checked = calibration.get("int8_products")
     if not checked:
         return []
