@@ -15,10 +15,13 @@ plugin executes compressed.
 quantization of activations the plugin applies to compressed (int8) weights on CPUs with
 AMX or VNNI (an 0.3 error on a product of unit normals); `"fast"` keeps the plugin's
 defaults (bf16 on AMX / AVX512-BF16 CPUs, f32 elsewhere), except on a file baked with the
-fast profile: there it runs the plan's int8 products u8 x i8 and every other op f32 on a
-CPU OpenVINO runs int8 on, when the guard passed that form and it is estimated faster than
-the bf16 part (`rlx.engines.openvino_int8`; `Model.precision` "fast: int8, f32"; where
-the plugin's int8 transformations throw compiling it, a warning and the bf16 part); else the
+fast profile: there, on a CPU OpenVINO runs int8 on, it runs the plan's own OpenVINO int8
+set u8 x i8 with the nodes the bake planned bf16 beside it in bf16 and every other op f32
+(`rlx.artifact.openvino_form`; "fast: int8 N nodes, bf16 M nodes, f32 K") when estimated
+no slower than the bf16 part; a file baked before that set runs the plan's int8 products
+u8 x i8 and every other op f32 when the guard passed that form and it is estimated faster
+(`rlx.engines.openvino_int8`; `Model.precision` "fast: int8, f32"); where the plugin's int8
+transformations throw compiling either, a warning and the bf16 part; else the
 plan's exact graph, the plan's bf16 nodes in bf16 and every other node in f32 on a CPU with
 bf16 (`rlx.engines.openvino_bf16`; "fast: bf16 N nodes, f32 M"), all in f32 elsewhere
 ("fast: f32"). Each thread gets its own infer request, so one Model may
@@ -36,6 +39,7 @@ import numpy as np
 import openvino as ov
 
 from rlx.artifact.model import RlxFile
+from rlx.artifact.openvino_form import OPENVINO, openvino_int8_graph, openvino_int8_set
 from rlx.artifact.planned import exact_graph, int8_products_graph
 from rlx.artifact.precision import PrecisionPlan
 from rlx.engines.mapping import writable_alias
@@ -46,7 +50,7 @@ from rlx.engines.openvino_bf16 import (
     share_transposed,
     unfolded_operands,
 )
-from rlx.engines.openvino_int8 import has_int8, runs_int8
+from rlx.engines.openvino_int8 import has_int8, runs_int8, runs_own_int8
 from rlx.ir.graph import Graph
 from rlx.onnx.export import build_onnx, weight_names
 from rlx.onnx.export_quant import PackedForm
@@ -149,6 +153,9 @@ class OpenVinoRunner:
         plan = file.precision_plan
         bf16: set[str] | None = None  # the plan's bf16 nodes' export names, when run so
         if plan is not None and precision == "fast":
+            own = openvino_int8_set(plan) and has_int8(core())
+            if own and self._own_int8(graph, plan, threads):
+                return
             if has_int8(core()) and runs_int8(graph, plan, has_bf16(core())):
                 try:
                     self._build(int8_products_graph(graph, plan), threads, plan, None)
@@ -162,6 +169,25 @@ class OpenVinoRunner:
             if plan.bf16 and has_bf16(core()):
                 bf16 = bf16_outputs(graph, plan.bf16)
         self._build(graph, threads, plan, bf16)
+
+    def _own_int8(self, graph: Graph, plan: PrecisionPlan, threads: int | None) -> bool:
+        """Build the plan's own OpenVINO int8 set with its bf16 nodes beside it (f32 on a
+        CPU without bf16), when estimated faster than the bf16 part; whether it did."""
+        form = openvino_int8_graph(graph, plan)
+        bf16 = has_bf16(core())
+        if not runs_own_int8(graph, form, plan, bf16):
+            return False
+        beside = plan.calibration[OPENVINO].get("bf16", []) if bf16 else []
+        try:
+            self._build(form, threads, plan, bf16_outputs(form, beside) if beside else None)
+        except RuntimeError as err:  # the plugin's int8 transformations threw
+            log.warning("openvino: cannot run the int8 set (%s); running the bf16 part",
+                        str(err).strip().splitlines()[-1])
+            return False
+        count = len(openvino_int8_set(plan))
+        self.precision = f"fast: int8 {count} nodes, " + (
+            self.precision.removeprefix("fast: ") if beside else "f32")
+        return True
 
     def _build(self, graph: Graph, threads: int | None, plan: PrecisionPlan | None,
                bf16: set[str] | None) -> None:

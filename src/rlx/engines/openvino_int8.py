@@ -19,6 +19,12 @@ int8 part (depthwise and narrow Convs stay f32 in int8): on a MobileNetV3 classi
 covered 30% of the multiply-adds and ran 0.85x plain f32, bf16 covered all and ran 0.6x.
 The engine estimates each form's time from the share of multiply-adds it runs fast and the
 speedups measured on a Zen 4 (int8 3x f32 on a BERT encoder, bf16 2x) and runs the faster.
+
+A file baked with OpenVINO's own int8 set (`rlx.artifact.openvino_form`: chosen and guarded
+in the form above, with the bf16 part's nodes bf16 beside it) runs that instead where
+`runs_own_int8` estimates it no slower than the bf16 part, the products the set leaves to
+bf16 counted at the bf16 speedup; on a CPU without bf16 it runs the set with f32 beside it.
+`runs_int8` is the rule of files baked before the set.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from collections.abc import Collection
 
 import openvino as ov
 
+from rlx.artifact.openvino_form import OPENVINO
 from rlx.artifact.precision import PrecisionPlan
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.linalg import MatMul
@@ -35,7 +42,7 @@ from rlx.ir.ops.quant import DequantizeLinear
 from rlx.ir.ops.sources import Constant
 from rlx.ir.ops.windows import Conv
 
-__all__ = ["has_int8", "runs_int8"]
+__all__ = ["has_int8", "runs_int8", "runs_own_int8"]
 
 INT8_SPEEDUP = 3.0  # u8 x i8 products against f32, one Zen 4 thread (module doc)
 BF16_SPEEDUP = 2.0
@@ -59,6 +66,21 @@ def runs_int8(graph: Graph, plan: PrecisionPlan, bf16: bool) -> bool:
     if not total:
         return False
     return _time(int8 / total, INT8_SPEEDUP) <= _time(bf16_part / total, BF16_SPEEDUP)
+
+
+def runs_own_int8(graph: Graph, form: Graph, plan: PrecisionPlan, bf16: bool) -> bool:
+    """Whether OpenVINO runs its own int8 set (`form`, `rlx.artifact.openvino_form`) rather
+    than the bf16 part of `graph` (the file's planned graph; `bf16`: the CPU has bf16):
+    estimated faster, or no bf16 to run (module doc)."""
+    if not bf16 or not plan.bf16:
+        return True
+    beside = plan.calibration.get(OPENVINO, {}).get("bf16", [])
+    total, int8, rest = _work_shares(form, set(beside))
+    _, _, bf16_part = _work_shares(graph, set(plan.bf16))
+    if not total:
+        return False
+    own = _time(int8 / total, INT8_SPEEDUP) - rest / total * (1 - 1 / BF16_SPEEDUP)
+    return own <= _time(bf16_part / total, BF16_SPEEDUP)
 
 
 def _time(share: float, speedup: float) -> float:
