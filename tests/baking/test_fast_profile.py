@@ -16,12 +16,13 @@ from onnx import numpy_helper
 import rlx
 from rlx import BakeOptions, bake
 from rlx.artifact import read_rlx, write_rlx
+from rlx.artifact.openvino_form import openvino_int8_graph, openvino_int8_set
 from rlx.baking.fast import SEEDED
 from rlx.baking.int8 import apply_int8, candidates
 from rlx.baking.sensitivity import calibrate
 from rlx.engines.openvino_bf16 import has_bf16
 from rlx.engines.openvino_engine import core
-from rlx.engines.openvino_int8 import has_int8, runs_int8
+from rlx.engines.openvino_int8 import has_int8, runs_int8, runs_own_int8
 from rlx.ir.dtype import DType
 from rlx.ir.ops.quant import QuantizeLinear
 from rlx.ir.ops.sources import Constant
@@ -51,11 +52,17 @@ def _fast(path, feeds, tmp_path, **changes):
 
 
 def _openvino_fast(plan, out) -> str:
-    """How OpenVINO's Model.precision starts on a fast file: its int8 part where it runs
-    that (tests/engines/test_openvino_int8.py), else its bf16 part where the CPU has bf16
-    (tests/engines/test_openvino_bf16.py), else the file's exact graph in f32."""
+    """How OpenVINO's Model.precision starts on a fast file: its own int8 set where it
+    runs that (tests/engines/test_openvino_own_int8.py), the int8 part of a file baked
+    before it (tests/engines/test_openvino_int8.py), else its bf16 part where the CPU has
+    bf16 (tests/engines/test_openvino_bf16.py), else the file's exact graph in f32."""
     bf16 = bool(plan.bf16) and has_bf16(core())
-    if has_int8(core()) and runs_int8(read_rlx(out).into_runtime_graph(), plan, bf16):
+    graph = read_rlx(out).into_runtime_graph()
+    own = openvino_int8_set(plan)
+    if own and has_int8(core()) and runs_own_int8(
+            graph, openvino_int8_graph(graph, plan), plan, has_bf16(core())):
+        return f"fast: int8 {len(own)} nodes, "
+    if has_int8(core()) and runs_int8(graph, plan, bf16):
         return "fast: int8, f32"
     return "fast: bf16 " if bf16 else "fast: f32"
 

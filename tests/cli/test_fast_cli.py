@@ -29,7 +29,8 @@ def test_bake_reports_the_plan_and_inspect_shows_it(cli, tmp_path):
     assert "precision plan (fast profile)" in result.out
     assert "int8" in result.out and "8 calibration feed(s)" in result.out
     assert "bf16 part (OpenVINO, bf16 CPUs)" in result.out
-    assert re.search(r"int8 part as OpenVINO runs it +passed, worst calibration cosine", result.out)
+    assert re.search(r"OpenVINO's int8 set +\d+ MatMul / Conv nodes int8, \d+ nodes bf16 "
+                     r"beside them, worst calibration cosine", result.out)
     plan = cli("inspect", out, "--json").json()["meta"]["precision_plan"]
     assert plan["counts"]["int8"] >= 2 and plan["calibration"]["samples"] == 8
     assert plan["calibration"]["outputs"][0]["cosine"] >= 0.999

@@ -34,10 +34,11 @@ pytestmark = pytest.mark.skipif(not has_bf16(core()), reason="this CPU has no bf
 
 @pytest.fixture(autouse=True)
 def _bf16_part(monkeypatch):
-    """These files' int8 part would run instead where it covers as much of the work
-    (`rlx.engines.openvino_int8`, tests/engines/test_openvino_int8.py): here the bf16 part
-    runs."""
+    """These files' int8 set or int8 part would run instead where estimated faster
+    (`rlx.engines.openvino_int8`, tests/engines/test_openvino_own_int8.py): here the bf16
+    part runs."""
     monkeypatch.setattr(openvino_engine, "runs_int8", lambda graph, plan, bf16: False)
+    monkeypatch.setattr(openvino_engine, "runs_own_int8", lambda graph, form, plan, bf16: False)
 
 
 def _bf16(x: np.ndarray) -> np.ndarray:

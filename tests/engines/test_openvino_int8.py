@@ -1,8 +1,9 @@
-"""OpenVINO running a fast plan's int8 part (issue 32): its int8 products run u8 x i8 on
-the plugin, every other op f32, within the guard against onnxruntime f32 on the original
-model and at the numbers onnxruntime's int8 kernels give on the same graph; the bake's guard
-checks that graph; the engine runs the bf16 part where that covers more of the work, and
-files baked without the check. Needs a CPU OpenVINO runs int8 on."""
+"""OpenVINO running a fast plan's int8 part as files baked before its own set
+(test_openvino_own_int8) hold it (issue 32): its int8 products run u8 x i8 on the plugin,
+every other op f32, within the guard against onnxruntime f32 on the original model and at
+the numbers onnxruntime's int8 kernels give on the same graph; the engine runs the bf16
+part where that covers more of the work, and files baked without the check. Needs a CPU
+OpenVINO runs int8 on."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper, save
 import rlx
 from rlx import BakeOptions, bake
 from rlx.artifact import read_rlx, write_rlx
+from rlx.artifact.openvino_form import OPENVINO
 from rlx.artifact.planned import int8_products_graph
 from rlx.artifact.precision import PrecisionPlan
 from rlx.engines import openvino_engine
@@ -48,6 +50,18 @@ def _planned(path: Path, feeds, folder: Path) -> tuple[Path, PrecisionPlan]:
     write_rlx(folder / f"{path.stem}.rlx", file)
     assert report.precision is not None
     return folder / f"{path.stem}.rlx", report.precision
+
+
+def _as_baked_before(out: Path, passed: bool | None) -> Path:
+    """The file at `out` as a bake before OpenVINO's own set wrote it: no set, and the
+    check of onnxruntime's set in its products' form (`passed`; None: no check either)."""
+    file = read_rlx(out)
+    calibration = file.meta.precision_plan["calibration"]
+    del calibration[OPENVINO]
+    if passed is not None:
+        calibration["int8_products"] = {"passed": passed, "outputs": []}
+    write_rlx(out.with_name("old.rlx"), file)
+    return out.with_name("old.rlx")
 
 
 def _int8_products(graph: Graph) -> int:
@@ -105,10 +119,10 @@ def _save(nodes, inits: dict[str, np.ndarray], shape: list[int], path: Path) -> 
 # the CNN's single images need 8 calibration feeds to hold held-out (test_openvino_bf16)
 @pytest.mark.parametrize("model, feeds, n", [
     (_ffn, _ffn_feeds, 4), (small_cnn, image_feeds, 8), (small_detector, image_feeds, 8)])
-def test_the_int8_products_run_u8_within_the_guard(tmp_path, model, feeds, n):
+def test_the_int8_products_of_a_file_baked_before_run_u8(tmp_path, model, feeds, n):
     path = model(tmp_path)
     out, plan = _planned(path, feeds(1, n), tmp_path)
-    assert plan.calibration["int8_products"]["passed"]
+    out = _as_baked_before(out, passed=True)
     fast = rlx.load(out, engine="openvino", precision="fast")
     assert fast.precision == "fast: int8, f32"
     products = int8_products_graph(read_rlx(out).into_runtime_graph(), plan)
@@ -176,6 +190,9 @@ def _separable_feeds(seed: int, n: int) -> list[dict[str, np.ndarray]]:
 def test_the_bf16_part_runs_where_it_covers_more_of_the_work(tmp_path, monkeypatch):
     path = _separable(tmp_path)
     out, plan = _planned(path, _separable_feeds(1, 4), tmp_path)
+    out = _as_baked_before(out, passed=True)
+    plan = read_rlx(out).precision_plan
+    assert plan is not None
     graph = read_rlx(out).into_runtime_graph()
     assert plan.counts["int8"] >= 1 and plan.counts["bf16"] == 3
     assert not runs_int8(graph, plan, bf16=True) and runs_int8(graph, plan, bf16=False)
@@ -193,6 +210,7 @@ def test_the_bf16_part_runs_where_it_covers_more_of_the_work(tmp_path, monkeypat
 def test_a_file_baked_without_the_check_runs_no_int8(tmp_path):
     out, plan = _planned(mlp(tmp_path), vector_feeds(1, 4), tmp_path)
     graph = read_rlx(out).into_runtime_graph()
+    plan.calibration["int8_products"] = {"passed": True}
     assert runs_int8(graph, plan, bf16=False)
     del plan.calibration["int8_products"]
     assert not runs_int8(graph, plan, bf16=False)
@@ -213,4 +231,4 @@ def test_where_the_plugin_throws_on_the_int8_part_the_bf16_part_runs(tmp_path, m
     monkeypatch.setattr(openvino_engine.OpenVinoRunner, "_build", throwing)
     fast = rlx.load(out, engine="openvino", precision="fast")
     assert fast.precision.startswith("fast: bf16 " if has_bf16(core()) else "fast: f32")
-    assert "cannot run the int8 part ([MatMulTransformation])" in caplog.text
+    assert "cannot run the int8 set ([MatMulTransformation])" in caplog.text
