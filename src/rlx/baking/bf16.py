@@ -31,7 +31,7 @@ weights, as stored, may already), nothing is planned bf16 and no ranking is run.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from rlx.baking.bf16_region import fixed_nodes, label, region, rounding_points
@@ -95,21 +95,27 @@ def _rounded(rw: Rewriter, value: int) -> int:
     return rw.emit(Cast(DType.F32), (rw.emit(Cast(DType.BF16), (value,)),))
 
 
-def bf16_nodes(graph: Graph, chosen: Sequence[Bf16Unit]) -> set[int]:
-    """The nodes that run bf16 with the `chosen` units: theirs and their region's."""
+def bf16_nodes(graph: Graph, chosen: Sequence[Bf16Unit], exact: Collection[int] = ()
+               ) -> set[int]:
+    """The nodes that run bf16 with the `chosen` units: theirs and their region's, the
+    region grown from the nodes `exact` too (int8 products, whose output the plugin may
+    store bf16 for bf16 readers)."""
     nodes = {u.node for u in chosen} | {u.bias for u in chosen if u.bias is not None}
-    return nodes | region(graph, nodes)
+    return nodes | region(graph, nodes | set(exact)) | set(exact)
 
 
-def emulate_bf16(graph: Graph, chosen: Sequence[Bf16Unit]) -> Graph:
+def emulate_bf16(graph: Graph, chosen: Sequence[Bf16Unit], exact: Collection[int] = ()
+                 ) -> Graph:
     """`graph` with the `chosen` units and their region computed as bf16 hardware does
     (module doc, `rlx.baking.bf16_region`): a product's two operands rounded to bf16 and
-    f32 sums, every node of the region rounding where OpenVINO rounds."""
-    points = rounding_points(graph, bf16_nodes(graph, chosen))
+    f32 sums, every node of the region rounding where OpenVINO rounds; the nodes `exact`
+    (`bf16_nodes`) read their inputs unrounded and round their output as the region's do."""
+    points = rounding_points(graph, bf16_nodes(graph, chosen, exact))
     products = {u.node for u in chosen}
     rw = Rewriter(graph)
     for node in graph.nodes():
-        rounded = {k for k in range(len(node.inputs)) if (node.id, k) in points.inputs}
+        rounded = {k for k in range(len(node.inputs)) if (node.id, k) in points.inputs
+                   and node.id not in exact}
         if node.id in products:
             rounded |= {0, 1}
         if rounded:

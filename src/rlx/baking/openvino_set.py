@@ -2,13 +2,16 @@
 
 The form (`rlx.artifact.openvino_form`): a pair in front of each chosen product, every
 other op as the plan's bf16 part runs it (bf16 where the part says, f32 elsewhere),
-emulated as `rlx.baking.bf16.emulate_bf16` does. The products are the wide int8 candidates
-(`rlx.baking.int8`; a narrow one's pair costs more than int8 saves where no chain carries
-it), ranked per multiply-add as the int8 part ranks them, and the set is the ranking's tail
-after the smallest k kept f32 that meets the int8 part's aim, by the same bisection
-(`rlx.baking.guard.fewest_kept`): one run when every product int8 passes, about log2(n)
-otherwise. A product whose label another product shares (an unrolled RNN's steps share
-their origin) is left out: the set names nodes by label.
+emulated as `rlx.baking.bf16.emulate_bf16` does, the bf16 region grown from the int8
+products too (their Relu or HardSwish, the ops between them): marked f32, the ops after
+an int8 Conv ran f32 between bf16 depthwise Convs, converted both ways, and
+orientation-lcnet's 17 int8 Convs took 0.90x the bf16 part's CPU time, grown 0.80x. The
+products are the wide int8 candidates (`rlx.baking.int8`; a narrow one's pair costs more
+than int8 saves where no chain carries it), ranked per multiply-add as the int8 part ranks
+them, and the set is the ranking's tail after the smallest k kept f32 that meets the int8
+part's aim, by the same bisection (`rlx.baking.guard.fewest_kept`): one run when every
+product int8 passes, about log2(n) otherwise. A product whose label another product shares
+(an unrolled RNN's steps share their origin) is left out: the set names nodes by label.
 
 On a CPU without bf16 OpenVINO runs the set with every other op f32, which rounds less
 than the form measured here.
@@ -27,6 +30,7 @@ from rlx.baking.bf16_region import label
 from rlx.baking.guard import OutputAccuracy, OutputRunner, fewest_kept, misses
 from rlx.baking.int8 import ActivationRange, Candidate
 from rlx.ir.graph import Graph
+from rlx.ir.ops.quant import DequantizeLinear
 
 __all__ = ["OpenVinoSet", "ranked_products", "plan_openvino"]
 
@@ -79,7 +83,7 @@ def plan_openvino(g: Graph, plan: PrecisionPlan, ranked: list[Product],
     def measure(kept: int) -> list[OutputAccuracy]:
         chosen = dict(ranked[kept:])
         form = openvino_int8_graph(g, plan, chosen)
-        return runner.measure_graph(emulate_bf16(form, _beside(form, plan, chosen)),
+        return runner.measure_graph(emulate_bf16(form, *_beside(form, plan, chosen)),
                                     f"{len(chosen)} node(s) int8 on OpenVINO")
 
     if not ranked:
@@ -92,12 +96,18 @@ def plan_openvino(g: Graph, plan: PrecisionPlan, ranked: list[Product],
         return OpenVinoSet()
     chosen = dict(ranked[kept:])
     form = openvino_int8_graph(g, plan, chosen)
-    names = {label(form.node(n)) for n in bf16_nodes(form, _beside(form, plan, chosen))}
+    names = {label(form.node(n)) for n in bf16_nodes(form, *_beside(form, plan, chosen))}
     return OpenVinoSet(chosen, sorted(names), accuracy)
 
 
-def _beside(form: Graph, plan: PrecisionPlan, chosen: Collection[str]) -> list[Bf16Unit]:
-    """The bf16 part's units of `form` that the products `chosen` leave bf16."""
+def _beside(form: Graph, plan: PrecisionPlan, chosen: Collection[str]
+            ) -> tuple[list[Bf16Unit], set[int]]:
+    """The bf16 part's units of `form` that the products `chosen` leave bf16, and the
+    chosen products (the bf16 region grows from them too, none when the part is empty)."""
     bf16 = set(plan.bf16)
-    return [u for u in units(form) if label(form.node(u.node)) in bf16
+    rest = [u for u in units(form) if label(form.node(u.node)) in bf16
             and label(form.node(u.node)) not in chosen]
+    int8 = {n.id for n in form.nodes() if label(n) in chosen
+            and product_axis(form, n) is None and n.inputs and len(n.inputs) > 1
+            and isinstance(form.node(n.inputs[1]).op, DequantizeLinear)} if bf16 else set()
+    return rest, int8
