@@ -75,7 +75,7 @@ def runs_own_int8(graph: Graph, form: Graph, plan: PrecisionPlan, bf16: bool) ->
     if not bf16 or not plan.bf16:
         return True
     beside = plan.calibration.get(OPENVINO, {}).get("bf16", [])
-    total, int8, rest = _work_shares(form, set(beside))
+    total, int8, rest = _work_shares(form, set(beside), coded=False)
     _, _, bf16_part = _work_shares(graph, set(plan.bf16))
     if not total:
         return False
@@ -87,9 +87,11 @@ def _time(share: float, speedup: float) -> float:
     return share / speedup + (1 - share)
 
 
-def _work_shares(graph: Graph, bf16: Collection[str]) -> tuple[float, float, float]:
+def _work_shares(graph: Graph, bf16: Collection[str], coded: bool = True
+                 ) -> tuple[float, float, float]:
     """Multiply-adds of the products with a constant weight: all, the int8 ones', the
-    plan's bf16 ones' (symbolic dims counted once)."""
+    `bf16` ones' (the int8 ones among them only when `coded`: the bf16 part runs those
+    bf16, the int8 set int8), symbolic dims counted once."""
     total = int8 = bf16_part = 0.0
     for node in graph.nodes():
         weight = _constant_weight(graph, node)
@@ -99,8 +101,10 @@ def _work_shares(graph: Graph, bf16: Collection[str]) -> tuple[float, float, flo
         terms = math.prod(dims[1:]) if isinstance(node.op, Conv) else dims[-2]
         macs = terms * math.prod(d if isinstance(d, int) else 1 for d in node.tensor_shape.dims)
         total += macs
-        int8 += macs if isinstance(weight.op, DequantizeLinear) else 0
-        bf16_part += macs if (node.origin or node.name) in bf16 else 0
+        is_int8 = isinstance(weight.op, DequantizeLinear)
+        int8 += macs if is_int8 else 0
+        bf16_part += macs if (node.origin or node.name) in bf16 and (coded or not is_int8) \
+            else 0
     return total, int8, bf16_part
 
 
