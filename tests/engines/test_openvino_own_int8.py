@@ -136,7 +136,7 @@ def test_the_guard_leaves_the_product_int8_wrecks_out(tmp_path):
 
 
 @pytest.mark.skipif(not has_bf16(core()), reason="this CPU has no bf16")
-def test_the_set_runs_where_onnxruntimes_products_lost_to_bf16(tmp_path):
+def test_the_set_runs_where_onnxruntimes_products_lost_to_bf16(tmp_path, monkeypatch):
     """The separable model: int8 covers 57% of the multiply-adds, so onnxruntime's set with
     f32 beside it was estimated behind the bf16 part (test_openvino_int8); with bf16 beside
     it (the depthwise Conv), the set is ahead."""
@@ -149,6 +149,12 @@ def test_the_set_runs_where_onnxruntimes_products_lost_to_bf16(tmp_path):
     original = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for feed in _separable_feeds(90, 2):
         assert _cosine(original.run(None, feed)[0], fast.run(feed)[0]) >= 0.999
+    monkeypatch.setattr(openvino_engine, "has_bf16", lambda core: False)
+    f32 = rlx.load(out, engine="openvino", precision="fast")  # a CPU without bf16
+    assert f32.precision == "fast: int8 2 nodes, f32"
+    assert "bf16" not in _product_precisions(f32.runner.compiled)
+    for feed in _separable_feeds(90, 2):
+        assert _cosine(original.run(None, feed)[0], f32.run(feed)[0]) >= 0.999
 
 
 def test_files_baked_before_the_set_run_as_they_did(tmp_path, monkeypatch):
