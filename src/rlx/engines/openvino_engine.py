@@ -39,7 +39,7 @@ import numpy as np
 import openvino as ov
 
 from rlx.artifact.model import RlxFile
-from rlx.artifact.openvino_form import OPENVINO, openvino_int8_graph, openvino_int8_set
+from rlx.artifact.openvino_form import openvino_int8_graph, openvino_int8_set
 from rlx.artifact.planned import exact_graph, int8_products_graph
 from rlx.artifact.precision import PrecisionPlan
 from rlx.engines.mapping import writable_alias
@@ -50,7 +50,7 @@ from rlx.engines.openvino_bf16 import (
     share_transposed,
     unfolded_operands,
 )
-from rlx.engines.openvino_int8 import has_int8, runs_int8, runs_own_int8
+from rlx.engines.openvino_int8 import bf16_beside, has_int8, runs_int8, runs_own_int8
 from rlx.ir.graph import Graph
 from rlx.onnx.export import build_onnx, weight_names
 from rlx.onnx.export_quant import PackedForm
@@ -177,7 +177,7 @@ class OpenVinoRunner:
         bf16 = has_bf16(core())
         if not runs_own_int8(graph, form, plan, bf16):
             return False
-        beside = plan.calibration[OPENVINO].get("bf16", []) if bf16 else []
+        beside = bf16_beside(form, plan) if bf16 else []
         try:
             self._build(form, threads, plan, bf16_outputs(form, beside) if beside else None)
         except RuntimeError as err:  # the plugin's int8 transformations threw

@@ -23,7 +23,11 @@ speedups measured on a Zen 4 (int8 3x f32 on a BERT encoder, bf16 2x) and runs t
 A file baked with OpenVINO's own int8 set (`rlx.artifact.openvino_form`: chosen and guarded
 in the form above, with the bf16 part's nodes bf16 beside it) runs that instead where
 `runs_own_int8` estimates it no slower than the bf16 part, the products the set leaves to
-bf16 counted at the bf16 speedup; on a CPU without bf16 it runs the set with f32 beside it.
+bf16 counted at the bf16 speedup; on a CPU without bf16, or where the set leaves too few
+products to bf16 (`MIN_BF16_BESIDE`: else mostly the cheap ops between int8 products run
+bf16, converted to and from, and nudenet-320n's 60 int8 Convs ran 1.09-1.16x slower with
+its SiLU / Add / Concat bf16 than f32), it runs the set with f32 beside it, which rounds
+less than the form the guard measured.
 `runs_int8` is the rule of files baked before the set.
 """
 
@@ -42,10 +46,14 @@ from rlx.ir.ops.quant import DequantizeLinear
 from rlx.ir.ops.sources import Constant
 from rlx.ir.ops.windows import Conv
 
-__all__ = ["has_int8", "runs_int8", "runs_own_int8"]
+__all__ = ["has_int8", "runs_int8", "runs_own_int8", "bf16_beside"]
 
 INT8_SPEEDUP = 3.0  # u8 x i8 products against f32, one Zen 4 thread (module doc)
 BF16_SPEEDUP = 2.0
+MIN_BF16_BESIDE = 0.1
+"""Least share of the multiply-adds the products left bf16 beside the int8 set must hold for
+that set to run with bf16 beside it: orientation-lcnet's 0.25 ran 0.83x main's bf16 part,
+nudenet-320n's under 0.01 1.09-1.16x slower than f32 beside (module doc)."""
 
 
 def has_int8(core: ov.Core) -> bool:
@@ -81,6 +89,14 @@ def runs_own_int8(graph: Graph, form: Graph, plan: PrecisionPlan, bf16: bool) ->
         return False
     own = _time(int8 / total, INT8_SPEEDUP) - rest / total * (1 - 1 / BF16_SPEEDUP)
     return own <= _time(bf16_part / total, BF16_SPEEDUP)
+
+
+def bf16_beside(form: Graph, plan: PrecisionPlan) -> list[str]:
+    """The nodes that run bf16 beside the int8 set in `form` on a CPU with bf16: the ones
+    the bake planned, when they hold products the set leaves f32; else none (module doc)."""
+    beside = plan.calibration.get(OPENVINO, {}).get("bf16", [])
+    total, _, rest = _work_shares(form, set(beside), coded=False)
+    return beside if total and rest / total >= MIN_BF16_BESIDE else []
 
 
 def _time(share: float, speedup: float) -> float:
