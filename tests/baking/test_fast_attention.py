@@ -16,12 +16,12 @@ from rlx import BakeOptions, bake
 from rlx.artifact import write_rlx
 from rlx.baking.int8 import apply_int8, candidates
 from rlx.baking.sensitivity import calibrate
-from rlx.baking.smoothing import smooth_ranges
+from rlx.baking.smoothing import MIGRATION, smooth_ranges
 from rlx.ir.ops.elementwise import Binary, BinaryOp
 from rlx.ir.ops.linalg import MatMul
 from rlx.onnx import import_onnx
 from rlx.runtime import Session
-from tests.baking.attention_models import encoder_block, encoder_forward, token_feeds
+from tests.baking.attention_models import _weights, encoder_block, encoder_forward, token_feeds
 from tests.baking.fast_models import onnxruntime_kernels
 
 
@@ -116,3 +116,39 @@ def test_smoothing_moves_an_outlier_channel_into_the_weights(tmp_path):
         before = 1 - _cosine(Session().compile(plain).run(feed)[0], want)
         after = 1 - _cosine(Session().compile(even_out).run(feed)[0], want)
         assert after < 0.5 * before, (before, after)
+
+
+def _quiet_feeds(seed: int, n: int, quiet: float) -> list[dict[str, np.ndarray]]:
+    """`token_feeds` with channel 0 loud (40x) and channel 1 times `quiet`."""
+    feeds = token_feeds(seed, n, loud=40.0)
+    for feed in feeds:
+        feed["x"][..., 1] *= quiet
+    return feeds
+
+
+def test_a_channel_quiet_in_calibration_is_not_amplified(tmp_path):
+    """Channel 1 near silent on the 4 calibration feeds: its factor is floored at what the
+    median channel peak gives, so on a held-out input where it speaks the smoothed Q, K and
+    V projections err (against the float64 forward pass) as on the same input with it
+    quiet; with a factor from its own peak they erred 2-8x more."""
+    graph = _exact_graph(encoder_block(tmp_path))
+    found = candidates(graph)
+    _, ranges = calibrate(graph, found, _quiet_feeds(1, 4, quiet=1e-4))
+    smoothed = smooth_ranges(graph, found, ranges)
+    source = graph.inputs()[0].id
+    factors = smoothed[source].smooth
+    assert factors is not None
+    low, high = ranges[source].channels
+    peak = np.maximum(np.abs(low), np.abs(high))
+    w = _weights(0, False)
+    rows = np.max([np.abs(w[k]).max(axis=1) for k in ("wq", "wk", "wv")], axis=0)
+    floor = np.median(peak) ** MIGRATION / rows ** (1 - MIGRATION)
+    assert peak[1] < 0.01 * np.median(peak)
+    np.testing.assert_allclose(factors[1], floor[1], rtol=1e-5)
+    assert np.all(factors >= floor * (1 - 1e-5))
+    int8, _ = apply_int8(graph, [c for c in found if c.activation == source], smoothed)
+    run = Session().compile(int8).run
+    for speaks, quiet in zip(_quiet_feeds(90, 4, quiet=1.0), _quiet_feeds(90, 4, quiet=1e-4),
+                             strict=True):
+        error = 1 - _cosine(run(speaks)[0], encoder_forward(speaks["x"]))
+        assert error <= 1.25 * (1 - _cosine(run(quiet)[0], encoder_forward(quiet["x"])))

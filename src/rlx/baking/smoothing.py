@@ -68,7 +68,8 @@ def smooth_ranges(graph: Graph, found: list[Candidate], ranges: dict[int, Activa
         if peak.max() < UNEVEN * max(float(np.median(peak)), 1e-30):
             continue
         rows = np.max([_row_peaks(graph, c) for c in group], axis=0)
-        factors = (np.maximum(peak, 1e-12) ** MIGRATION
+        floor = float(np.median(peak)) or float(peak.max())  # quiet channels: module doc
+        factors = (np.maximum(peak, floor) ** MIGRATION
                    / np.maximum(rows, 1e-12) ** (1 - MIGRATION)).astype(np.float32)
         smoothed[source] = dataclasses.replace(
             found_range, low=float((low / factors).min()), high=float((high / factors).max()),
