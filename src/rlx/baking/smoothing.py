@@ -17,6 +17,17 @@ scaled copy per activation), when no other reader takes its quantised value (it 
 node's quantised output and no int8 chain node reads it, `rlx.baking.int8_chain`: those
 would read the divided tensor), and when its channels are uneven: the largest channel peak
 at least `UNEVEN` times the median one.
+
+A channel is never divided by less than the median channel's peak gives: calibration sees
+a few inputs, and a channel quiet on all of them (peak near 0, a factor near 0) is
+multiplied far past the range on an input where it speaks, and clipped. On a 3-layer BERT
+encoder's fast plan (every product int8, calibrated on 4 feeds), the calibration feeds'
+1 - cosine was 4.3-4.8e-4 and 32 held-out inputs' 3.9-11.9e-4 (worst cosine 0.99881,
+under 0.999: the guard's `HELD_OUT_MARGIN`, 0.8 of the allowance, cannot cover an error
+only held-out inputs have); with the floor, 3.8-5.0e-4 and 3.3-6.9e-4 (0.99931), the same
+plan. Judged on each calibration feed with the ranges and factors of the other three
+(leave-one-out), a CRNN's LSTM input product alone erred 8.5e-4 without the floor, 4e-5
+with it.
 """
 
 from __future__ import annotations
