@@ -150,7 +150,8 @@ def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
     runner = OutputRunner(graph, feeds, refs, class_score_outputs(graph))
     errors = local_errors(graph, found, ranges, feeds) if found else {}
     best = None
-    for how, ranked in _orders(graph, found, errors):
+    orders = _orders(graph, found, errors)
+    for how, ranked in orders:
         kept, trial = _fewest_kept(graph, ranked, ranges, runner, aim)
         left = sum(work(graph, c) for c in ranked[:kept])  # f32 multiply-adds left
         if best is None or left < best[0]:
@@ -167,7 +168,7 @@ def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
     # on the graph bf16 engines run: the exact graph of the file, its int8 weights as stored
     bf16 = plan_bf16(exact_graph(g, plan), runner, target)
     plan.bf16, plan.counts["bf16"] = bf16.names, bf16.count
-    per_work = _orders(graph, found, errors)[1][1]
+    per_work = dict(orders)[" per multiply-add"]
     own = plan_openvino(g, plan, ranked_products(graph, per_work, ranges, running), runner, aim)
     plan.calibration = {"samples": len(feeds), "seeded": seeded, "min_cosine": target,
                         "runs": runner.runs, "outputs": [vars(a) for a in accuracy],
