@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["DOT_OUTPUTS", "matrix_product"]
+__all__ = ["DOT_OUTPUTS", "matrix_product", "grouped_product"]
 
 DOT_OUTPUTS = 16384
 """Products of at most this many outputs go through `ndarray.dot`."""
@@ -24,3 +24,12 @@ def matrix_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.shape[0] * b.shape[1] <= DOT_OUTPUTS:
         return a.dot(b)
     return np.matmul(a, b)
+
+
+def grouped_product(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """w [g, M, K] @ x [N, g, K, P], a convolution's GEMM: [N, g, M, P], or [M, P] for one
+    image of one group with at most `DOT_OUTPUTS` outputs, one `ndarray.dot` (the caller
+    reshapes either)."""
+    if x.shape[0] == x.shape[1] == 1 and w.shape[1] * x.shape[3] <= DOT_OUTPUTS:
+        return w[0].dot(x[0, 0])
+    return np.matmul(w, x)

@@ -19,7 +19,7 @@ import numpy as np
 
 from rlx.ir.ops.windows import Conv, ConvTranspose, GlobalPool, Pool, PoolKind, Window
 from rlx.kernels.precision import compute_dtype, to_compute
-from rlx.kernels.products import DOT_OUTPUTS
+from rlx.kernels.products import grouped_product
 from rlx.kernels.registry import kernel, staged
 from rlx.record import dataclass, replace  # dataclasses', cheaper to create
 
@@ -503,11 +503,9 @@ def _direct_conv(layout: np.ndarray, cols: tuple[int, ...], out: tuple[int, ...]
                  dt: np.dtype, x: np.ndarray) -> np.ndarray:
     """A 1x1, stride-1, unpadded conv in one block of groups: [g, M/g, C/g] @ x as
     [N, g, C/g, P], without building the window view. One image of one group with a small
-    output is one `ndarray.dot` (`rlx.kernels.products`; 64 x 64 @ 64 x 125: 10.9 -> 10.5
-    us); past `DOT_OUTPUTS` the batched matmul ran faster than either 2-D call."""
-    if cols[0] == cols[1] == 1 and out[1] * cols[3] <= DOT_OUTPUTS:
-        return layout[0].dot(x.astype(dt, copy=False).reshape(cols[2:])).reshape(out)
-    return np.matmul(layout, x.astype(dt, copy=False).reshape(cols)).reshape(out)
+    output is one `ndarray.dot` (`rlx.kernels.products.grouped_product`; 64 x 64 @ 64 x 125:
+    10.9 -> 10.5 us)."""
+    return grouped_product(layout, x.astype(dt, copy=False).reshape(cols)).reshape(out)
 
 
 def _channels_last_conv(weights: np.ndarray, plan: _ChannelsLastPlan, dt: np.dtype,
@@ -697,10 +695,7 @@ def _im2col_gemm(view: np.ndarray, rows: np.ndarray | None, layouts: tuple,
     pieces, n = plan.pieces, plan.out[0]
     first, g = pieces[0], pieces[0].cols[1]
     if len(pieces) == 1 and len(first.chunks) == 1 and layouts[0] is not None:
-        cols = _columns(view, rows, first.index, first.cols)
-        if n == g == 1 and plan.out[1] * first.cols[3] <= DOT_OUTPUTS:  # `_direct_conv`'s
-            return layouts[0][0].dot(cols.reshape(first.cols[2:]))
-        return np.matmul(layouts[0], cols)
+        return grouped_product(layouts[0], _columns(view, rows, first.index, first.cols))
     y = np.empty((n, g, plan.out[1] // g, math.prod(plan.out[2:])), view.dtype)
     for piece, wk in zip(pieces, layouts):
         out = y[..., piece.positions]
