@@ -20,7 +20,6 @@ from rlx.artifact.layout import ALIGN, ENCRYPTED_MAGIC, PREAMBLE, align, checksu
 from rlx.artifact.memory import MemoryMode
 from rlx.artifact.model import ArtifactOrigin, RlxFile, RlxIo, RlxMeta, RlxWeight, io_of
 from rlx.artifact.precision import PrecisionPlan
-from rlx.codecs import encoded_nbytes
 from rlx.errors import ArtifactError, EncryptedFileError, IntegrityError, RlxError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph
@@ -267,6 +266,8 @@ def _row_nbytes(encoding: str, shape: list[int]) -> int:
         numel *= dim
     if encoding in _DTYPE_NAMES:
         return numel * DType(encoding).itemsize
+    from rlx.codecs.encodings import encoded_nbytes  # a packed row's codec: float files need none
+
     return encoded_nbytes(encoding, numel)
 
 
