@@ -16,7 +16,8 @@ from rlx import BakeOptions, bake
 from rlx.artifact import write_rlx
 from rlx.ir import DType, Graph, Shape
 from rlx.ir.ops.elementwise import BinaryOp
-from rlx.ir.ops.shaping import Gather, Slice
+from rlx.ir.ops.shaping import Gather
+from rlx.ir.ops.slicing import Slice
 from rlx.onnx import import_onnx
 from rlx.passes import batch_step_products
 from tests.passes.common import checked

@@ -16,7 +16,7 @@ from rlx.ir import DType, Graph, Shape
 from rlx.ir.ops.control import If, Loop
 from rlx.ir.ops.elementwise import Activation, BinaryOp
 from rlx.ir.ops.linalg import MatMul
-from rlx.ir.ops.shaping import Concat, Slice
+from rlx.ir.ops.slicing import Concat, Slice
 from rlx.ir.ops.sources import Constant
 from rlx.ir.verification import verify
 from rlx.passes import (

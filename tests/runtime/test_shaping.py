@@ -13,6 +13,7 @@ from onnx import helper
 from rlx.errors import KernelError, ShapeError
 from rlx.ir import UNKNOWN, DType, Graph, Shape, graph_from_json, graph_to_json, verify
 from rlx.ir.ops.blocks import DepthToSpace, DepthToSpaceMode, Pad, PadMode, SpaceToDepth, Tile
+from rlx.ir.ops.generators import Fill, Range, ShapeOf, Size
 from rlx.ir.ops.indexing import (
     Compress,
     GatherElements,
@@ -24,22 +25,8 @@ from rlx.ir.ops.indexing import (
     ScatterReduction,
     Trilu,
 )
-from rlx.ir.ops.shaping import (
-    Concat,
-    Expand,
-    Fill,
-    Flatten,
-    Gather,
-    Range,
-    Reshape,
-    ShapeOf,
-    Size,
-    Slice,
-    Split,
-    Squeeze,
-    Transpose,
-    Unsqueeze,
-)
+from rlx.ir.ops.shaping import Expand, Flatten, Gather, Reshape, Squeeze, Transpose, Unsqueeze
+from rlx.ir.ops.slicing import Concat, Slice, Split
 from tests.support import build_op_graph, onnx_reference, run_op
 
 I64_MAX, I64_MIN = 2**63 - 1, -(2**63)

@@ -39,18 +39,8 @@ from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Clamp, Identity
 from rlx.ir.ops.multi import TupleGet
 from rlx.ir.ops.nn import PRelu
 from rlx.ir.ops.resize import Resize
-from rlx.ir.ops.shaping import (
-    Concat,
-    Expand,
-    Flatten,
-    Gather,
-    Reshape,
-    Slice,
-    Split,
-    Squeeze,
-    Transpose,
-    Unsqueeze,
-)
+from rlx.ir.ops.shaping import Expand, Flatten, Gather, Reshape, Squeeze, Transpose, Unsqueeze
+from rlx.ir.ops.slicing import Concat, Slice, Split
 from rlx.ir.ops.sources import Constant
 from rlx.ir.ops.windows import GlobalPool, Pool, PoolKind
 

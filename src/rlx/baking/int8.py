@@ -54,7 +54,7 @@ from rlx.ir.naming import node_title
 from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Unary
 from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.quant import DequantizeLinear, QuantizeLinear
-from rlx.ir.ops.shaping import Concat
+from rlx.ir.ops.slicing import Concat
 from rlx.ir.ops.sources import Constant
 from rlx.ir.ops.windows import Conv
 from rlx.ir.rewrite import Rewriter, constant_value

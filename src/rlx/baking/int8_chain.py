@@ -43,16 +43,8 @@ from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Unary
 from rlx.ir.ops.multi import TupleGet
 from rlx.ir.ops.resize import Resize, ResizeMode
-from rlx.ir.ops.shaping import (
-    Concat,
-    Flatten,
-    Reshape,
-    Slice,
-    Split,
-    Squeeze,
-    Transpose,
-    Unsqueeze,
-)
+from rlx.ir.ops.shaping import Flatten, Reshape, Squeeze, Transpose, Unsqueeze
+from rlx.ir.ops.slicing import Concat, Slice, Split
 from rlx.ir.ops.sources import Constant
 from rlx.ir.ops.windows import GlobalPool, Pool, PoolKind
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # what type checkers see: the names, imported as they are
     from rlx.ir.ops.control import *
     from rlx.ir.ops.dequant import *
     from rlx.ir.ops.elementwise import *
+    from rlx.ir.ops.generators import *
     from rlx.ir.ops.indexing import *
     from rlx.ir.ops.linalg import *
     from rlx.ir.ops.logic import *
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # what type checkers see: the names, imported as they are
     from rlx.ir.ops.reduce import *
     from rlx.ir.ops.resize import *
     from rlx.ir.ops.shaping import *
+    from rlx.ir.ops.slicing import *
     from rlx.ir.ops.sources import *
     from rlx.ir.ops.windows import *
     from rlx.ir.printer import format_graph, format_node

@@ -1,50 +1,40 @@
 """Shape kernels (ONNX semantics), numpy only: those of `rlx.ir.ops.shaping`.
 
 Ops with a static and a dynamic form read their shape-like operand from the attribute, or
-from the extra input when the attribute is None. Pure re-layouts (Reshape, Transpose, Slice,
-Expand, Split) return numpy views where numpy gives them; kernels never write their inputs.
-`given_ints` and `per_shape` are shared with the kernels of the blocks family.
+from the extra input when the attribute is None. Pure re-layouts (Reshape, Transpose,
+Expand) return numpy views where numpy gives them; kernels never write their inputs.
+`operand_ints`, `given_ints` and `per_shape` are shared with the kernels of the slicing,
+generators and blocks families.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
 from rlx.ir.ops.shaping import (
-    Concat,
     Expand,
-    Fill,
     Flatten,
     Gather,
-    Range,
     Reshape,
-    ShapeOf,
-    Size,
-    Slice,
-    Split,
     Squeeze,
     Transpose,
     Unsqueeze,
-    onnx_slice,
     reshape_target,
-    slice_plan,
 )
 from rlx.ir.shape import normalize_axis
 from rlx.kernels.registry import kernel, staged
 
 __all__ = [
-    "build_reshape", "build_transpose", "concat", "expand", "build_flatten", "build_squeeze",
-    "build_unsqueeze", "build_slice", "build_split", "gather", "shape_of", "size", "range_",
-    "fill", "given_ints", "per_shape",
+    "build_reshape", "build_transpose", "expand", "build_flatten", "build_squeeze",
+    "build_unsqueeze", "gather", "given_ints", "operand_ints", "per_shape",
 ]
 
 
-def _operand_ints(attr: tuple[int, ...] | None, operand: np.ndarray | None
+def operand_ints(attr: tuple[int, ...] | None, operand: np.ndarray | None
                   ) -> tuple[int, ...] | None:
     """A shape-like operand: the static attribute, else the run-time tensor's values."""
     if attr is not None:
@@ -53,8 +43,8 @@ def _operand_ints(attr: tuple[int, ...] | None, operand: np.ndarray | None
 
 
 def given_ints(attr: tuple[int, ...] | None, operand: np.ndarray | None) -> tuple[int, ...]:
-    """`_operand_ints` of an operand every form has (a Reshape's shape, a Slice's starts, ...)."""
-    values = _operand_ints(attr, operand)
+    """`operand_ints` of an operand every form has (a Reshape's shape, a Slice's starts, ...)."""
+    values = operand_ints(attr, operand)
     assert values is not None  # the dynamic form takes it as an input (the op's infer checks)
     return values
 
@@ -97,11 +87,6 @@ def build_transpose(node, compile):
     return lambda x: x.transpose(perm)
 
 
-@kernel(Concat)
-def concat(node, *xs):
-    return np.concatenate(xs, axis=node.op.axis)
-
-
 @kernel(Expand)
 def expand(node, x, shape=None):
     return np.broadcast_to(x, np.broadcast_shapes(x.shape, given_ints(node.op.shape, shape)))
@@ -123,7 +108,7 @@ def build_flatten(node, compile):
 def build_squeeze(node, compile):
     op = node.op
     target = per_shape(op.axes is not None, lambda shape, axes=None: np.squeeze(
-        _probe(shape), axis=_operand_ints(op.axes, axes)).shape)
+        _probe(shape), axis=operand_ints(op.axes, axes)).shape)
     return lambda x, axes=None: x.reshape(target(x.shape, axes))
 
 
@@ -133,34 +118,6 @@ def build_unsqueeze(node, compile):
     target = per_shape(op.axes is not None, lambda shape, axes=None: np.expand_dims(
         _probe(shape), given_ints(op.axes, axes)).shape)
     return lambda x, axes=None: x.reshape(target(x.shape, axes))
-
-
-@staged(Slice, shared=True)
-def build_slice(node, compile):
-    op = node.op
-
-    def index_of(shape, starts=None, ends=None, axes=None, steps=None) -> tuple[slice, ...]:
-        plan = slice_plan(len(shape), given_ints(op.starts, starts),
-                          given_ints(op.ends, ends),
-                          _operand_ints(op.axes, axes), _operand_ints(op.steps, steps))
-        index = [slice(None)] * len(shape)
-        for axis, start, end, step in plan:
-            index[axis] = onnx_slice(start, end, step, shape[axis])
-        return tuple(index)
-
-    index = per_shape(op.starts is not None, index_of)
-    return lambda x, *operands: x[index(x.shape, *operands)]
-
-
-@staged(Split, shared=True)
-def build_split(node, compile):
-    """The pieces as basic slices worked out once (views, like np.split, without its ~10 us
-    of set-up per call: unrolled recurrent cells split their gates at every time step)."""
-    rank = node.shape[0].rank
-    axis = normalize_axis(node.op.axis, rank)
-    bounds = np.cumsum((0, *node.op.sizes)).tolist()
-    index = [(slice(None),) * axis + (slice(a, b),) for a, b in pairwise(bounds)]
-    return lambda x: tuple(x[i] for i in index)
 
 
 # -- gather --------------------------------------------------------------------------------------
@@ -178,34 +135,3 @@ def gather(node, data, indices):
         picked = data[(slice(None),) * axis + (i,)]
         return picked if data.ndim > 1 else np.asarray(picked)  # a 1-D pick is a scalar
     return np.asarray(np.take(data, indices, axis=axis))  # a scalar take gives a 0-d
-
-
-# -- shape queries and generators --------------------------------------------------------------
-@kernel(ShapeOf)
-def shape_of(node, x):
-    return np.array(x.shape[node.op.start:node.op.end], dtype=np.int64)
-
-
-@kernel(Size)
-def size(node, x):
-    return np.array(x.size, dtype=np.int64)
-
-
-@kernel(Range)
-def range_(node, start, limit, delta):
-    if delta == 0:
-        raise ValueError("Range: delta is 0")
-    if np.issubdtype(start.dtype, np.integer):
-        # exact ceil division on Python ints: float64 would round large int64 bounds
-        count = -((int(start) - int(limit)) // int(delta))
-    else:
-        count = int(np.ceil((limit - start) / delta))
-    return start + np.arange(max(count, 0), dtype=start.dtype) * delta
-
-
-@kernel(Fill)
-def fill(node, shape=None):
-    op = node.op
-    return np.full(_operand_ints(op.shape, shape), op.value, dtype=node.shape.dtype.numpy)
-
-

@@ -20,6 +20,7 @@ from rlx.ir.dtype import DType
 from rlx.ir.ops import (
     blocks,
     dequant,
+    generators,
     indexing,
     linalg,
     logic,
@@ -27,6 +28,7 @@ from rlx.ir.ops import (
     reduce,
     resize,
     shaping,
+    slicing,
     windows,
 )
 from rlx.ir.ops import control as ctl
@@ -166,8 +168,8 @@ def _simple(op_type: str):
 
 for _type, _name in ((logic.Not, "Not"), (logic.Where, "Where"), (ew.Identity, "Identity"),
                      (linalg.MatMul, "MatMul"), (nn.PRelu, "PRelu"),
-                     (indexing.NonZero, "NonZero"), (shaping.Size, "Size"),
-                     (shaping.Range, "Range")):
+                     (indexing.NonZero, "NonZero"), (generators.Size, "Size"),
+                     (generators.Range, "Range")):
     handles(_type)(_simple(_name))
 
 
@@ -594,7 +596,7 @@ def _transpose(c) -> None:
     c.final("Transpose", c.x, perm=perm)
 
 
-@handles(shaping.Concat)
+@handles(slicing.Concat)
 def _concat(c) -> None:
     c.final("Concat", c.x, axis=c.op.axis)
 
@@ -623,7 +625,7 @@ def _squeeze(c) -> None:
         c.final(op_type, [c.x[0], _operand(c, "axes")])
 
 
-@handles(shaping.Slice)
+@handles(slicing.Slice)
 def _slice(c) -> None:
     op = c.op
     if op.starts is not None:
@@ -639,7 +641,7 @@ def _slice(c) -> None:
     c.final("Slice", inputs)
 
 
-@handles(shaping.Split)
+@handles(slicing.Split)
 def _split(c) -> None:
     c.final("Split", [c.x[0], c.ints(c.op.sizes, "split")], axis=c.op.axis)
 
@@ -685,12 +687,12 @@ def _scatter_elements(c) -> None:
     c.final("ScatterElements", c.x, axis=c.op.axis, reduction=c.op.reduction.value)
 
 
-@handles(shaping.ShapeOf)
+@handles(generators.ShapeOf)
 def _shape_of(c) -> None:
     c.final("Shape", c.x, start=c.op.start if c.op.start else None, end=c.op.end)
 
 
-@handles(shaping.Fill)
+@handles(generators.Fill)
 def _fill(c) -> None:
     from onnx import helper
 

@@ -36,19 +36,11 @@ from rlx.errors import ShapeError
 from rlx.ir.graph import Graph, Node, ShapeLike
 from rlx.ir.ops.base import Op
 from rlx.ir.ops.blocks import Pad, Tile
+from rlx.ir.ops.generators import Fill, ShapeOf, Size
 from rlx.ir.ops.reduce import CumSum, Reduce, TopK
 from rlx.ir.ops.resize import Resize
-from rlx.ir.ops.shaping import (
-    Expand,
-    Fill,
-    Gather,
-    Reshape,
-    ShapeOf,
-    Size,
-    Slice,
-    Squeeze,
-    Unsqueeze,
-)
+from rlx.ir.ops.shaping import Expand, Gather, Reshape, Squeeze, Unsqueeze
+from rlx.ir.ops.slicing import Slice
 from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.rewrite import Rewriter, constant_value
 from rlx.ir.shape import UNKNOWN, Dim, Shape

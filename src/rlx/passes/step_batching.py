@@ -38,7 +38,8 @@ from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.elementwise import Binary
 from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.multi import TupleGet
-from rlx.ir.ops.shaping import Gather, Slice, Split, Squeeze, slice_plan
+from rlx.ir.ops.shaping import Gather, Squeeze
+from rlx.ir.ops.slicing import Slice, Split, slice_plan
 from rlx.ir.ops.sources import Constant
 from rlx.ir.rewrite import Rewriter
 from rlx.ir.shape import Shape, normalize_axis

@@ -21,18 +21,9 @@ import numpy as np
 from rlx.ir.graph import Node
 from rlx.ir.ops.base import Op
 from rlx.ir.ops.elementwise import Binary, BinaryOp, Cast, Identity
-from rlx.ir.ops.shaping import (
-    Concat,
-    Gather,
-    Reshape,
-    ShapeOf,
-    Size,
-    Slice,
-    Squeeze,
-    Unsqueeze,
-    onnx_slice,
-    slice_plan,
-)
+from rlx.ir.ops.generators import ShapeOf, Size
+from rlx.ir.ops.shaping import Gather, Reshape, Squeeze, Unsqueeze
+from rlx.ir.ops.slicing import Concat, Slice, onnx_slice, slice_plan
 from rlx.ir.rewrite import constant_value
 from rlx.ir.shape import UNKNOWN, Dim, Shape
 from rlx.ir.symbolic import SymDim

@@ -37,17 +37,8 @@ from rlx.ir.ops.quant import (
     QuantizeLinear,
 )
 from rlx.ir.ops.reduce import Reduce
-from rlx.ir.ops.shaping import (
-    Concat,
-    Expand,
-    Flatten,
-    Gather,
-    Reshape,
-    Slice,
-    Squeeze,
-    Transpose,
-    Unsqueeze,
-)
+from rlx.ir.ops.shaping import Expand, Flatten, Gather, Reshape, Squeeze, Transpose, Unsqueeze
+from rlx.ir.ops.slicing import Concat, Slice
 from rlx.ir.ops.sources import Constant
 from rlx.ir.ops.windows import Conv, ConvTranspose, GlobalPool, Pool
 from rlx.ir.rewrite import constant_payload

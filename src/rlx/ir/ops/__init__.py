@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # what type checkers see: every family's names, as declared t
     from rlx.ir.ops.control import *
     from rlx.ir.ops.dequant import *
     from rlx.ir.ops.elementwise import *
+    from rlx.ir.ops.generators import *
     from rlx.ir.ops.indexing import *
     from rlx.ir.ops.linalg import *
     from rlx.ir.ops.logic import *
@@ -31,12 +32,13 @@ if TYPE_CHECKING:  # what type checkers see: every family's names, as declared t
     from rlx.ir.ops.reduce import *
     from rlx.ir.ops.resize import *
     from rlx.ir.ops.shaping import *
+    from rlx.ir.ops.slicing import *
     from rlx.ir.ops.sources import *
     from rlx.ir.ops.windows import *
 
-FAMILY_NAMES = ("base", "blocks", "control", "dequant", "elementwise", "indexing", "linalg",
-                "logic", "multi", "nn", "packed", "quant", "reduce", "resize", "shaping",
-                "sources", "windows")
+FAMILY_NAMES = ("base", "blocks", "control", "dequant", "elementwise", "generators", "indexing",
+                "linalg", "logic", "multi", "nn", "packed", "quant", "reduce", "resize",
+                "shaping", "slicing", "sources", "windows")
 """The op family modules, whose `__all__` lists make this package's."""
 
 

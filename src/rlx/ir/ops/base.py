@@ -30,6 +30,7 @@ FAMILY_OPS = {
     "control": ("Composite", "Fail", "GRU", "If", "LSTM", "Loop", "QuantizedLSTM", "RNN",
                 "Scan"),
     "elementwise": ("Binary", "Cast", "Clamp", "Identity", "Unary"),
+    "generators": ("Fill", "Range", "ShapeOf", "Size"),
     "indexing": ("Compress", "GatherElements", "GatherND", "NonZero", "OneHot",
                  "ScatterElements", "ScatterND", "Trilu"),
     "linalg": ("DFT", "Einsum", "MatMul"),
@@ -41,8 +42,8 @@ FAMILY_OPS = {
               "QLinearConv", "QLinearMatMul", "QuantizeLinear"),
     "reduce": ("ArgMax", "ArgMin", "CumSum", "Reduce", "TopK"),
     "resize": ("Resize",),
-    "shaping": ("Concat", "Expand", "Fill", "Flatten", "Gather", "Range", "Reshape", "ShapeOf",
-                "Size", "Slice", "Split", "Squeeze", "Transpose", "Unsqueeze"),
+    "shaping": ("Expand", "Flatten", "Gather", "Reshape", "Squeeze", "Transpose", "Unsqueeze"),
+    "slicing": ("Concat", "Slice", "Split"),
     "sources": ("Constant", "Input", "Param"),
     "windows": ("Conv", "ConvTranspose", "GlobalPool", "Pool"),
 }

@@ -1,4 +1,5 @@
-"""Shape ops with ONNX semantics: Reshape, Transpose, Concat, Slice, Split, Gather, ...
+"""Shape ops with ONNX semantics: Reshape, Transpose, Expand, Flatten, Squeeze, Unsqueeze,
+Gather: the re-layouts and the embedding lookup a transformer's graph has.
 
 Shape-like operands (a target shape, slice bounds, pads, repeats) come in two forms. When
 the model holds them as constants they are attributes (the *static form*) and inference is
@@ -7,11 +8,12 @@ exact. When they are computed at run time the attribute is None and they are ext
 length) but reports `UNKNOWN` for the sizes it cannot know. Data-dependent sizes (Range,
 and NonZero, Compress, OneHot's depth in `rlx.ir.ops.indexing`) are always `UNKNOWN`.
 
-The ops most graphs have are here; the rarer ones are families of their own, imported only
-by graphs that use them (issue 35): `rlx.ir.ops.indexing` (element gathers and scatters,
-masks) and `rlx.ir.ops.blocks` (Pad, Tile, depth <-> space). The checks of shape-like
-operands below are shared with them. `onnx_slice`, `slice_plan` and `reshape_target` are
-shared with the kernels so that inference and execution cannot disagree.
+The other shape ops are families of their own, imported only by graphs that use them (issue
+35): `rlx.ir.ops.slicing` (Slice, Split, Concat), `rlx.ir.ops.generators` (ShapeOf, Size,
+Range, Fill), `rlx.ir.ops.indexing` (element gathers and scatters, masks) and
+`rlx.ir.ops.blocks` (Pad, Tile, depth <-> space). The checks of shape-like operands below
+are shared with them. `reshape_target` is shared with the kernels so that inference and
+execution cannot disagree.
 """
 
 from __future__ import annotations
@@ -23,20 +25,13 @@ from typing import ClassVar, TypeGuard
 
 from rlx.errors import ShapeError
 from rlx.ir.dtype import DType
-from rlx.ir.ops.base import Op, expect_dtype, op_axis
+from rlx.ir.ops.base import Op, op_axis
 from rlx.ir.shape import UNKNOWN, Dim, Shape, broadcast_dims
 from rlx.record import dataclass  # dataclasses.dataclass, cheaper to create
 
-__all__ = [
-    "Reshape", "Transpose", "Concat", "Slice", "Gather", "Expand", "Split", "Squeeze",
-    "Unsqueeze", "Flatten", "ShapeOf", "Size", "Range", "Fill",
-]
+__all__ = ["Reshape", "Transpose", "Gather", "Expand", "Squeeze", "Unsqueeze", "Flatten"]
 
 _INDEX_DTYPES = (DType.I32, DType.I64)
-
-# Slice ends at or past this mean "to the end" (exporters write INT32_MAX or INT64_MAX), which
-# lets inference keep a symbolic dim that is sliced whole.
-_TO_END = 2**31 - 1
 
 
 # -- checks of shape-like operands (shared with the indexing and blocks families) ------------
@@ -99,15 +94,6 @@ def dims_product(dims: Sequence[Dim]) -> Dim:
     return symbols[0] if len(symbols) == 1 and static == 1 else UNKNOWN
 
 
-def _sum(dims: Sequence[Dim]) -> Dim:
-    """Sum of dims: exact when static, a lone symbol when the rest add up to 0."""
-    static = sum(d for d in dims if isinstance(d, int))
-    symbols = [d for d in dims if isinstance(d, str)]
-    if not symbols:
-        return static
-    return symbols[0] if len(symbols) == 1 and static == 0 else UNKNOWN
-
-
 def is_known(dim: Dim) -> TypeGuard[int]:
     return isinstance(dim, int)
 
@@ -117,7 +103,7 @@ def dims_mismatch(a: Dim, b: Dim) -> bool:
     return is_known(a) and is_known(b) and a != b
 
 
-# -- Reshape, Transpose, Concat, Expand, Flatten, Squeeze, Unsqueeze ---------------------------
+# -- Reshape, Transpose, Expand, Flatten, Squeeze, Unsqueeze -----------------------------------
 def reshape_target(dims: Sequence[Dim], target: Sequence[int], allowzero: bool) -> list[Dim]:
     """ONNX Reshape's target with each 0 copied from `dims` (unless allowzero); -1 stays.
 
@@ -194,32 +180,6 @@ class Transpose(Op):
         if sorted(perm) != list(range(rank)):
             raise op_error(self, f"perm {self.perm} is not a permutation of the {rank} axes")
         return perm
-
-
-@dataclass(frozen=True)
-class Concat(Op):
-    """Join 1..N inputs of one dtype along `axis`; the other dims must agree."""
-
-    axis: int
-    arity: ClassVar = (1, None)
-
-    def infer(self, inputs):
-        expect_dtype(self, inputs)
-        first = inputs[0]
-        check_min_rank(self, first, 1)
-        axis = op_axis(self, self.axis, first.rank)
-        dims = list(first.dims)
-        for s in inputs[1:]:
-            if s.rank != first.rank:
-                raise op_error(self, f"inputs must share a rank, got {first} and {s}")
-            for i, (a, b) in enumerate(zip(dims, s.dims)):
-                if i != axis and dims_mismatch(a, b):
-                    raise op_error(self, f"dim {i} differs off the concat axis {axis}: "
-                                      f"{first} vs {s}")
-                if i != axis and not is_known(a):
-                    dims[i] = b  # prefer a static size to a symbol
-        dims[axis] = _sum([s.dims[axis] for s in inputs])
-        return Shape(dims, first.dtype)
 
 
 @dataclass(frozen=True)
@@ -307,102 +267,6 @@ class Unsqueeze(Op):
         return x.with_dims(1 if i in axes else next(rest) for i in range(rank))
 
 
-# -- Slice, Split ------------------------------------------------------------------------------
-def onnx_slice(start: int, end: int, step: int, dim: int) -> slice:
-    """The Python slice that selects what ONNX Slice selects on an axis of size `dim`.
-
-    ONNX clamps a negative-step start into [0, dim-1] where Python would select nothing, so
-    the bounds are clamped here per the ONNX spec and an end before index 0 becomes None.
-    """
-    start += dim if start < 0 else 0
-    end += dim if end < 0 else 0
-    if step > 0:
-        start, end = min(max(start, 0), dim), min(max(end, 0), dim)
-    else:
-        start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
-    return slice(start, end if end >= 0 else None, step)
-
-
-def slice_plan(rank: int, starts: Sequence[int], ends: Sequence[int],
-               axes: Sequence[int] | None, steps: Sequence[int] | None
-               ) -> list[tuple[int, int, int, int]]:
-    """`(axis, start, end, step)` per sliced axis, axes normalised; ValueError if malformed.
-
-    `axes` None means the leading axes, `steps` None means 1s (ONNX defaults).
-    """
-    axes = range(len(starts)) if axes is None else axes
-    steps = [1] * len(starts) if steps is None else steps
-    if not len(starts) == len(ends) == len(axes) == len(steps):
-        raise ValueError(f"starts, ends, axes, steps differ in length: {len(starts)}, "
-                         f"{len(ends)}, {len(axes)}, {len(steps)}")
-    if any(not -rank <= a < rank for a in axes):
-        raise ValueError(f"axes {tuple(axes)} out of range for rank {rank}")
-    norm = [a % rank for a in axes]
-    if len(set(norm)) != len(norm):
-        raise ValueError(f"repeated axis in {tuple(axes)}")
-    if 0 in steps:
-        raise ValueError("a step is 0")
-    return list(zip(norm, starts, ends, steps))
-
-
-def _sliced_dim(dim: Dim, start: int, end: int, step: int) -> Dim:
-    if isinstance(dim, int):
-        return len(range(dim)[onnx_slice(start, end, step, dim)])
-    return dim if (start, step) == (0, 1) and end >= _TO_END else UNKNOWN
-
-
-@dataclass(frozen=True)
-class Slice(Op):
-    """ONNX Slice. Static form `[x]` with starts/ends (axes None = leading axes, steps None
-    = 1s); dynamic form (all four None) `[x, starts, ends]` plus optional `axes`, `steps`."""
-
-    starts: tuple[int, ...] | None = None
-    ends: tuple[int, ...] | None = None
-    axes: tuple[int, ...] | None = None
-    steps: tuple[int, ...] | None = None
-    arity: ClassVar = (1, 5)
-
-    def infer(self, inputs):
-        x = inputs[0]
-        if (self.starts is None) != (self.ends is None) or (
-                self.starts is None and (self.axes, self.steps) != (None, None)):
-            raise op_error(self, "give starts and ends as attributes, or all bounds as inputs")
-        if is_dynamic(self, inputs, "starts", 1, (3, 4, 5)):
-            for shape, what in zip(inputs[1:], ("starts", "ends", "axes", "steps")):
-                index_vector_length(self, shape, what)
-            return x.with_dims([UNKNOWN] * x.rank)
-        assert self.starts is not None and self.ends is not None  # the static form
-        try:
-            plan = slice_plan(x.rank, self.starts, self.ends, self.axes, self.steps)
-        except ValueError as err:
-            raise op_error(self, f"{err} (input {x})") from None
-        dims = list(x.dims)
-        for axis, start, end, step in plan:
-            dims[axis] = _sliced_dim(dims[axis], start, end, step)
-        return x.with_dims(dims)
-
-
-@dataclass(frozen=True)
-class Split(Op):
-    """Cut `x` along `axis` into pieces of `sizes`; a tuple-valued node (read via TupleGet)."""
-
-    axis: int
-    sizes: tuple[int, ...]
-
-    def infer(self, inputs):
-        (x,) = inputs
-        check_min_rank(self, x, 1)
-        axis = op_axis(self, self.axis, x.rank)
-        if not self.sizes or any(s < 0 for s in self.sizes):
-            raise op_error(self, f"sizes {self.sizes} must be one or more non-negative sizes")
-        dim = x.dims[axis]
-        if dims_mismatch(dim, sum(self.sizes)):
-            raise op_error(self, f"sizes {self.sizes} sum to {sum(self.sizes)}, "
-                              f"but axis {axis} of {x} has {dim}")
-        return tuple(
-            x.with_dims((*x.dims[:axis], s, *x.dims[axis + 1:])) for s in self.sizes)
-
-
 # -- Gather ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Gather(Op):
@@ -417,59 +281,3 @@ class Gather(Op):
         check_index_dtype(self, indices)
         axis = op_axis(self, self.axis, data.rank)
         return data.with_dims((*data.dims[:axis], *indices.dims, *data.dims[axis + 1:]))
-
-
-# -- shape queries and generators --------------------------------------------------------------
-@dataclass(frozen=True)
-class ShapeOf(Op):
-    """ONNX Shape: the input's dims `[start:end]` (Python slice clamping) as a 1-D i64."""
-
-    start: int = 0
-    end: int | None = None
-
-    def infer(self, inputs):
-        (x,) = inputs
-        return Shape((len(range(x.rank)[self.start:self.end]),), DType.I64)
-
-
-@dataclass(frozen=True)
-class Size(Op):
-    """The input's element count as an i64 scalar."""
-
-    def infer(self, inputs):
-        return Shape((), DType.I64)
-
-
-@dataclass(frozen=True)
-class Range(Op):
-    """ONNX Range `[start, limit, delta]` (rank-0, one dtype): `start + i * delta` while
-    short of limit; the length is data-dependent."""
-
-    arity: ClassVar = (3, 3)
-
-    def infer(self, inputs):
-        expect_dtype(self, inputs)
-        if any(s.rank != 0 for s in inputs) or inputs[0].dtype is DType.BOOL:
-            raise op_error(self, f"needs rank-0 numeric inputs, got {', '.join(map(str, inputs))}")
-        return Shape((UNKNOWN,), inputs[0].dtype)
-
-
-@dataclass(frozen=True)
-class Fill(Op):
-    """ONNX ConstantOfShape: a tensor of `shape` filled with `value`. Static form has no
-    inputs; dynamic form (shape None) reads the shape from a 1-D integer input."""
-
-    value: float
-    dtype: DType
-    shape: tuple[int, ...] | None = None
-    arity: ClassVar = (0, 1)
-
-    def infer(self, inputs):
-        if is_dynamic(self, inputs, "shape", 0, (1,)):
-            return Shape([UNKNOWN] * static_length(self, inputs[0], "shape"), self.dtype)
-        assert self.shape is not None  # the static form
-        if any(d < 0 for d in self.shape):
-            raise op_error(self, f"negative size in shape {self.shape}")
-        return Shape(self.shape, self.dtype)
-
-
