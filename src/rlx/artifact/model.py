@@ -22,7 +22,6 @@ from rlx.artifact.memory import (
     strip_graph_weight_bytes,
     strip_table_weight_bytes,
 )
-from rlx.artifact.precision import PrecisionPlan
 from rlx.artifact.weight_row import LAYOUTS, RlxWeight
 from rlx.errors import ArtifactError
 from rlx.ir.graph import Graph
@@ -30,7 +29,8 @@ from rlx.ir.ops.sources import Constant, Input, Param
 from rlx.ir.shape import Dim, Shape
 from rlx.record import dataclass, field, replace
 
-if TYPE_CHECKING:  # a file with a self-test brings its module (rlx.artifact.reader)
+if TYPE_CHECKING:  # a file with a self-test or a plan brings its module (rlx.artifact.reader)
+    from rlx.artifact.precision import PrecisionPlan
     from rlx.artifact.self_test import SelfTest, SelfTestSection
 
 __all__ = ["LAYOUTS", "ArtifactOrigin", "io_of", "RlxIo", "RlxWeight", "RlxMeta", "RlxFile",
@@ -147,6 +147,8 @@ class RlxFile:
         """The plan a fast bake stored (already checked by the reader), or None."""
         if not self.meta.precision_plan:
             return None
+        from rlx.artifact.precision import PrecisionPlan  # a fast bake's files only
+
         return PrecisionPlan.from_json(self.meta.precision_plan, _refuse)
 
     def weight(self, name: str) -> RlxWeight | None:

@@ -19,7 +19,6 @@ from rlx.artifact.header import io_fields, read_header
 from rlx.artifact.layout import ALIGN, ENCRYPTED_MAGIC, PREAMBLE, align, checksum
 from rlx.artifact.memory import MemoryMode
 from rlx.artifact.model import ArtifactOrigin, RlxFile, RlxIo, RlxMeta, RlxWeight, io_of
-from rlx.artifact.precision import PrecisionPlan
 from rlx.errors import ArtifactError, EncryptedFileError, IntegrityError, RlxError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph
@@ -229,6 +228,8 @@ class _Reader:
             if f.name in ("inputs", "outputs"):
                 value = [self._io(v) for v in (value if isinstance(value, list) else [None])]
             elif f.name == "precision_plan":
+                from rlx.artifact.precision import PrecisionPlan  # a fast bake's files only
+
                 PrecisionPlan.from_json(value, self.fail)
             elif f.name == "params_remaining":
                 if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

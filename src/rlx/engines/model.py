@@ -259,7 +259,6 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
         if model is not None:
             return model
     from rlx.artifact.open import open_artifact
-    from rlx.artifact.precision import runnable_graph
 
     file = open_artifact(source, password=password,  # .rlx, encrypted .rlx or .rlxp
                          trusted_keys=trusted_keys, signature=signature)
@@ -267,7 +266,11 @@ def load(path: str | os.PathLike, *, engine: str = "auto", threads: int | None =
     if not len(file.graph):
         raise InputError(f"{source} holds weights only (a package written with --no-graph): "
                          "there is no graph to run")
-    graph = runnable_graph(file.into_runtime_graph(), file.precision_plan, precision)
+    graph = file.into_runtime_graph()
+    if file.meta.precision_plan:  # a fast bake's file: only it imports its plan's module
+        from rlx.artifact.precision import runnable_graph
+
+        graph = runnable_graph(graph, file.precision_plan, precision)
     runner = _runner(engine, file, graph, source, threads=threads, precision=precision,
                      cache_dir=cache_dir, example=example, prepack=prepack, memory=memory)
     log.info("%s: running on %s (%s precision)", source, runner.name, runner.precision)
