@@ -32,7 +32,10 @@ from typing import TYPE_CHECKING, Any
 __all__ = ["COMPILE_AFTER", "dataclass", "field", "fields", "replace"]
 
 COMPILE_AFTER = 32  # instances a class builds by binding by hand before its __init__ is compiled
-_built: dict[type, int] = {}
+_built: dict[type, tuple[int, tuple]] = {}
+"""Per class binding by hand: the instances it has built and its `__init__`'s parameters
+(name, default, factory), made at its first instance and dropped when it is compiled: a
+class never instantiated (most op classes of a load) holds none."""
 
 
 class _Missing:
@@ -238,12 +241,9 @@ def _record(cls: type, frozen: bool, eq: bool) -> type:
     cls._record_flags = (frozen, eq)  # type: ignore[attr-defined]
     cls.__dataclass_fields__ = _STANDARD_FIELDS  # type: ignore[attr-defined]
     cls.__dataclass_params__ = _STANDARD_PARAMS  # type: ignore[attr-defined]
-    names = tuple(fields)
     compared = tuple(n for n, f in fields.items() if f.compare)
-    shown = tuple(n for n, f in fields.items() if f.repr)
     if eq:  # eq=False keeps what the bases compare (the standard decorator leaves it too)
         cls._record_key = staticmethod(_getter(compared))  # type: ignore[attr-defined]
-    cls._record_shown = shown  # type: ignore[attr-defined]
     cls.__match_args__ = tuple(n for n, f in fields.items() if f.init)  # type: ignore
     methods: dict[str, Callable | None] = {"__init__": _first_init, "__repr__": _repr}
     if frozen:
@@ -255,9 +255,6 @@ def _record(cls: type, frozen: bool, eq: bool) -> type:
         # leaves `__hash__` None implicitly, which still gets the generated hash)
         if attr not in own or (attr == "__hash__" and own[attr] is None and "__eq__" in own):
             setattr(cls, attr, fn)
-    cls._record_names = names  # type: ignore[attr-defined]
-    cls._record_init = tuple(  # type: ignore[attr-defined]
-        (n, f.default, f.default_factory) for n, f in fields.items() if f.init)
     return cls
 
 
@@ -267,7 +264,7 @@ def _with_slots(cls: type, frozen: bool) -> type:
     hold them where the slots are), methods that call `super()` see the new class, and a
     frozen one copies and pickles through `__getstate__` / `__setstate__`."""
     inherited = {name for base in cls.__mro__[1:] for name in getattr(base, "__slots__", ())}
-    own = tuple(n for n in cls._record_names if n not in inherited)  # type: ignore[attr-defined]
+    own = tuple(n for n in cls._record_fields if n not in inherited)  # type: ignore[attr-defined]
     body = {k: v for k, v in cls.__dict__.items()
             if k not in own and k not in ("__dict__", "__weakref__")}
     body["__slots__"] = own
@@ -296,11 +293,11 @@ def _point_class_cell(value: Any, old: type, new: type) -> None:
 
 
 def _getstate(self) -> tuple:
-    return tuple(getattr(self, n) for n in self._record_names)
+    return tuple(getattr(self, n) for n in self._record_fields)
 
 
 def _setstate(self, state: tuple) -> None:
-    for name, value in zip(self._record_names, state):
+    for name, value in zip(self._record_fields, state):
         object.__setattr__(self, name, value)
 
 
@@ -317,10 +314,10 @@ def _first_init(self, *args: Any, **kwargs: Any) -> None:
     """Bind the arguments by hand; on the class's `COMPILE_AFTER`-th instance, compile its
     `__init__` and install it instead."""
     cls = type(self)
-    built = _built.get(cls, 0) + 1
-    if built < COMPILE_AFTER:
-        _built[cls] = built
-        _bind(self, cls, args, kwargs)
+    built, params = _built.get(cls) or (0, _init_params(cls))
+    if built + 1 < COMPILE_AFTER:
+        _built[cls] = (built + 1, params)
+        _bind(self, cls, params, args, kwargs)
         return
     _built.pop(cls, None)
     init = _compile_init(cls)
@@ -328,9 +325,13 @@ def _first_init(self, *args: Any, **kwargs: Any) -> None:
     init(self, *args, **kwargs)
 
 
-def _bind(self, cls: type, args: tuple, kwargs: dict[str, Any]) -> None:
+def _init_params(cls: type) -> tuple[tuple[str, Any, Any], ...]:
+    return tuple((n, f.default, f.default_factory)
+                 for n, f in cls._record_fields.items() if f.init)  # type: ignore[attr-defined]
+
+
+def _bind(self, cls: type, params: tuple, args: tuple, kwargs: dict[str, Any]) -> None:
     """What the compiled `__init__` does, argument errors included."""
-    params = cls._record_init  # type: ignore[attr-defined]
     if len(args) > len(params):
         raise TypeError(f"{cls.__qualname__}.__init__() takes {len(params) + 1} positional "
                         f"arguments but {len(args) + 1} were given")
@@ -384,7 +385,8 @@ def _compile_init(cls: type) -> Callable[..., None]:
 
 
 def _repr(self) -> str:
-    parts = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._record_shown)
+    parts = ", ".join(f"{n}={getattr(self, n)!r}" for n, f in self._record_fields.items()
+                      if f.repr)
     return f"{type(self).__qualname__}({parts})"
 
 
