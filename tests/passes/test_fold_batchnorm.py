@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from rlx.frontends import import_onnx
 from rlx.ir import Graph, Shape
-from rlx.ir.ops.nn import BatchNormInference
+from rlx.ir.ops.channelwise import BatchNormInference
 from rlx.ir.ops.windows import Conv
 from rlx.passes import eliminate_dead_code, fold_constants, specialize
 from rlx.passes.batchnorm_folding import fold_batchnorm

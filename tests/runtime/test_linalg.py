@@ -9,7 +9,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from rlx.errors import ShapeError
-from rlx.ir.ops.linalg import Einsum, MatMul
+from rlx.ir.ops.einsum import Einsum
+from rlx.ir.ops.linalg import MatMul
 from rlx.kernels.linalg import stride_k
 from rlx.onnx import import_onnx
 from rlx.passes import specialize

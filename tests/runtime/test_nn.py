@@ -7,14 +7,8 @@ import pytest
 
 from rlx.errors import ShapeError
 from rlx.ir import DType, Graph, Shape, graph_from_json, graph_to_json
-from rlx.ir.ops.nn import (
-    BatchNormInference,
-    InstanceNorm,
-    LayerNorm,
-    LogSoftmax,
-    PRelu,
-    Softmax,
-)
+from rlx.ir.ops.channelwise import BatchNormInference, InstanceNorm, PRelu
+from rlx.ir.ops.nn import LayerNorm, LogSoftmax, Softmax
 from rlx.ir.ops.resize import CoordinateMode, NearestMode, Resize, ResizeMode
 from rlx.ir.ops.windows import Conv, ConvTranspose, GlobalPool, Pool, PoolKind
 from rlx.kernels.resize import _nearest_repeats

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.blocks import DepthToSpace, Pad, SpaceToDepth, Tile
+from rlx.ir.ops.channelwise import PRelu
 from rlx.ir.ops.elementwise import Activation, Binary, BinaryOp, Clamp, Identity, Unary
 from rlx.ir.ops.multi import TupleGet
-from rlx.ir.ops.nn import PRelu
 from rlx.ir.ops.resize import Resize
 from rlx.ir.ops.shaping import Expand, Flatten, Gather, Reshape, Squeeze, Transpose, Unsqueeze
 from rlx.ir.ops.slicing import Concat, Slice, Split

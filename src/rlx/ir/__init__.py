@@ -29,8 +29,10 @@ if TYPE_CHECKING:  # what type checkers see: the names, imported as they are
     from rlx.ir.graph import Graph, Node
     from rlx.ir.ops.base import *
     from rlx.ir.ops.blocks import *
+    from rlx.ir.ops.channelwise import *
     from rlx.ir.ops.control import *
     from rlx.ir.ops.dequant import *
+    from rlx.ir.ops.einsum import *
     from rlx.ir.ops.elementwise import *
     from rlx.ir.ops.generators import *
     from rlx.ir.ops.indexing import *
@@ -45,6 +47,7 @@ if TYPE_CHECKING:  # what type checkers see: the names, imported as they are
     from rlx.ir.ops.shaping import *
     from rlx.ir.ops.slicing import *
     from rlx.ir.ops.sources import *
+    from rlx.ir.ops.spectral import *
     from rlx.ir.ops.windows import *
     from rlx.ir.printer import format_graph, format_node
     from rlx.ir.serialize import graph_from_dict, graph_from_json, graph_to_dict, graph_to_json

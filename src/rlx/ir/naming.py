@@ -12,12 +12,13 @@ from collections import Counter
 
 from rlx.ir.graph import Graph, Node
 from rlx.ir.ops.base import Op
+from rlx.ir.ops.channelwise import BatchNormInference, InstanceNorm
 from rlx.ir.ops.dequant import DequantMatMul
 from rlx.ir.ops.elementwise import Binary, BinaryOp, Clamp, Unary
 from rlx.ir.ops.generators import Fill, ShapeOf
 from rlx.ir.ops.logic import Compare, CompareOp, Logical
 from rlx.ir.ops.multi import TupleGet
-from rlx.ir.ops.nn import BatchNormInference, InstanceNorm, LayerNorm
+from rlx.ir.ops.nn import LayerNorm
 from rlx.ir.ops.packed import DecodeWeight, DequantGather
 from rlx.ir.ops.reduce import Reduce
 from rlx.ir.ops.sources import Constant, Input, Param

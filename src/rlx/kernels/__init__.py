@@ -9,9 +9,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-KERNEL_MODULES = ("blocks", "control", "elementwise", "generators", "indexing", "integer",
-                  "linalg", "logic", "multi", "nn", "packed", "qlinear", "quant", "reduce",
-                  "resize", "shaping", "slicing", "windows")
+KERNEL_MODULES = ("blocks", "channelwise", "control", "einsum", "elementwise", "generators",
+                  "indexing", "integer", "linalg", "logic", "multi", "nn", "packed", "qlinear",
+                  "quant", "reduce", "resize", "shaping", "slicing", "spectral", "windows")
 """Every module that registers kernels."""
 
 __all__ = ["BUILDERS", "KERNELS", "WRITES_INTO", "has_kernel"]

@@ -1,4 +1,4 @@
-"""MatMul and Einsum kernels (BLAS through NumPy); DequantMatMul lives with the codecs' use.
+"""MatMul kernels (BLAS through NumPy); DequantMatMul lives with the codecs' use.
 
 f16/bf16 operands are multiplied in float32 and rounded once: NumPy has no BLAS for f16
 (a slow loop) and no einsum loop at all for bf16.
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlx.ir.ops.linalg import DFT, Einsum, MatMul
+from rlx.ir.ops.linalg import MatMul
 from rlx.kernels.elementwise import widen_half
 from rlx.kernels.products import matrix_product
-from rlx.kernels.registry import kernel, staged
+from rlx.kernels.registry import staged
 
-__all__ = ["build_matmul", "einsum", "dft", "stride_k"]
+__all__ = ["build_matmul", "stride_k"]
 
 _STRIDE = 128  # MLAS_SGEMM_STRIDEN and MLAS_SGEMM_STRIDEK
 _MIN_STRIDE_N = 16
@@ -73,28 +73,3 @@ def _in_blocks(a: np.ndarray, b: np.ndarray, step: int) -> np.ndarray:
 def _rows(b: np.ndarray, start: int, stop: int) -> np.ndarray:
     """b's K rows start:stop (K is b's first axis when b is a vector, else its second-last)."""
     return b[start:stop] if b.ndim == 1 else b[..., start:stop, :]
-
-
-@kernel(Einsum)
-def einsum(node, *operands):
-    wide = [widen_half(x) for x in operands]
-    out = np.einsum(node.op.equation, *wide, optimize=len(wide) > 2)
-    return np.asarray(out, dtype=node.shape.dtype.numpy)
-
-
-@kernel(DFT)
-def dft(node, x):
-    """numpy's FFT on the signal as onnx.reference builds it (real, or real + 1j * imag: a
-    complex64 signal for float32), so that its float32 rounding is the reference's."""
-    op = node.op
-    axis = op.axis % x.ndim
-    x = widen_half(x)
-    signal = x[..., 0] if x.shape[-1] == 1 else x[..., 0] + 1j * x[..., 1]
-    if op.inverse and op.onesided:
-        out = np.fft.irfft(signal, op.length, axis)[..., None]
-    else:
-        y = (np.fft.ifft if op.inverse else np.fft.fft)(signal, op.length, axis)
-        if op.onesided:
-            y = y[(slice(None),) * axis + (slice(0, op.length // 2 + 1),)]
-        out = np.stack([y.real, y.imag], axis=-1)
-    return out.astype(node.shape.dtype.numpy, copy=False)

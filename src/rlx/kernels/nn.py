@@ -1,5 +1,6 @@
-"""Neural-network kernels: normalisation, softmax, PReLU (the sliding-window ops of the
-family, convolution and pooling, are rlx.kernels.windows', resize rlx.kernels.resize').
+"""Neural-network kernels: softmax and layer normalisation (the per-channel ops are
+rlx.kernels.channelwise', convolution and pooling rlx.kernels.windows', resize
+rlx.kernels.resize').
 
 Half-precision inputs are computed in float32 (numpy has no fast f16 GEMM, and sums need
 the range), then cast back; float64 stays float64 (rlx.kernels.precision).
@@ -12,21 +13,12 @@ import math
 
 import numpy as np
 
-from rlx.ir.ops.nn import (
-    BatchNormInference,
-    InstanceNorm,
-    LayerNorm,
-    LogSoftmax,
-    PRelu,
-    Softmax,
-)
+from rlx.ir.ops.nn import LayerNorm, LogSoftmax, Softmax
 from rlx.ir.shape import normalize_axis
-from rlx.kernels.precision import compute_dtype, to_compute
+from rlx.kernels.precision import to_compute
 from rlx.kernels.registry import kernel, staged
 
-__all__ = [
-    "build_softmax", "log_softmax", "layer_norm", "batch_norm", "instance_norm", "prelu",
-]
+__all__ = ["build_softmax", "log_softmax", "layer_norm", "standardize"]
 
 
 def _shifted(x: np.ndarray, axis: int) -> np.ndarray:
@@ -115,7 +107,7 @@ def log_softmax(node, x):
     return (z - log_sum).astype(x.dtype, copy=False)
 
 
-def _standardize(x: np.ndarray, first_axis: int, epsilon: float) -> np.ndarray:
+def standardize(x: np.ndarray, first_axis: int, epsilon: float) -> np.ndarray:
     """(x - mean) / sqrt(var + eps) over the axes from `first_axis` on; two-pass variance
     (no cancellation). Both means are matrix-vector products with a vector of 1/n (BLAS),
     which beats numpy's row reductions on the short rows normalisation sees."""
@@ -131,38 +123,11 @@ def _standardize(x: np.ndarray, first_axis: int, epsilon: float) -> np.ndarray:
     return centered.reshape(shape)
 
 
-def _per_channel(v: np.ndarray, ndim: int, dtype: np.dtype) -> np.ndarray:
-    """A [C] parameter shaped to broadcast over axis 1 of a rank-`ndim` tensor."""
-    return v.astype(dtype, copy=False).reshape(-1, *[1] * (ndim - 2))
-
-
 @kernel(LayerNorm)
 def layer_norm(node, x, scale, bias=None):
     axis = normalize_axis(node.op.axis, x.ndim)
-    y = _standardize(x, axis, node.op.epsilon)
+    y = standardize(x, axis, node.op.epsilon)
     y *= scale.astype(y.dtype, copy=False)
     if bias is not None:
         y += bias.astype(y.dtype, copy=False)
     return y.astype(x.dtype, copy=False)
-
-
-@kernel(BatchNormInference)
-def batch_norm(node, x, scale, bias, mean, var):
-    dt = compute_dtype(x.dtype)
-    # folded into one multiply-add per element: y = x * a + (bias - mean * a)
-    a = scale.astype(dt) / np.sqrt(var.astype(dt) + node.op.epsilon)
-    shift = bias.astype(dt) - mean.astype(dt) * a
-    y = to_compute(x) * _per_channel(a, x.ndim, dt) + _per_channel(shift, x.ndim, dt)
-    return y.astype(x.dtype, copy=False)
-
-
-@kernel(InstanceNorm)
-def instance_norm(node, x, scale, bias):
-    y = _standardize(x, 2, node.op.epsilon)
-    y = y * _per_channel(scale, x.ndim, y.dtype) + _per_channel(bias, x.ndim, y.dtype)
-    return y.astype(x.dtype, copy=False)
-
-
-@kernel(PRelu)
-def prelu(node, x, slope):
-    return np.where(x < 0, x * slope, x).astype(x.dtype, copy=False)

@@ -19,7 +19,9 @@ from rlx.errors import ExportError
 from rlx.ir.dtype import DType
 from rlx.ir.ops import (
     blocks,
+    channelwise,
     dequant,
+    einsum,
     generators,
     indexing,
     linalg,
@@ -29,6 +31,7 @@ from rlx.ir.ops import (
     resize,
     shaping,
     slicing,
+    spectral,
     windows,
 )
 from rlx.ir.ops import control as ctl
@@ -167,7 +170,7 @@ def _simple(op_type: str):
 
 
 for _type, _name in ((logic.Not, "Not"), (logic.Where, "Where"), (ew.Identity, "Identity"),
-                     (linalg.MatMul, "MatMul"), (nn.PRelu, "PRelu"),
+                     (linalg.MatMul, "MatMul"), (channelwise.PRelu, "PRelu"),
                      (indexing.NonZero, "NonZero"), (generators.Size, "Size"),
                      (generators.Range, "Range")):
     handles(_type)(_simple(_name))
@@ -191,12 +194,12 @@ def _clamp(c) -> None:
 
 
 # -- linear algebra ----------------------------------------------------------------------------
-@handles(linalg.Einsum)
+@handles(einsum.Einsum)
 def _einsum(c) -> None:
     c.final("Einsum", c.x, equation=c.op.equation)
 
 
-@handles(linalg.DFT)
+@handles(spectral.DFT)
 def _dft(c) -> None:
     """Products with float64 cosine/sine tables along the moved-last axis, as the importer
     lowers a DFT of run-time length (onnxruntime's own DFT is up to 2.4e-4 off the node
@@ -466,12 +469,12 @@ def _layer_norm(c) -> None:
     c.final("LayerNormalization", c.x, axis=c.op.axis, epsilon=c.op.epsilon)
 
 
-@handles(nn.BatchNormInference)
+@handles(channelwise.BatchNormInference)
 def _batch_norm(c) -> None:
     c.final("BatchNormalization", c.x, epsilon=c.op.epsilon)
 
 
-@handles(nn.InstanceNorm)
+@handles(channelwise.InstanceNorm)
 def _instance_norm(c) -> None:
     c.final("InstanceNormalization", c.x, epsilon=c.op.epsilon)
 

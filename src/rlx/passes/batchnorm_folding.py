@@ -25,9 +25,9 @@ import numpy as np
 
 from rlx.deferred import Payload, byte_view, compute
 from rlx.ir.graph import Graph, Node
+from rlx.ir.ops.channelwise import BatchNormInference
 from rlx.ir.ops.elementwise import Binary, BinaryOp
 from rlx.ir.ops.linalg import MatMul
-from rlx.ir.ops.nn import BatchNormInference
 from rlx.ir.ops.sources import Constant
 from rlx.ir.ops.windows import Conv
 from rlx.ir.rewrite import Rewriter, constant_value

@@ -24,11 +24,12 @@ from rlx.codecs import is_ternary
 from rlx.deferred import all_rows
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph, Node
+from rlx.ir.ops.channelwise import BatchNormInference, InstanceNorm, PRelu
 from rlx.ir.ops.control import GRU, LSTM, RNN
 from rlx.ir.ops.elementwise import Activation, Binary, Cast, Clamp, Identity, Unary
 from rlx.ir.ops.linalg import MatMul
 from rlx.ir.ops.logic import Where
-from rlx.ir.ops.nn import BatchNormInference, InstanceNorm, LayerNorm, PRelu, Softmax
+from rlx.ir.ops.nn import LayerNorm, Softmax
 from rlx.ir.ops.quant import (
     DequantizeLinear,
     DynamicQuantizeLinear,

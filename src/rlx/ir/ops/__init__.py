@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what type checkers see: every family's names, as declared there
     from rlx.ir.ops.base import *
     from rlx.ir.ops.blocks import *
+    from rlx.ir.ops.channelwise import *
     from rlx.ir.ops.control import *
     from rlx.ir.ops.dequant import *
+    from rlx.ir.ops.einsum import *
     from rlx.ir.ops.elementwise import *
     from rlx.ir.ops.generators import *
     from rlx.ir.ops.indexing import *
@@ -34,11 +36,12 @@ if TYPE_CHECKING:  # what type checkers see: every family's names, as declared t
     from rlx.ir.ops.shaping import *
     from rlx.ir.ops.slicing import *
     from rlx.ir.ops.sources import *
+    from rlx.ir.ops.spectral import *
     from rlx.ir.ops.windows import *
 
-FAMILY_NAMES = ("base", "blocks", "control", "dequant", "elementwise", "generators", "indexing",
-                "linalg", "logic", "multi", "nn", "packed", "quant", "reduce", "resize",
-                "shaping", "slicing", "sources", "windows")
+FAMILY_NAMES = ("base", "blocks", "channelwise", "control", "dequant", "einsum", "elementwise",
+                "generators", "indexing", "linalg", "logic", "multi", "nn", "packed", "quant",
+                "reduce", "resize", "shaping", "slicing", "sources", "spectral", "windows")
 """The op family modules, whose `__all__` lists make this package's."""
 
 

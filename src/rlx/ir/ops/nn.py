@@ -1,4 +1,5 @@
-"""Neural-network ops: softmax, normalisation, PReLU (convolution and pooling are
+"""Neural-network ops: softmax and layer normalisation, a transformer's (the per-channel ops
+of image models are `rlx.ir.ops.channelwise`', convolution and pooling
 `rlx.ir.ops.windows`', resize `rlx.ir.ops.resize`').
 
 Semantics are ONNX's. The ONNX importer resolves opset quirks (optional inputs given as
@@ -11,17 +12,14 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from rlx.errors import ShapeError
-from rlx.ir.dtype import DType
-from rlx.ir.ops.base import Op, check_image, check_vector, expect_dtype, op_axis
+from rlx.ir.ops.base import Op, expect_dtype, op_axis
 from rlx.ir.shape import UNKNOWN, Shape, broadcast_dims
 from rlx.record import dataclass  # dataclasses', cheaper to create
 
-__all__ = [
-    "Softmax", "LogSoftmax", "LayerNorm", "BatchNormInference", "InstanceNorm", "PRelu",
-]
+__all__ = ["Softmax", "LogSoftmax", "LayerNorm"]
 
 
-def _unidirectional(op: Op, what: str, x: Shape, other: Shape) -> None:
+def check_unidirectional(op: Op, what: str, x: Shape, other: Shape) -> None:
     """`other` must broadcast to `x` without changing `x`'s shape (ONNX unidirectional)."""
     try:
         fits = other.rank <= x.rank and all(
@@ -76,54 +74,5 @@ class LayerNorm(Op):
         x = inputs[0]
         op_axis(self, self.axis, x.rank)
         for what, p in zip(("scale", "bias"), inputs[1:]):
-            _unidirectional(self, what, x, p)
-        return x
-
-
-def _check_channel_params(op: Op, inputs: Sequence[Shape], names: Sequence[str]) -> Shape:
-    expect_dtype(op, inputs, floating=True)
-    x = inputs[0]
-    for what, p in zip(names, inputs[1:]):
-        check_vector(op, what, p, x.dims[1])
-    return x
-
-
-@dataclass(frozen=True)
-class BatchNormInference(Op):
-    """ONNX BatchNormalization in inference mode: inputs `[x, scale, bias, mean, var]`, the
-    last four `[C]` over channel axis 1 of x `[N, C, ...]`."""
-
-    epsilon: float = 1e-5
-    arity: ClassVar = (5, 5)
-
-    def infer(self, inputs):
-        check_image(self, inputs[0], min_rank=2)
-        return _check_channel_params(self, inputs, ("scale", "bias", "mean", "var"))
-
-
-@dataclass(frozen=True)
-class InstanceNorm(Op):
-    """ONNX InstanceNormalization: standardise each (n, c) over the spatial dims, then
-    `* scale + bias` per channel; inputs `[x, scale, bias]`."""
-
-    epsilon: float = 1e-5
-    arity: ClassVar = (3, 3)
-
-    def infer(self, inputs):
-        check_image(self, inputs[0])
-        return _check_channel_params(self, inputs, ("scale", "bias"))
-
-
-@dataclass(frozen=True)
-class PRelu(Op):
-    """`x < 0 ? slope * x : x`, slope broadcasting to x (ONNX PRelu, unidirectional)."""
-
-    arity: ClassVar = (2, 2)
-
-    def infer(self, inputs):
-        expect_dtype(self, inputs)
-        x, slope = inputs
-        if x.dtype is DType.BOOL:
-            raise ShapeError("PRelu: needs a numeric input, got bool")
-        _unidirectional(self, "slope", x, slope)
+            check_unidirectional(self, what, x, p)
         return x
