@@ -26,6 +26,16 @@ plan's exact graph, the plan's bf16 nodes in bf16 and every other node in f32 on
 bf16 (`rlx.engines.openvino_bf16`; "fast: bf16 N nodes, f32 M"), all in f32 elsewhere
 ("fast: f32"). Each thread gets its own infer request, so one Model may
 run from many threads.
+
+A model with an unknown input dim (a batch, an image's size) is compiled with it unknown at
+load, and compiled again for the input shapes of its first run (`STATIC_SHAPES`); a run at
+other shapes goes back to a compile with them unknown, for good. With a dim unknown the
+plugin runs each node's shape inference and memory set-up at every run, serially, which the
+fast plan's short int8 and bf16 kernels feel most: at the shapes of the run, rlx's fast
+form of nudenet-320n (320x320 image, its H and W unknown) took 0.87x the CPU time per run
+at one thread and orientation-lcnet (batch unknown) 0.96x (2026-12-05, load 6, paired fresh
+processes); with the machine's other work held off (`chrt`) 0.80x and 0.90x the wall time at
+two threads, 0.94x and 0.95x at one.
 """
 
 from __future__ import annotations
@@ -65,6 +75,10 @@ plugin's default on Linux), a thread stays on its core when another process need
 core too: beside two CPU-bound processes on 2 cores, nudenet-320n f32 ran 40.2 ms pinned
 against 30.4 unpinned at 1 thread, 44.8 against 22.9 at 2 (OpenVINO 2026.4, p50 of six
 fresh processes each); on the quiet machine 21.5 and 11.6 ms both ways."""
+
+STATIC_SHAPES = True
+"""Compile a model with unknown input dims again for the shapes of its first run (module
+doc)."""
 
 _CORE: ov.Core | None = None
 _CORE_LOCK = threading.Lock()
@@ -220,7 +234,14 @@ class OpenVinoRunner:
             config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = "0"
         if threads is not None:
             config["INFERENCE_NUM_THREADS"] = str(threads)
+        self._config = config
         self.compiled = core().compile_model(model, "CPU", config)
+        # the input shapes `compiled` is static for; None: compiled as the model is, and
+        # whether a run may still compile it for its shapes (module doc)
+        self._shapes: tuple[tuple[int, ...], ...] | None = None
+        self._may_fix = STATIC_SHAPES and any(i.get_partial_shape().is_dynamic
+                                              for i in self.compiled.inputs)
+        self._lock = threading.Lock()
         self._index: dict[str, int] = {}
         for k, out in enumerate(self.compiled.outputs):
             for name in out.get_names():
@@ -231,16 +252,39 @@ class OpenVinoRunner:
                         for i in self.compiled.inputs if not i.get_names().isdisjoint(wanted)]
         self._local = threading.local()
 
-    def _request(self) -> ov.InferRequest:
-        request = getattr(self._local, "request", None)
-        if request is None:
-            request = self._local.request = self.compiled.create_infer_request()
+    def _compiled_for(self, shapes: tuple[tuple[int, ...], ...]) -> ov.CompiledModel:
+        """The compiled model to run inputs of `shapes` on (module doc): the one static for
+        them, made at the first run; the one with unknown dims for any other."""
+        if shapes == self._shapes or not (self._may_fix or self._shapes is not None):
+            return self.compiled
+        with self._lock:
+            if self._may_fix:
+                self._may_fix = False
+                fixed = self.model.clone()
+                try:
+                    fixed.reshape({p.output(0): ov.PartialShape(list(
+                        shapes[self._inputs.index(n)])) for p in fixed.get_parameters()
+                        for n in p.output(0).get_names() & set(self._inputs)})
+                    self.compiled, self._shapes = core().compile_model(
+                        fixed, "CPU", self._config), shapes
+                except RuntimeError as err:  # shapes the model's own checks refuse
+                    log.debug("openvino: kept unknown dims (%s)", str(err).splitlines()[0])
+            elif self._shapes is not None and shapes != self._shapes:
+                self.compiled = core().compile_model(self.model, "CPU", self._config)
+                self._shapes = None
+            return self.compiled
+
+    def _request(self, feeds: dict[str, np.ndarray]) -> ov.InferRequest:
+        compiled = self._compiled_for(tuple(np.shape(feeds[n]) for n in self._inputs))
+        if getattr(self._local, "compiled", None) is not compiled:
+            request = compiled.create_infer_request()
             for name, array in self.served.items():
                 request.set_tensor(name, ov.Tensor(array, shared_memory=True))
-        return request
+            self._local.compiled, self._local.request = compiled, request
+        return self._local.request
 
     def run(self, feeds: dict[str, np.ndarray], outputs: Sequence[str]) -> list[np.ndarray]:
-        request = self._request()
+        request = self._request(feeds)
         result = request.infer({name: feeds[name] for name in self._inputs})
         values = list(result.values())
         return [np.array(values[self._index[name]], copy=True) for name in outputs]
