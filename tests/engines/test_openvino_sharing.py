@@ -35,7 +35,7 @@ def test_matmul_weights_are_the_mapped_bytes_and_the_rest_constants(tmp_path):
     x = feeds(k=64)
     for got, want in zip(model.run(x), mlp.oracle(x["x"]), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    request = runner._request()
+    request = runner._request(x)
     served = {name: request.get_tensor(name).data for name in runner.served}
     assert sorted(a.shape for a in served.values()) == sorted([mlp.w1.shape, mlp.w2.shape])
     for name, data in served.items():  # the very bytes of the map, not a copy of them
