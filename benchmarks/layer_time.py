@@ -7,7 +7,8 @@ seeds, reusing FOLDER's file when there is one), then runs each runner in a fres
 with OpenVINO's per-node performance counters on: the median time of every executed node
 over `calls` runs, summed per layer kind and the precision its kernel ran in. rlx fast is
 the model rlx compiled (`rlx.load(..., engine="openvino", precision="fast")`), compiled
-again with the same precision hint and threads and the counters on.
+again at the feed's shapes (as the engine runs it) with the same precision hint, threads
+and the counters on.
 
 The kinds are a rule over the executed graph: an image conv (<= 4 input channels), a
 depthwise conv (OpenVINO's `dw` kernel), a conv on a 1x1 map (squeeze-excite, a conv head),
@@ -59,10 +60,11 @@ def _precision(exec_type: str) -> str:
     return exec_type.rsplit("_", 1)[-1].lower()
 
 
-def _compiled(kind: str, onnx_path: str, rlx_path: str, threads: int
+def _compiled(kind: str, onnx_path: str, rlx_path: str, threads: int, feeds: dict
               ) -> tuple[Any, Any, Any]:
     """The compiled model with performance counters, one infer request for it, and the
-    rlx model whose mapped weights it computes on (None for plain OpenVINO): keep it."""
+    rlx model whose mapped weights it computes on (None for plain OpenVINO): keep it. rlx's
+    model at the shapes of `feeds`, as its engine runs it."""
     import openvino as ov
 
     config = {"INFERENCE_NUM_THREADS": str(threads), "PERFORMANCE_HINT": "LATENCY",
@@ -80,7 +82,8 @@ def _compiled(kind: str, onnx_path: str, rlx_path: str, threads: int
     config["INFERENCE_PRECISION_HINT"] = hint.get_type_name()
     config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = str(
         runner.compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE"))
-    compiled = ov.Core().compile_model(runner.model, "CPU", config)
+    compiled = ov.Core().compile_model(runner.fixed_model(runner.input_shapes(feeds)), "CPU",
+                                       config)
     request = compiled.create_infer_request()
     for name, array in runner.served.items():
         request.set_tensor(name, ov.Tensor(array, shared_memory=True))
@@ -106,9 +109,9 @@ def child() -> None:
     from tests.real_models import FEEDS
 
     kind, name, onnx_path, rlx_path, threads, calls = sys.argv[1:7]
-    compiled, request, _model = _compiled(kind, onnx_path, rlx_path, int(threads))
-    feeds = {k: v for k, v in FEEDS[name](HELD_OUT[0]).items()
-             if any(k in i.get_names() for i in compiled.inputs)}
+    given = FEEDS[name](HELD_OUT[0])
+    compiled, request, _model = _compiled(kind, onnx_path, rlx_path, int(threads), given)
+    feeds = {k: v for k, v in given.items() if any(k in i.get_names() for i in compiled.inputs)}
     for _ in range(3):
         request.infer(feeds)
     per_node: dict[str, list[float]] = defaultdict(list)

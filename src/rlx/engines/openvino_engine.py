@@ -252,6 +252,15 @@ class OpenVinoRunner:
                         for i in self.compiled.inputs if not i.get_names().isdisjoint(wanted)]
         self._local = threading.local()
 
+    def fixed_model(self, shapes: tuple[tuple[int, ...], ...]) -> ov.Model:
+        """A copy of the model with its inputs' dims set to `shapes` (one per graph input,
+        in the order the runner feeds them)."""
+        fixed = self.model.clone()
+        fixed.reshape({p.output(0): ov.PartialShape(list(shapes[self._inputs.index(n)]))
+                       for p in fixed.get_parameters()
+                       for n in p.output(0).get_names() & set(self._inputs)})
+        return fixed
+
     def _compiled_for(self, shapes: tuple[tuple[int, ...], ...]) -> ov.CompiledModel:
         """The compiled model to run inputs of `shapes` on (module doc): the one static for
         them, made at the first run; the one with unknown dims for any other."""
@@ -260,13 +269,9 @@ class OpenVinoRunner:
         with self._lock:
             if self._may_fix:
                 self._may_fix = False
-                fixed = self.model.clone()
                 try:
-                    fixed.reshape({p.output(0): ov.PartialShape(list(
-                        shapes[self._inputs.index(n)])) for p in fixed.get_parameters()
-                        for n in p.output(0).get_names() & set(self._inputs)})
                     self.compiled, self._shapes = core().compile_model(
-                        fixed, "CPU", self._config), shapes
+                        self.fixed_model(shapes), "CPU", self._config), shapes
                 except RuntimeError as err:  # shapes the model's own checks refuse
                     log.debug("openvino: kept unknown dims (%s)", str(err).splitlines()[0])
             elif self._shapes is not None and shapes != self._shapes:
@@ -274,8 +279,11 @@ class OpenVinoRunner:
                 self._shapes = None
             return self.compiled
 
+    def input_shapes(self, feeds: dict[str, np.ndarray]) -> tuple[tuple[int, ...], ...]:
+        return tuple(np.shape(feeds[n]) for n in self._inputs)
+
     def _request(self, feeds: dict[str, np.ndarray]) -> ov.InferRequest:
-        compiled = self._compiled_for(tuple(np.shape(feeds[n]) for n in self._inputs))
+        compiled = self._compiled_for(self.input_shapes(feeds))
         if getattr(self._local, "compiled", None) is not compiled:
             request = compiled.create_infer_request()
             for name, array in self.served.items():
