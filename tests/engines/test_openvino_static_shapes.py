@@ -1,7 +1,8 @@
 """OpenVINO compiles a model whose inputs have unknown dims again for the shapes of its first
-run (`rlx.engines.openvino_engine.STATIC_SHAPES`), and goes back to unknown dims for good
-at other shapes: every run against onnxruntime f32 on the original, and the compiled
-model's products in the precisions the compile with unknown dims gives them."""
+run (`rlx.engines.openvino_engine.STATIC_SHAPES`), goes back to unknown dims at other
+shapes and compiles for them after `STEADY_RUNS` runs in a row: every run against
+onnxruntime f32 on the original, and the compiled model's products in the precisions the
+compile with unknown dims gives them."""
 
 from __future__ import annotations
 
@@ -65,8 +66,7 @@ def _products(compiled: ov.CompiledModel) -> Counter:
 
 @pytest.mark.parametrize("profile, precision, least", [
     ("exact", "exact", 0.999999), ("fast", "fast", 0.999)])
-def test_the_first_shapes_run_static_and_others_with_unknown_dims(tmp_path, profile,
-                                                                  precision, least):
+def test_the_shapes_runs_keep_to_are_compiled_static(tmp_path, profile, precision, least):
     onnx_path = _unknown_dims(tmp_path)
     model = rlx.load(_baked(onnx_path, profile), engine="openvino", precision=precision)
     runner = model.runner
@@ -76,7 +76,10 @@ def test_the_first_shapes_run_static_and_others_with_unknown_dims(tmp_path, prof
     rng = np.random.default_rng(7)
     first = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
     other = rng.standard_normal((2, 3, 24, 24)).astype(np.float32)
-    for x, static in ((first, True), (first * 0.5, True), (other, False), (first, False)):
+    steady = [(other, k == openvino_engine.STEADY_RUNS - 1)
+              for k in range(openvino_engine.STEADY_RUNS)]
+    for x, static in [(first, True), (first * 0.5, True), *steady, (other, True),
+                      (first, False), (other, False)]:
         got = model.run({"x": x})[0]
         want = reference.run(["probs"], {"x": x})[0]
         assert got.shape == want.shape
@@ -94,3 +97,18 @@ def test_without_the_rule_the_model_keeps_unknown_dims(tmp_path, monkeypatch):
     compiled = model.runner.compiled
     model.run({"x": x})
     assert model.runner.compiled is compiled and not _static(compiled)
+
+
+def test_shapes_the_plugin_refuses_keep_unknown_dims(tmp_path, monkeypatch):
+    def refuse(self, shapes):
+        raise RuntimeError("Exception from src/core: shapes refused")
+
+    monkeypatch.setattr(openvino_engine.OpenVinoRunner, "fixed_model", refuse)
+    onnx_path = _unknown_dims(tmp_path)
+    model = rlx.load(_baked(onnx_path, "exact"), engine="openvino", precision="exact")
+    reference = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    for _ in range(openvino_engine.STEADY_RUNS + 1):
+        got = model.run({"x": x})[0]
+        assert _cosine(got, reference.run(["probs"], {"x": x})[0]) >= 0.999999
+        assert not _static(model.runner.compiled)

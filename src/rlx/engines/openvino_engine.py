@@ -29,7 +29,11 @@ run from many threads.
 
 A model with an unknown input dim (a batch, an image's size) is compiled with it unknown at
 load, and compiled again for the input shapes of its first run (`STATIC_SHAPES`); a run at
-other shapes goes back to a compile with them unknown, for good. With a dim unknown the
+other shapes goes back to a compile with them unknown, and `STEADY_RUNS` runs in a row at
+one set of shapes compile it for those (one compiled model at a time: the plugin holds its
+own copy of the Conv weights in each). auto's first run is on its timing feeds (sized
+symbolic dims), a user's may differ: that costs two compiles, not the gain. The compile
+took 0.15-0.2 s on orientation-lcnet, 0.55-1.0 s on nudenet-320n. With a dim unknown the
 plugin runs each node's shape inference and memory set-up at every run, serially, which the
 fast plan's short int8 and bf16 kernels feel most: at the shapes of the run, rlx's fast
 form of nudenet-320n (320x320 image, its H and W unknown) took 0.87x the CPU time per run
@@ -77,8 +81,10 @@ against 30.4 unpinned at 1 thread, 44.8 against 22.9 at 2 (OpenVINO 2026.4, p50 
 fresh processes each); on the quiet machine 21.5 and 11.6 ms both ways."""
 
 STATIC_SHAPES = True
-"""Compile a model with unknown input dims again for the shapes of its first run (module
-doc)."""
+"""Compile a model with unknown input dims again for the shapes it runs at (module doc)."""
+STEADY_RUNS = 3
+"""Runs in a row at one set of shapes after which a model that went back to unknown dims is
+compiled for them again (module doc)."""
 
 _CORE: ov.Core | None = None
 _CORE_LOCK = threading.Lock()
@@ -236,11 +242,13 @@ class OpenVinoRunner:
             config["INFERENCE_NUM_THREADS"] = str(threads)
         self._config = config
         self.compiled = core().compile_model(model, "CPU", config)
-        # the input shapes `compiled` is static for; None: compiled as the model is, and
-        # whether a run may still compile it for its shapes (module doc)
+        # the input shapes `compiled` is static for (None: its dims unknown), whether runs
+        # may fix them, the last runs' shapes and how many in a row, and how many fix them
         self._shapes: tuple[tuple[int, ...], ...] | None = None
-        self._may_fix = STATIC_SHAPES and any(i.get_partial_shape().is_dynamic
-                                              for i in self.compiled.inputs)
+        self._fixes = STATIC_SHAPES and any(i.get_partial_shape().is_dynamic
+                                            for i in self.compiled.inputs)
+        self._streak: tuple[tuple[tuple[int, ...], ...] | None, int] = (None, 0)
+        self._steady = 1
         self._lock = threading.Lock()
         self._index: dict[str, int] = {}
         for k, out in enumerate(self.compiled.outputs):
@@ -262,22 +270,29 @@ class OpenVinoRunner:
         return fixed
 
     def _compiled_for(self, shapes: tuple[tuple[int, ...], ...]) -> ov.CompiledModel:
-        """The compiled model to run inputs of `shapes` on (module doc): the one static for
-        them, made at the first run; the one with unknown dims for any other."""
-        if shapes == self._shapes or not (self._may_fix or self._shapes is not None):
+        """The compiled model to run inputs of `shapes` on (module doc)."""
+        if shapes == self._shapes or not self._fixes:
             return self.compiled
         with self._lock:
-            if self._may_fix:
-                self._may_fix = False
-                try:
-                    self.compiled, self._shapes = core().compile_model(
-                        self.fixed_model(shapes), "CPU", self._config), shapes
-                except RuntimeError as err:  # shapes the model's own checks refuse
-                    log.debug("openvino: kept unknown dims (%s)", str(err).splitlines()[0])
-            elif self._shapes is not None and shapes != self._shapes:
+            if self._shapes is not None and shapes != self._shapes:  # static for others
                 self.compiled = core().compile_model(self.model, "CPU", self._config)
-                self._shapes = None
+                self._shapes, self._streak, self._steady = None, (None, 0), STEADY_RUNS
+            if self._shapes is None:
+                same, count = self._streak
+                self._streak = shapes, count + 1 if same == shapes else 1
+                if self._streak[1] >= self._steady:
+                    self._fix(shapes)
             return self.compiled
+
+    def _fix(self, shapes: tuple[tuple[int, ...], ...]) -> None:
+        """Compile the model static for `shapes`; where the plugin refuses them, keep the
+        unknown dims for good."""
+        try:
+            self.compiled = core().compile_model(self.fixed_model(shapes), "CPU", self._config)
+            self._shapes = shapes
+        except RuntimeError as err:  # shapes the model's own checks refuse
+            log.debug("openvino: kept unknown dims (%s)", str(err).splitlines()[0])
+            self._fixes = False
 
     def input_shapes(self, feeds: dict[str, np.ndarray]) -> tuple[tuple[int, ...], ...]:
         return tuple(np.shape(feeds[n]) for n in self._inputs)
