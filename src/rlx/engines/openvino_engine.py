@@ -295,6 +295,7 @@ class OpenVinoRunner:
             self._fixes = False
 
     def input_shapes(self, feeds: dict[str, np.ndarray]) -> tuple[tuple[int, ...], ...]:
+        """The shapes of the graph inputs in `feeds`, as `fixed_model` takes them."""
         return tuple(np.shape(feeds[n]) for n in self._inputs)
 
     def _request(self, feeds: dict[str, np.ndarray]) -> ov.InferRequest:
