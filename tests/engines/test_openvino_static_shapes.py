@@ -1,6 +1,7 @@
 """OpenVINO compiles a model whose inputs have unknown dims again for the shapes of its first
-run (`rlx.engines.openvino_engine.STATIC_SHAPES`), goes back to unknown dims at other
-shapes and compiles for them after `STEADY_RUNS` runs in a row: every run against
+run (`rlx.engines.openvino_engine`), goes back to unknown dims at other shapes and compiles
+for them after `STEADY_RUNS` runs in a row, twice as many after each further return: every
+run against
 onnxruntime f32 on the original, and the compiled model's products in the precisions the
 compile with unknown dims gives them."""
 
@@ -89,14 +90,31 @@ def test_the_shapes_runs_keep_to_are_compiled_static(tmp_path, profile, precisio
         assert _products(runner.compiled) == _products(unknown)
 
 
-def test_without_the_rule_the_model_keeps_unknown_dims(tmp_path, monkeypatch):
-    monkeypatch.setattr(openvino_engine, "STATIC_SHAPES", False)
-    onnx_path = _unknown_dims(tmp_path)
-    model = rlx.load(_baked(onnx_path, "exact"), engine="openvino", precision="exact")
-    x = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
-    compiled = model.runner.compiled
-    model.run({"x": x})
-    assert model.runner.compiled is compiled and not _static(compiled)
+def test_shapes_that_keep_changing_compile_ever_more_rarely(tmp_path, monkeypatch):
+    """Each return to unknown dims doubles the runs in a row that fix shapes again: two
+    shapes taking turns in ever longer runs cost compiles that grow with the log of the
+    runs, not one per change of shape."""
+    compiles = []
+    standard = openvino_engine.core().compile_model
+    monkeypatch.setattr(openvino_engine.core(), "compile_model",
+                        lambda *a, **k: compiles.append(1) or standard(*a, **k), raising=False)
+    model = rlx.load(_baked(_unknown_dims(tmp_path), "exact"), engine="openvino",
+                     precision="exact")
+    rng = np.random.default_rng(11)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in [(1, 3, 32, 32), (1, 3, 24, 24)])
+    fixed_after = []
+    for turn in range(6):
+        x, runs = (a, b)[turn % 2], 2 ** (turn + 1)
+        compiles.clear()
+        for k in range(runs):
+            model.run({"x": x})
+            if _static(model.runner.compiled) and not fixed_after:
+                fixed_after.append(k + 1)
+        fixed_after, at = [], fixed_after
+        # the first run fixes at once; later turns need 3, 6, 12, ... runs of their shape,
+        # and pay two compiles: back to unknown dims, then static for the turn's shape
+        assert at == [1 if turn == 0 else openvino_engine.STEADY_RUNS * 2 ** (turn - 1)]
+        assert len(compiles) == (1 if turn == 0 else 2)
 
 
 def test_shapes_the_plugin_refuses_keep_unknown_dims(tmp_path, monkeypatch):

@@ -28,11 +28,13 @@ bf16 (`rlx.engines.openvino_bf16`; "fast: bf16 N nodes, f32 M"), all in f32 else
 run from many threads.
 
 A model with an unknown input dim (a batch, an image's size) is compiled with it unknown at
-load, and compiled again for the input shapes of its first run (`STATIC_SHAPES`); a run at
-other shapes goes back to a compile with them unknown, and `STEADY_RUNS` runs in a row at
-one set of shapes compile it for those (one compiled model at a time: the plugin holds its
-own copy of the Conv weights in each). auto's first run is on its timing feeds (sized
-symbolic dims), a user's may differ: that costs two compiles, not the gain. The compile
+load, and compiled again for the input shapes of its first run; a run at other shapes goes
+back to a compile with them unknown, and `STEADY_RUNS` runs in a row at one set of shapes
+compile it for those, twice as many after each further return, so shapes that keep changing
+cost a number of compiles that grows with the log of the runs (one compiled model at a
+time: the plugin holds its own copy of the Conv weights in each). auto's first run is on
+its timing feeds (sized symbolic dims), a user's may differ: that costs two compiles, not
+the gain. The compile
 took 0.15-0.2 s on orientation-lcnet, 0.55-1.0 s on nudenet-320n. With a dim unknown the
 plugin runs each node's shape inference and memory set-up at every run, serially, which the
 fast plan's short int8 and bf16 kernels feel most: at the shapes of the run, rlx's fast
@@ -80,11 +82,9 @@ core too: beside two CPU-bound processes on 2 cores, nudenet-320n f32 ran 40.2 m
 against 30.4 unpinned at 1 thread, 44.8 against 22.9 at 2 (OpenVINO 2026.4, p50 of six
 fresh processes each); on the quiet machine 21.5 and 11.6 ms both ways."""
 
-STATIC_SHAPES = True
-"""Compile a model with unknown input dims again for the shapes it runs at (module doc)."""
 STEADY_RUNS = 3
 """Runs in a row at one set of shapes after which a model that went back to unknown dims is
-compiled for them again (module doc)."""
+compiled for them again; doubled at each further return (module doc)."""
 
 _CORE: ov.Core | None = None
 _CORE_LOCK = threading.Lock()
@@ -245,8 +245,7 @@ class OpenVinoRunner:
         # the input shapes `compiled` is static for (None: its dims unknown), whether runs
         # may fix them, the last runs' shapes and how many in a row, and how many fix them
         self._shapes: tuple[tuple[int, ...], ...] | None = None
-        self._fixes = STATIC_SHAPES and any(i.get_partial_shape().is_dynamic
-                                            for i in self.compiled.inputs)
+        self._fixes = any(i.get_partial_shape().is_dynamic for i in self.compiled.inputs)
         self._streak: tuple[tuple[tuple[int, ...], ...] | None, int] = (None, 0)
         self._steady = 1
         self._lock = threading.Lock()
@@ -276,7 +275,8 @@ class OpenVinoRunner:
         with self._lock:
             if self._shapes is not None and shapes != self._shapes:  # static for others
                 self.compiled = core().compile_model(self.model, "CPU", self._config)
-                self._shapes, self._streak, self._steady = None, (None, 0), STEADY_RUNS
+                self._shapes, self._streak = None, (None, 0)
+                self._steady = max(STEADY_RUNS, 2 * self._steady)
             if self._shapes is None:
                 same, count = self._streak
                 self._streak = shapes, count + 1 if same == shapes else 1
