@@ -31,7 +31,12 @@ GOOD = small_file_bytes()
 
 
 def open_and_use(data: bytes) -> None:
-    parse_rlx(data, verify="lazy").into_runtime_graph()
+    """Open, then use both layouts: the graph's bytes (a compile) and the table's (a
+    duplex file's other copy, checked only when it is used)."""
+    file = parse_rlx(data, verify="lazy")
+    file.into_runtime_graph()
+    for row in file.weights:
+        file.tensor(row.name)
 
 
 def split(data: bytes) -> tuple[dict, bytes]:

@@ -33,10 +33,15 @@ if TYPE_CHECKING:  # a file with a self-test or a plan brings its module (rlx.ar
     from rlx.artifact.precision import PrecisionPlan
     from rlx.artifact.self_test import SelfTest, SelfTestSection
 
-__all__ = ["LAYOUTS", "ArtifactOrigin", "io_of", "RlxIo", "RlxWeight", "RlxMeta", "RlxFile",
-           "needs_materialize",
+__all__ = ["ALL", "GRAPH", "LAYOUTS", "TABLE", "ArtifactOrigin", "io_of", "RlxIo", "RlxWeight",
+           "RlxMeta", "RlxFile", "needs_materialize",
            "materialize_weights", "drop_weight_table_data", "ensure_runtime_ready",
            "into_runtime_graph", "relayout", "apply_memory_mode"]
+
+GRAPH, TABLE, ALL = "graph", "table", "all"
+"""The parts of a file's weight bytes `RlxFile.check_integrity` checks: the graph's
+constants (what a compile runs), the weight table's rows, or both. A duplex file holds
+the weights in both: a load checks the layout it runs, and the other one when it is used."""
 
 
 @dataclass(frozen=True)
@@ -100,26 +105,26 @@ class RlxFile:
     """A baked model: meta, graph and weight table.
 
     `integrity_check`, when set (a file read with `verify="lazy"`), checks the weight bytes
-    against their checksums; it runs once, the first time the weights are used.
+    of a part (GRAPH, TABLE or ALL) against their checksums, each byte once, the first time
+    that part is used, and says whether every part now is checked (it is then dropped).
     """
 
     meta: RlxMeta
     graph: Graph
     weights: list[RlxWeight] = field(default_factory=list)
-    integrity_check: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+    integrity_check: Callable[[str], bool] | None = field(default=None, repr=False,
+                                                          compare=False)
     origin: ArtifactOrigin | None = field(default=None, repr=False, compare=False)
     # the bundled self-test (rlx.artifact.self_test): as built, or as read (decoded on use)
     self_test: SelfTest | SelfTestSection | None = field(default=None, repr=False,
                                                           compare=False)
 
-    def check_integrity(self) -> None:
-        check, self.integrity_check = self.integrity_check, None
-        if check is not None:
-            try:
-                check()
-            except BaseException:
-                self.integrity_check = check  # still unverified: check again next time
-                raise
+    def check_integrity(self, part: str = ALL) -> None:
+        """Check the bytes of `part` before they are used (DESIGN.md 2b); IntegrityError if
+        one differs from its checksum (and it stays unchecked: the next use checks again)."""
+        check = self.integrity_check
+        if check is not None and check(part):
+            self.integrity_check = None
 
     @classmethod
     def from_baked(cls, graph: Graph, weights: Sequence[RlxWeight], **counters) -> RlxFile:
@@ -175,7 +180,7 @@ class RlxFile:
         Returns the number of bytes made available to the graph. Rows without a graph node
         (biases that were folded, kept source bindings) are fine and skipped.
         """
-        self.check_integrity()
+        self.check_integrity(TABLE)
         ops, filled = {}, 0
         for row, node_id, constant in linked_constants(self.graph, self.weights):
             if row.nbytes and constant.is_stripped:
@@ -191,8 +196,9 @@ class RlxFile:
         return dropped
 
     def ensure_runtime_ready(self) -> None:
-        """Materialise a compact file; raise if some graph Constant is still without bytes."""
-        self.check_integrity()
+        """Materialise a compact file; raise if some graph Constant is still without bytes.
+        The graph's own bytes are checked, the table's only when they fill the graph."""
+        self.check_integrity(GRAPH)
         filled = self.materialize_weights() if self.needs_materialize() else 0
         empty = [n for n in self.graph.nodes()
                  if isinstance(n.op, Constant) and n.op.is_stripped

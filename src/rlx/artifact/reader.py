@@ -18,7 +18,17 @@ import numpy as np
 from rlx.artifact.header import io_fields, read_header
 from rlx.artifact.layout import ALIGN, ENCRYPTED_MAGIC, PREAMBLE, align, checksum
 from rlx.artifact.memory import MemoryMode
-from rlx.artifact.model import ArtifactOrigin, RlxFile, RlxIo, RlxMeta, RlxWeight, io_of
+from rlx.artifact.model import (
+    ALL,
+    GRAPH,
+    TABLE,
+    ArtifactOrigin,
+    RlxFile,
+    RlxIo,
+    RlxMeta,
+    RlxWeight,
+    io_of,
+)
 from rlx.errors import ArtifactError, EncryptedFileError, IntegrityError, RlxError
 from rlx.ir.dtype import DType
 from rlx.ir.graph import Graph
@@ -109,7 +119,9 @@ class _Blob:
     length: int
     digest: str
     used_by: str = ""
+    part: str = ""  # whose bytes: GRAPH (a constant's) or TABLE (a weight row's)
     lazy: bool = False  # checked by its user when used (the self-test), not with the weights
+    checked: bool = False
 
 
 class _Reader:
@@ -166,7 +178,7 @@ class _Reader:
                           f"({len(self.buf)} bytes)")
             self.blobs.append(_Blob(data_start + offset, length, digest))
 
-    def _take_blob(self, ref: Any, nbytes: int, user: str) -> np.ndarray:
+    def _take_blob(self, ref: Any, nbytes: int, user: str, part: str = TABLE) -> np.ndarray:
         if not isinstance(ref, dict) or "blob" not in ref:
             self.fail(f"{user}: data must be {{'blob': index or null}}")
         index = ref["blob"]
@@ -180,7 +192,7 @@ class _Reader:
             self.fail(f"{user}: blob {index} is already used by {blob.used_by}")
         if blob.length != nbytes:
             self.fail(f"{user}: blob {index} holds {blob.length} bytes, {nbytes} expected")
-        blob.used_by = user
+        blob.used_by, blob.part = user, part
         if self._bytes is None:  # one view of the buffer that every blob slices: a view of
             # its own each held a memoryview of the buffer (~0.3 KiB a blob, kept by a model)
             self._bytes = np.frombuffer(self.buf, np.uint8)
@@ -193,7 +205,7 @@ class _Reader:
             nbytes = shape.nbytes
             if nbytes is None:
                 self.fail(f"constant with symbolic shape {shape}")
-            return self._take_blob(ref, nbytes, f"constant of shape {shape}")
+            return self._take_blob(ref, nbytes, f"constant of shape {shape}", GRAPH)
 
         return checked_graph(body, decode, self.fail)
 
@@ -250,14 +262,18 @@ class _Reader:
         return RlxIo(*io_fields(value, self.fail))
 
     # -- integrity -------------------------------------------------------------------------
-    def check_blobs(self) -> None:
+    def check_blobs(self, part: str = ALL) -> bool:
+        """Check the blobs of `part` (`RlxFile.check_integrity`) not checked yet, each once;
+        whether every blob now is."""
         for i, blob in enumerate(self.blobs):
-            if blob.lazy:
+            if blob.lazy or blob.checked or part not in (ALL, blob.part):
                 continue
             data = self.buf[blob.offset:blob.offset + blob.length]
             if checksum(data) != blob.digest:
                 self.fail(f"checksum mismatch in blob {i} ({blob.used_by}): the file is corrupt",
                           IntegrityError)
+            blob.checked = True
+        return all(blob.lazy or blob.checked for blob in self.blobs)
 
 
 def _row_nbytes(encoding: str, shape: list[int]) -> int:

@@ -76,6 +76,7 @@ def _json(document: dict) -> bytes:
 
 
 def _layout(file: RlxFile) -> _Layout:
+    file.check_integrity()  # a file read lazily: its bytes get new checksums here
     blobs: list[Payload] = []
 
     def blob_ref(data: Payload) -> dict:

@@ -23,7 +23,7 @@ from typing import Any, NoReturn, TypeGuard
 import numpy as np
 
 from rlx.artifact.layout import checksum, header_digest
-from rlx.artifact.model import LAYOUTS, ArtifactOrigin, RlxFile, RlxWeight
+from rlx.artifact.model import ALL, LAYOUTS, ArtifactOrigin, RlxFile, RlxWeight
 from rlx.artifact.reader import (
     VERIFY_MODES,
     _Reader,
@@ -502,11 +502,14 @@ class _Package:
             out[sid] = self.c.parse_json(data, f"sidecar {sid!r}")
         return out
 
-    def _check_hot(self) -> None:
+    def _check_hot(self, part: str = ALL) -> bool:
+        """Every mapped tensor's checksum, whatever `part` (`RlxFile.check_integrity`):
+        a package's graph and table may share a tensor."""
         for index, view in self.hot_checks:
             if checksum(view) != self.rows[index]["xxh3"]:
                 self.fail(f"checksum mismatch in tensor {self.rows[index]['name']!r}: the "
                           "package is corrupt", IntegrityError)
+        return True
 
 
 

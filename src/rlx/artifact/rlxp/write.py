@@ -124,6 +124,7 @@ def write_rlxp(path: str | os.PathLike, file: RlxFile, container: str | None = N
 
 # -- encoding ------------------------------------------------------------------------------
 def encode_rlxp(file: RlxFile, opts: RlxpOptions, sidecar_tier: str) -> Encoded:
+    file.check_integrity()  # a file read lazily: its bytes get new checksums here
     tensors: list[_Tensor] = []
     names: set[str] = set()
     graph = file.graph
