@@ -361,7 +361,9 @@ class OrtRunner:
         import shutil  # here, not at the top: a load from the cache never needs them
         import tempfile
 
-        file.check_integrity()  # every blob's checksum, before anything derived is kept
+        from rlx.artifact.model import GRAPH
+
+        file.check_integrity(GRAPH)  # what the export reads, before anything derived is kept
         model_bytes, placer = self._export(file, graph)
         folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
