@@ -39,6 +39,7 @@ import numpy as np
 
 from rlx import BakeOptions, BakeProfile, bake
 from rlx.artifact import crypto, parse_rlx, read_rlx, read_rlxp
+from rlx.artifact.model import TABLE
 from rlx.deferred import materialize
 from rlx.errors import IntegrityError, RlxError
 from rlx.ir.graph import Graph
@@ -270,7 +271,10 @@ def _rlx_mode(data: bytes, path: Path, mode: str, allow: Allowance) -> _ModeResu
         else:
             file = parse_rlx(data, verify=mode)
         result.stage = "use"
-        _compile_and_run(file.into_runtime_graph(), result, allow)
+        graph = file.into_runtime_graph()
+        file.check_integrity(TABLE)  # what any use of the weight table checks first (a
+        # duplex file's table is not what its graph runs on)
+        _compile_and_run(graph, result, allow)
     except RlxError as err:
         result.error = err
     return result
