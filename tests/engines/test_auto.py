@@ -14,13 +14,23 @@ import numpy as np
 import pytest
 
 import rlx
-from rlx.engines import auto, registry
+from rlx.engines import auto, cores, registry
 from rlx.engines.fingerprint import default_cache_dir
 from tests.engines.conftest import feeds, write_mlp
 
 
 def _cache(tmp_path) -> dict:
     return json.loads((tmp_path / "cache" / "engines.json").read_text())
+
+
+@pytest.fixture(autouse=True)
+def _cores(monkeypatch) -> list[float]:
+    """Two cores, and the other runnable threads this list's last item (quiet unless a test
+    says otherwise): which candidates auto times follows the load, not this machine's."""
+    load = [0.0]
+    monkeypatch.setattr(cores, "usable_cores", lambda: 2)
+    monkeypatch.setattr(cores, "others_load", lambda spare=None: load[-1])
+    return load
 
 
 def test_measures_once_then_reads_the_cache(tmp_path, monkeypatch, caplog):
@@ -366,3 +376,66 @@ def _fail_runs(monkeypatch, message: str, only: str | None = None) -> None:
         return Failing()
 
     monkeypatch.setattr(auto, "_build", build)
+
+
+def _intra_op_threads(model) -> int:
+    return model.runner.session.get_session_options().intra_op_num_threads
+
+
+@pytest.mark.parametrize("prepack", ["mapped", "off"])  # a warm load, and a full one, later
+@pytest.mark.parametrize("fitted_ms, when_shared, shared_threads", [
+    (0.09, "threads that fit", 1),  # a short call: a second thread only waits for wake-ups
+    (30.0, "threads asked", 2),  # a long one: two threads get twice the share of the cores
+])
+def test_on_shared_cores_onnxruntime_is_timed_at_the_threads_that_fit_too(
+        tmp_path, monkeypatch, _cores, prepack, fitted_ms, when_shared, shared_threads):
+    """Beside other work (3 runnable threads on 2 cores) auto times onnxruntime at the
+    threads asked (its spinning off) and at the threads that fit (1), and caches which
+    won; a later load runs the winner's threads while the cores are shared, and the
+    threads asked once they are free. The timings are given (which one is faster is the
+    machine's to say: docs/engines.md has the real models' numbers), the sessions are
+    real and compute the MLP's float64 oracle."""
+    mlp = write_mlp(tmp_path / "mlp.rlx")
+    _cores.append(3.0)
+    timed: list[list[str]] = []
+
+    def measure(runners, feeds_, outputs, **options):
+        timed.append(list(runners))
+        return {n: {"onnxruntime": 0.010, auto.FITTED: fitted_ms / 1e3}.get(n, 1.0)
+                for n in runners}
+
+    monkeypatch.setattr(auto, "_measure", measure)
+    monkeypatch.setattr(auto, "COLD_BUDGET_S", 1e9)
+    args = {"engine": "auto", "threads": 2, "cache_dir": tmp_path / "cache", "prepack": prepack}
+    first = rlx.load(mlp.path, **args)
+    entry = next(iter(_cache(tmp_path).values()))
+    assert auto.FITTED in timed[0] and "onnxruntime" in timed[0]
+    assert entry["engine"] == first.engine == "onnxruntime"
+    assert entry["when_shared"] == when_shared and auto.FITTED in entry["measured_ms"]
+    assert auto.FITTED not in entry["unbuilt"] + list(entry["failed"])
+    assert _intra_op_threads(first) == shared_threads
+    for load, threads in ((3.0, shared_threads), (0.0, 2)):
+        _cores.append(load)
+        model = rlx.load(mlp.path, **args)
+        assert len(timed) == 1 and _intra_op_threads(model) == threads
+        np.testing.assert_allclose(model.run(feeds())[1], mlp.oracle(feeds()["x"])[1],
+                                   rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("load, threads", [(0.0, 2), (3.0, 1), (3.0, None)])
+def test_onnxruntime_is_timed_at_fewer_threads_only_where_they_would_fit_better(
+        tmp_path, monkeypatch, _cores, load, threads):
+    """Free cores (nothing to fit), or a thread too few to split (1 thread asked; the
+    default, None, is one per core), time onnxruntime once, and the entry says nothing of
+    shared cores."""
+    mlp = write_mlp(tmp_path / "mlp.rlx")
+    _cores.append(load)
+    timed: list[str] = []
+    monkeypatch.setattr(auto, "_measure", lambda runners, f, o, **_: (
+        timed.extend(runners) or {n: 1.0 for n in runners}))
+    monkeypatch.setattr(auto, "COLD_BUDGET_S", 1e9)
+    rlx.load(mlp.path, threads=threads, cache_dir=tmp_path / "cache")
+    entry = next(iter(_cache(tmp_path).values()))
+    fitted = threads is None and load > 0  # None: 2 threads on these 2 cores
+    assert (auto.FITTED in timed) is fitted
+    assert ("when_shared" in entry) is fitted

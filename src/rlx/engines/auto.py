@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlx.engines import turns
+from rlx.engines import cores, turns
 from rlx.engines.fingerprint import default_cache_dir, machine_id
 from rlx.engines.registry import (
     available_engines,
@@ -78,7 +78,7 @@ if TYPE_CHECKING:  # a warm load (rlx.engines.warm) imports no graph IR
     from rlx.ir.graph import Graph
 
 __all__ = ["JsonCache", "choose", "cache_key", "cached_choice", "example_feeds", "BUDGET_S",
-           "COLD_BUDGET_S", "MIN_TIMING_S", "PREFERENCE"]
+           "COLD_BUDGET_S", "MIN_TIMING_S", "PREFERENCE", "FITTED", "run_threads"]
 
 log = Logger("rlx.engines")
 
@@ -86,6 +86,12 @@ BUDGET_S = 1.0  # seconds of timing for all candidates together, at most
 COLD_BUDGET_S = 2.0  # seconds of builds but the chosen one's, and timing (issue 34)
 MIN_TIMING_S = 0.5  # of COLD_BUDGET_S, kept for the timing when deciding to build another
 PREFERENCE = ("onnxruntime", "openvino", "numpy")
+FITTED = "onnxruntime at the threads that fit"
+"""The candidate of onnxruntime at `cores.threads_that_fit`, timed beside onnxruntime at the
+threads asked when the process shares its cores (docs/engines.md, "auto"); on a tie it
+wins (fewer threads, less of the shared cores burned)."""
+_TIES = (FITTED, *PREFERENCE)
+_BUILT_IN = ("onnxruntime", FITTED, "openvino", "numpy")  # FITTED maps onnxruntime's saved model
 _CACHE_FILE = "engines.json"
 
 
@@ -101,7 +107,8 @@ def cache_key(content: str, engines: list[str], threads: int | None, precision: 
 
 
 _MAX_CACHE_BYTES = 16 << 20  # thousands of entries; a larger file is not ours
-_ENTRY_TYPES = {"engine": str, "how": str, "measured_ms": dict, "failed": dict}
+_ENTRY_TYPES = {"engine": str, "how": str, "measured_ms": dict, "failed": dict,
+                "when_shared": str}
 
 
 class _Unreadable(RlxError):
@@ -174,7 +181,7 @@ def _measure(runners: Mapping[str, Any], feeds: Mapping[str, np.ndarray], output
              clock=time.perf_counter, budget: float = BUDGET_S) -> dict[str, float]:
     """Seconds per run of each (warmed-up) runner, from paired rounds of turns timed for
     about `budget` seconds (`rlx.engines.turns`)."""
-    return turns.measure(runners, feeds, outputs, clock, budget, PREFERENCE)
+    return turns.measure(runners, feeds, outputs, clock, budget, _TIES)
 
 
 def _tell(msg: str, *args: Any) -> None:
@@ -242,12 +249,14 @@ def _affords(done: _WarmUp) -> bool:
 
 def _warm_up(engines, build, feeds: dict, outputs: list[str], path: str,
              clock=time.perf_counter, always: tuple[str, ...] = ()) -> _WarmUp:
-    """Build the engines in `PREFERENCE` order and run each once (first-run allocations,
-    lazy compiles), another only while the cold budget affords it (`_affords`), but for
-    those named in `always`."""
+    """Build the engines in `PREFERENCE` order (`FITTED` after onnxruntime, when that
+    built) and run each once (first-run allocations, lazy compiles), another only while
+    the cold budget affords it (`_affords`), but for those named in `always`."""
     done = _WarmUp()
-    order = sorted(engines, key=lambda n: PREFERENCE.index(n) if n in PREFERENCE else 99)
+    order = sorted(engines, key=lambda n: _BUILT_IN.index(n) if n in _BUILT_IN else 99)
     for name in order:
+        if name == FITTED and "onnxruntime" not in done.runners:
+            continue  # onnxruntime's failure is told once
         if not _affords(done) and name not in always:
             done.skipped.append(name)
             continue
@@ -297,8 +306,10 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
         if file.origin is not None else None
     entry = cache.get(key, engines) if key is not None else None
 
-    def build(name: str):
-        return _build(name, file, graph, path, threads, precision, cache_dir, prepack)
+    def build(name: str, at: int | None = threads):
+        if name == FITTED:
+            name, at = "onnxruntime", fitted
+        return _build(name, file, graph, path, at, precision, cache_dir, prepack)
 
     candidates, always = engines, ("numpy",) if memory == "shared" else ()
     if entry is not None:
@@ -308,10 +319,13 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
             log.warning("auto: %s cannot take %s (cached): %s", name, path, why)
         unbuilt = [n for n in entry.get("unbuilt") or () if n in engines]
         if not unbuilt:
-            return build(entry["engine"])
+            return build(entry["engine"], run_threads(entry, threads))
         # an earlier load's cold budget left candidates unbuilt: this load measures them
         # beside the cached pick, within the same budget, until none is left
         candidates, always = [entry["engine"], *unbuilt], (*always, entry["engine"])
+    fitted = _fitted(threads) if "onnxruntime" in candidates else None
+    if fitted is not None:
+        candidates = [*candidates, FITTED]
     feeds = dict(example) if example is not None else example_feeds(graph)
     from rlx.runtime.feeds import check_feeds
 
@@ -329,13 +343,40 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
           time.perf_counter() - began)
     runner = w.built.get(pick) or build(pick)
     if key is not None:
-        cache.put(key, {"engine": pick, "how": how, "measured_ms": measured,
+        cache.put(key, {"engine": "onnxruntime" if pick == FITTED else pick, "how": how,
+                        "measured_ms": measured, **_when_shared(pick, measured),
                         "failed": {**(entry or {}).get("failed", {}), **w.failed},
-                        "unbuilt": w.skipped,
+                        "unbuilt": [n for n in w.skipped if n != FITTED],
                         "versions": engine_versions(engines),
                         "path": os.path.abspath(path), "precision": precision,
                         "threads": threads, "memory": memory})
     return runner
+
+
+def _fitted(threads: int | None) -> int | None:
+    """The fewer threads onnxruntime is timed at too (`FITTED`) when, at `threads`, the
+    process shares its cores now (`cores.threads_that_fit`); None when they fit."""
+    fit = cores.threads_that_fit(threads)
+    wanted = cores.usable_cores() if threads is None else threads
+    return fit if fit is not None and fit < wanted else None
+
+
+def _when_shared(pick: str, measured: Mapping[str, float]) -> dict[str, str]:
+    """The cache entry's record of the shared-cores timing: onnxruntime picked at the
+    threads that fit, or at the threads asked with those timed beside it (`run_threads`)."""
+    if FITTED not in measured or pick not in (FITTED, "onnxruntime"):
+        return {}
+    return {"when_shared": "threads that fit" if pick == FITTED else "threads asked"}
+
+
+def run_threads(entry: Mapping[str, Any], threads: int | None) -> int | None:
+    """The threads a load of auto's cached `entry` runs its engine at: when the timing found
+    onnxruntime faster at the threads that fit beside other work, those that fit beside
+    this load's (`cores.threads_that_fit`: the threads asked once the cores are free
+    again), else `threads`."""
+    if entry.get("when_shared") != "threads that fit":
+        return threads
+    return cores.threads_that_fit(threads)
 
 
 def _leave_out_copies(built: dict[str, Any], runners: dict[str, Any], graph: Graph) -> None:
@@ -372,7 +413,7 @@ def _fastest(measured: Mapping[str, float]) -> str:
     """The lowest, unless an engine earlier in `PREFERENCE` is within `turns.TIE` of it:
     estimates that close are within the noise of fresh-process ones, and onnxruntime,
     first, loads warm from the header alone (`rlx.engines.warm`)."""
-    return turns.pick(measured, PREFERENCE)
+    return turns.pick(measured, _TIES)
 
 
 def _fmt(measured: Mapping[str, float]) -> str:

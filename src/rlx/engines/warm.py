@@ -70,14 +70,16 @@ def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
         key, name, inputs, outputs, plan = declared
         if plan is not None and precision == "exact":  # the saved model is the plan's
             return None
+        at = threads  # onnxruntime's threads: auto's timing may have fitted them to the cores
         if engine == "auto":
-            from rlx.engines.auto import cached_choice
+            from rlx.engines.auto import cached_choice, run_threads
 
             entry = cached_choice(key, threads=threads, precision=precision, cache_dir=folder,
                                   memory=memory)
             # a choice with candidates left unbuilt is measured on (rlx.engines.auto)
             if entry is None or entry["engine"] != "onnxruntime" or entry.get("unbuilt"):
                 return None
+            at = run_threads(entry, threads)
         if self_test:
             from rlx.engines.self_test import passed_before
 
@@ -91,7 +93,7 @@ def load_warm(path: str, engine: str, *, threads: int | None, precision: str,
             return None
         from rlx.engines.onnxruntime_engine import OrtRunner
 
-        runner = OrtRunner.from_saved(saved, threads)
+        runner = OrtRunner.from_saved(saved, at)
         if plan is not None:
             runner.precision = plan.label
     except (OSError, RlxError) as err:  # the full load says what is wrong, if anything
