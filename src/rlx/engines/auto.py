@@ -13,6 +13,13 @@ two halves of it agree on the pick, or `BUDGET_S`. Estimates within `turns.TIE` 
 lowest are a tie, won by the earliest in `PREFERENCE`. On a terminal (in logging otherwise)
 auto says that it is measuring, for how long at most, and what it chose.
 
+When the process shares its cores at the threads asked, onnxruntime is timed at the threads
+that fit too (`FITTED`): beside other work a second thread pays only for calls long enough
+that its share of the cores outweighs a wake-up per parallel section, which no count over
+a graph with symbolic dims foretold (docs/engines.md). The entry records which won
+(`when_shared`), and later loads run those threads while the cores stay shared
+(`run_threads`).
+
 The whole cold load is bounded, not the timing alone: beyond building the engine it
 picks (what a load of that engine costs anyway), auto spends at most about
 `COLD_BUDGET_S` on the other builds and the timing, whichever engine it picks. Until the
