@@ -254,6 +254,19 @@ def test_the_cold_budget_holds_whichever_engine_is_picked():
     assert order == ["onnxruntime", "numpy"] and done.skipped == ["openvino"]
 
 
+def test_onnxruntime_at_the_threads_that_fit_is_part_of_onnxruntimes_build():
+    """It maps the model onnxruntime saved: built right after it, its seconds are
+    onnxruntime's (the pick's own whichever of the two wins), and no other engine's build
+    is predicted from them."""
+    room = auto.COLD_BUDGET_S - auto.MIN_TIMING_S
+    done, order = _warm_up({"onnxruntime": room / 2 + 0.01, auto.FITTED: 0.01,
+                            "openvino": room / 2, "numpy": 0.1})
+    assert order == ["onnxruntime", auto.FITTED, "openvino"] and done.skipped == ["numpy"]
+    assert set(done.builds) == {"onnxruntime", "openvino"}
+    assert done.builds["onnxruntime"] == pytest.approx(room / 2 + 0.02)
+    assert done.extra == pytest.approx(room / 2 + 0.02)
+
+
 @pytest.mark.parametrize("costs", [
     {"onnxruntime": 0.9, "openvino": 0.3, "numpy": 0.2},
     {"onnxruntime": 0.2, "openvino": 0.3, "numpy": 1.4},
