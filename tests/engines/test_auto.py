@@ -216,15 +216,20 @@ class _Free:
         return []
 
 
-def _warm_up(build_seconds: dict[str, float], always: tuple[str, ...] = ()
-             ) -> tuple[auto._WarmUp, list[str]]:
-    """`_warm_up` over builds that cost `build_seconds` on a fake clock; the build order."""
+class _Saved(_Free):
+    cached = "the folder of onnxruntime's saved model"
+
+
+def _warm_up(build_seconds: dict[str, float], always: tuple[str, ...] = (),
+             saved: bool = False) -> tuple[auto._WarmUp, list[str]]:
+    """`_warm_up` over builds that cost `build_seconds` on a fake clock (onnxruntime's
+    mapping a model it `saved`); the build order."""
     clock, order = [0.0], []
 
     def build(name):
         order.append(name)
         clock[0] += build_seconds[name]
-        return _Free()
+        return _Saved() if saved else _Free()
 
     done = auto._warm_up(list(build_seconds), build, {}, [], "m.rlx", clock=lambda: clock[0],
                          always=always)
@@ -265,6 +270,20 @@ def test_onnxruntime_at_the_threads_that_fit_is_part_of_onnxruntimes_build():
     assert set(done.builds) == {"onnxruntime", "openvino"}
     assert done.builds["onnxruntime"] == pytest.approx(room / 2 + 0.02)
     assert done.extra == pytest.approx(room / 2 + 0.02)
+
+
+def test_onnxruntime_at_the_threads_that_fit_over_its_saved_model_is_always_timed(
+        monkeypatch):
+    """Beside other work onnxruntime's first build (export, optimisation) can leave no
+    room for another engine; a second session over the model it saved is a map, built
+    whatever the budget, so the threads are timed even then (an export is not)."""
+    dear = auto.COLD_BUDGET_S  # leaves no room for any other build
+    done, order = _warm_up({"onnxruntime": dear, auto.FITTED: 0.01, "openvino": 0.1},
+                           saved=True)
+    assert order == ["onnxruntime", auto.FITTED] and done.skipped == ["openvino"]
+    assert list(done.runners) == ["onnxruntime", auto.FITTED]
+    done, order = _warm_up({"onnxruntime": dear, auto.FITTED: 0.01, "openvino": 0.1})
+    assert order == ["onnxruntime"] and done.skipped == [auto.FITTED, "openvino"]
 
 
 @pytest.mark.parametrize("costs", [
