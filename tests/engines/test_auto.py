@@ -361,6 +361,26 @@ def test_candidates_the_cold_budget_left_unbuilt_are_measured_at_later_loads(tmp
     assert built[2] in ([], [picks[2]])
 
 
+def test_a_later_load_that_builds_nothing_new_keeps_what_was_measured(tmp_path, monkeypatch):
+    """A provisional choice (numpy left unbuilt) whose next load again builds only the
+    cached pick times nothing: the entry stays as measured, and the load after that, with
+    room, measures numpy beside the pick."""
+    mlp = write_mlp(tmp_path / "mlp.rlx")
+    if "openvino" not in registry.available_engines():
+        pytest.skip("needs two engines beside numpy")
+    monkeypatch.setattr(auto, "_measure", lambda runners, f, o, **_: {
+        name: 0.001 if name == "openvino" else 1.0 for name in runners})
+    entries = []
+    for builds in (2, 1, 9):  # engines the budget affords: onnxruntime and OpenVINO, ...
+        monkeypatch.setattr(auto, "_affords", lambda done, n=builds: len(done.builds) < n)
+        assert rlx.load(mlp.path, cache_dir=tmp_path / "cache").engine == "openvino"
+        entries.append(next(iter(_cache(tmp_path).values())))
+    assert entries[0]["unbuilt"] == ["numpy"] and entries[1] == entries[0]
+    assert set(entries[0]["measured_ms"]) == {"onnxruntime", "openvino"}
+    assert entries[2]["unbuilt"] == [] and set(entries[2]["measured_ms"]) == {"openvino",
+                                                                              "numpy"}
+
+
 def test_feeds_that_fail_on_every_engine_warn_of_none(tmp_path, monkeypatch, caplog):
     """An engine that builds but fails on feeds the numpy reference cannot run either is
     not said to be unable to take the file, at this load or at the cached ones after."""

@@ -358,7 +358,10 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
     _tell("auto: chose %s, %s (%s), in %.1f s", pick, how, _fmt(measured),
           time.perf_counter() - began)
     runner = w.built.get(pick) or build(pick)
-    if key is not None:
+    # a later load whose budget again built no candidate beside the cached pick keeps what
+    # earlier loads measured, rather than overwriting it with nothing
+    if key is not None and not (entry is not None and not measured
+                                and _engine(pick) == entry["engine"]):
         cache.put(key, {"engine": _engine(pick), "how": how,
                         "measured_ms": measured, **_when_shared(pick, measured),
                         "failed": {**(entry or {}).get("failed", {}), **w.failed},
