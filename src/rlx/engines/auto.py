@@ -358,10 +358,7 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
     _tell("auto: chose %s, %s (%s), in %.1f s", pick, how, _fmt(measured),
           time.perf_counter() - began)
     runner = w.built.get(pick) or build(pick)
-    # a later load whose budget again built no candidate beside the cached pick keeps what
-    # earlier loads measured, rather than overwriting it with nothing
-    if key is not None and not (entry is not None and not measured
-                                and _engine(pick) == entry["engine"]):
+    if key is not None and not _kept(entry, pick, measured):
         cache.put(key, {"engine": _engine(pick), "how": how,
                         "measured_ms": measured, **_when_shared(pick, measured),
                         "failed": {**(entry or {}).get("failed", {}), **w.failed},
@@ -370,6 +367,13 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
                         "path": os.path.abspath(path), "precision": precision,
                         "threads": threads, "memory": memory})
     return runner
+
+
+def _kept(entry: Mapping[str, Any] | None, pick: str, measured: Mapping[str, float]) -> bool:
+    """Whether the cached `entry` stays as it is: a later load whose budget again built no
+    candidate beside the cached pick timed nothing, and keeps what earlier loads measured
+    rather than overwriting it with nothing."""
+    return entry is not None and not measured and _engine(pick) == entry["engine"]
 
 
 def _engine(candidate: str) -> str:
@@ -434,9 +438,9 @@ def _pick(w: _WarmUp, feeds: dict, outputs: list[str]) -> tuple[str, str, dict[s
 
 
 def _fastest(measured: Mapping[str, float]) -> str:
-    """The lowest, unless an engine earlier in `PREFERENCE` is within `turns.TIE` of it:
-    estimates that close are within the noise of fresh-process ones, and onnxruntime,
-    first, loads warm from the header alone (`rlx.engines.warm`)."""
+    """The lowest, unless an engine earlier in `PREFERENCE` (`FITTED` before them all) is
+    within `turns.TIE` of it: estimates that close are within the noise of fresh-process
+    ones, and onnxruntime, first, loads warm from the header alone (`rlx.engines.warm`)."""
     return turns.pick(measured, _TIES)
 
 
