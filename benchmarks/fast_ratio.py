@@ -11,6 +11,10 @@ f32), anonymous RSS at load, and the held-out accuracy (seeds 100..103, never th
 calibration ones) against onnxruntime f32 on the original: worst cosine over outputs and
 argmax agreement of class-score outputs. Per model, the plan's counts and the file size
 against the ONNX file.
+
+`--synthetic db_detector:size=320:widen=3,crnn:width=320` adds models built by
+tests/baking/cnn_models.py (keyword arguments as integers), written into FOLDER, fed seeded
+normalised images: architectures MODELS.md does not hold, checked by the same rules.
 """
 
 from __future__ import annotations
@@ -38,23 +42,51 @@ HEADER = ("| model | threads | runner | p50 ms | / min(ort, ov f32) | anon MiB a
           "held-out cosine | argmax | runs in |\n|---|---|---|---|---|---|---|---|---|")
 
 
-def _bake(name: str, folder: Path) -> tuple[Path, Path, dict]:
+def _synthetic(spec: str, folder: Path) -> Path:
+    """The ONNX file of `spec` (builder[:key=int]...) from tests/baking/cnn_models.py."""
+    import onnx
+
+    from tests.baking import cnn_models
+
+    builder, *pairs = spec.split(":")
+    kwargs = {k: int(v) for k, v in (pair.split("=") for pair in pairs)}
+    path = folder / f"{spec.replace(':', '-').replace('=', '')}.onnx"
+    if not path.exists():
+        onnx.save(getattr(cnn_models, builder)(**kwargs)[0], path)
+    return path
+
+
+def _feeds(name: str, onnx_path: str | Path):
+    """Seeded feeds of a MODELS.md model, or seeded images of a synthetic model's shape."""
+    from tests.real_models import FEEDS
+
+    if name in FEEDS:
+        return FEEDS[name]
+    import onnx
+
+    from tests.baking.cnn_models import image_feeds
+
+    (x,) = onnx.load(onnx_path, load_external_data=False).graph.input
+    return image_feeds([d.dim_value for d in x.type.tensor_type.shape.dim])
+
+
+def _bake(name: str, onnx_path: Path, folder: Path) -> tuple[Path, dict]:
     from rlx import BakeOptions, bake
     from rlx.artifact import write_rlx
     from rlx.onnx import import_onnx
-    from tests.real_models import FEEDS, fetch, import_kwargs
+    from tests.real_models import import_kwargs
 
-    onnx_path = fetch(name)
     graph, bindings = import_onnx(onnx_path, **import_kwargs(onnx_path))
+    feeds = _feeds(name, onnx_path)
     opts = BakeOptions.from_profile("fast").replace(
-        calibration=[FEEDS[name](seed) for seed in CALIBRATION])
+        calibration=[feeds(seed) for seed in CALIBRATION])
     start = time.perf_counter()
     file, report = bake(graph, bindings, opts)
     seconds = time.perf_counter() - start
-    path = folder / f"{name}.fast.rlx"
+    path = folder / f"{onnx_path.stem}.fast.rlx"
     write_rlx(path, file)
     plan = report.precision
-    return onnx_path, path, {"bake_s": seconds, "plan": plan.summary if plan else "none",
+    return path, {"bake_s": seconds, "plan": plan.summary if plan else "none",
                              "bytes": path.stat().st_size, "onnx_bytes": onnx_path.stat().st_size}
 
 
@@ -88,13 +120,11 @@ def _runner(kind: str, onnx_path: str, rlx_path: str, threads: int):
 def child() -> None:
     """In a fresh process (argv: kind, model, onnx, rlx, threads, calls): the anonymous RSS
     the load added, and the p50 of `calls` runs after 3 warm-up calls, as JSON."""
-    from tests.real_models import FEEDS
-
     kind, name, onnx_path, rlx_path, threads, calls = sys.argv[1:7]
     before = proc_status()["RssAnon"]
     run, _ = _runner(kind, onnx_path, rlx_path, int(threads))
     anon = proc_status()["RssAnon"] - before
-    feeds = FEEDS[name](HELD_OUT[0])
+    feeds = _feeds(name, onnx_path)(HELD_OUT[0])
     for _ in range(3):
         run(feeds)
     times = time_calls(lambda: run(feeds), int(calls), 0.0)
@@ -125,10 +155,9 @@ def _accuracy(name: str, onnx_path: Path, rlx_path: Path) -> dict[str, dict]:
     from rlx.artifact.open import open_artifact
     from rlx.baking.fast import class_score_outputs
     from rlx.baking.guard import compare_outputs
-    from tests.real_models import FEEDS
 
     reference, _ = _runner("ort-f32", str(onnx_path), "", 2)
-    feeds = [FEEDS[name](seed) for seed in HELD_OUT]
+    feeds = [_feeds(name, onnx_path)(seed) for seed in HELD_OUT]
     refs = [reference(f) for f in feeds]
     graph = open_artifact(rlx_path).graph
     names = [graph.node(o).name or f"out{o}" for o in graph.outputs]
@@ -168,7 +197,8 @@ def main(argv: list[str] | None = None) -> None:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("folder", type=Path, nargs="?")
-    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--models", default=",".join(MODELS), help="MODELS.md names ('' for none)")
+    p.add_argument("--synthetic", default="", help="builder[:key=int]... of cnn_models")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--rounds", type=int, default=2)
@@ -177,8 +207,13 @@ def main(argv: list[str] | None = None) -> None:
     args.folder.mkdir(parents=True, exist_ok=True)
     sizes: list[str] = []
     print(HEADER, flush=True)
-    for name in args.models.split(","):
-        onnx_path, rlx_path, baked = _bake(name, args.folder)
+    from tests.real_models import fetch
+
+    sources = [(name, fetch(name)) for name in args.models.split(",") if name]
+    sources += [(spec, _synthetic(spec, args.folder)) for spec in args.synthetic.split(",")
+                if spec]
+    for name, onnx_path in sources:
+        rlx_path, baked = _bake(name, onnx_path, args.folder)
         sizes.append(f"- {name}: plan {baked['plan']}; {baked['bytes']:,} bytes "
                      f"({baked['bytes'] / baked['onnx_bytes']:.2f}x the ONNX); "
                      f"bake {baked['bake_s']:.1f} s")

@@ -105,11 +105,10 @@ def _kinds(compiled: Any) -> dict[str, tuple[str, list[int], list[int]]]:
 def child() -> None:
     """In a fresh process (argv: runner, model, onnx, rlx, threads, calls): the p50 of the
     run and the ms per (kind, precision), as JSON."""
-    from benchmarks.fast_ratio import HELD_OUT
-    from tests.real_models import FEEDS
+    from benchmarks.fast_ratio import HELD_OUT, _feeds
 
     kind, name, onnx_path, rlx_path, threads, calls = sys.argv[1:7]
-    given = FEEDS[name](HELD_OUT[0])
+    given = _feeds(name, onnx_path)(HELD_OUT[0])
     compiled, request, _model = _compiled(kind, onnx_path, rlx_path, int(threads), given)
     feeds = {k: v for k, v in given.items() if any(k in i.get_names() for i in compiled.inputs)}
     for _ in range(3):
@@ -159,21 +158,24 @@ def table(name: str, threads: int, results: dict[str, dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from benchmarks.fast_ratio import _bake
+    from benchmarks.fast_ratio import _bake, _synthetic
     from tests.real_models import MODELS, fetch
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("folder", type=Path, nargs="?", default=WORK / "layers")
-    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--models", default=",".join(MODELS), help="MODELS.md names ('' for none)")
+    p.add_argument("--synthetic", default="", help="as benchmarks.fast_ratio's")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--calls", type=int, default=40)
     args = p.parse_args(argv)
     args.folder.mkdir(parents=True, exist_ok=True)
-    for name in args.models.split(","):
-        rlx_path = args.folder / f"{name}.fast.rlx"
+    sources = [(name, fetch(name)) for name in args.models.split(",") if name]
+    sources += [(spec, _synthetic(spec, args.folder)) for spec in args.synthetic.split(",")
+                if spec]
+    for name, onnx_path in sources:
+        rlx_path = args.folder / f"{onnx_path.stem}.fast.rlx"
         if not rlx_path.exists():
-            _bake(name, args.folder)
-        onnx_path = fetch(name)
+            _bake(name, onnx_path, args.folder)
         for threads in (int(t) for t in args.threads.split(",")):
             results = {kind: in_fresh_process(CHILD, kind, name, str(onnx_path), str(rlx_path),
                                               str(threads), str(args.calls))

@@ -130,19 +130,22 @@ def image_feeds(shape: list[int]) -> Feeds:
     return feeds
 
 
-def db_detector(seed: int = 0, size: int = 64) -> tuple[onnx.ModelProto, Feeds]:
+def db_detector(seed: int = 0, size: int = 64,
+                widen: int = 1) -> tuple[onnx.ModelProto, Feeds]:
     """A DB-style text detector: backbone, FPN (1x1 laterals, upsample-add, 3x3 outputs
-    concatenated at 1/4), a head of conv and two ConvTranspose up to full size, sigmoid."""
+    concatenated at 1/4), a head of conv and two ConvTranspose up to full size, sigmoid.
+    `widen` multiplies every width but the image's and the probability map's."""
     b = CnnBuilder(seed)
-    feats = b.backbone("x", (16, 24, 40, 80, 160))
-    lateral = [b.conv(f, c, 64, 1, act=None, bn=False) for f, c in feats]
+    feats = b.backbone("x", tuple(w * widen for w in (16, 24, 40, 80, 160)))
+    fpn, out = 64 * widen, 16 * widen
+    lateral = [b.conv(f, c, fpn, 1, act=None, bn=False) for f, c in feats]
     for i in range(len(lateral) - 2, -1, -1):
         lateral[i] = b.node("Add", [lateral[i], b.upsample(lateral[i + 1], 2)])
-    outs = [b.conv(x, 64, 16, 3, act=None, bn=False) for x in lateral]
+    outs = [b.conv(x, fpn, out, 3, act=None, bn=False) for x in lateral]
     fused = b.node("Concat", [b.upsample(o, 2 ** i) if i else o for i, o in enumerate(outs)],
                    axis=1)
-    head = b.conv_transpose(b.conv(fused, 64, 16, 3), 16, 16)
-    probability = b.conv_transpose(head, 16, 1, act="Sigmoid", bn=False)
+    head = b.conv_transpose(b.conv(fused, 4 * out, out, 3), out, out)
+    probability = b.conv_transpose(head, out, 1, act="Sigmoid", bn=False)
     shape = [1, 3, size, size]
     return b.model(shape, [probability]), image_feeds(shape)
 
@@ -172,16 +175,16 @@ def crnn(seed: int = 0, height: int = 32, width: int = 128, classes: int = 64,
     return b.model(shape, [probabilities]), image_feeds(shape)
 
 
-def anchor_free_detector(seed: int = 0, size: int = 96, classes: int = 5,
-                         bins: int = 8) -> tuple[onnx.ModelProto, Feeds]:
+def anchor_free_detector(seed: int = 0, size: int = 96, classes: int = 5, bins: int = 8,
+                         widen: int = 1) -> tuple[onnx.ModelProto, Feeds]:
     """An anchor-free layout detector (PicoDet / GFL style): backbone, a PAN neck of 1x1
     laterals and depthwise-separable fusions (top-down by upsampling, bottom-up by stride-2
     depthwise convs), and per level a head of 5x5 depthwise + 1x1 convs ending in a
     `classes`-wide sigmoid and a `4 x bins` box-distribution branch, flattened and
-    concatenated over the levels."""
+    concatenated over the levels. `widen` multiplies the backbone's and the neck's widths."""
     b = CnnBuilder(seed)
-    feats = b.backbone("x", (16, 24, 40, 80, 160))[1:]
-    width = 64
+    feats = b.backbone("x", tuple(w * widen for w in (16, 24, 40, 80, 160)))[1:]
+    width = 64 * widen
     lateral = [b.conv(f, c, width, 1, act="HardSwish") for f, c in feats]
     for i in range(len(lateral) - 2, -1, -1):
         fused = b.node("Add", [lateral[i], b.upsample(lateral[i + 1], 2)])

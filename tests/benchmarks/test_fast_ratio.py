@@ -33,3 +33,18 @@ def test_each_runner_is_over_the_faster_plain_runtime():
     assert rows["ort-f32"][6:] == ["(the reference)", "", "f32"]
     width = len(fr.HEADER.splitlines()[0].split("|"))
     assert all(len(r.split("|")) == width for r in fr._rows("m", 1, P50, ACC))
+
+
+def test_a_synthetic_model_is_built_with_its_arguments_and_fed_its_input_shape(tmp_path):
+    import numpy as np
+    import onnxruntime as ort
+
+    path = fr._synthetic("crnn:width=64:hidden=16:classes=10", tmp_path)
+    assert path == tmp_path / "crnn-width64-hidden16-classes10.onnx"
+    feeds = fr._feeds("crnn:width=64:hidden=16:classes=10", path)(7)
+    assert feeds["x"].shape == (1, 3, 32, 64)
+    assert np.array_equal(feeds["x"], fr._feeds("crnn:width=64", path)(7)["x"])
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (probabilities,) = session.run(None, feeds)
+    assert probabilities.shape == (16, 1, 10)  # width 64 pooled by 4: 16 steps of 10 classes
+    np.testing.assert_allclose(probabilities.sum(-1), 1, rtol=1e-5)
