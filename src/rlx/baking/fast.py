@@ -166,7 +166,7 @@ def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
     plan.counts.update({"int8": len(running), "f32": len(ranked) - len(running),
                         "int8 chain": len(links.nodes)})
     # on the graph bf16 engines run: the exact graph of the file, its int8 weights as stored
-    bf16 = plan_bf16(exact_graph(g, plan), runner, target)
+    bf16 = plan_bf16(exact_graph(g, plan), runner, aim)  # held-out margin, as int8
     plan.bf16, plan.counts["bf16"] = bf16.names, bf16.count
     per_work = dict(orders)[" per multiply-add"]
     own = plan_openvino(g, plan, ranked_products(graph, per_work, ranges, running), runner, aim)
