@@ -1,7 +1,8 @@
-"""OpenVINO workers share the MatMul weights' pages: those weights stay graph inputs set to
-tensors over the artifact's map (the CPU plugin copies constant MatMul weights into a
-private re-laid-out buffer at compile, one copy per process), so a worker's anonymous
-memory grows by its fixed cost, not by the weights."""
+"""OpenVINO workers loaded with `memory="shared"` share the MatMul weights' pages: those
+weights stay graph inputs set to tensors over the artifact's map (the CPU plugin copies
+constant MatMul weights into a private re-laid-out buffer at compile, one copy per process),
+so a worker's anonymous memory grows by its fixed cost, not by the weights. Without the hint
+they are Constants, which the plugin runs as FullyConnected on its own layout (faster)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ BIG = {"k": 1024, "hidden": 4096, "n": 1024}  # 16 MiB + 16 MiB of f32 MatMul we
 def test_matmul_weights_are_the_mapped_bytes_and_the_rest_constants(tmp_path):
     require("openvino")
     mlp = write_mlp(tmp_path / "mlp.rlx", hidden=512)  # every weight >= 1 KiB: bound
-    model = rlx.load(mlp.path, engine="openvino")
+    model = rlx.load(mlp.path, engine="openvino", memory="shared")
     runner = model.runner
     base = np.frombuffer(model.file.origin.buffer, np.uint8)  # the validated mapping
 
@@ -54,7 +55,7 @@ small, big = sys.argv[1], sys.argv[2]
 x = {"x": np.ones((4, 1024), np.float32)}
 rlx.load(small, engine="openvino").run(x)  # the plugin's own first-compile cost paid
 before = anon_rss_bytes()
-model = rlx.load(big, engine="openvino")
+model = rlx.load(big, engine="openvino", memory="shared")
 model.run(x)
 print(json.dumps({"growth": anon_rss_bytes() - before,
                   "weights": model.file.meta.constant_bytes}))
@@ -106,8 +107,32 @@ def test_a_weight_on_either_side_or_shared_by_two_products_is_served(tmp_path):
     g.set_outputs([g.matmul(y, t)])
     path = tmp_path / "sides.rlx"
     write_rlx(path, RlxFile.from_baked(g, []))
-    model = rlx.load(path, engine="openvino")
+    model = rlx.load(path, engine="openvino", memory="shared")
     assert sorted(a.shape for a in model.runner.served.values()) == [(32, 32), (256, 64)]
     xv = rng.standard_normal((64, 32)).astype(np.float32)
     want = left.astype(np.float64) @ xv @ tied @ tied
     np.testing.assert_allclose(model.run({"x": xv})[0], want, rtol=1e-4, atol=1e-3)
+
+
+def _layer_types(runner) -> list[str]:
+    """The layer types of the plugin's executed graph."""
+    return [op.get_rt_info()["layerType"].astype(str)
+            for op in runner.compiled.get_runtime_model().get_ordered_ops()]
+
+
+def test_a_private_load_makes_matmul_weights_constants_the_plugin_lays_out(tmp_path):
+    """Without `memory="shared"` nothing is served: every weight is a Constant and both
+    products run as FullyConnected (constant weights in the plugin's own layout), counted as
+    copied into the process."""
+    require("openvino")
+    mlp = write_mlp(tmp_path / "mlp.rlx", hidden=512)
+    private = rlx.load(mlp.path, engine="openvino")
+    shared = rlx.load(mlp.path, engine="openvino", memory="shared")
+    assert private.runner.served == {}
+    assert _layer_types(private.runner).count("FullyConnected") == 2
+    assert "FullyConnected" not in _layer_types(shared.runner)  # MatMul on the served inputs
+    assert private.runner.private_weight_bytes == sum(
+        w.nbytes for w in (mlp.w1, mlp.b1, mlp.w2))
+    x = feeds(k=64)
+    for got, want in zip(private.run(x), mlp.oracle(x["x"]), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

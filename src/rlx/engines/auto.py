@@ -201,9 +201,9 @@ def _tell(msg: str, *args: Any) -> None:
 
 
 def _build(name: str, file: RlxFile, graph: Graph, path: str, threads: int | None,
-           precision: str, cache_dir: str | os.PathLike | None, prepack: str):
+           precision: str, cache_dir: str | os.PathLike | None, prepack: str, memory: str):
     return engine_module(name).build(file, graph, path, threads=threads, precision=precision,
-                                     cache_dir=cache_dir, prepack=prepack)
+                                     cache_dir=cache_dir, prepack=prepack, memory=memory)
 
 
 def cached_choice(content: str, *, threads: int | None, precision: str,
@@ -325,7 +325,7 @@ def choose(file: RlxFile, graph: Graph, path: str, *, threads: int | None, preci
     def build(name: str, at: int | None = threads):
         if name == FITTED:
             name, at = "onnxruntime", fitted
-        return _build(name, file, graph, path, at, precision, cache_dir, prepack)
+        return _build(name, file, graph, path, at, precision, cache_dir, prepack, memory)
 
     candidates, always = engines, ("numpy",) if memory == "shared" else ()
     if entry is not None:

@@ -191,11 +191,12 @@ class Model:
 
 def build_runner(engine: str, file: RlxFile, graph: Graph, path: str | None, *,
                  threads: int | None, precision: str,
-                 cache_dir: str | os.PathLike | None = None, prepack: str = "mapped") -> Runner:
+                 cache_dir: str | os.PathLike | None = None, prepack: str = "mapped",
+                 memory: str = "private") -> Runner:
     """One concrete engine's runner (EngineError when its runtime is not installed)."""
     return engine_module(engine).build(file, graph, path, threads=threads,
                                        precision=precision, cache_dir=cache_dir,
-                                       prepack=prepack)
+                                       prepack=prepack, memory=memory)
 
 
 def _check_options(engine: str, precision: str, prepack: str, threads: int | None,
@@ -302,7 +303,7 @@ def _runner(engine: str, file: RlxFile, graph: Graph, source: str, *, threads: i
                            cache_dir=cache_dir, example=example, prepack=prepack,
                            memory=memory)
     runner = build_runner(engine, file, graph, source, threads=threads, precision=precision,
-                          cache_dir=cache_dir, prepack=prepack)
+                          cache_dir=cache_dir, prepack=prepack, memory=memory)
     if memory == "shared":
         from rlx.engines.sharing import warn_if_copied
 

@@ -66,10 +66,10 @@ class NumpyRunner:
 
 def build(file: RlxFile, graph: Graph, path: str | None, *, threads: int | None,
           precision: str, cache_dir: str | os.PathLike | None = None,
-          prepack: str = "mapped") -> NumpyRunner:
-    """`cache_dir` and `prepack` are unused: this engine keeps nothing on disk. numpy has
-    no faster precision of its own: "fast" runs exact, except a fast file's plan, whose
-    numerics it computes (QDQ op by op)."""
+          prepack: str = "mapped", memory: str = "private") -> NumpyRunner:
+    """`cache_dir`, `prepack` and `memory` are unused: this engine keeps nothing on disk
+    and computes on the map. numpy has no faster precision of its own: "fast" runs exact,
+    except a fast file's plan, whose numerics it computes (QDQ op by op)."""
     plan = file.precision_plan
     label = plan.label if plan is not None and precision == "fast" else "exact"
     return NumpyRunner(graph, threads, label)

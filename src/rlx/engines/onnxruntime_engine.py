@@ -401,8 +401,9 @@ def _discard(folder: Path) -> None:
 
 def build(file: RlxFile, graph: Graph, path: str | None, *, threads: int | None,
           precision: str, cache_dir: str | os.PathLike | None = None,
-          prepack: str = "mapped") -> OrtRunner:
-    """`path` only names the file: the weights come from `file`, never from disk. A fast
+          prepack: str = "mapped", memory: str = "private") -> OrtRunner:
+    """`path` only names the file: the weights come from `file`, never from disk (`memory`
+    is unused: onnxruntime shares them either way, docs/engines.md). A fast
     file's plan runs as QDQ (onnxruntime's int8 kernels); its exact graph is another model,
     saved beside the plan's in the cache."""
     plan = file.precision_plan

@@ -2,12 +2,16 @@
 
 The export makes every large weight a graph input. The CPU plugin re-lays out constant
 MatMul and Convolution weights in private memory at compile (a copy per process: N
-workers, N copies), but computes a MatMul on an input's own bytes. So a weight used only
-by MatMuls stays an input, set on each infer request to an `ov.Tensor` over the
-artifact's mapped bytes, and its pages are the page cache's, shared by every process
-mapping the file; every other weight becomes an `op.Constant(..., shared_memory=True)`
-over the map (a Gather table is used in place; Conv and elementwise operands are copied at
-compile: docs/engines.md has the measurements). Packed Q8_0 / TQ2_0 weights are written in
+workers, N copies), but computes a MatMul on an input's own bytes. With `memory="shared"`
+(several workers load the file) a weight used only by MatMuls stays an input, set on each
+infer request to an `ov.Tensor` over the artifact's mapped bytes, and its pages are the
+page cache's, shared by every process mapping the file. Otherwise it is a Constant too:
+the plugin runs it as FullyConnected on its own layout, which a MatMul on an input cannot
+match (captcha-crnn's LSTM products, 20 rows x 4096 x 400, ran 4.5 ms each as MatMuls on
+the served weights against ~0.9 as FullyConnected: the model 0.64x the CPU time). Every
+other weight becomes an `op.Constant(..., shared_memory=True)` over the map (a Gather table
+is used in place; Conv and elementwise operands are copied at compile: docs/engines.md has
+the measurements). Packed Q8_0 / TQ2_0 weights are written in
 the decompression form (int8 codes -> Convert -> Multiply by block scales), which the CPU
 plugin executes compressed.
 
@@ -167,9 +171,11 @@ def _bind_weights(model: ov.Model, arrays: dict[str, np.ndarray],
 class OpenVinoRunner:
     name = "openvino"
 
-    def __init__(self, file: RlxFile, graph: Graph, threads: int | None, precision: str):
+    def __init__(self, file: RlxFile, graph: Graph, threads: int | None, precision: str,
+                 memory: str = "private"):
         self.precision = precision
         self.file = file
+        self.serves = memory == "shared"  # MatMul weights served from the map (module doc)
         plan = file.precision_plan
         bf16: set[str] | None = None  # the plan's bf16 nodes' export names, when run so
         if plan is not None and precision == "fast":
@@ -229,7 +235,7 @@ class OpenVinoRunner:
         # a bf16 run converts a served weight at every run; as a Constant, once at compile
         bound = {name: array for name, array in self.arrays.items() if name not in kept}
         self._keep, self.private_weight_bytes = _bind_weights(
-            model, bound, self.served, serve=bf16 is None)
+            model, bound, self.served, serve=bf16 is None and self.serves)
         if bf16 is not None:
             share_transposed(model)
         self.model = model
@@ -316,6 +322,7 @@ class OpenVinoRunner:
 
 def build(file: RlxFile, graph: Graph, path: str | None, *, threads: int | None,
           precision: str, cache_dir: str | os.PathLike | None = None,
-          prepack: str = "mapped") -> OpenVinoRunner:
-    """`cache_dir` and `prepack` are unused: this engine keeps nothing on disk."""
-    return OpenVinoRunner(file, graph, threads, precision)
+          prepack: str = "mapped", memory: str = "private") -> OpenVinoRunner:
+    """`cache_dir` and `prepack` are unused: this engine keeps nothing on disk. `memory`:
+    "shared" serves MatMul weights from the map (module doc)."""
+    return OpenVinoRunner(file, graph, threads, precision, memory)
