@@ -11,9 +11,8 @@ match (captcha-crnn's LSTM products, 20 rows x 4096 x 400, ran 4.5 ms each as Ma
 the served weights against ~0.9 as FullyConnected: the model 0.64x the CPU time). Every
 other weight becomes an `op.Constant(..., shared_memory=True)` over the map (a Gather table
 is used in place; Conv and elementwise operands are copied at compile: docs/engines.md has
-the measurements). Packed Q8_0 / TQ2_0 weights are written in
-the decompression form (int8 codes -> Convert -> Multiply by block scales), which the CPU
-plugin executes compressed.
+the measurements). Packed Q8_0 / TQ2_0 weights are written in the decompression form (int8
+codes -> Convert -> Multiply by block scales), which the CPU plugin executes compressed.
 
 `precision="exact"` sets INFERENCE_PRECISION_HINT to f32 and turns off the dynamic
 quantization of activations the plugin applies to compressed (int8) weights on CPUs with
