@@ -14,8 +14,8 @@ import pytest
 from onnx import helper
 
 import rlx
-from rlx.artifact import read_rlx
-from rlx.artifact.openvino_form import openvino_int8_graph, openvino_int8_set
+from rlx.artifact import read_rlx, write_rlx
+from rlx.artifact.openvino_form import OPENVINO, openvino_int8_graph, openvino_int8_set
 from rlx.artifact.precision import PrecisionPlan
 from rlx.baking.bf16 import emulate_bf16, units
 from rlx.baking.bf16_region import label
@@ -78,6 +78,40 @@ def test_the_set_runs_u8_as_its_emulation_says(tmp_path, model, feeds, n):
         # these run the set with f32 beside it (`bf16_beside`): the emulation is the run
         # (measured 1e-13 apart), f32 on the same weights 1e-8 to 2e-4 away
         assert 1 - _cosine(want, got) <= 1e-9 + 0.01 * (1 - _cosine(exact.run(feed)[0], got))
+
+
+def _reorders(compiled) -> list[tuple[str, str]]:
+    """The compiled model's Reorders (layout and precision conversions): the layer type of
+    each one's source and the element type it writes."""
+    found = []
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        if op.get_rt_info()["layerType"].astype(str) == "Reorder":
+            source = op.input_value(0).get_node().get_rt_info()["layerType"].astype(str)
+            found.append((source, op.output(0).get_element_type().get_type_name()))
+    return found
+
+
+def test_the_conv_reading_the_image_runs_u8_and_saves_its_reorders(tmp_path):
+    """The detector's stem (3 channels, 27 terms: too few for the int8 part) joins
+    OpenVINO's set: the plugin's conversion of the image to its Convs' layout moves u8, and
+    the stem writes u8 into the int8 Conv after it; run f32, the image is reordered f32 and
+    the stem's output converted to u8 (accuracy against the emulation: the test above)."""
+    out, plan = _planned(small_detector(tmp_path), image_feeds(1, 8), tmp_path)
+    assert "stem" in openvino_int8_set(plan)
+    fast = rlx.load(out, engine="openvino", precision="fast")
+    ours = _reorders(fast.runner.compiled)
+    # the image quantised in its own layout (a Subgraph reading the input), then reordered
+    assert ("Subgraph", "u8") in ours and not any(s == "Input" for s, _ in ours)
+    file = read_rlx(out)
+    del file.meta.precision_plan["calibration"][OPENVINO]["int8"]["stem"]
+    write_rlx(tmp_path / "f32_stem.rlx", file)
+    f32_stem = rlx.load(tmp_path / "f32_stem.rlx", engine="openvino", precision="fast")
+    theirs = _reorders(f32_stem.runner.compiled)
+    assert ("Input", "f32") in theirs and len(ours) < len(theirs)
+    original = ort.InferenceSession(str(tmp_path / "small_detector.onnx"),
+                                    providers=["CPUExecutionProvider"])
+    for feed in image_feeds(90, 4):
+        assert _cosine(original.run(None, feed)[0], fast.run(feed)[0]) >= 0.999
 
 
 def _outlier_cnn(folder: Path, layers: int = 3) -> Path:

@@ -74,7 +74,7 @@ from rlx.artifact.precision import PrecisionPlan
 from rlx.baking.bf16 import plan_bf16
 from rlx.baking.guard import HELD_OUT_MARGIN, OutputAccuracy, OutputRunner, fewest_kept, misses
 from rlx.baking.int8 import ActivationRange, Candidate, apply_int8, candidates, plan_int8, work
-from rlx.baking.openvino_set import plan_openvino, ranked_products
+from rlx.baking.openvino_set import input_convs, plan_openvino, ranked_products
 from rlx.baking.sensitivity import calibrate, local_errors
 from rlx.baking.smoothing import smooth_ranges
 from rlx.errors import RlxError
@@ -136,9 +136,11 @@ def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
         feeds = [seeded_feeds(graph.inputs(), rng)[0] for _ in range(SEEDED_FEEDS)]
     assert feeds is not None
     graph, _ = fold_channel_scales(graph)  # an int8 Conv's output then follows its Relu
-    found = plan_int8(graph, candidates(graph))[0]  # narrow ones never int8 left out
+    every = candidates(graph)
+    found = plan_int8(graph, every)[0]  # narrow ones never int8 left out
+    entries = input_convs(graph, every, found)  # OpenVINO's set may run these int8
     try:
-        refs, ranges = calibrate(graph, found, feeds)
+        refs, ranges = calibrate(graph, [*found, *entries], feeds)
     except RlxError as err:
         if not seeded:
             raise
@@ -169,7 +171,8 @@ def plan_precision(graph: Graph, feeds: Sequence[Feeds] | None,
     bf16 = plan_bf16(exact_graph(g, plan), runner, aim)  # held-out margin, as int8
     plan.bf16, plan.counts["bf16"] = bf16.names, bf16.count
     per_work = dict(orders)[" per multiply-add"]
-    own = plan_openvino(g, plan, ranked_products(graph, per_work, ranges, running), runner, aim)
+    own = plan_openvino(g, plan, ranked_products(graph, [*entries, *per_work], ranges,
+                                                   running), runner, aim)
     plan.calibration = {"samples": len(feeds), "seeded": seeded, "min_cosine": target,
                         "runs": runner.runs, "outputs": [vars(a) for a in accuracy],
                         "bf16": {"candidates": bf16.candidates, "kept": bf16.kept,

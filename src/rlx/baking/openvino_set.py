@@ -10,8 +10,17 @@ products are the wide int8 candidates (`rlx.baking.int8`; a narrow one's pair co
 than int8 saves where no chain carries it), ranked per multiply-add as the int8 part ranks
 them, and the set is the ranking's tail after the smallest k kept f32 that meets the int8
 part's aim, by the same bisection (`rlx.baking.guard.fewest_kept`): one run when every
-product int8 passes, about log2(n) otherwise. A product whose label another product shares
-(an unrolled RNN's steps share their origin) is left out: the set names nodes by label.
+product int8 passes, about log2(n) otherwise.
+
+A narrow ungrouped Conv reading a graph input (an image's first conv: 3 channels, 27
+terms; not a depthwise one, whose `dw_I8` kernel ran slower than bf16) is a product too,
+ranked first (on a miss it stays f32 first). The plugin converts a graph input to the
+layout its Convs read in any case: f32 abcd -> acdb was its slowest Reorder on nudenet-320n
+(217-560 us of a 3x320x320 image, 2-4% of the run), quantised it is a u8 one (93 us), and
+the int8 conv writes u8 straight into the int8 conv after it (the f32 -> u8 Reorder there
+goes): 0.95x / 0.98x the run at 1 / 2 threads, orientation-lcnet 0.99x / 1.0x.
+A product whose label another product shares (an unrolled RNN's steps share their origin)
+is left out: the set names nodes by label.
 
 On a CPU without bf16 OpenVINO runs the set with every other op f32, which rounds less
 than the form measured here.
@@ -31,8 +40,9 @@ from rlx.baking.guard import OutputAccuracy, OutputRunner, fewest_kept, misses
 from rlx.baking.int8 import ActivationRange, Candidate
 from rlx.ir.graph import Graph
 from rlx.ir.ops.quant import DequantizeLinear
+from rlx.ir.ops.windows import Conv
 
-__all__ = ["OpenVinoSet", "ranked_products", "plan_openvino"]
+__all__ = ["OpenVinoSet", "input_convs", "ranked_products", "plan_openvino"]
 
 Product = tuple[str, tuple[float, int]]
 """A product's label and its activation's (scale, zero point)."""
@@ -53,18 +63,30 @@ class OpenVinoSet:
                 "outputs": [vars(a) for a in self.accuracy]}
 
 
+def input_convs(graph: Graph, every: Sequence[Candidate], found: Collection[Candidate]
+                ) -> list[Candidate]:
+    """The narrow ungrouped Conv candidates of `every` that read a graph input and are not
+    in `found` (the int8 part's): OpenVINO's set may run them int8 (module doc)."""
+    inputs = {n.id for n in graph.inputs()}
+    taken = {c.node for c in found}
+    return [c for c in every if c.narrow and c.activation in inputs and c.node not in taken
+            and isinstance(op := graph.node(c.node).op, Conv) and op.groups == 1]
+
+
 def ranked_products(graph: Graph, ranked: Sequence[Candidate],
                     ranges: dict[int, ActivationRange], running: Sequence[Candidate]
                     ) -> list[Product]:
-    """The wide candidates of `ranked` (most sensitive first) with a unique label, and the
-    quantisation of the activation each reads in the exact graph: the smoothed tensor where
-    onnxruntime's set (`running`) smooths it, the tensor itself elsewhere."""
+    """The wide candidates of `ranked` (most sensitive first) and the narrow ones reading a
+    graph input, with a unique label, and the quantisation of the activation each reads in
+    the exact graph: the smoothed tensor where onnxruntime's set (`running`) smooths it, the
+    tensor itself elsewhere."""
     labels = Counter(label(n) for n in graph.nodes() if product_axis(graph, n) is not None)
     smoothed = {c.node for c in running}
+    entries = {c.node for c in input_convs(graph, ranked, ())}
     found = []
     for c in ranked:
         name = label(graph.node(c.node))
-        if c.narrow or not name or labels[name] > 1:
+        if c.narrow and c.node not in entries or not name or labels[name] > 1:
             continue
         seen = ranges[c.activation]
         if seen.smooth is not None and c.node not in smoothed:
