@@ -70,23 +70,33 @@ def test_a_lagging_average_of_work_that_is_gone_leaves_spinning_on(tmp_path, mon
     assert cores.spinning_pays(2)
 
 
-def test_a_bursty_neighbour_counts_by_how_often_it_runs(tmp_path, monkeypatch):
-    """Reads over some milliseconds are averaged: a neighbour runnable in half of them is
+def test_a_bursty_neighbour_counts_when_it_runs_in_half_the_reads(tmp_path, monkeypatch):
+    """The median of reads over some milliseconds: a neighbour runnable in half of them is
     half a thread (threads 2 + 0.5 on 2 cores: spinning off)."""
     _loadavg(tmp_path, monkeypatch, *[1, 2] * (cores.SAMPLES // 2))
     assert cores.others_load() == pytest.approx(0.5)
     assert not cores.spinning_pays(2, cores=2)
 
 
+@pytest.mark.parametrize("running", [[2, 2, 1], [2, 1, 1, 1, 2, 1], [1, 2, 1]])
+def test_a_blip_in_a_few_reads_is_no_neighbour(tmp_path, monkeypatch, running):
+    """One other thread in one or two of the eight reads (a kernel thread, a process ending
+    as this one starts) leaves the cores free: the mean of such reads turned spinning off
+    in ~15% of fresh loads on a quiet machine."""
+    written = _loadavg(tmp_path, monkeypatch, *running)
+    assert cores.others_load() == 0.0 and len(written) == cores.SAMPLES
+    assert cores.spinning_pays(2, cores=2)
+
+
 @pytest.mark.parametrize(("running", "reads", "spins"), [
     ([1], cores.AGREE, True),  # quiet: the first reads agree that both cores are free
     ([3], cores.AGREE, False),  # two CPU-bound neighbours in every read
-    ([1, 1, 2], cores.SAMPLES, False),  # a neighbour in a third of the reads: all are taken
-    ([2, 1], cores.SAMPLES, False),
+    ([1, 1, 2], cores.SAMPLES, False),  # a neighbour from the third read on: all are taken
+    ([2, 1], cores.SAMPLES, True),  # a neighbour in the first read alone: a blip
 ])
 def test_first_reads_that_agree_decide_alone(tmp_path, monkeypatch, running, reads, spins):
     """A steady load is read `AGREE` times, 2 gaps rather than 7; reads that disagree
-    are all taken and averaged, as before."""
+    are all taken, and their median decides."""
     written = _loadavg(tmp_path, monkeypatch, *running)
     assert cores.spinning_pays(2, cores=2) is spins
     assert len(written) == reads

@@ -21,9 +21,13 @@ cores), now, not as the one-minute load average: that
 average lags, so a process started just after another ended (a benchmark's fresh
 processes, a restarted worker) saw a load that was gone and turned spinning off on free
 cores: 1.3-1.9x slower on a 2 ms model at two threads. The kernel's count of runnable
-threads is read a few times over some milliseconds and averaged, which also weighs bursty
-neighbours by how often they run; when the first reads agree (the load is steady) they
-decide, so a quiet or a busy machine costs a load 2 gaps (~4 ms) rather than 7 (~14 ms).
+threads is read a few times over some milliseconds and the median taken: a neighbour
+runnable in half of the reads or more counts, a blip in one or two does not (a kernel
+thread, a process ending as this one starts: on a quiet machine a lone read of one other
+thread in eight made the mean 0.12-0.25, which turned spinning off in ~15% of fresh
+loads, and int8 minilm-l3 ran 1.36x slower at two threads). When the first reads agree
+(the load is steady) they decide, so a quiet or a busy machine costs a load 2 gaps (~4 ms)
+rather than 7 (~14 ms).
 `rlx.load` takes its first reads as it goes (`reads_ahead`: as it starts, and once the
 file is open), so the parse, the checks and the compile fill those gaps rather than sleeps.
 
@@ -66,11 +70,11 @@ PROC_LOADAVG = "/proc/loadavg"
 def others_load(spare: float | None = None) -> float:
     """Runnable threads of other processes: the kernel's count of runnable threads
     (`/proc/loadavg`'s fourth field) less this process's (`running_threads` and the
-    loading one), averaged over `SAMPLES` reads at least
-    `SAMPLE_GAP_S` apart, or over the first `AGREE` when each of them alone puts the
-    others above `spare` (the cores the caller leaves free), or each at or below it: their
-    average then falls on the same side as any would (a steady load, busy or quiet, costs
-    2 gaps, not 7). The reads a load took ahead (`read_ahead`) come first, and a gap they
+    loading one), the median of `SAMPLES` reads at least
+    `SAMPLE_GAP_S` apart (module doc), or of the first `AGREE` when each of them alone puts
+    the others above `spare` (the cores the caller leaves free), or each at or below it:
+    their median then falls on the same side as any would (a steady load, busy or quiet,
+    costs 2 gaps, not 7). The reads a load took ahead (`read_ahead`) come first, and a gap they
     already span is not slept. Where there is no such count, the one-minute load average
     less this thread (0 where the platform has neither)."""
     try:
@@ -80,13 +84,19 @@ def others_load(spare: float | None = None) -> float:
                 sleep(gap)
             last = monotonic()
             others.append(_others_now())
-        return sum(others) / len(others)
+        return _median(others)
     except (OSError, IndexError, ValueError):
         pass
     try:
         return max(0.0, os.getloadavg()[0] - 1.0)
     except (AttributeError, OSError):
         return 0.0
+
+
+def _median(values: list[float]) -> float:
+    """The middle read (the mean of the two middle ones of an even count)."""
+    ordered = sorted(values)
+    return (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
 
 
 def _others_now() -> float:
