@@ -98,7 +98,7 @@ FITTED = "onnxruntime at the threads that fit"
 threads asked when the process shares its cores (docs/engines.md, "auto"); on a tie it
 wins (fewer threads, less of the shared cores burned)."""
 _TIES = (FITTED, *PREFERENCE)
-_BUILT_IN = ("onnxruntime", FITTED, "openvino", "numpy")  # FITTED maps onnxruntime's saved model
+_BUILT_IN = (PREFERENCE[0], FITTED, *PREFERENCE[1:])  # FITTED maps onnxruntime's saved model
 _CACHE_FILE = "engines.json"
 
 
@@ -384,9 +384,8 @@ def _engine(candidate: str) -> str:
 def _fitted(threads: int | None) -> int | None:
     """The fewer threads onnxruntime is timed at too (`FITTED`) when, at `threads`, the
     process shares its cores now (`cores.threads_that_fit`); None when they fit."""
-    fit = cores.threads_that_fit(threads)
-    wanted = cores.usable_cores() if threads is None else threads
-    return fit if fit is not None and fit < wanted else None
+    fit = cores.threads_that_fit(threads)  # `threads` itself when they fit
+    return None if fit == threads else fit
 
 
 def _when_shared(pick: str, measured: Mapping[str, float]) -> dict[str, str]:
